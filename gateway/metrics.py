@@ -1,0 +1,66 @@
+"""Prometheus metrics. One registry per gateway (no globals), served on ``--metrics``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from protocol.versions import api_name
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.connections_total = Counter(
+            "kpg_connections", "Client connections accepted", ["listener"], registry=r
+        )
+        self.connections_active = Gauge(
+            "kpg_connections_active", "Client connections open now", registry=r
+        )
+        self.requests = Counter(
+            "kpg_requests", "Client requests by API and version", ["api", "version"], registry=r
+        )
+        self.bytes_in = Counter("kpg_bytes_in", "Bytes received from clients", registry=r)
+        self.bytes_out = Counter("kpg_bytes_out", "Bytes sent to clients", registry=r)
+        self.upstream_latency = Histogram(
+            "kpg_upstream_latency_seconds",
+            "Time from forwarding a request to the broker's response",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rejected_frames = Counter(
+            "kpg_rejected_frames",
+            "Frames refused, connection closed, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.upstream_failures = Counter(
+            "kpg_upstream_failures",
+            "Upstream connections that failed or dropped",
+            ["reason"],
+            registry=r,
+        )
+        self._request_children: dict[tuple[int, int], Counter] = {}
+        self._latency_children: dict[int, Histogram] = {}
+
+    def count_request(self, api_key: int, api_version: int) -> None:
+        child = self._request_children.get((api_key, api_version))
+        if child is None:
+            child = self.requests.labels(api_name(api_key), str(api_version))
+            self._request_children[(api_key, api_version)] = child
+        child.inc()
+
+    def observe_latency(self, api_key: int, seconds: float) -> None:
+        child = self._latency_children.get(api_key)
+        if child is None:
+            child = self.upstream_latency.labels(api_name(api_key))
+            self._latency_children[api_key] = child
+        child.observe(seconds)
+
+    def serve(self, host: str, port: int) -> int:
+        """Start the HTTP exporter in a thread; returns the bound port."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)

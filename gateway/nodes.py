@@ -1,0 +1,109 @@
+"""One gateway listener per broker node, created the first time a node shows up in an answer.
+
+Node N listens on ``node_port_base + N`` (stable across restarts and gateway instances, so
+clients' cached metadata stays valid), or on a free port when the base is 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from protocol.addresses import BrokerEndpoint
+
+from .config import HostPort
+
+log = logging.getLogger(__name__)
+
+StartListener = Callable[[int, str, int], Awaitable[asyncio.Server]]
+"""(node_id, bind host, port) -> a listening server whose connections go to that node."""
+
+
+class NodeListenerError(Exception):
+    """A node's listener could not be opened; the answer naming it must not reach a client."""
+
+
+@dataclass(slots=True)
+class Node:
+    node_id: int
+    upstream: HostPort
+    advertised: tuple[str, int]
+    server: asyncio.Server
+
+
+class NodeListeners:
+    def __init__(
+        self, bind_host: str, advertised_host: str, port_base: int, start: StartListener
+    ) -> None:
+        self._bind_host = bind_host
+        self._advertised_host = advertised_host
+        self._port_base = port_base
+        self._start = start
+        self._nodes: dict[int, Node] = {}
+        self._lock = asyncio.Lock()
+
+    def upstream_of(self, node_id: int) -> HostPort:
+        return self._nodes[node_id].upstream
+
+    @property
+    def nodes(self) -> dict[int, Node]:
+        return dict(self._nodes)
+
+    async def gateway_addresses(
+        self, endpoints: Iterable[BrokerEndpoint]
+    ) -> dict[int, tuple[str, int]]:
+        """The gateway address of each endpoint's node, opening listeners as needed; the
+        broker address each node forwards to is updated to the latest seen.
+
+        :raises NodeListenerError: when a listener cannot be opened.
+        """
+        result = {}
+        for endpoint in endpoints:
+            upstream = HostPort(host=endpoint.host, port=endpoint.port)
+            node = self._nodes.get(endpoint.node_id)
+            if node is None:
+                node = await self._open(endpoint.node_id, upstream)
+            elif node.upstream != upstream:
+                log.info("node %d moved from %s to %s", endpoint.node_id, node.upstream, upstream)
+                node.upstream = upstream
+            result[endpoint.node_id] = node.advertised
+        return result
+
+    async def _open(self, node_id: int, upstream: HostPort) -> Node:
+        async with self._lock:
+            existing = self._nodes.get(node_id)
+            if existing is not None:
+                return existing
+            port = self._port_base + node_id if self._port_base else 0
+            if not 0 <= port <= 65535:
+                raise NodeListenerError(
+                    f"node {node_id}: node_port_base {self._port_base} + node id is not a port"
+                )
+            try:
+                server = await self._start(node_id, self._bind_host, port)
+            except OSError as exc:
+                raise NodeListenerError(
+                    f"node {node_id}: cannot listen on {self._bind_host}:{port}: {exc.strerror}"
+                ) from None
+            bound = server.sockets[0].getsockname()[1]
+            node = Node(
+                node_id=node_id,
+                upstream=upstream,
+                advertised=(self._advertised_host, int(bound)),
+                server=server,
+            )
+            self._nodes[node_id] = node
+            log.info(
+                "node %d: listening on %s:%d for broker %s",
+                node_id,
+                self._bind_host,
+                bound,
+                upstream,
+            )
+            return node
+
+    def close(self) -> None:
+        for node in self._nodes.values():
+            node.server.close()

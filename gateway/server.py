@@ -1,0 +1,106 @@
+"""The gateway: a bootstrap listener, one listener per broker node, and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+
+from protocol.versions import VersionRange
+
+from .config import GatewayConfig, HostPort
+from .connection import ClientConnection
+from .handlers import Registration, build_table
+from .metrics import GatewayMetrics
+from .nodes import NodeListeners
+from .tasks import TaskSet
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics | None = None) -> None:
+        if not config.upstream.bootstrap_servers:
+            raise ValueError("the gateway needs at least one upstream bootstrap server")
+        self.config = config
+        self.metrics = metrics or GatewayMetrics()
+        self.tasks = TaskSet()
+        self.handlers: Mapping[int, Registration] = build_table()
+        self.version_caps: Mapping[int, VersionRange | None] = {
+            key: reg.versions for key, reg in self.handlers.items()
+        }
+        self.broker_versions: dict[int, VersionRange] = {}
+        self.nodes = NodeListeners(
+            config.listen.host, config.advertised_host, config.node_port_base, self._start_node
+        )
+        self._bootstrap: asyncio.Server | None = None
+        self._connections: set[ClientConnection] = set()
+        self._metrics_port: int | None = None
+
+    @property
+    def bootstrap_address(self) -> HostPort:
+        """The address clients put in ``bootstrap.servers``."""
+        assert self._bootstrap is not None, "start() first"
+        port = self._bootstrap.sockets[0].getsockname()[1]
+        return HostPort(host=self.config.advertised_host, port=int(port))
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics_port
+
+    async def start(self) -> None:
+        """Open the bootstrap listener (and the metrics endpoint, when configured).
+
+        :raises OSError: when a port cannot be bound.
+        """
+        listen = self.config.listen
+        self._bootstrap = await asyncio.start_server(
+            lambda r, w: self._accept(r, w, "bootstrap", self._bootstrap_targets),
+            listen.host,
+            listen.port,
+            limit=2**20,
+        )
+        if self.config.metrics is not None:
+            self._metrics_port = self.metrics.serve(
+                self.config.metrics.host, self.config.metrics.port
+            )
+        log.info(
+            "bootstrap listener on %s, upstream %s",
+            self.bootstrap_address,
+            ", ".join(map(str, self.config.upstream.bootstrap_servers)),
+        )
+
+    def _bootstrap_targets(self) -> Sequence[HostPort]:
+        return self.config.upstream.bootstrap_servers
+
+    async def _start_node(self, node_id: int, host: str, port: int) -> asyncio.Server:
+        def targets() -> Sequence[HostPort]:
+            return (self.nodes.upstream_of(node_id),)
+
+        return await asyncio.start_server(
+            lambda r, w: self._accept(r, w, f"node-{node_id}", targets), host, port, limit=2**20
+        )
+
+    def _accept(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: str,
+        targets: object,
+    ) -> None:
+        connection = ClientConnection(self, reader, writer, listener, targets)  # type: ignore[arg-type]
+        self._connections.add(connection)
+        task = self.tasks.spawn(connection.run(), name=f"conn-{connection.peer}")
+        task.add_done_callback(lambda _: self._connections.discard(connection))
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish within the shutdown timeout, close."""
+        if self._bootstrap is not None:
+            self._bootstrap.close()
+        self.nodes.close()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        if not await self.tasks.wait(self.config.shutdown_timeout_s):
+            log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
+        await self.tasks.cancel_all()
+        log.info("gateway stopped")

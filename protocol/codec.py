@@ -1,0 +1,113 @@
+"""kio-backed decode and encode of request and response bodies.
+
+The gateway calls these only for the APIs it inspects or rewrites. Payloads are kio entities
+and stay inside ``protocol/``: the handlers in ``gateway/`` receive them through the typed
+helpers of the modules next to this one, and ``policies/`` never sees them.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from .framing import FrameRejected, RequestHeader, frame_bytes, response_header, split_response
+from .versions import DECODABLE, is_flexible
+
+Payload = Any
+"""A kio request or response entity. Kept opaque outside ``protocol/``."""
+
+
+class Undecodable(Exception):
+    """A body the gateway must inspect but cannot decode: the caller refuses the request."""
+
+
+def can_decode(api_key: int, api_version: int) -> bool:
+    supported = DECODABLE.get(api_key)
+    return supported is not None and api_version in supported
+
+
+@cache
+def _request_reader(api_key: int, api_version: int) -> Any:
+    return entity_reader(load_request_schema(api_key, api_version))
+
+
+@cache
+def _response_reader(api_key: int, api_version: int) -> Any:
+    return entity_reader(load_response_schema(api_key, api_version))
+
+
+_writers: dict[type, Any] = {}
+
+
+def _writer(entity_type: type) -> Any:
+    writer = _writers.get(entity_type)
+    if writer is None:
+        writer = _writers[entity_type] = entity_writer(entity_type)
+    return writer
+
+
+def _decode(reader: Any, frame: bytes, offset: int, what: str) -> Payload:
+    try:
+        payload, size = reader(frame, offset)
+    except Exception as exc:  # kio raises several types for malformed input
+        raise Undecodable(f"{what} does not decode: {exc}") from None
+    if offset + size != len(frame):
+        raise Undecodable(f"{what} has {len(frame) - offset - size} trailing bytes")
+    return payload
+
+
+def decode_request(header: RequestHeader, frame: bytes) -> Payload:
+    """Decode the body of a request frame whose header is already parsed.
+
+    :raises Undecodable: when kio has no schema for the version or the body is malformed.
+    """
+    if not can_decode(header.api_key, header.api_version):
+        raise Undecodable(f"API key {header.api_key} version {header.api_version} is not decodable")
+    reader = _request_reader(header.api_key, header.api_version)
+    return _decode(reader, frame, header.size, "request body")
+
+
+def decode_response(api_key: int, api_version: int, frame: bytes) -> Payload:
+    """Decode a response frame (without size prefix) to its body entity.
+
+    :raises Undecodable: for a version kio lacks or a malformed body.
+    """
+    if not can_decode(api_key, api_version):
+        raise Undecodable(f"API key {api_key} version {api_version} is not decodable")
+    try:
+        _, offset = split_response(api_key, api_version, frame)
+    except FrameRejected as exc:
+        raise Undecodable(str(exc)) from None
+    return _decode(_response_reader(api_key, api_version), frame, offset, "response body")
+
+
+def encode_body(payload: Payload) -> bytes:
+    buffer = io.BytesIO()
+    _writer(type(payload))(buffer, payload)
+    return buffer.getvalue()
+
+
+def encode_response(correlation_id: int, api_key: int, api_version: int, payload: Payload) -> bytes:
+    """A response frame (header and body, no size prefix) in the layout of ``api_version``."""
+    return response_header(correlation_id, api_key, api_version) + encode_body(payload)
+
+
+def encode_request(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, payload: Payload
+) -> bytes:
+    """A whole request frame, size prefix included."""
+    header_type = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
+    header = header_type(
+        request_api_key=i16(api_key),
+        request_api_version=i16(api_version),
+        correlation_id=i32(correlation_id),
+        client_id=client_id,
+    )
+    return frame_bytes(encode_body(header), encode_body(payload))

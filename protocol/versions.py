@@ -1,0 +1,86 @@
+"""Which API keys and versions exist, which the gateway can decode, and which are flexible.
+
+Everything here is read from the schemas kio ships, so upgrading kio widens the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from kio.index import load_request_schema
+from kio.schema.index import api_key_map, schema_name_map
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VersionRange:
+    """An inclusive range of API versions."""
+
+    min_version: int
+    max_version: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min_version <= version <= self.max_version
+
+    def intersect(self, other: VersionRange) -> VersionRange | None:
+        """The versions both ranges hold, or None when they share none."""
+        low = max(self.min_version, other.min_version)
+        high = min(self.max_version, other.max_version)
+        return VersionRange(min_version=low, max_version=high) if low <= high else None
+
+
+def _build_decodable() -> dict[int, VersionRange]:
+    table: dict[int, VersionRange] = {}
+    for api_key, name in api_key_map.items():
+        versions = sorted(schema_name_map[name])
+        if versions:
+            table[api_key] = VersionRange(min_version=versions[0], max_version=versions[-1])
+    return table
+
+
+DECODABLE: dict[int, VersionRange] = _build_decodable()
+"""API key -> the versions kio can decode and encode. Also the set of API keys the gateway
+knows: a key missing here is never forwarded."""
+
+API_NAMES: dict[int, str] = {
+    key: "".join(part.capitalize() for part in name.split("_")) for key, name in api_key_map.items()
+}
+"""API key -> Kafka's name for it (``CreateTopics``)."""
+
+API_VERSIONS_KEY = 18
+
+
+def api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, f"Unknown({api_key})")
+
+
+def is_known_api(api_key: int) -> bool:
+    return api_key in DECODABLE
+
+
+@cache
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether this request version uses the flexible (tagged-field) encoding.
+
+    Versions below what kio ships predate flexible versions (KIP-482 came later than every
+    version Kafka has removed); versions above it are newer than kio and flexible, as every
+    version Kafka has added since 2.4 is.
+    """
+    decodable = DECODABLE.get(api_key)
+    if decodable is None:
+        return True
+    if api_version < decodable.min_version:
+        return False
+    if api_version > decodable.max_version:
+        return True
+    return bool(load_request_schema(api_key, api_version).__flexible__)
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    return 2 if is_flexible(api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if is_flexible(api_key, api_version) else 0
