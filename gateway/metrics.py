@@ -43,6 +43,7 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self._server: object | None = None
         self._request_children: dict[tuple[int, int], Counter] = {}
         self._latency_children: dict[int, Histogram] = {}
 
@@ -63,4 +64,11 @@ class GatewayMetrics:
     def serve(self, host: str, port: int) -> int:
         """Start the HTTP exporter in a thread; returns the bound port."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
+        self._server = server
         return int(server.server_port)
+
+    def stop_serving(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()  # type: ignore[attr-defined]
+            self._server.server_close()  # type: ignore[attr-defined]
+            self._server = None

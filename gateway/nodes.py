@@ -47,9 +47,9 @@ class NodeListeners:
     def upstream_of(self, node_id: int) -> HostPort:
         return self._nodes[node_id].upstream
 
-    @property
-    def nodes(self) -> dict[int, Node]:
-        return dict(self._nodes)
+    def gateway_addresses_snapshot(self) -> list[tuple[str, int]]:
+        """The advertised address of every node listener open now."""
+        return [node.advertised for node in self._nodes.values()]
 
     async def gateway_addresses(
         self, endpoints: Iterable[BrokerEndpoint]

@@ -36,13 +36,13 @@ class Gateway:
         self._bootstrap: asyncio.Server | None = None
         self._connections: set[ClientConnection] = set()
         self._metrics_port: int | None = None
+        self._bootstrap_port: int | None = None
 
     @property
     def bootstrap_address(self) -> HostPort:
         """The address clients put in ``bootstrap.servers``."""
-        assert self._bootstrap is not None, "start() first"
-        port = self._bootstrap.sockets[0].getsockname()[1]
-        return HostPort(host=self.config.advertised_host, port=int(port))
+        assert self._bootstrap_port is not None, "start() first"
+        return HostPort(host=self.config.advertised_host, port=self._bootstrap_port)
 
     @property
     def metrics_port(self) -> int | None:
@@ -60,6 +60,7 @@ class Gateway:
             listen.port,
             limit=2**20,
         )
+        self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
         if self.config.metrics is not None:
             self._metrics_port = self.metrics.serve(
                 self.config.metrics.host, self.config.metrics.port
@@ -103,4 +104,5 @@ class Gateway:
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()
+        self.metrics.stop_serving()
         log.info("gateway stopped")

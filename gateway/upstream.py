@@ -41,9 +41,12 @@ class UpstreamLink:
         self._writer = writer
         self._metrics = metrics
         self._on_close = on_close
-        self._pending: collections.deque[tuple[int, asyncio.Future[bytes], int, float]] = (
-            collections.deque()
-        )
+        # (correlation id, future or None, api key, sent at). None marks a request that
+        # expects no response (acks=0): Kafka sends none, but some brokers (Tansu) answer
+        # anyway, and that answer is dropped here instead of desynchronising the link.
+        self._pending: collections.deque[
+            tuple[int, asyncio.Future[bytes] | None, int, float]
+        ] = collections.deque()
         self._closed: str | None = None
         self._internal_correlation = 0x40000000
         self._read_task = tasks.spawn(self._read_loop(), name=f"upstream-read-{address}")
@@ -93,6 +96,7 @@ class UpstreamLink:
         self._writer.write(SIZE.pack(len(frame)))
         self._writer.write(frame)
         if not expect_response:
+            self._pending.append((correlation_id, None, api_key, 0.0))
             return None
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._pending.append((correlation_id, future, api_key, time.perf_counter()))
@@ -120,11 +124,15 @@ class UpstreamLink:
                     reason = f"broker sent a frame of {size} bytes"
                     break
                 frame = await self._reader.readexactly(size)
+                got = response_correlation_id(frame)
+                while self._pending and self._pending[0][1] is None and self._pending[0][0] != got:
+                    self._pending.popleft()  # an acks=0 request that got no answer, as in Kafka
                 if not self._pending:
                     reason = "broker sent a response nobody asked for"
                     break
                 expected, future, api_key, started = self._pending.popleft()
-                got = response_correlation_id(frame)
+                if future is None:
+                    continue  # an answer to acks=0 that no client waits for
                 if got != expected:
                     reason = f"broker answered correlation id {got}, expected {expected}"
                     break
@@ -147,7 +155,7 @@ class UpstreamLink:
             self._metrics.upstream_failures.labels("dropped").inc()
         while self._pending:
             _, future, _, _ = self._pending.popleft()
-            if not future.done():
+            if future is not None and not future.done():
                 future.set_exception(UpstreamClosed(reason))
                 future.exception()  # retrieved here: the write loop may never get to it
         self._writer.close()

@@ -1,0 +1,210 @@
+"""Test support: the real gateway in a background thread, raw Kafka requests, a broker tap.
+
+Nothing here mocks the gateway's sockets or the broker: the gateway runs its real listeners
+on loopback ports, in front of a real broker (or, where a test says so, a scripted upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import struct
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvloop
+
+from gateway.config import GatewayConfig, HostPort, from_mapping
+from gateway.server import Gateway
+from protocol.codec import decode_response, encode_request
+from protocol.framing import SIZE
+
+
+def gateway_config(upstream: HostPort | list[HostPort], **extra: Any) -> GatewayConfig:
+    servers = upstream if isinstance(upstream, list) else [upstream]
+    raw: dict[str, Any] = {
+        "listen": "127.0.0.1:0",
+        "node_port_base": 0,
+        "upstream": {"bootstrap_servers": [str(s) for s in servers], "connect_timeout_s": 3},
+        "shutdown_timeout_s": 5,
+    }
+    raw.update(extra)
+    return from_mapping(raw, "<test>")
+
+
+class GatewayThread:
+    """The real gateway, on its own uvloop event loop in a thread, for synchronous clients."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.loop = uvloop.new_event_loop()
+        self.gateway = Gateway(config)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="gateway", daemon=True)
+
+    def start(self) -> GatewayThread:
+        self._thread.start()
+        self.run(self.gateway.start())
+        return self
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.gateway.bootstrap_address)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.run(self.gateway.stop(), timeout=60)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.gateway.metrics.registry.get_sample_value(name, labels or None)
+        return float(value or 0.0)
+
+
+# --- raw Kafka requests ---------------------------------------------------------------
+
+
+class RawClient:
+    """A plain socket speaking Kafka frames; for requests a test builds itself."""
+
+    def __init__(self, address: str | HostPort, timeout: float = 10.0) -> None:
+        host, _, port = str(address).rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._correlation = itertools.count(1)
+
+    def send(self, api_key: int, version: int, payload: Any, correlation_id: int | None = None
+             ) -> int:
+        cid = next(self._correlation) if correlation_id is None else correlation_id
+        self.sock.sendall(encode_request(api_key, version, cid, "raw-test", payload))
+        return cid
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv_frame(self) -> bytes:
+        size = SIZE.unpack(self._exact(4))[0]
+        return self._exact(size)
+
+    def request(self, api_key: int, version: int, payload: Any) -> Any:
+        cid = self.send(api_key, version, payload)
+        frame = self.recv_frame()
+        assert struct.unpack_from(">i", frame)[0] == cid
+        return decode_response(api_key, version, frame)
+
+    def _exact(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+            data += chunk
+        return data
+
+    def is_closed(self, timeout: float = 5.0) -> bool:
+        """True when the peer closes the connection (EOF or reset) within ``timeout``."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                if not self.sock.recv(65536):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# --- a tap between the gateway and the broker ------------------------------------------
+
+
+@dataclass
+class TapRecord:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    frame: bytes
+
+
+@dataclass
+class BrokerTap:
+    """A relay in front of the real broker that records every request frame it carries.
+
+    Tests point the gateway's upstream at the tap to see exactly what reaches the broker.
+    """
+
+    broker: HostPort
+    requests: list[TapRecord] = field(default_factory=list)
+    connections: int = 0
+    _server: asyncio.Server | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> HostPort:
+        self._loop = uvloop.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._relay, "127.0.0.1", 0), self._loop
+        ).result(10)
+        return HostPort(host="127.0.0.1", port=self._server.sockets[0].getsockname()[1])
+
+    async def _relay(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        breader, bwriter = await asyncio.open_connection(self.broker.host, self.broker.port)
+
+        async def upstream() -> None:
+            try:
+                while True:
+                    prefix = await creader.readexactly(4)
+                    frame = await creader.readexactly(SIZE.unpack(prefix)[0])
+                    key, version, cid = struct.unpack_from(">hhi", frame)
+                    self.requests.append(TapRecord(key, version, cid, frame))
+                    bwriter.write(prefix + frame)
+                    await bwriter.drain()
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            finally:
+                bwriter.close()
+
+        async def downstream() -> None:
+            try:
+                while data := await breader.read(65536):
+                    cwriter.write(data)
+                    await cwriter.drain()
+            except ConnectionError:
+                pass
+            finally:
+                cwriter.close()
+
+        await asyncio.gather(upstream(), downstream())
+
+    def api_keys(self) -> set[int]:
+        return {r.api_key for r in self.requests}
+
+    def stop(self) -> None:
+        if self._loop is not None and self._server is not None:
+            self._loop.call_soon_threadsafe(self._server.close)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
