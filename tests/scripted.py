@@ -51,8 +51,9 @@ class ScriptedBroker:
                 self.requests.append((header, request))
                 payload = await self.respond(self, header, request)
                 if payload is not None:
-                    body = encode_response(header.correlation_id, header.api_key,
-                                           header.api_version, payload)
+                    body = encode_response(
+                        header.correlation_id, header.api_key, header.api_version, payload
+                    )
                     writer.write(SIZE.pack(len(body)) + body)
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

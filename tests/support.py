@@ -82,8 +82,9 @@ class RawClient:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self._correlation = itertools.count(1)
 
-    def send(self, api_key: int, version: int, payload: Any, correlation_id: int | None = None
-             ) -> int:
+    def send(
+        self, api_key: int, version: int, payload: Any, correlation_id: int | None = None
+    ) -> int:
         cid = next(self._correlation) if correlation_id is None else correlation_id
         self.sock.sendall(encode_request(api_key, version, cid, "raw-test", payload))
         return cid

@@ -32,16 +32,25 @@ def produce(bootstrap: str, topic: str, count: int, compression: str = "none") -
     values = [f"{topic}-{i}-".encode() + bytes(range(i % 50)) for i in range(count)]
     errors: list[KafkaError] = []
     for i, value in enumerate(values):
-        producer.produce(topic, key=str(i).encode(), value=value,
-                         on_delivery=lambda err, _msg: err and errors.append(err))
+        producer.produce(
+            topic,
+            key=str(i).encode(),
+            value=value,
+            on_delivery=lambda err, _msg: err and errors.append(err),
+        )
     assert producer.flush(30) == 0
     assert errors == []
     return values
 
 
 def consume_assigned(bootstrap: str, topic: str, partitions: int, expected: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[bytes] = []
     deadline = time.monotonic() + 30
@@ -56,25 +65,34 @@ def consume_assigned(bootstrap: str, topic: str, partitions: int, expected: int)
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_confluent_kafka_every_record_arrives(gateway: GatewayThread, topic_name: str,
-                                              compression: str) -> None:
+def test_confluent_kafka_every_record_arrives(
+    gateway: GatewayThread, topic_name: str, compression: str
+) -> None:
     create_topic(gateway.bootstrap, topic_name, partitions=2)
     sent = produce(gateway.bootstrap, topic_name, 300, compression)
     got = consume_assigned(gateway.bootstrap, topic_name, 2, len(sent))
     assert sorted(got) == sorted(sent)
 
 
-def test_consumer_group_subscribe_commit_and_rebalance(gateway: GatewayThread,
-                                                       topic_name: str) -> None:
+def test_consumer_group_subscribe_commit_and_rebalance(
+    gateway: GatewayThread, topic_name: str
+) -> None:
     """Two members of one group share the partitions; commits are seen by a later member."""
     create_topic(gateway.bootstrap, topic_name, partitions=4)
     sent = produce(gateway.bootstrap, topic_name, 400)
     group = f"g-{uuid.uuid4().hex[:8]}"
 
     def member() -> Consumer:
-        c = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                      "session.timeout.ms": 10000, "heartbeat.interval.ms": 500})
+        c = Consumer(
+            {
+                "bootstrap.servers": gateway.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
         c.subscribe([topic_name])
         return c
 
@@ -123,8 +141,9 @@ def test_aiokafka_produce_and_consume(gateway: GatewayThread, topic_name: str) -
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic_name, bootstrap_servers=gateway.bootstrap,
-                                    auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            topic_name, bootstrap_servers=gateway.bootstrap, auto_offset_reset="earliest"
+        )
         await consumer.start()
         got: list[bytes] = []
         try:
@@ -142,7 +161,8 @@ def test_aiokafka_produce_and_consume(gateway: GatewayThread, topic_name: str) -
 
 
 def test_kafka_python_produce_and_consume(gateway: GatewayThread, topic_name: str) -> None:
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
 
     create_topic(gateway.bootstrap, topic_name)
     producer = KafkaProducer(bootstrap_servers=gateway.bootstrap, compression_type="lz4")
@@ -150,8 +170,9 @@ def test_kafka_python_produce_and_consume(gateway: GatewayThread, topic_name: st
         producer.send(topic_name, f"kp-{i}".encode())
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=gateway.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(
+        bootstrap_servers=gateway.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
     consumer.assign([KTopicPartition(topic_name, 0)])
     got = [m.value for m in consumer]
     consumer.close()
@@ -159,22 +180,39 @@ def test_kafka_python_produce_and_consume(gateway: GatewayThread, topic_name: st
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by `make test`")
-def test_kcat_sees_only_gateway_addresses_and_round_trips(gateway: GatewayThread,
-                                                          topic_name: str) -> None:
+def test_kcat_sees_only_gateway_addresses_and_round_trips(
+    gateway: GatewayThread, topic_name: str
+) -> None:
     create_topic(gateway.bootstrap, topic_name)
-    listing = subprocess.run(["kcat", "-b", gateway.bootstrap, "-L", "-J"], capture_output=True,
-                             text=True, timeout=30, check=True)
+    listing = subprocess.run(
+        ["kcat", "-b", gateway.bootstrap, "-L", "-J"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     import json
 
     brokers = json.loads(listing.stdout)["brokers"]
     gateway_ports = {port for _, port in gateway.gateway.nodes.gateway_addresses_snapshot()}
     assert brokers and all(int(b["name"].rsplit(":", 1)[1]) in gateway_ports for b in brokers)
-    assert all(b["name"].rsplit(":", 1)[1] != str(gateway.config.upstream.bootstrap_servers[0].port)
-               for b in brokers)
+    assert all(
+        b["name"].rsplit(":", 1)[1] != str(gateway.config.upstream.bootstrap_servers[0].port)
+        for b in brokers
+    )
     lines = "\n".join(f"kcat-{i}" for i in range(50)) + "\n"
-    subprocess.run(["kcat", "-b", gateway.bootstrap, "-P", "-t", topic_name, "-z", "snappy"],
-                   input=lines, text=True, timeout=30, check=True)
-    out = subprocess.run(["kcat", "-b", gateway.bootstrap, "-C", "-t", topic_name, "-o",
-                          "beginning", "-e", "-q"], capture_output=True, text=True, timeout=30,
-                         check=True)
+    subprocess.run(
+        ["kcat", "-b", gateway.bootstrap, "-P", "-t", topic_name, "-z", "snappy"],
+        input=lines,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    out = subprocess.run(
+        ["kcat", "-b", gateway.bootstrap, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     assert sorted(out.stdout.split()) == sorted(f"kcat-{i}" for i in range(50))

@@ -13,10 +13,8 @@ from confluent_kafka import Consumer, TopicPartition
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest as FindCoordinatorV2
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
@@ -34,8 +32,9 @@ pytestmark = pytest.mark.inproc
 
 def metadata_request(topic: str | None = None) -> MetadataRequest:
     topics = None if topic is None else (MetadataRequestTopic(name=topic, topic_id=None),)
-    return MetadataRequest(topics=topics, allow_auto_topic_creation=False,
-                           include_topic_authorized_operations=False)
+    return MetadataRequest(
+        topics=topics, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
 
 
 def gateway_ports(gw: GatewayThread) -> set[int]:
@@ -49,9 +48,17 @@ def test_pipelined_requests_come_back_in_order(gateway: GatewayThread) -> None:
         if i % 2:
             sent.append((3, client.send(3, 12, metadata_request(), correlation_id=1000 + i)))
         else:
-            sent.append((18, client.send(18, 3, ApiVersionsRequest(
-                client_software_name="raw", client_software_version="1"),
-                correlation_id=1000 + i)))
+            sent.append(
+                (
+                    18,
+                    client.send(
+                        18,
+                        3,
+                        ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
+                        correlation_id=1000 + i,
+                    ),
+                )
+            )
     for api_key, cid in sent:
         frame = client.recv_frame()
         assert struct.unpack_from(">i", frame)[0] == cid
@@ -114,25 +121,40 @@ def _records(values: list[bytes]) -> bytes:
 
     now = datetime.now(UTC)
     batch = NewRecordBatch(
-        producer_id=i64(-1), producer_epoch=i16(-1), base_sequence=i32(-1), attributes=i16(0),
-        records=tuple(Record(attributes=i8(0), timestamp=now, offset=i64(i), key=None, value=v,
-                             headers=()) for i, v in enumerate(values)),
+        producer_id=i64(-1),
+        producer_epoch=i16(-1),
+        base_sequence=i32(-1),
+        attributes=i16(0),
+        records=tuple(
+            Record(attributes=i8(0), timestamp=now, offset=i64(i), key=None, value=v, headers=())
+            for i, v in enumerate(values)
+        ),
     )
     buffer = io.BytesIO()
     write_new_batch(buffer, batch)
     return buffer.getvalue()
 
 
-def test_acks_zero_produce_gets_no_answer_and_is_written(gateway: GatewayThread,
-                                                         topic_name: str) -> None:
+def test_acks_zero_produce_gets_no_answer_and_is_written(
+    gateway: GatewayThread, topic_name: str
+) -> None:
     create_topic(gateway.bootstrap, topic_name)
     client = RawClient(gateway.bootstrap)
     # The produce goes to the partition leader: the node listener the metadata names.
     meta = client.request(3, 12, metadata_request(topic_name))
     leader = RawClient(f"{meta.brokers[0].host}:{meta.brokers[0].port}")
-    produce = ProduceRequest(acks=i16(0), timeout=i32Timedelta.parse(__import__("datetime").timedelta(seconds=5)),
-                             topic_data=(TopicProduceData(name=topic_name, partition_data=(
-                                 PartitionProduceData(index=i32(0), records=_records([b"a0", b"a1"])),)),))
+    produce = ProduceRequest(
+        acks=i16(0),
+        timeout=i32Timedelta.parse(__import__("datetime").timedelta(seconds=5)),
+        topic_data=(
+            TopicProduceData(
+                name=topic_name,
+                partition_data=(
+                    PartitionProduceData(index=i32(0), records=_records([b"a0", b"a1"])),
+                ),
+            ),
+        ),
+    )
     leader.send(0, 9, produce, correlation_id=500)
     cid = leader.send(3, 12, metadata_request(), correlation_id=501)
     frame = leader.recv_frame()
@@ -165,15 +187,19 @@ def test_every_address_bearing_answer_carries_only_gateway_addresses(
 
     create_topic(gateway.bootstrap, topic_name)
     client = RawClient(gateway.bootstrap)
-    client.request(18, 3, ApiVersionsRequest(client_software_name="raw",
-                                             client_software_version="1"))
+    client.request(
+        18, 3, ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    )
     seen: list[tuple[str, int]] = []
     for version in _all_versions(3, gateway):
         cls = load_request_schema(3, version)
         fields = {"topics": None} if version else {"topics": ()}
         if "allow_auto_topic_creation" in cls.__dataclass_fields__:
             fields["allow_auto_topic_creation"] = False
-        for name in ("include_cluster_authorized_operations", "include_topic_authorized_operations"):
+        for name in (
+            "include_cluster_authorized_operations",
+            "include_topic_authorized_operations",
+        ):
             if name in cls.__dataclass_fields__:
                 fields[name] = False
         answer = client.request(3, version, cls(**fields))
@@ -201,8 +227,9 @@ def test_every_address_bearing_answer_carries_only_gateway_addresses(
 
 def test_api_versions_advertises_only_what_the_gateway_carries(gateway: GatewayThread) -> None:
     client = RawClient(gateway.bootstrap)
-    answer = client.request(18, 3, ApiVersionsRequest(client_software_name="raw",
-                                                      client_software_version="1"))
+    answer = client.request(
+        18, 3, ApiVersionsRequest(client_software_name="raw", client_software_version="1")
+    )
     ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
     assert ranges[0][1] <= 9 and ranges[1][1] <= 15  # Produce, Fetch below KIP-951 versions
     assert ranges[3][1] <= DECODABLE[3].max_version
@@ -230,15 +257,24 @@ def test_three_brokers_get_three_gateway_addresses() -> None:
 
     async def respond(me, header, request):  # type: ignore[no-untyped-def]
         if header.api_key == 18:
-            return ApiVersionsResponse(error_code=0, throttle_time=i32Timedelta.parse(
-                __import__("datetime").timedelta(0)), api_keys=(
-                ApiVersion(api_key=i16(3), min_version=i16(0), max_version=i16(12)),
-                ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3))))
+            return ApiVersionsResponse(
+                error_code=ErrorCode.none,
+                throttle_time=i32Timedelta.parse(__import__("datetime").timedelta(0)),
+                api_keys=(
+                    ApiVersion(api_key=i16(3), min_version=i16(0), max_version=i16(12)),
+                    ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),
+                ),
+            )
         return MetadataResponse(
             throttle_time=i32Timedelta.parse(__import__("datetime").timedelta(0)),
-            brokers=tuple(MetadataResponseBroker(node_id=i32(n), host=a.host, port=i32(a.port),
-                                                 rack=None) for n, a in addresses.items()),
-            cluster_id="scripted", controller_id=i32(1), topics=())
+            brokers=tuple(
+                MetadataResponseBroker(node_id=i32(n), host=a.host, port=i32(a.port), rack=None)
+                for n, a in addresses.items()
+            ),
+            cluster_id="scripted",
+            controller_id=i32(1),
+            topics=(),
+        )
 
     brokers = {n: cluster.add(respond, f"broker-{n}") for n in (1, 2, 3)}
     for n, b in brokers.items():
@@ -286,14 +322,31 @@ def test_shutdown_lets_in_flight_requests_finish(gateway: GatewayThread, topic_n
     meta = client.request(3, 12, metadata_request(topic_name))
     leader = RawClient(f"{meta.brokers[0].host}:{meta.brokers[0].port}")
     fetch = FetchRequest(
-        replica_id=i32(-1), max_wait=i32Timedelta.parse(__import__("datetime").timedelta(seconds=2)),
-        min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(0),
+        replica_id=i32(-1),
+        max_wait=i32Timedelta.parse(__import__("datetime").timedelta(seconds=2)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
         session_epoch=i32(-1),
-        topics=(FetchTopic(topic=topic_name, partitions=(FetchPartition(
-            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
-            last_fetched_epoch=i32(-1), log_start_offset=i64(-1),
-            partition_max_bytes=i32(1 << 20)),)),),
-        forgotten_topics_data=(), rack_id="")
+        topics=(
+            FetchTopic(
+                topic=topic_name,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
     bootstrap = gateway.bootstrap
     started = time.monotonic()
     cid = leader.send(1, 12, fetch)

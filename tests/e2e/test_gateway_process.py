@@ -1,0 +1,143 @@
+"""`kpg run` as users run it: a separate process, real clients, and the broker's own view."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.config import HostPort
+from gateway.embedded import free_port
+from tests.inproc.test_clients import consume_assigned, create_topic, produce
+
+pytestmark = pytest.mark.e2e
+
+KPG = str(Path(sys.executable).with_name("kpg"))
+
+
+def start_kpg(*args: str) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [KPG, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + 30
+    process.embedded_line = ""  # type: ignore[attr-defined]
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "embedded" in line:
+            process.embedded_line = line  # type: ignore[attr-defined]
+        match = re.search(r"bootstrap.servers=(\S+)", line)
+        if match:
+            return process, match.group(1)
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError(f"kpg did not start: {process.stderr.read() if process.stderr else ''}")
+
+
+@pytest.fixture
+def kpg_process(broker: HostPort) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    process, bootstrap = start_kpg(
+        "--upstream", str(broker), "--listen", f"127.0.0.1:{free_port()}", "--node-port-base", "0"
+    )
+    try:
+        yield process, bootstrap
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+def broker_peers(broker: HostPort) -> list[tuple[str, int | None]]:
+    """(local address, owning pid) of every established connection to the broker's port."""
+    out = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( dport = :{broker.port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    peers = []
+    for line in out.splitlines():
+        fields = line.split()
+        pid = re.search(r"pid=(\d+)", line)
+        peers.append((fields[2], int(pid.group(1)) if pid else None))
+    return peers
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
+def test_every_broker_connection_comes_from_the_gateway(
+    kpg_process: tuple[subprocess.Popen[str], str], broker: HostPort, topic_name: str
+) -> None:
+    process, bootstrap = kpg_process
+    seen: list[tuple[str, int | None]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            seen.extend(broker_peers(broker))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        create_topic(bootstrap, topic_name, partitions=2)
+        sent = produce(bootstrap, topic_name, 200, "zstd")
+        assert sorted(consume_assigned(bootstrap, topic_name, 2, 200)) == sorted(sent)
+        if shutil.which("kcat"):
+            subprocess.run(
+                ["kcat", "-b", bootstrap, "-L"], check=True, capture_output=True, timeout=30
+            )
+            subprocess.run(
+                ["kcat", "-b", bootstrap, "-C", "-t", topic_name, "-o", "beginning", "-e", "-q"],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+    finally:
+        stop.set()
+        sampler.join()
+    assert seen, "no broker connection was observed while the clients ran"
+    owners = {pid for _, pid in seen if pid is not None}
+    assert owners == {process.pid}, (
+        f"broker connections owned by {owners}, gateway is {process.pid}"
+    )
+    # A socket caught between its owner's close() and the end of the TCP connection has no
+    # owner any more; it must be one that was seen owned by the gateway.
+    gateway_sockets = {local for local, pid in seen if pid == process.pid}
+    assert {local for local, pid in seen if pid is None} <= gateway_sockets
+
+
+def test_bad_config_names_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text("listen: 127.0.0.1:9092\nlimits:\n  max_in_flight: 5\n")
+    result = subprocess.run(
+        [KPG, "run", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2
+    assert "limits.max_in_flight" in result.stderr and str(config) in result.stderr
+
+
+def test_embedded_broker_by_default_and_sigterm_stops_cleanly() -> None:
+    process, bootstrap = start_kpg("--listen", f"127.0.0.1:{free_port()}", "--node-port-base", "0")
+    try:
+        create_topic(bootstrap, "embedded-check")
+        assert produce(bootstrap, "embedded-check", 10)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    assert process.stdout is not None
+    out = process.stdout.read()
+    assert "shutting down" in out
+    # The embedded broker went with it: its port no longer accepts connections.
+    embedded = re.search(r"embedded Tansu broker on 127.0.0.1:(\d+)", process.embedded_line)
+    assert embedded is not None
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(embedded.group(1))), timeout=2)
