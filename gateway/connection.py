@@ -231,8 +231,7 @@ class ClientConnection:
                 self.stop_reading()
                 return
             try:
-                writer.write(SIZE.pack(len(response)))
-                writer.write(response)
+                writer.writelines((SIZE.pack(len(response)), response))
                 metrics.bytes_out.inc(len(response) + 4)
                 await writer.drain()
             except (ConnectionError, RuntimeError):

@@ -93,8 +93,7 @@ class UpstreamLink:
         """
         if self._closed is not None:
             raise UpstreamClosed(self._closed)
-        self._writer.write(SIZE.pack(len(frame)))
-        self._writer.write(frame)
+        self._writer.writelines((SIZE.pack(len(frame)), frame))
         if not expect_response:
             self._pending.append((correlation_id, None, api_key, 0.0))
             return None
