@@ -1,0 +1,674 @@
+"""Record batches (magic 2): split, verify, decompress and read records lazily.
+
+Contracts, stated once:
+
+- `read_batches` checks everything that can be checked without touching the records:
+  the buffer is an exact sequence of whole batches, each with magic 2, a batch_length
+  that covers its header, a matching CRC-32C, a known compression codec and a
+  non-negative record_count. It copies nothing: each `BatchView.payload` is a
+  memoryview into the caller's buffer, so the buffer must outlive the views.
+- `read_records` is lazy. Nothing is decompressed before the first record is asked
+  for, and a caller that stops early pays only for what it read:
+
+  ========================  ===================================================
+  codec                     what one step decompresses
+  ========================  ===================================================
+  none                      nothing; records are parsed in place (no copy)
+  gzip, lz4 (frame), zstd   about 64 KiB of output (more if one record is larger)
+  snappy, xerial framing    one xerial block (the Java client writes 32 KiB)
+  snappy, raw block         the whole records section: the format cannot stream
+  ========================  ===================================================
+
+  The checks that need the whole records section (exactly record_count records, no
+  bytes after the last one, the compressed stream complete and intact) run only when
+  the iterator is exhausted. A caller that stops early has not validated the batch.
+- Reading a compressed batch stops with `CorruptBatch` as soon as its records pass
+  `max_decompressed_bytes` (zstd may hold up to 2 MiB more for a moment; see
+  `_ZstdInflater`). A raw snappy block is refused before it is decompressed.
+- Every problem in the data raises `CorruptBatch`, whose text says what is wrong.
+"""
+
+import enum
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import lz4.frame
+import snappy
+import zstandard
+from crc32c import crc32c
+from kio.serial.errors import BufferUnderflow
+from kio.serial.readers import (
+    read_int8,
+    read_int16,
+    read_int32,
+    read_int64,
+    read_signed_varint,
+    read_signed_varlong,
+    read_uint32,
+    read_unsigned_varint,
+)
+
+__all__ = (
+    "MAX_DECOMPRESSED_BYTES",
+    "BatchView",
+    "CompressionType",
+    "CorruptBatch",
+    "RecordView",
+    "read_batches",
+    "read_records",
+)
+
+MAX_DECOMPRESSED_BYTES: Final = 100 * 1024 * 1024
+"""Default cap on what one batch's records section may decompress to."""
+
+# Field offsets in a magic 2 batch, named as in Kafka's DefaultRecordBatch.
+_BASE_OFFSET_OFFSET: Final = 0
+_LENGTH_OFFSET: Final = 8
+_PARTITION_LEADER_EPOCH_OFFSET: Final = 12
+_MAGIC_OFFSET: Final = 16
+_CRC_OFFSET: Final = 17
+_ATTRIBUTES_OFFSET: Final = 21
+_LAST_OFFSET_DELTA_OFFSET: Final = 23
+_BASE_TIMESTAMP_OFFSET: Final = 27
+_MAX_TIMESTAMP_OFFSET: Final = 35
+_PRODUCER_ID_OFFSET: Final = 43
+_PRODUCER_EPOCH_OFFSET: Final = 51
+_BASE_SEQUENCE_OFFSET: Final = 53
+_RECORDS_COUNT_OFFSET: Final = 57
+_RECORDS_OFFSET: Final = 61
+_LOG_OVERHEAD: Final = _PARTITION_LEADER_EPOCH_OFFSET  # base_offset + batch_length
+_RECORD_BATCH_OVERHEAD: Final = _RECORDS_OFFSET
+
+_COMPRESSION_CODEC_MASK: Final = 0x07
+_TRANSACTIONAL_FLAG_MASK: Final = 0x10
+_CONTROL_FLAG_MASK: Final = 0x20
+
+_MAX_VARINT_SIZE: Final = 5
+_READ_AHEAD: Final = 64 * 1024
+_COMPRESSED_INPUT_CHUNK: Final = 64 * 1024
+
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE: Final = len(_XERIAL_MAGIC) + 8  # two int32 version fields
+
+# A zstd block of at most 128 KiB costs at least 4 bytes (an RLE block), so output
+# never exceeds this many times the input fed so far.
+_ZSTD_MAX_RATIO: Final = 32 * 1024
+_ZSTD_MIN_INPUT_CHUNK: Final = 64
+
+
+class CompressionType(enum.IntEnum):
+    """The codec in bits 0-2 of a batch's attributes."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class CorruptBatch(Exception):
+    """A record batch that cannot be read; the text says what is wrong with it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchView:
+    """One record batch: header parsed and verified, records section untouched."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    compression: CompressionType
+    is_transactional: bool
+    is_control: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    payload: memoryview
+    """The records section as sent (compressed or not), a view into the caller's buffer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordView:
+    """One record, with key and value cut to the prefixes asked for."""
+
+    index: int
+    """Position in the batch, 0-based: Kafka's batch_index in record_errors."""
+    key: bytes | None
+    """None for a null key; otherwise the first key_bytes bytes (b"" if 0 were asked)."""
+    value: bytes | None
+    """As key, with value_bytes."""
+    headers: tuple[tuple[str, bytes | None], ...]
+    """Empty if headers were not asked for. Keys decode as UTF-8 the way Java does:
+    invalid sequences become U+FFFD."""
+    key_size: int
+    """The key's full size on the wire, -1 for null."""
+    value_size: int
+    """The value's full size on the wire, -1 for null."""
+    size_in_bytes: int
+    """The record's encoded size, its length varint included (Kafka's sizeInBytes)."""
+
+
+def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
+    """Split a Produce partition's records field into batches and verify each header.
+
+    An empty buffer gives an empty tuple; whether that is allowed is the caller's call.
+
+    :raises CorruptBatch: magic other than 2, truncated data, a batch_length too short
+        for the header, bytes left over after the last batch, a bad CRC-32C, an
+        unknown compression codec, or a negative record_count.
+    """
+    view = memoryview(records).cast("B")
+    batches: list[BatchView] = []
+    start = 0
+    while start < len(view):
+        batch = _read_batch(view, start)
+        batches.append(batch)
+        start += _LOG_OVERHEAD + batch.batch_length
+    return tuple(batches)
+
+
+def read_records(
+    batch: BatchView,
+    *,
+    headers: bool,
+    key_bytes: int,
+    value_bytes: int,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> Iterator[RecordView]:
+    """Iterate over a batch's records, decompressing only as far as needed.
+
+    key_bytes and value_bytes: -1 for all, N for the first N bytes; 0 gives b"" for a
+    non-null key or value (and None for a null one), so nullness and the full sizes
+    are always known. With headers=False, a record's headers are counted but not read,
+    so a malformed header goes unnoticed there.
+
+    See the module docstring for what is lazy and which checks wait for the end.
+
+    :raises ValueError: key_bytes or value_bytes below -1, max_decompressed_bytes < 1
+        (at once, not on iteration).
+    :raises CorruptBatch: while iterating, for records that do not add up to the
+        batch's record_count and records section, records whose fields overrun them,
+        a compressed stream that is truncated or fails to decompress, or more than
+        max_decompressed_bytes of decompressed records.
+    """
+    if key_bytes < -1 or value_bytes < -1:
+        raise ValueError(f"key_bytes and value_bytes must be >= -1: {key_bytes}, {value_bytes}")
+    if max_decompressed_bytes < 1:
+        raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
+    return _iter_records(
+        batch,
+        headers=headers,
+        key_bytes=key_bytes,
+        value_bytes=value_bytes,
+        max_decompressed_bytes=max_decompressed_bytes,
+    )
+
+
+def _read_batch(view: memoryview, start: int) -> BatchView:
+    remaining = len(view) - start
+    if remaining > _MAGIC_OFFSET:
+        # The magic byte sits at the same offset in the legacy (magic 0 and 1) formats.
+        magic, _ = read_int8(view, start + _MAGIC_OFFSET)
+        if magic != 2:
+            raise CorruptBatch(
+                f"batch at byte {start} has magic {magic}; only magic 2 record batches are accepted"
+            )
+    if remaining < _RECORD_BATCH_OVERHEAD:
+        raise CorruptBatch(
+            f"truncated: {remaining} bytes at byte {start} are shorter than a record "
+            f"batch header ({_RECORD_BATCH_OVERHEAD} bytes)"
+        )
+    batch_length, _ = read_int32(view, start + _LENGTH_OFFSET)
+    if batch_length < _RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD:
+        raise CorruptBatch(
+            f"batch at byte {start} has batch_length {batch_length}, shorter than its "
+            f"own header ({_RECORD_BATCH_OVERHEAD - _LOG_OVERHEAD} bytes)"
+        )
+    end = start + _LOG_OVERHEAD + batch_length
+    if end > len(view):
+        raise CorruptBatch(
+            f"truncated: batch at byte {start} has batch_length {batch_length} but only "
+            f"{remaining - _LOG_OVERHEAD} bytes follow it"
+        )
+
+    crc, _ = read_uint32(view, start + _CRC_OFFSET)
+    computed_crc = crc32c(view[start + _ATTRIBUTES_OFFSET : end])
+    if crc != computed_crc:
+        raise CorruptBatch(
+            f"bad CRC: batch at byte {start} carries CRC-32C {crc:#010x} but its "
+            f"contents hash to {computed_crc:#010x}"
+        )
+
+    attributes, _ = read_int16(view, start + _ATTRIBUTES_OFFSET)
+    codec = attributes & _COMPRESSION_CODEC_MASK
+    try:
+        compression = CompressionType(codec)
+    except ValueError:
+        raise CorruptBatch(
+            f"batch at byte {start} has unknown compression codec {codec} "
+            f"(attributes {attributes:#06x})"
+        ) from None
+    record_count, _ = read_int32(view, start + _RECORDS_COUNT_OFFSET)
+    if record_count < 0:
+        raise CorruptBatch(f"batch at byte {start} has negative record_count {record_count}")
+
+    return BatchView(
+        base_offset=read_int64(view, start + _BASE_OFFSET_OFFSET)[0],
+        batch_length=batch_length,
+        partition_leader_epoch=read_int32(view, start + _PARTITION_LEADER_EPOCH_OFFSET)[0],
+        magic=2,
+        crc=crc,
+        attributes=attributes,
+        compression=compression,
+        is_transactional=bool(attributes & _TRANSACTIONAL_FLAG_MASK),
+        is_control=bool(attributes & _CONTROL_FLAG_MASK),
+        last_offset_delta=read_int32(view, start + _LAST_OFFSET_DELTA_OFFSET)[0],
+        base_timestamp=read_int64(view, start + _BASE_TIMESTAMP_OFFSET)[0],
+        max_timestamp=read_int64(view, start + _MAX_TIMESTAMP_OFFSET)[0],
+        producer_id=read_int64(view, start + _PRODUCER_ID_OFFSET)[0],
+        producer_epoch=read_int16(view, start + _PRODUCER_EPOCH_OFFSET)[0],
+        base_sequence=read_int32(view, start + _BASE_SEQUENCE_OFFSET)[0],
+        record_count=record_count,
+        payload=view[start + _RECORDS_OFFSET : end],
+    )
+
+
+def _iter_records(
+    batch: BatchView,
+    *,
+    headers: bool,
+    key_bytes: int,
+    value_bytes: int,
+    max_decompressed_bytes: int,
+) -> Iterator[RecordView]:
+    source = _open_inflater(batch, max_decompressed_bytes)
+    # Uncompressed: the whole section, in place. Compressed: a window of decompressed
+    # bytes that starts at `position`'s record and is refilled from `source`.
+    buffer: bytes | memoryview = batch.payload if source is None else b""
+    position = 0
+    count = batch.record_count
+    for index in range(count):
+        available = len(buffer) - position
+        if source is not None and available < _MAX_VARINT_SIZE:
+            buffer, position = _refill(source, buffer, position, _MAX_VARINT_SIZE)
+            available = len(buffer)
+        if available == 0:
+            raise CorruptBatch(
+                f"batch declares record_count {count} but its records section ends "
+                f"after {index} records"
+            )
+        try:
+            length, length_size = read_signed_varint(buffer, position)
+        except BufferUnderflow as exc:
+            raise CorruptBatch(f"truncated: record {index}'s length is cut off") from exc
+        except ValueError as exc:
+            raise CorruptBatch(f"record {index}: its length cannot be read: {exc}") from exc
+        if length < 0:
+            raise CorruptBatch(f"record {index} has negative length {length}")
+        size_in_bytes = length_size + length
+        if source is not None and available < size_in_bytes:
+            buffer, position = _refill(source, buffer, position, size_in_bytes)
+            available = len(buffer)
+        if available < size_in_bytes:
+            raise CorruptBatch(
+                f"truncated: record {index} has length {length} but the records section "
+                f"has only {available - length_size} bytes left"
+            )
+        body = memoryview(buffer)[position + length_size : position + size_in_bytes]
+        yield _read_record(
+            body,
+            index=index,
+            size_in_bytes=size_in_bytes,
+            headers=headers,
+            key_bytes=key_bytes,
+            value_bytes=value_bytes,
+        )
+        position += size_in_bytes
+
+    left_over = len(buffer) - position
+    if source is not None and left_over == 0:
+        left_over = len(source.read(1))
+    if left_over:
+        raise CorruptBatch(
+            f"records section has bytes left after the {count} records the batch declares"
+        )
+
+
+def _refill(
+    source: "_Inflater", buffer: bytes | memoryview, position: int, needed: int
+) -> tuple[bytes, int]:
+    """Keep the unread part of buffer and append at least what makes `needed` bytes."""
+    kept = memoryview(buffer)[position:]
+    more = source.read(max(needed - len(kept), _READ_AHEAD))
+    return b"".join((kept, more)), 0
+
+
+def _read_record(
+    body: memoryview,
+    *,
+    index: int,
+    size_in_bytes: int,
+    headers: bool,
+    key_bytes: int,
+    value_bytes: int,
+) -> RecordView:
+    """Parse one record body (after its length varint); body ends where the record ends."""
+    try:
+        _attributes, offset = read_int8(body, 0)
+        _timestamp_delta, size = read_signed_varlong(body, offset)
+        offset += size
+        _offset_delta, size = read_signed_varint(body, offset)
+        offset += size
+        key_size, size = read_signed_varint(body, offset)
+        key, offset = _read_bytes(body, offset + size, key_size, key_bytes, "key")
+        value_size, size = read_signed_varint(body, offset)
+        value, offset = _read_bytes(body, offset + size, value_size, value_bytes, "value")
+        header_count, size = read_signed_varint(body, offset)
+        offset += size
+        # Each header takes at least two bytes (its two length varints).
+        if header_count < 0 or 2 * header_count > len(body) - offset:
+            raise ValueError(f"header count {header_count} does not fit the record")
+        record_headers: tuple[tuple[str, bytes | None], ...] = ()
+        if headers:
+            record_headers, offset = _read_headers(body, offset, header_count)
+        if (headers or header_count == 0) and offset != len(body):
+            raise ValueError(f"length is {len(body)} but its fields take {offset} bytes")
+    except BufferUnderflow as exc:
+        raise CorruptBatch(f"record {index}: fields overrun its length {len(body)}") from exc
+    except ValueError as exc:
+        raise CorruptBatch(f"record {index}: {exc}") from exc
+    return RecordView(
+        index=index,
+        key=key,
+        value=value,
+        headers=record_headers,
+        key_size=key_size,
+        value_size=value_size,
+        size_in_bytes=size_in_bytes,
+    )
+
+
+def _read_bytes(
+    body: memoryview, offset: int, size: int, wanted: int, field: str
+) -> tuple[bytes | None, int]:
+    """Read a nullable byte field of `size` bytes at offset, keeping `wanted` of them."""
+    if size == -1:
+        return None, offset
+    end = offset + size
+    if size < -1 or end > len(body):
+        raise ValueError(f"{field} size {size} does not fit the record")
+    kept_end = end if wanted == -1 else min(end, offset + wanted)
+    return bytes(body[offset:kept_end]), end
+
+
+def _read_headers(
+    body: memoryview, offset: int, count: int
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    parsed: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        key_size, size = read_signed_varint(body, offset)
+        offset += size
+        if key_size < 0 or offset + key_size > len(body):
+            raise ValueError(f"header key size {key_size} does not fit the record")
+        key = str(body[offset : offset + key_size], "utf-8", "replace")
+        value_size, size = read_signed_varint(body, offset + key_size)
+        value, offset = _read_bytes(body, offset + key_size + size, value_size, -1, "header value")
+        parsed.append((key, value))
+    return tuple(parsed), offset
+
+
+# Decompression. Each codec is wrapped as an _Inflater: read(n) returns up to n bytes,
+# fewer only at the end of the stream, and enforces max_decompressed_bytes.
+
+
+def _open_inflater(batch: BatchView, max_decompressed_bytes: int) -> "_Inflater | None":
+    payload = batch.payload
+    match batch.compression:
+        case CompressionType.NONE:
+            return None
+        case CompressionType.GZIP:
+            return _GzipInflater(payload, max_decompressed_bytes)
+        case CompressionType.SNAPPY:
+            if payload[: len(_XERIAL_MAGIC)].tobytes() == _XERIAL_MAGIC:
+                return _XerialSnappyInflater(payload, max_decompressed_bytes)
+            return _RawSnappyInflater(payload, max_decompressed_bytes)
+        case CompressionType.LZ4:
+            return _Lz4Inflater(payload, max_decompressed_bytes)
+        case CompressionType.ZSTD:
+            return _ZstdInflater(payload, max_decompressed_bytes)
+
+
+class _Inflater:
+    """Decompressed bytes on demand, at most `limit` of them in all."""
+
+    codec: str = ""
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        self._payload = payload
+        self._position = 0  # in payload: what has been fed to the decompressor
+        self._limit = limit
+        self._produced = 0
+        self._spill = memoryview(b"")  # output made beyond what read() asked for
+
+    def read(self, n: int) -> bytes:
+        parts = [self._spill[:n]]
+        self._spill = self._spill[n:]
+        wanted = n - len(parts[0])
+        while wanted > 0:
+            # Ask for one byte past the limit, so that going over it is seen.
+            piece = self._next(min(wanted, self._limit - self._produced + 1))
+            if piece is None:
+                break
+            self._produced += len(piece)
+            if self._produced > self._limit:
+                raise CorruptBatch(
+                    f"{self.codec} records section decompresses to more than "
+                    f"max_decompressed_bytes ({self._limit})"
+                )
+            parts.append(memoryview(piece)[:wanted])
+            self._spill = memoryview(piece)[wanted:]
+            wanted -= len(parts[-1])
+        return b"".join(parts)
+
+    def _next(self, wanted: int) -> bytes | None:
+        """Some output (up to `wanted` bytes if the codec can bound it); None at the end."""
+        raise NotImplementedError
+
+    def _next_input(self, size: int = _COMPRESSED_INPUT_CHUNK) -> memoryview | None:
+        if self._position >= len(self._payload):
+            return None
+        chunk = self._payload[self._position : self._position + size]
+        self._position += len(chunk)
+        return chunk
+
+    def _check_room(self, size: int) -> None:
+        """Refuse before decompressing a block whose size is known in advance."""
+        if self._produced + size > self._limit:
+            raise CorruptBatch(
+                f"{self.codec} records section decompresses to more than "
+                f"max_decompressed_bytes ({self._limit})"
+            )
+
+    def _truncated(self) -> CorruptBatch:
+        return CorruptBatch(f"truncated: {self.codec} stream ends before its end marker")
+
+    def _failed(self, exc: Exception) -> CorruptBatch:
+        return CorruptBatch(f"{self.codec} decompression failed: {exc}")
+
+
+class _GzipInflater(_Inflater):
+    """gzip through zlib, bounded by max_length; concatenated members are read in turn
+    (as java.util.zip.GZIPInputStream does)."""
+
+    codec = "gzip"
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        super().__init__(payload, limit)
+        self._decompressor = _new_gzip_decompressor()
+        self._pending: bytes | memoryview = b""  # input after a finished member
+
+    def _next(self, wanted: int) -> bytes | None:
+        try:
+            while True:
+                if self._decompressor.eof:
+                    self._pending = self._decompressor.unused_data
+                    if not self._pending and self._position >= len(self._payload):
+                        return None
+                    self._decompressor = _new_gzip_decompressor()
+                data = self._decompressor.unconsumed_tail or self._pending or self._next_input()
+                self._pending = b""
+                output = self._decompressor.decompress(data or b"", wanted)
+                if output:
+                    return output
+                if data is None and not self._decompressor.eof:
+                    raise self._truncated()
+        except zlib.error as exc:
+            raise self._failed(exc) from exc
+
+
+def _new_gzip_decompressor() -> "zlib._Decompress":
+    return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+
+
+class _Lz4Inflater(_Inflater):
+    """The LZ4 frame format, bounded by max_length; concatenated frames are read in turn."""
+
+    codec = "lz4"
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        super().__init__(payload, limit)
+        self._decompressor = lz4.frame.LZ4FrameDecompressor()
+        self._pending: bytes | memoryview = b""  # input after a finished frame
+
+    def _next(self, wanted: int) -> bytes | None:
+        try:
+            while True:
+                if self._decompressor.eof:
+                    self._pending = self._decompressor.unused_data or b""
+                    if not self._pending and self._position >= len(self._payload):
+                        return None
+                    self._decompressor = lz4.frame.LZ4FrameDecompressor()
+                if not self._decompressor.needs_input:
+                    data: bytes | memoryview | None = b""
+                else:
+                    data = self._pending or self._next_input()
+                    self._pending = b""
+                    if data is None:
+                        raise self._truncated()
+                output: bytes = self._decompressor.decompress(data, max_length=wanted)
+                if output:
+                    return output
+        except RuntimeError as exc:
+            raise self._failed(exc) from exc
+
+
+class _ZstdInflater(_Inflater):
+    """zstd; concatenated frames are read in turn (as zstd-jni does).
+
+    zstandard's stream reader reports a truncated frame as a clean end, so this uses a
+    decompressor object, which says whether the frame ended. That object cannot bound
+    its output, so the input it gets is bounded instead, from the room left under the
+    limit and zstd's largest possible ratio.
+    """
+
+    codec = "zstd"
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        super().__init__(payload, limit)
+        self._decompressor = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = memoryview(b"")  # input after a finished frame
+
+    def _next(self, wanted: int) -> bytes | None:
+        try:
+            while True:
+                if self._decompressor.eof:
+                    self._pending = memoryview(self._decompressor.unused_data)
+                    if not self._pending and self._position >= len(self._payload):
+                        return None
+                    self._decompressor = zstandard.ZstdDecompressor().decompressobj()
+                room = self._limit - self._produced
+                input_size = min(
+                    _COMPRESSED_INPUT_CHUNK, max(_ZSTD_MIN_INPUT_CHUNK, room // _ZSTD_MAX_RATIO)
+                )
+                if self._pending:
+                    data: memoryview | None = self._pending[:input_size]
+                    self._pending = self._pending[input_size:]
+                else:
+                    data = self._next_input(input_size)
+                if data is None:
+                    raise self._truncated()
+                output = self._decompressor.decompress(data)
+                if output:
+                    return output
+        except zstandard.ZstdError as exc:
+            raise self._failed(exc) from exc
+
+
+class _SnappyInflater(_Inflater):
+    codec = "snappy"
+
+    def _uncompress_block(self, block: memoryview) -> bytes:
+        """Check the block's declared size against the limit, then decompress it."""
+        try:
+            uncompressed_length, _ = read_unsigned_varint(block, 0)
+        except (BufferUnderflow, ValueError) as exc:
+            raise CorruptBatch(f"snappy block has no readable length: {exc}") from exc
+        self._check_room(uncompressed_length)
+        try:
+            output: bytes = snappy.uncompress(block)
+        except snappy.UncompressError as exc:
+            raise self._failed(exc) from exc
+        return output
+
+
+class _RawSnappyInflater(_SnappyInflater):
+    """One raw snappy block (what librdkafka writes): decompressed whole, on first read."""
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        super().__init__(payload, limit)
+        self._done = False
+
+    def _next(self, wanted: int) -> bytes | None:
+        if self._done:
+            return None
+        self._done = True
+        return self._uncompress_block(self._payload)
+
+
+class _XerialSnappyInflater(_SnappyInflater):
+    """The xerial snappy framing the Java client writes: a 16-byte header, then
+    [int32 block length][raw snappy block] repeated; decompressed a block at a time."""
+
+    def __init__(self, payload: memoryview, limit: int) -> None:
+        super().__init__(payload, limit)
+        if len(payload) < _XERIAL_HEADER_SIZE:
+            raise CorruptBatch("truncated: snappy (xerial) header is incomplete")
+        self._position = _XERIAL_HEADER_SIZE
+
+    def _next(self, wanted: int) -> bytes | None:
+        while self._position < len(self._payload):
+            try:
+                block_length, size = read_int32(self._payload, self._position)
+            except BufferUnderflow as exc:
+                raise CorruptBatch("truncated: snappy (xerial) block length") from exc
+            start = self._position + size
+            end = start + block_length
+            if block_length < 0 or end > len(self._payload):
+                raise CorruptBatch(
+                    f"truncated: snappy (xerial) block of {block_length} bytes at byte "
+                    f"{self._position} overruns the records section"
+                )
+            self._position = end
+            output = self._uncompress_block(self._payload[start:end])
+            if output:
+                return output
+        return None

@@ -1,0 +1,458 @@
+"""Record batch reading: real batches built with kio's writers, compressed with every codec."""
+
+import datetime
+import gzip
+import io
+import itertools
+import random
+import struct
+import tracemalloc
+import warnings
+from collections.abc import Callable
+
+import lz4.frame
+import pytest
+import snappy
+import zstandard
+from crc32c import crc32c
+from kio.records.schema import NewRecordBatch, Record, RecordHeader
+from kio.records.writers import write_new_batch
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+
+from protocol.records import (
+    CompressionType,
+    CorruptBatch,
+    RecordView,
+    read_batches,
+    read_records,
+)
+
+pytestmark = pytest.mark.unit
+
+HEADER_SIZE = 61  # a magic 2 batch header, up to and including record_count
+TIMESTAMP = TZAwareMicros.parse(datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC))
+
+
+def xerial(data: bytes, block_size: int = 32 * 1024) -> bytes:
+    """Snappy in the xerial framing the Java client writes."""
+    framed = [b"\x82SNAPPY\x00", struct.pack(">ii", 1, 1)]
+    for start in range(0, len(data), block_size):
+        block = snappy.compress(data[start : start + block_size])
+        framed += [struct.pack(">i", len(block)), block]
+    return b"".join(framed)
+
+
+Compress = Callable[[bytes], bytes]
+CODECS: dict[str, tuple[CompressionType, Compress]] = {
+    "none": (CompressionType.NONE, lambda data: data),
+    "gzip": (CompressionType.GZIP, gzip.compress),
+    "snappy-raw": (CompressionType.SNAPPY, snappy.compress),
+    "snappy-xerial": (CompressionType.SNAPPY, xerial),
+    "lz4": (CompressionType.LZ4, lz4.frame.compress),
+    "zstd": (CompressionType.ZSTD, zstandard.ZstdCompressor().compress),
+}
+COMPRESSED = [name for name in CODECS if name != "none"]
+STREAMING = ["gzip", "snappy-xerial", "lz4", "zstd"]
+
+
+def record(
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[bytes, bytes | None], ...] = (),
+) -> Record:
+    return Record(
+        attributes=i8(0),
+        timestamp=TIMESTAMP,
+        offset=i64(offset),
+        key=key,
+        value=value,
+        headers=tuple(RecordHeader(key=k, value=v) for k, v in headers),
+    )
+
+
+FIVE_RECORDS = (
+    record(0, b"key-0", b"value-0", ((b"trace-id", b"abc"),)),
+    record(1, None, b"value-1"),
+    record(2, b"key-2", b"value-2", ((b"trace-id", b"def"), (b"empty", None))),
+    record(3, b"key-3", None),
+    record(4, b"key-4", b""),
+)
+
+
+def uncompressed_batch(records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
+    buffer = io.BytesIO()
+    write_new_batch(
+        buffer,
+        NewRecordBatch(
+            producer_id=i64(7),
+            producer_epoch=i16(1),
+            base_sequence=i32(0),
+            records=records,
+            attributes=i16(0),
+        ),
+    )
+    return buffer.getvalue()
+
+
+def reframe(
+    batch: bytes,
+    *,
+    records_section: bytes | None = None,
+    attributes: int | None = None,
+    magic: int | None = None,
+    record_count: int | None = None,
+) -> bytes:
+    """Change a batch's fields or records section and fix its batch_length and CRC."""
+    header = bytearray(batch[:HEADER_SIZE])
+    section = batch[HEADER_SIZE:] if records_section is None else records_section
+    if attributes is not None:
+        struct.pack_into(">h", header, 21, attributes)
+    if magic is not None:
+        header[16] = magic
+    if record_count is not None:
+        struct.pack_into(">i", header, 57, record_count)
+    struct.pack_into(">i", header, 8, HEADER_SIZE - 12 + len(section))
+    struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
+    return bytes(header) + section
+
+
+def batch_with(codec: str, records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
+    compression, compress = CODECS[codec]
+    plain = uncompressed_batch(records)
+    return reframe(
+        plain, records_section=compress(plain[HEADER_SIZE:]), attributes=int(compression)
+    )
+
+
+def read_all(
+    buffer: bytes, *, headers: bool = True, key_bytes: int = -1, value_bytes: int = -1
+) -> list[RecordView]:
+    (batch,) = read_batches(buffer)
+    return list(read_records(batch, headers=headers, key_bytes=key_bytes, value_bytes=value_bytes))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_codec_reads_back_keys_values_headers_and_indices(codec: str) -> None:
+    buffer = batch_with(codec)
+
+    (batch,) = read_batches(buffer)
+    records = list(read_records(batch, headers=True, key_bytes=-1, value_bytes=-1))
+
+    assert (batch.compression, batch.record_count, batch.producer_id) == (
+        CODECS[codec][0],
+        5,
+        7,
+    )
+    assert [(r.index, r.key, r.value, r.headers) for r in records] == [
+        (0, b"key-0", b"value-0", (("trace-id", b"abc"),)),
+        (1, None, b"value-1", ()),
+        (2, b"key-2", b"value-2", (("trace-id", b"def"), ("empty", None))),
+        (3, b"key-3", None, ()),
+        (4, b"key-4", b"", ()),
+    ]
+    assert [(r.key_size, r.value_size) for r in records] == [
+        (5, 7),
+        (-1, 7),
+        (5, 7),
+        (5, -1),
+        (5, 0),
+    ]
+    assert sum(r.size_in_bytes for r in records) == len(uncompressed_batch()) - HEADER_SIZE
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_the_third_of_five_records_is_index_2(codec: str) -> None:
+    (batch,) = read_batches(batch_with(codec))
+
+    third = next(
+        itertools.islice(read_records(batch, headers=True, key_bytes=-1, value_bytes=-1), 2, None)
+    )
+
+    assert (third.index, third.key, third.value) == (2, b"key-2", b"value-2")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_prefix_reads_cut_keys_and_keep_full_sizes(codec: str) -> None:
+    records = read_all(batch_with(codec), headers=False, key_bytes=3, value_bytes=0)
+
+    assert [(r.key, r.key_size) for r in records] == [
+        (b"key", 5),
+        (None, -1),
+        (b"key", 5),
+        (b"key", 5),
+        (b"key", 5),
+    ]
+    assert [(r.value, r.value_size) for r in records] == [
+        (b"", 7),
+        (b"", 7),
+        (b"", 7),
+        (None, -1),
+        (b"", 0),
+    ]
+    assert all(r.headers == () for r in records)
+
+
+def test_an_uncompressed_payload_is_a_view_of_the_request_buffer() -> None:
+    buffer = batch_with("none")
+
+    (batch,) = read_batches(buffer)
+
+    assert batch.payload.obj is buffer
+    assert bytes(batch.payload) == buffer[HEADER_SIZE:]
+
+
+def test_several_batches_in_one_buffer_are_split() -> None:
+    second = uncompressed_batch((record(5, b"later", b"v"),))
+    buffer = batch_with("gzip") + second
+
+    batches = read_batches(buffer)
+
+    assert [(b.compression, b.record_count) for b in batches] == [(CompressionType.GZIP, 5), (0, 1)]
+    assert [
+        r.key for r in read_records(batches[1], headers=False, key_bytes=-1, value_bytes=-1)
+    ] == [b"later"]
+
+
+@pytest.mark.parametrize("position", [30, HEADER_SIZE + 4, -1], ids=["header", "records", "last"])
+def test_a_flipped_byte_is_a_bad_crc(position: int) -> None:
+    buffer = bytearray(batch_with("none"))
+    buffer[position] ^= 0x01
+
+    with pytest.raises(CorruptBatch, match="bad CRC"):
+        read_batches(bytes(buffer))
+
+
+@pytest.mark.parametrize("length", [10, 40, HEADER_SIZE, -1])
+def test_a_truncated_buffer_is_refused(length: int) -> None:
+    buffer = batch_with("none")[:length]
+
+    with pytest.raises(CorruptBatch, match="truncated"):
+        read_batches(buffer)
+
+
+def test_bytes_after_the_last_batch_are_refused() -> None:
+    with pytest.raises(CorruptBatch, match="truncated: 3 bytes"):
+        read_batches(batch_with("none") + b"\x00\x00\x00")
+
+
+def test_a_batch_length_shorter_than_the_header_is_refused() -> None:
+    buffer = bytearray(batch_with("none"))
+    struct.pack_into(">i", buffer, 8, 20)
+
+    with pytest.raises(CorruptBatch, match="batch_length 20, shorter than its own header"):
+        read_batches(bytes(buffer))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_fewer_records_than_record_count_is_refused(codec: str) -> None:
+    buffer = reframe(batch_with(codec), record_count=6)
+
+    with pytest.raises(CorruptBatch, match="record_count 6 .* ends after 5 records"):
+        read_all(buffer)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_more_records_than_record_count_is_refused(codec: str) -> None:
+    buffer = reframe(batch_with(codec), record_count=4)
+
+    with pytest.raises(CorruptBatch, match="bytes left after the 4 records"):
+        read_all(buffer)
+
+
+def test_a_record_longer_than_its_fields_is_refused() -> None:
+    plain = uncompressed_batch((record(0, b"k", b"v"),))
+    section = plain[HEADER_SIZE:]
+    # One byte record length (zigzag varint: value * 2), one more byte than the fields.
+    longer = bytes([section[0] + 2]) + section[1:] + b"\x00"
+
+    with pytest.raises(CorruptBatch, match="record 0: length is .* fields take"):
+        read_all(reframe(plain, records_section=longer))
+
+
+@pytest.mark.parametrize(
+    ("key_size", "reason"),
+    [(5, "key size 5 does not fit the record"), (4, "fields overrun its length 8")],
+)
+def test_a_key_longer_than_its_record_is_refused(key_size: int, reason: str) -> None:
+    plain = uncompressed_batch((record(0, b"k", b"v"), record(1, b"k", b"v")))
+    section = bytearray(plain[HEADER_SIZE:])
+    # Record 0: length, attributes, timestamp delta, offset delta, then the key size.
+    assert section[:5] == bytes([16, 0, 0, 0, 2])  # zigzag varints: 8 bytes, ..., key size 1
+    section[4] = 2 * key_size  # reaches into record 1
+
+    with pytest.raises(CorruptBatch, match=f"record 0: {reason}"):
+        read_all(reframe(plain, records_section=bytes(section)))
+
+
+def test_an_unknown_codec_is_refused() -> None:
+    buffer = reframe(batch_with("none"), attributes=5)
+
+    with pytest.raises(CorruptBatch, match="unknown compression codec 5"):
+        read_batches(buffer)
+
+
+def test_magic_1_is_refused() -> None:
+    buffer = reframe(batch_with("none"), magic=1)
+
+    with pytest.raises(CorruptBatch, match="magic 1; only magic 2"):
+        read_batches(buffer)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_garbage_in_a_compressed_batch_fails_decompression(codec: str) -> None:
+    compression, _ = CODECS[codec]
+    buffer = reframe(
+        batch_with("none"),
+        records_section=b"not compressed data at all" * 3,
+        attributes=int(compression),
+    )
+
+    with pytest.raises(CorruptBatch, match=f"{codec.split('-')[0]} decompression failed"):
+        read_all(buffer)
+
+
+@pytest.mark.parametrize("codec", COMPRESSED)
+def test_decompression_is_capped(codec: str) -> None:
+    buffer = batch_with(codec, (record(0, b"bomb", bytes(1024 * 1024)),))
+    (batch,) = read_batches(buffer)
+
+    with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
+        list(
+            read_records(
+                batch,
+                headers=False,
+                key_bytes=0,
+                value_bytes=0,
+                max_decompressed_bytes=256 * 1024,
+            )
+        )
+    (whole,) = read_records(batch, headers=False, key_bytes=0, value_bytes=0)
+    assert whole.value_size == 1024 * 1024
+
+
+def many_records() -> tuple[Record, ...]:
+    rng = random.Random(42)
+    return tuple(record(i, f"key-{i}".encode(), rng.randbytes(4096)) for i in range(200))
+
+
+@pytest.mark.parametrize("codec", STREAMING)
+def test_streaming_codecs_read_the_first_records_of_a_damaged_stream(codec: str) -> None:
+    compression, compress = CODECS[codec]
+    plain = uncompressed_batch(many_records())
+    damaged = compress(plain[HEADER_SIZE:])[:-5000]
+    (batch,) = read_batches(reframe(plain, records_section=damaged, attributes=int(compression)))
+    records = read_records(batch, headers=False, key_bytes=-1, value_bytes=-1)
+
+    assert next(records).key == b"key-0"
+    with pytest.raises(CorruptBatch, match="truncated"):
+        list(records)
+
+
+@pytest.mark.parametrize(
+    ("codec", "compress", "end_marker"),
+    [
+        ("gzip", gzip.compress, 8),
+        ("lz4", lz4.frame.compress, 4),
+        ("zstd", zstandard.ZstdCompressor(write_checksum=True).compress, 4),
+    ],
+)
+def test_a_stream_missing_only_its_end_marker_is_refused(
+    codec: str, compress: Compress, end_marker: int
+) -> None:
+    """Every record is still there; only the trailer, end mark or checksum is cut off."""
+    plain = uncompressed_batch()
+    section = compress(plain[HEADER_SIZE:])[:-end_marker]
+    compression, _ = CODECS[codec]
+    buffer = reframe(plain, records_section=section, attributes=int(compression))
+
+    with pytest.raises(CorruptBatch, match=f"truncated: {codec} stream ends before its end"):
+        read_all(buffer)
+
+
+@pytest.mark.parametrize(
+    ("codec", "compress"),
+    [("gzip", gzip.compress), ("lz4", lz4.frame.compress), ("zstd", zstandard.compress)],
+)
+def test_concatenated_members_or_frames_are_read_in_turn(codec: str, compress: Compress) -> None:
+    plain = uncompressed_batch()
+    section = plain[HEADER_SIZE:]
+    halves = compress(section[:50]) + compress(section[50:])
+    compression, _ = CODECS[codec]
+
+    records = read_all(reframe(plain, records_section=halves, attributes=int(compression)))
+
+    assert [r.key for r in records] == [b"key-0", None, b"key-2", b"key-3", b"key-4"]
+
+
+def test_header_keys_decode_invalid_utf8_as_java_does() -> None:
+    buffer = batch_with("none", (record(0, b"k", b"v", ((b"bad-\xff", b"x"),)),))
+
+    (only,) = read_all(buffer)
+
+    assert only.headers == (("bad-\ufffd", b"x"),)
+
+
+def test_bad_prefix_lengths_are_refused_before_iterating() -> None:
+    (batch,) = read_batches(batch_with("none"))
+
+    with pytest.raises(ValueError, match="key_bytes"):
+        read_records(batch, headers=False, key_bytes=-2, value_bytes=0)
+
+
+def test_a_zstd_bomb_is_stopped_near_the_cap() -> None:
+    """zstd cannot bound its output per call, so the reader bounds the input it feeds."""
+    plain = uncompressed_batch((record(0, b"bomb", bytes(32 * 1024 * 1024)),))
+    buffer = reframe(
+        plain,
+        records_section=zstandard.compress(plain[HEADER_SIZE:]),
+        attributes=int(CompressionType.ZSTD),
+    )
+    del plain
+    (batch,) = read_batches(buffer)
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
+            list(
+                read_records(
+                    batch,
+                    headers=False,
+                    key_bytes=0,
+                    value_bytes=0,
+                    max_decompressed_bytes=1024 * 1024,
+                )
+            )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
+
+
+@pytest.mark.parametrize("compression", list(CompressionType), ids=lambda c: c.name.lower())
+def test_batches_from_an_independent_writer_read_back(compression: CompressionType) -> None:
+    """kafka-python's own batch writer (xerial framing for snappy, as the Java client)."""
+    with warnings.catch_warnings():
+        # kafka-python 3 loads its schemas with importlib.resources' deprecated API.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(compression),
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for i in range(50):
+        builder.append(
+            i, timestamp=None, key=f"key-{i}".encode(), value=b"v" * 3000, headers=[("h", b"x")]
+        )
+
+    records = read_all(bytes(builder.build()), value_bytes=2)
+
+    assert len(records) == 50
+    assert (records[49].index, records[49].key, records[49].value) == (49, b"key-49", b"vv")
+    assert (records[49].value_size, records[49].headers) == (3000, (("h", b"x"),))
