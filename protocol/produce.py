@@ -1,17 +1,93 @@
-"""Produce requests: the parts the gateway needs without decoding the records."""
+"""Produce (API key 0), v3 to v9: what the record-validation handler reads and writes.
+
+- :func:`produce_acks` reads only ``acks``, for the pass-through path.
+- :func:`read_produce` decodes the request with kio's schema and lists its partitions, each
+  with its records field untouched (magic 2 batches, read with :mod:`protocol.records`).
+- :func:`produce_request_keeping` re-encodes the request with only the partitions the
+  gateway lets through; :func:`produce_answer` merges the gateway's own per-partition
+  errors into the broker's answer to that reduced request, in the client's version.
+
+v3 is where magic 2 batches and the transactional id start (Kafka 4 brokers take nothing
+older). v10 and later are not carried: their answers may hold leader endpoints (KIP-951
+``node_endpoints``) and v13 names topics by id.
+
+Kafka answers each topic and partition once, whatever the request repeats; so does
+:func:`produce_answer`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
-from typing import Final
+import sys
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cache
+from typing import Any, Final
 
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial.readers import read_compact_string_nullable, read_nullable_legacy_string
+from kio.static.primitive import i32, i32Timedelta, i64
 
+from .codec import (
+    Payload,
+    Undecodable,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
 from .framing import FrameRejected, RequestHeader
-from .versions import is_flexible
+from .versions import VersionRange, is_flexible
 
 PRODUCE: Final = 0
+VERSIONS: Final = VersionRange(min_version=3, max_version=9)
+"""The Produce versions this module decodes, re-encodes and answers."""
+
+_LOG_START_OFFSET_SINCE: Final = 5
+_RECORD_ERRORS_SINCE: Final = 8
+"""From v8 (KIP-467) a partition answer carries ``record_errors`` and ``error_message``."""
+_NO_OFFSET: Final = i64(-1)
+
 _ACKS: Final = struct.Struct(">h")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRecords:
+    """One partition of a Produce request and its records field as the client sent it."""
+
+    topic: str
+    partition: int
+    records: bytes | memoryview | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceView:
+    """A decoded Produce request. ``payload`` is the kio entity (opaque outside protocol/)."""
+
+    version: int
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    partitions: tuple[PartitionRecords, ...]
+    """In request order, repeats included."""
+    payload: Payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionError:
+    """The gateway's answer for one partition it did not forward.
+
+    ``error_message`` and ``record_errors`` reach v8+ clients only; older versions carry
+    the bare error code, as Kafka's do. ``record_errors`` are (batch_index,
+    batch_index_error_message) pairs, as Kafka sends with INVALID_RECORD (87).
+    """
+
+    error_code: int
+    error_message: str | None
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:
@@ -32,3 +108,150 @@ def produce_acks(header: RequestHeader, frame: bytes) -> int:
         return int(_ACKS.unpack_from(frame, offset)[0])
     except Exception as exc:  # short buffer or malformed string length
         raise FrameRejected("bad_body", f"produce request has no readable acks: {exc}") from None
+
+
+def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:
+    """Decode a Produce request frame (no size prefix) whose header is already parsed.
+
+    :raises Undecodable: for a version outside :data:`VERSIONS` or a malformed body.
+    :raises ValueError: for a header of another API (a caller's mistake).
+    """
+    if header.api_key != PRODUCE:
+        raise ValueError(f"API key {header.api_key} is not Produce")
+    if header.api_version not in VERSIONS:
+        raise Undecodable(f"Produce v{header.api_version} is not carried (only v3 to v9)")
+    payload = decode_request(header, frame)
+    transactional_id = payload.transactional_id
+    return ProduceView(
+        version=header.api_version,
+        transactional_id=None if transactional_id is None else str(transactional_id),
+        acks=int(payload.acks),
+        timeout_ms=payload.timeout // timedelta(milliseconds=1),
+        partitions=tuple(
+            PartitionRecords(topic=str(topic.name), partition=int(data.index), records=data.records)
+            for topic in payload.topic_data
+            for data in topic.partition_data
+        ),
+        payload=payload,
+    )
+
+
+def produce_request_keeping(
+    view: ProduceView, header: RequestHeader, keep: Collection[tuple[str, int]]
+) -> bytes:
+    """The request frame (no size prefix, the client's correlation id and client id kept)
+    with only the partitions in ``keep``, in the client's version. Topics left with no
+    partitions are dropped; records are carried byte for byte.
+
+    When every partition is kept, forward the client's frame instead: this re-encodes.
+    """
+    wanted = frozenset(keep)
+    topics = []
+    for topic in view.payload.topic_data:
+        kept = tuple(data for data in topic.partition_data if (topic.name, data.index) in wanted)
+        if kept:
+            topics.append(dataclasses.replace(topic, partition_data=kept))
+    payload = dataclasses.replace(view.payload, topic_data=tuple(topics))
+    frame = encode_request(PRODUCE, view.version, header.correlation_id, header.client_id, payload)
+    return frame[4:]
+
+
+def produce_answer(
+    view: ProduceView,
+    correlation_id: int,
+    local: Mapping[tuple[str, int], PartitionError],
+    broker_frame: bytes | None,
+) -> bytes:
+    """The response frame for the client (no size prefix, response header included), in the
+    layout of the client's version.
+
+    Every partition of the request is answered once, in request order, grouped by topic in
+    the order topics first appear: from ``local`` if the gateway decided it, else from the
+    broker's answer (``broker_frame``, the response to :func:`produce_request_keeping`'s
+    request, or None when nothing was forwarded). A local error has base_offset,
+    log_append_time and log_start_offset -1, as Kafka's errors do. The throttle time is the
+    broker's, or 0 without a broker answer.
+
+    :raises Undecodable: when ``broker_frame`` does not decode in the client's version.
+    :raises KeyError: when a partition is neither in ``local`` nor in the broker's answer.
+    :raises ValueError: for a local error code Kafka does not define.
+    """
+    schema = _response_schema(view.version)
+    broker = None if broker_frame is None else decode_response(PRODUCE, view.version, broker_frame)
+    from_broker: dict[tuple[str, int], Payload] = {}
+    if broker is not None:
+        for topic_response in broker.responses:
+            for partition_response in topic_response.partition_responses:
+                from_broker[(str(topic_response.name), int(partition_response.index))] = (
+                    partition_response
+                )
+    answers: dict[str, dict[int, Payload]] = {}
+    for partition in view.partitions:
+        topic_answers = answers.setdefault(partition.topic, {})
+        if partition.partition in topic_answers:
+            continue
+        key = (partition.topic, partition.partition)
+        if key in local:
+            topic_answers[partition.partition] = _local_answer(
+                schema, view.version, partition.partition, local[key]
+            )
+        elif key in from_broker:
+            topic_answers[partition.partition] = from_broker[key]
+        else:
+            source = "no broker answer" if broker is None else "the broker's answer"
+            raise KeyError(
+                f"{partition.topic}-{partition.partition} is neither decided locally "
+                f"nor in {source}"
+            )
+    throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
+    payload = schema.response(
+        responses=tuple(
+            schema.topic(name=name, partition_responses=tuple(partitions.values()))
+            for name, partitions in answers.items()
+        ),
+        throttle_time=throttle,
+    )
+    return encode_response(correlation_id, PRODUCE, view.version, payload)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ResponseSchema:
+    """kio's response entity classes for one Produce version."""
+
+    response: Any
+    topic: Any
+    partition: Any
+    record_error: Any
+    """None before v8."""
+
+
+@cache
+def _response_schema(version: int) -> _ResponseSchema:
+    response = load_response_schema(PRODUCE, version)
+    module = sys.modules[response.__module__]
+    return _ResponseSchema(
+        response=response,
+        topic=module.TopicProduceResponse,
+        partition=module.PartitionProduceResponse,
+        record_error=getattr(module, "BatchIndexAndErrorMessage", None),
+    )
+
+
+def _local_answer(
+    schema: _ResponseSchema, version: int, partition: int, error: PartitionError
+) -> Payload:
+    fields: dict[str, object] = {
+        "index": i32(partition),
+        "error_code": ErrorCode(error.error_code),
+        "base_offset": _NO_OFFSET,
+        "log_append_time": None,  # written as -1
+    }
+    if version >= _LOG_START_OFFSET_SINCE:
+        fields["log_start_offset"] = _NO_OFFSET
+    if version >= _RECORD_ERRORS_SINCE:
+        fields["record_errors"] = tuple(
+            schema.record_error(batch_index=i32(index), batch_index_error_message=message)
+            for index, message in error.record_errors
+        )
+        fields["error_message"] = error.error_message
+    return schema.partition(**fields)
