@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .config import ConfigError, GatewayConfig, HostPort, load, with_upstream
+from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
 
 log = logging.getLogger("kpg")
@@ -86,7 +86,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"kpg: no upstream configured: started an embedded Tansu broker on {address}",
             flush=True,
         )
-        config = with_upstream(config, (address,))
+        config = with_embedded_upstream(config, address)
     try:
         return _serve(config)
     finally:
@@ -100,11 +100,14 @@ def _serve(config: GatewayConfig) -> int:
     from .server import Gateway
 
     async def main() -> int:
-        gateway = Gateway(config)
         try:
+            gateway = Gateway(config)
             await gateway.start()
+        except ConfigError as exc:
+            print(f"kpg: configuration error: {exc}", file=sys.stderr)
+            return 2
         except OSError as exc:
-            print(f"kpg: cannot listen on {config.listen}: {exc.strerror}", file=sys.stderr)
+            print(f"kpg: cannot start: {exc}", file=sys.stderr)
             return 2
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

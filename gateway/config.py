@@ -35,6 +35,37 @@ class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
     """Empty: start an embedded Tansu broker and front it."""
     connect_timeout_s: float = 10.0
+    ignores_validate_only: bool = False
+    """The brokers create topics even when asked to validate only (Tansu does): the gateway
+    answers such dry runs itself instead of forwarding them."""
+    topic_config_source_unreliable: bool = False
+    """The brokers report topics' own configs with the DEFAULT source (Tansu does, listing only
+    the configs set on the topic): every config they report counts as set on the topic."""
+    request_timeout_s: float = 30.0
+    """How long the gateway waits for answers to the requests it sends itself."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditConfig:
+    spool_dir: str | None = None
+    """JSON-lines segments for the Spark job; None: audit events are only logged."""
+    segment_max_bytes: int = 64 * 1024 * 1024
+    segment_max_age_s: float = 60.0
+    fsync: str = "segment"
+    queue_max_events: int = 10_000
+    produce_summary_interval_s: float = 60.0
+    instance: str = "kpg"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """TLS on the client listeners; with client certificates the subject is the principal."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    client_auth: str = "none"
+    """``required``, ``requested`` or ``none``, like Kafka's ssl.client.auth."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +84,8 @@ class GatewayConfig:
     limits: LimitsConfig = LimitsConfig()
     metrics: HostPort | None = None
     shutdown_timeout_s: float = 10.0
+    audit: AuditConfig = AuditConfig()
+    tls: TlsConfig | None = None
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<defaults>"
 
@@ -67,9 +100,31 @@ _TOP_KEYS = frozenset(
         "metrics",
         "shutdown_timeout_s",
         "policies",
+        "audit",
+        "tls",
     }
 )
-_UPSTREAM_KEYS = frozenset({"bootstrap_servers", "connect_timeout_s"})
+_UPSTREAM_KEYS = frozenset(
+    {
+        "bootstrap_servers",
+        "connect_timeout_s",
+        "ignores_validate_only",
+        "topic_config_source_unreliable",
+        "request_timeout_s",
+    }
+)
+_TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
+_AUDIT_KEYS = frozenset(
+    {
+        "spool_dir",
+        "segment_max_bytes",
+        "segment_max_age_s",
+        "fsync",
+        "queue_max_events",
+        "produce_summary_interval_s",
+        "instance",
+    }
+)
 _LIMIT_KEYS = frozenset({"max_frame_bytes", "max_in_flight_requests"})
 
 
@@ -106,6 +161,12 @@ def _section(
     return dict(value)
 
 
+def _flag(value: object, key: str, source: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source}: {key}: expected true or false, got {value!r}")
+    return value
+
+
 def _servers(value: object, key: str, source: str) -> tuple[HostPort, ...]:
     if value is None:
         return ()
@@ -114,6 +175,33 @@ def _servers(value: object, key: str, source: str) -> tuple[HostPort, ...]:
         raise ConfigError(f"{source}: {key}: expected a list of HOST:PORT, got {value!r}")
     return tuple(
         parse_host_port(str(item).strip(), key, source) for item in items if str(item).strip()
+    )
+
+
+def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
+    if not raw.get("tls"):
+        return None
+    section = _section(raw, "tls", _TLS_KEYS, source)
+    for key in ("cert_file", "key_file"):
+        if not isinstance(section.get(key), str):
+            raise ConfigError(f"{source}: tls.{key}: required, the path of a PEM file")
+    client_auth = section.get("client_auth", "none")
+    if client_auth not in ("required", "requested", "none"):
+        raise ConfigError(
+            f"{source}: tls.client_auth: expected required, requested or none, got {client_auth!r}"
+        )
+    ca_file = section.get("ca_file")
+    if client_auth != "none" and not isinstance(ca_file, str):
+        raise ConfigError(f"{source}: tls.ca_file: required to verify client certificates")
+    for key in ("cert_file", "key_file", "ca_file"):
+        path = section.get(key)
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{source}: tls.{key}: no such file: {path}")
+    return TlsConfig(
+        cert_file=section["cert_file"],
+        key_file=section["key_file"],
+        ca_file=ca_file,
+        client_auth=client_auth,
     )
 
 
@@ -157,7 +245,70 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
                 integer=False,
             )
         ),
+        ignores_validate_only=_flag(
+            up.get("ignores_validate_only", False), "upstream.ignores_validate_only", source
+        ),
+        topic_config_source_unreliable=_flag(
+            up.get("topic_config_source_unreliable", False),
+            "upstream.topic_config_source_unreliable",
+            source,
+        ),
+        request_timeout_s=float(
+            _number(
+                up.get("request_timeout_s", 30.0),
+                "upstream.request_timeout_s",
+                source,
+                minimum=0.1,
+                integer=False,
+            )
+        ),
     )
+    au = _section(raw, "audit", _AUDIT_KEYS, source)
+    fsync = au.get("fsync", "segment")
+    if fsync not in ("always", "segment", "interval"):
+        raise ConfigError(
+            f"{source}: audit.fsync: expected always, segment or interval, got {fsync!r}"
+        )
+    spool_dir = au.get("spool_dir")
+    if spool_dir is not None and not isinstance(spool_dir, str):
+        raise ConfigError(
+            f"{source}: audit.spool_dir: expected a directory path, got {spool_dir!r}"
+        )
+    audit = AuditConfig(
+        spool_dir=spool_dir,
+        segment_max_bytes=int(
+            _number(
+                au.get("segment_max_bytes", 64 * 1024 * 1024),
+                "audit.segment_max_bytes",
+                source,
+                minimum=1024,
+            )
+        ),
+        segment_max_age_s=float(
+            _number(
+                au.get("segment_max_age_s", 60.0),
+                "audit.segment_max_age_s",
+                source,
+                minimum=0.1,
+                integer=False,
+            )
+        ),
+        fsync=fsync,
+        queue_max_events=int(
+            _number(au.get("queue_max_events", 10_000), "audit.queue_max_events", source, minimum=1)
+        ),
+        produce_summary_interval_s=float(
+            _number(
+                au.get("produce_summary_interval_s", 60.0),
+                "audit.produce_summary_interval_s",
+                source,
+                minimum=0.1,
+                integer=False,
+            )
+        ),
+        instance=str(au.get("instance", "kpg")),
+    )
+    tls = _tls(raw, source)
     lim = _section(raw, "limits", _LIMIT_KEYS, source)
     limits = LimitsConfig(
         max_frame_bytes=int(
@@ -198,6 +349,8 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
                 integer=False,
             )
         ),
+        audit=audit,
+        tls=tls,
         policies=MappingProxyType(dict(policies)),
         source=source,
     )
@@ -234,6 +387,14 @@ def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Gatew
     return from_mapping(raw, source)
 
 
-def with_upstream(config: GatewayConfig, servers: tuple[HostPort, ...]) -> GatewayConfig:
-    """The config fronting ``servers`` (used once the embedded broker is up)."""
-    return replace(config, upstream=replace(config.upstream, bootstrap_servers=servers))
+def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayConfig:
+    """The config fronting the embedded Tansu broker, with its known differences from Kafka."""
+    return replace(
+        config,
+        upstream=replace(
+            config.upstream,
+            bootstrap_servers=(server,),
+            ignores_validate_only=True,
+            topic_config_source_unreliable=True,
+        ),
+    )

@@ -8,13 +8,17 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from policies.chain import Decision
 from protocol.addresses import BrokerEndpoint
-from protocol.codec import Undecodable
+from protocol.admin import InternalRequest
+from protocol.codec import Payload, Undecodable
 from protocol.framing import SIZE, FrameRejected, check_frame_size, parse_request_header
 from protocol.versions import VersionRange, api_name
 
 from .config import HostPort
+from .decisions import Subject
 from .handlers import Answer, Close, Drop, Forward, Outcome, Registration
+from .principal import SaslState, ssl_principal
 from .upstream import UpstreamClosed, UpstreamLink
 
 if TYPE_CHECKING:
@@ -29,12 +33,53 @@ Slot = Awaitable[bytes]
 class ConnectionContext:
     """What a handler may use: the upstream link and the gateway's shared services."""
 
-    def __init__(self, gateway: Gateway, upstream: UpstreamLink, peer: str, listener: str) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        upstream: UpstreamLink,
+        peer: str,
+        listener: str,
+        principal: str | None = None,
+    ) -> None:
         self._gateway = gateway
         self.upstream = upstream
         self.client_address = peer
         self.listener = listener
-        self.principal: str | None = None
+        self.principal: str | None = principal
+        """``User:<name>`` from the TLS client certificate or a completed SASL exchange; None
+        on an unauthenticated connection."""
+        self.sasl = SaslState()
+        self.policies = gateway.policies
+        self.upstream_config = gateway.config.upstream
+
+    async def send_internal(self, request: InternalRequest) -> Payload:
+        """Send a request of the gateway's own on this connection's upstream link and wait
+        for its answer.
+
+        :raises UpstreamClosed: when the link drops or the answer does not come in time.
+        :raises Undecodable: for a malformed answer.
+        """
+        correlation_id = self.upstream.next_internal_correlation_id()
+        future = self.upstream.send(
+            request.api_key, correlation_id, request.frame(correlation_id), expect_response=True
+        )
+        assert future is not None
+        try:
+            frame = await asyncio.wait_for(future, self.upstream_config.request_timeout_s)
+        except TimeoutError:
+            raise UpstreamClosed(
+                f"no answer to the gateway's {api_name(request.api_key)} request in "
+                f"{self.upstream_config.request_timeout_s} s"
+            ) from None
+        return request.read(frame)
+
+    async def decide(self, check: Callable[[], Decision]) -> Decision:
+        """Run a policy-chain check off the event loop (plug-ins may block up to their
+        timeout)."""
+        return await asyncio.to_thread(check)
+
+    async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
+        await self._gateway.decisions.record(subject, decision, error_code)
 
     @property
     def version_caps(self) -> Mapping[int, VersionRange | None]:
@@ -89,7 +134,13 @@ class ClientConnection:
             except UpstreamClosed as exc:
                 log.warning("%s: closing client connection: %s", self.peer, exc)
                 return
-            ctx = ConnectionContext(self._gateway, upstream, self.peer, self._listener)
+            ctx = ConnectionContext(
+                self._gateway,
+                upstream,
+                self.peer,
+                self._listener,
+                ssl_principal(self._writer.get_extra_info("peercert")),
+            )
             writer_task = tasks.spawn(self._write_loop(), name=f"write-{self.peer}")
             self._read_task = tasks.spawn(self._read_loop(ctx), name=f"read-{self.peer}")
             if self._closing:  # shutdown began while connecting
@@ -181,6 +232,12 @@ class ClientConnection:
                     outcome = Close(
                         reason=f"{api_name(header.api_key)} v{header.api_version}: {exc}",
                         metric_reason="undecodable",
+                    )
+                except UpstreamClosed as exc:
+                    outcome = Close(
+                        reason=f"{api_name(header.api_key)}: cannot learn the cluster's state: "
+                        f"{exc}",
+                        metric_reason="upstream_state",
                     )
 
             if isinstance(outcome, Forward):

@@ -43,6 +43,12 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.policy_decisions = Counter(
+            "kpg_policy_decisions",
+            "Verdicts of rules and plug-ins, by API, policy and outcome",
+            ["api", "policy", "outcome"],
+            registry=r,
+        )
         self._server: object | None = None
         self._request_children: dict[tuple[int, int], Counter] = {}
         self._latency_children: dict[int, Histogram] = {}

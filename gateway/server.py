@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import time
 from collections.abc import Mapping, Sequence
 
+from policies.chain import PolicyChain
+from policies.loader import PolicyConfigError, load_policy_chain
 from protocol.versions import VersionRange
 
-from .config import GatewayConfig, HostPort
+from .audit import AuditEmitter, ProduceSummarizer, SpoolSink
+from .config import ConfigError, GatewayConfig, HostPort
 from .connection import ClientConnection
+from .decisions import DecisionRecorder
 from .handlers import Registration, build_table
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
@@ -24,6 +30,12 @@ class Gateway:
             raise ValueError("the gateway needs at least one upstream bootstrap server")
         self.config = config
         self.metrics = metrics or GatewayMetrics()
+        try:
+            self.policies: PolicyChain = load_policy_chain(config.policies, source=config.source)
+        except PolicyConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        self.audit = _audit_emitter(config, self.metrics)
+        self.decisions = DecisionRecorder(self.metrics, self.audit, config.audit.instance)
         self.tasks = TaskSet()
         self.handlers: Mapping[int, Registration] = build_table()
         self.version_caps: Mapping[int, VersionRange | None] = {
@@ -37,6 +49,7 @@ class Gateway:
         self._connections: set[ClientConnection] = set()
         self._metrics_port: int | None = None
         self._bootstrap_port: int | None = None
+        self._ssl: ssl.SSLContext | None = None
 
     @property
     def bootstrap_address(self) -> HostPort:
@@ -53,12 +66,16 @@ class Gateway:
 
         :raises OSError: when a port cannot be bound.
         """
+        if self.audit is not None:
+            await self.audit.start()
+        self._ssl = _ssl_context(self.config)
         listen = self.config.listen
         self._bootstrap = await asyncio.start_server(
             lambda r, w: self._accept(r, w, "bootstrap", self._bootstrap_targets),
             listen.host,
             listen.port,
             limit=2**20,
+            ssl=self._ssl,
         )
         self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
         if self.config.metrics is not None:
@@ -79,7 +96,11 @@ class Gateway:
             return (self.nodes.upstream_of(node_id),)
 
         return await asyncio.start_server(
-            lambda r, w: self._accept(r, w, f"node-{node_id}", targets), host, port, limit=2**20
+            lambda r, w: self._accept(r, w, f"node-{node_id}", targets),
+            host,
+            port,
+            limit=2**20,
+            ssl=self._ssl,
         )
 
     def _accept(
@@ -104,5 +125,57 @@ class Gateway:
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()
+        if self.audit is not None:
+            await self.audit.close()
+        closed_with_errors = self.policies.close()
+        for problem in closed_with_errors:
+            log.error("policy close failed: %s", problem)
         self.metrics.stop_serving()
         log.info("gateway stopped")
+
+
+def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitter | None:
+    audit = config.audit
+    if audit.spool_dir is None:
+        return None
+    sink = SpoolSink(
+        audit.spool_dir,
+        segment_max_bytes=audit.segment_max_bytes,
+        segment_max_age_s=audit.segment_max_age_s,
+        fsync=audit.fsync,  # type: ignore[arg-type]
+    )
+    summarizer = ProduceSummarizer(
+        gateway_instance=audit.instance,
+        mode="enforce",
+        interval_ms=int(audit.produce_summary_interval_s * 1000),
+        start_ms=int(time.time() * 1000),
+    )
+    return AuditEmitter(
+        [sink],
+        summarizer=summarizer,
+        queue_max_events=audit.queue_max_events,
+        registry=metrics.registry,
+    )
+
+
+def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+    """The server-side TLS context of the client listeners, or None for plaintext.
+
+    :raises ConfigError: when a certificate or key does not load.
+    """
+    tls = config.tls
+    if tls is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        if tls.ca_file is not None:
+            context.load_verify_locations(tls.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{config.source}: tls: cannot load certificates: {exc}") from None
+    context.verify_mode = {
+        "required": ssl.CERT_REQUIRED,
+        "requested": ssl.CERT_OPTIONAL,
+        "none": ssl.CERT_NONE,
+    }[tls.client_auth]
+    return context

@@ -29,9 +29,18 @@ def gateway_config(upstream: HostPort | list[HostPort], **extra: Any) -> Gateway
     raw: dict[str, Any] = {
         "listen": "127.0.0.1:0",
         "node_port_base": 0,
-        "upstream": {"bootstrap_servers": [str(s) for s in servers], "connect_timeout_s": 3},
+        # The test broker is Tansu: it ignores validate_only and reports topic configs with
+        # the DEFAULT source (TEST_BROKER.md); scripted upstreams override these.
+        "upstream": {
+            "bootstrap_servers": [str(s) for s in servers],
+            "connect_timeout_s": 3,
+            "ignores_validate_only": True,
+            "topic_config_source_unreliable": True,
+        },
         "shutdown_timeout_s": 5,
     }
+    upstream_extra = extra.pop("upstream", {})
+    raw["upstream"].update(upstream_extra)
     raw.update(extra)
     return from_mapping(raw, "<test>")
 

@@ -70,9 +70,22 @@ class Registration:
 
 def build_table() -> Mapping[int, Registration]:
     """The explicit table: API key -> handler and the versions it takes."""
-    from . import api_versions, describe_cluster, fetch, find_coordinator, metadata, produce
+    from . import (
+        api_versions,
+        create_topics,
+        describe_cluster,
+        fetch,
+        find_coordinator,
+        metadata,
+        produce,
+        sasl_authenticate,
+        sasl_handshake,
+    )
 
-    modules = (api_versions, metadata, find_coordinator, describe_cluster, produce, fetch)
+    modules = (
+        api_versions, metadata, find_coordinator, describe_cluster, produce, fetch, create_topics,
+        sasl_handshake, sasl_authenticate,
+    )
     table = {m.API_KEY: Registration(handler=m.handle, versions=m.VERSIONS) for m in modules}
     table.update(_NEVER_FORWARDED)
     return table

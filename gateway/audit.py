@@ -1,0 +1,673 @@
+"""Audit emission: every decision the gateway makes leaves as an :class:`AuditEvent`.
+
+Contracts, stated once:
+
+- Nothing is dropped silently. :meth:`AuditEmitter.emit` waits while the queue is full, so a
+  slow disk pushes back on the request path instead of losing events. An event a sink fails
+  to take is counted (``failed_events``, ``kpg_audit_events_failed_total``) and logged at
+  ERROR level, once per event per failing sink.
+- Order: events reach every sink in the order ``emit`` was called.
+- Allowed Produce traffic is not one event per request: the gateway calls
+  :meth:`AuditEmitter.record_allowed_produce`, and a :class:`ProduceSummarizer` turns it into
+  one summary event per (topic, principal, client_id) per interval. Denied or would-deny
+  Produce requests are ordinary events.
+- Sinks are blocking and are only ever called from the emitter's writer, one call at a time,
+  in a worker thread, so the event loop never waits on the disk.
+- Durability of the spool (:class:`SpoolSink`): a completed segment is fsynced and atomically
+  renamed into place, so a reader never sees a half-written one and a crash never loses one.
+  What a crash can lose: events still in the emitter's queue, and, on a machine crash, the
+  part of the open segment not yet fsynced (see ``fsync``). A process crash loses nothing
+  already handed to the sink: each batch is written to the OS before ``write`` returns.
+
+TODO: a Kafka topic sink (events produced to an audit topic, read by the Spark job with
+``source='kafka'``) is a later step. It is not implemented here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Literal, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from spark_audit.event import SPOOL_SEGMENT_GLOB, AuditEvent, Mode, format_time
+
+logger = logging.getLogger(__name__)
+
+FsyncMode = Literal["always", "segment", "interval"]
+FSYNC_MODES: Final[tuple[FsyncMode, ...]] = ("always", "segment", "interval")
+
+_OPEN_PREFIX: Final = "."
+_OPEN_SUFFIX: Final = ".open"
+_LOCK_NAME: Final = ".lock"
+_SEGMENT_RE: Final = re.compile(r"\.?events-\d{8}T\d{9}Z-(\d{8})\.jsonl(\.open)?")
+
+
+class SinkWriteError(Exception):
+    """A sink took only the first ``written`` events of a batch; the rest are lost to it."""
+
+    def __init__(self, written: int, cause: BaseException) -> None:
+        super().__init__(f"sink wrote {written} events, then failed: {cause}")
+        self.written = written
+
+
+class AuditSink(Protocol):
+    """Where audit events end up. All methods block; see the module contract."""
+
+    def open(self) -> None:
+        """Prepare for writing (create, lock, recover). Called once before ``write``."""
+
+    def write(self, events: Sequence[AuditEvent]) -> None:
+        """Persist ``events`` in order.
+
+        :raises SinkWriteError: if only a prefix of ``events`` was persisted.
+        :raises Exception: anything else means none of ``events`` was persisted.
+        """
+
+    def maintain(self) -> None:
+        """Periodic housekeeping (time-based rotation and fsync); called about once a second."""
+
+    def close(self) -> None:
+        """Persist and release everything. Called once; no ``write`` follows."""
+
+
+# --------------------------------------------------------------------------------------------
+# The spool: JSON lines in segment files.
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _Segment:
+    fd: int
+    open_path: Path
+    final_path: Path
+    opened_at: float
+    size: int = 0
+    unsynced: bool = False
+
+
+class SpoolSink:
+    """Audit events as JSON lines in segment files, for the Spark file source.
+
+    Layout of ``directory``:
+
+    - ``events-<UTC yyyymmddThhmmssmmm>Z-<seq>.jsonl``: completed segments, immutable.
+      ``seq`` is eight digits and grows by one per segment, across restarts.
+    - ``.events-<...>-<seq>.jsonl.open``: the segment being written (at most one). The dot
+      hides it from Spark; completing it is an fsync and a rename to its final name.
+    - ``.lock``: held (``flock``) while a sink has the directory open; one writer per spool.
+
+    A segment is completed when the next line would take it past ``segment_max_bytes``, when
+    it is ``segment_max_age_s`` old, and on :meth:`close`. ``fsync`` says when the open segment
+    is fsynced: after every ``write`` (``always``), only when completed (``segment``), or at
+    most ``fsync_interval_s`` apart (``interval``). A completed segment is always fsynced,
+    and so is the directory after the rename.
+
+    On :meth:`open`, a segment left open by a crash is completed: its complete JSON lines are
+    kept and a torn last line is dropped.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        segment_max_bytes: int = 64 * 1024 * 1024,
+        segment_max_age_s: float = 60.0,
+        fsync: FsyncMode = "interval",
+        fsync_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """:raises ValueError: on a non-positive size, age or interval, or an unknown fsync."""
+        if segment_max_bytes <= 0:
+            raise ValueError(f"segment_max_bytes must be > 0, got {segment_max_bytes}")
+        if segment_max_age_s <= 0:
+            raise ValueError(f"segment_max_age_s must be > 0, got {segment_max_age_s}")
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {FSYNC_MODES}, got {fsync!r}")
+        if fsync_interval_s <= 0:
+            raise ValueError(f"fsync_interval_s must be > 0, got {fsync_interval_s}")
+        self.directory = Path(directory)
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_age_s = segment_max_age_s
+        self.fsync = fsync
+        self.fsync_interval_s = fsync_interval_s
+        self._clock = clock
+        self._lock_fd: int | None = None
+        self._segment: _Segment | None = None
+        self._next_seq = 0
+        self._last_fsync = clock()
+
+    def __repr__(self) -> str:
+        return f"SpoolSink({str(self.directory)!r})"
+
+    # -- AuditSink ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create and lock the directory, and complete any segment a crash left open.
+
+        :raises RuntimeError: if another sink holds the directory.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise RuntimeError(
+                f"audit spool {self.directory} is in use by another writer"
+            ) from None
+        self._lock_fd = lock_fd
+        seqs = [-1]
+        for path in self.directory.iterdir():
+            match = _SEGMENT_RE.fullmatch(path.name)
+            if match:
+                seqs.append(int(match.group(1)))
+        self._next_seq = max(seqs) + 1
+        leftovers = self.directory.glob(f"{_OPEN_PREFIX}{SPOOL_SEGMENT_GLOB}{_OPEN_SUFFIX}")
+        for path in sorted(leftovers):
+            self._recover(path)
+
+    def write(self, events: Sequence[AuditEvent]) -> None:
+        """Append ``events``, completing segments as they fill; see the class docstring.
+
+        :raises SinkWriteError: if the disk refused part of the batch; the partial line is
+            removed, so the segment stays a sequence of complete lines.
+        """
+        if self._lock_fd is None:
+            raise RuntimeError("SpoolSink.write before open() or after close()")
+        self._complete_if_old()
+        written = 0
+        chunk = bytearray()
+        chunk_events = 0
+        try:
+            for event in events:
+                line = event.to_json_line().encode("utf-8")
+                on_disk = self._segment.size if self._segment is not None else 0
+                pending = on_disk + len(chunk)
+                if pending > 0 and pending + len(line) > self.segment_max_bytes:
+                    self._append(bytes(chunk))
+                    written += chunk_events
+                    chunk.clear()
+                    chunk_events = 0
+                    self._complete()
+                chunk += line
+                chunk_events += 1
+            self._append(bytes(chunk))
+            written += chunk_events
+            if self.fsync == "always":
+                self._fsync_segment()
+            elif self.fsync == "interval":
+                self._fsync_if_due()
+        except OSError as exc:
+            raise SinkWriteError(written, exc) from exc
+
+    def maintain(self) -> None:
+        """Complete the open segment if it is old enough; fsync it if the interval is up."""
+        self._complete_if_old()
+        if self.fsync == "interval":
+            self._fsync_if_due()
+
+    def close(self) -> None:
+        """Complete the open segment and release the directory. Safe to call twice."""
+        try:
+            self._complete()
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # closing the descriptor releases the flock
+                self._lock_fd = None
+
+    # -- segments ----------------------------------------------------------------------------
+
+    def _open_segment(self) -> _Segment:
+        now = self._clock()
+        stamp = datetime.fromtimestamp(now, tz=UTC)
+        name = (
+            f"events-{stamp:%Y%m%dT%H%M%S}{stamp.microsecond // 1000:03d}Z"
+            f"-{self._next_seq:08d}.jsonl"
+        )
+        self._next_seq += 1
+        open_path = self.directory / f"{_OPEN_PREFIX}{name}{_OPEN_SUFFIX}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        fd = os.open(open_path, flags, 0o644)
+        self._segment = _Segment(
+            fd=fd, open_path=open_path, final_path=self.directory / name, opened_at=now
+        )
+        self._last_fsync = now
+        return self._segment
+
+    def _append(self, data: bytes) -> None:
+        if not data:
+            return
+        segment = self._segment or self._open_segment()
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(segment.fd, view) :]
+        except OSError:
+            try:
+                os.ftruncate(segment.fd, segment.size)
+            except OSError:
+                logger.exception("could not cut a partial line from %s", segment.open_path)
+            raise
+        segment.size += len(data)
+        segment.unsynced = True
+
+    def _fsync_segment(self) -> None:
+        segment = self._segment
+        if segment is not None and segment.unsynced:
+            os.fsync(segment.fd)
+            segment.unsynced = False
+        self._last_fsync = self._clock()
+
+    def _fsync_if_due(self) -> None:
+        if self._clock() - self._last_fsync >= self.fsync_interval_s:
+            self._fsync_segment()
+
+    def _complete_if_old(self) -> None:
+        segment = self._segment
+        if segment is not None and self._clock() - segment.opened_at >= self.segment_max_age_s:
+            self._complete()
+
+    def _complete(self) -> None:
+        segment = self._segment
+        if segment is None:
+            return
+        self._fsync_segment()
+        os.close(segment.fd)
+        self._segment = None
+        os.rename(segment.open_path, segment.final_path)
+        self._fsync_directory()
+
+    def _fsync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _recover(self, open_path: Path) -> None:
+        data = open_path.read_bytes()
+        complete, _, torn = data.rpartition(b"\n")
+        kept: list[bytes] = []
+        dropped = 0
+        for line in complete.split(b"\n") if complete else ():
+            if _is_json_object(line):
+                kept.append(line + b"\n")
+            else:
+                dropped += 1
+        final_path = self.directory / open_path.name[len(_OPEN_PREFIX) : -len(_OPEN_SUFFIX)]
+        if not kept:
+            open_path.unlink()
+            outcome = "removed it, nothing was complete"
+        else:
+            payload = b"".join(kept)
+            if payload != data:
+                with open_path.open("r+b") as file:
+                    file.truncate(0)
+                    file.write(payload)
+            fd = os.open(open_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            # A fresh mtime: Spark's file source skips files older than its maxFileAge.
+            os.utime(open_path)
+            os.rename(open_path, final_path)
+            outcome = f"completed it as {final_path.name}"
+        self._fsync_directory()
+        logger.warning(
+            "audit spool: recovered segment %s left open by a crash: kept %d events, "
+            "dropped %d bad lines and %d bytes of a torn last line; %s",
+            open_path.name,
+            len(kept),
+            dropped,
+            len(torn),
+            outcome,
+        )
+
+
+def _is_json_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries of allowed Produce traffic.
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class _ProduceTally:
+    requests: int = 0
+    records_examined: int = 0
+    bytes_examined: int = 0
+    api_version: int = 0
+
+
+class ProduceSummarizer:
+    """Accumulates allowed Produce traffic; one summary event per key per interval.
+
+    The key is (topic, principal, client_id). A summary covers ``[interval_start,
+    interval_end]``, where the interval starts at the previous :meth:`flush` (or at
+    ``start_ms``); its ``event_count`` is the number of Produce requests, its
+    ``api_version`` the highest version seen. ``client_address`` is null: one key can span
+    many connections. Pure: no clock, no I/O; the caller passes times.
+    """
+
+    def __init__(
+        self, *, gateway_instance: str, mode: Mode, interval_ms: int, start_ms: int
+    ) -> None:
+        """:raises ValueError: if ``interval_ms`` is not positive."""
+        if interval_ms <= 0:
+            raise ValueError(f"interval_ms must be > 0, got {interval_ms}")
+        self.gateway_instance = gateway_instance
+        self.mode: Mode = mode
+        self.interval_ms = interval_ms
+        self._interval_start_ms = start_ms
+        self._tallies: dict[tuple[str, str | None, str | None], _ProduceTally] = {}
+
+    def add(
+        self,
+        *,
+        topic: str,
+        principal: str | None,
+        client_id: str | None,
+        api_version: int,
+        records_examined: int,
+        bytes_examined: int,
+    ) -> None:
+        """Count one allowed Produce request's share for ``topic``."""
+        tally = self._tallies.setdefault((topic, principal, client_id), _ProduceTally())
+        tally.requests += 1
+        tally.records_examined += records_examined
+        tally.bytes_examined += bytes_examined
+        tally.api_version = max(tally.api_version, api_version)
+
+    def due(self, now_ms: int) -> bool:
+        """True once the current interval is ``interval_ms`` long."""
+        return now_ms - self._interval_start_ms >= self.interval_ms
+
+    def flush(self, now_ms: int) -> tuple[AuditEvent, ...]:
+        """End the interval at ``now_ms``: its summaries, sorted by key; a new interval starts."""
+        start = format_time(self._interval_start_ms)
+        end = format_time(max(now_ms, self._interval_start_ms))
+        events = tuple(
+            AuditEvent(
+                time=end,
+                gateway_instance=self.gateway_instance,
+                client_address=None,
+                principal=principal,
+                client_id=client_id,
+                api="Produce",
+                api_version=tally.api_version,
+                resource_type="topic",
+                resource_name=topic,
+                action="produce",
+                mode=self.mode,
+                verdict="allowed",
+                records_examined=tally.records_examined,
+                bytes_examined=tally.bytes_examined,
+                interval_start=start,
+                interval_end=end,
+                event_count=tally.requests,
+            )
+            for (topic, principal, client_id), tally in sorted(
+                self._tallies.items(), key=lambda item: _sort_key(item[0])
+            )
+        )
+        self._tallies.clear()
+        self._interval_start_ms = max(now_ms, self._interval_start_ms)
+        return events
+
+
+def _sort_key(key: tuple[str, str | None, str | None]) -> tuple[str, str, str]:
+    topic, principal, client_id = key
+    return topic, principal or "", client_id or ""
+
+
+# --------------------------------------------------------------------------------------------
+# The emitter: the gateway's front.
+
+
+class AuditEmitter:
+    """Queues events from the request path and writes them to the sinks in a writer task.
+
+    ``queue_max_events`` bounds the queue (the backpressure point); the writer takes up to
+    ``batch_max_events`` at a time. Every ``tick_s`` the writer runs sink maintenance and
+    flushes due Produce summaries. With a ``registry``, it registers
+    ``kpg_audit_queue_depth``, ``kpg_audit_events_total{verdict}`` (events emitted, summaries
+    included) and ``kpg_audit_events_failed_total`` on it.
+    """
+
+    def __init__(
+        self,
+        sinks: Sequence[AuditSink],
+        *,
+        summarizer: ProduceSummarizer | None = None,
+        queue_max_events: int = 10_000,
+        batch_max_events: int = 1_000,
+        tick_s: float = 1.0,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """:raises ValueError: on no sinks, or a non-positive size or tick."""
+        if not sinks:
+            raise ValueError("AuditEmitter needs at least one sink")
+        if queue_max_events <= 0 or batch_max_events <= 0 or tick_s <= 0:
+            raise ValueError("queue_max_events, batch_max_events and tick_s must be > 0")
+        self._sinks = tuple(sinks)
+        self._summarizer = summarizer
+        self._queue: asyncio.Queue[AuditEvent | None] = asyncio.Queue(queue_max_events)
+        self._batch_max_events = batch_max_events
+        self._tick_s = tick_s
+        self._clock = clock
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._waiting_emits = 0
+        self._failed_events = 0
+        self._events_total: Counter | None = None
+        self._failed_total: Counter | None = None
+        if registry is not None:
+            depth = Gauge(
+                "kpg_audit_queue_depth",
+                "Audit events waiting to be written.",
+                registry=registry,
+            )
+            depth.set_function(self._queue.qsize)
+            self._events_total = Counter(
+                "kpg_audit_events",
+                "Audit events emitted, by verdict (a Produce summary counts once).",
+                ["verdict"],
+                registry=registry,
+            )
+            self._failed_total = Counter(
+                "kpg_audit_events_failed",
+                "Audit events a sink failed to write (once per event per failing sink).",
+                registry=registry,
+            )
+
+    @property
+    def queue_depth(self) -> int:
+        """Events emitted and not yet taken by the writer."""
+        return self._queue.qsize()
+
+    @property
+    def failed_events(self) -> int:
+        """Events a sink failed to write, once per event per failing sink."""
+        return self._failed_events
+
+    async def start(self) -> None:
+        """Open the sinks (in a worker thread) and start the writer task.
+
+        :raises Exception: whatever a sink's ``open`` raises; start-up should stop.
+        """
+        if self._writer is not None:
+            raise RuntimeError("AuditEmitter.start called twice")
+        for sink in self._sinks:
+            await asyncio.to_thread(sink.open)
+        self._writer = asyncio.create_task(self._run(), name="kpg-audit-writer")
+        self._writer.add_done_callback(self._writer_done)
+
+    async def emit(self, event: AuditEvent) -> None:
+        """Queue ``event``; waits while the queue is full.
+
+        :raises RuntimeError: if the emitter is not started, is closing, or its writer died.
+        """
+        if self._writer is None or self._closing or self._writer.done():
+            raise RuntimeError("audit emitter is not running; refusing to lose an event")
+        self._waiting_emits += 1
+        try:
+            await self._queue.put(event)
+        finally:
+            self._waiting_emits -= 1
+        self._count_emitted((event,))
+
+    def record_allowed_produce(
+        self,
+        *,
+        topic: str,
+        principal: str | None,
+        client_id: str | None,
+        api_version: int,
+        records_examined: int,
+        bytes_examined: int,
+    ) -> None:
+        """Add an allowed Produce request's share for ``topic`` to the next summary.
+
+        :raises RuntimeError: if the emitter has no summarizer, or is not running.
+        """
+        if self._summarizer is None:
+            raise RuntimeError("AuditEmitter was built without a ProduceSummarizer")
+        if self._writer is None or self._closing or self._writer.done():
+            raise RuntimeError("audit emitter is not running; refusing to lose an event")
+        self._summarizer.add(
+            topic=topic,
+            principal=principal,
+            client_id=client_id,
+            api_version=api_version,
+            records_examined=records_examined,
+            bytes_examined=bytes_examined,
+        )
+
+    async def close(self) -> None:
+        """Refuse new events, write everything queued plus pending summaries, close sinks."""
+        if self._writer is None:
+            return
+        self._closing = True
+        with contextlib.suppress(asyncio.QueueFull):  # a full queue wakes the writer anyway
+            self._queue.put_nowait(None)
+        await self._writer
+
+    # -- writer ------------------------------------------------------------------------------
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            logger.error(
+                "AUDIT EVENTS LOST: the audit writer was cancelled with %d events queued; "
+                "call AuditEmitter.close() instead",
+                self._queue.qsize(),
+            )
+        elif task.exception() is not None:
+            logger.critical(
+                "AUDIT EVENTS LOST: the audit writer died with %d events queued",
+                self._queue.qsize(),
+                exc_info=task.exception(),
+            )
+
+    async def _run(self) -> None:
+        last_tick = self._clock()
+        while True:
+            batch = await self._next_batch()
+            now = self._clock()
+            if self._summarizer is not None and self._summarizer.due(int(now * 1000)):
+                batch.extend(self._flush_summaries(now))
+            if batch:
+                await self._write(batch)
+            if now - last_tick >= self._tick_s:
+                last_tick = now
+                await asyncio.to_thread(self._maintain_sinks)
+            if self._closing and self._queue.empty() and self._waiting_emits == 0:
+                break
+        if self._summarizer is not None:
+            final = self._flush_summaries(self._clock())
+            if final:
+                await self._write(final)
+        await asyncio.to_thread(self._close_sinks)
+
+    async def _next_batch(self) -> list[AuditEvent]:
+        try:
+            first = await asyncio.wait_for(self._queue.get(), timeout=self._tick_s)
+        except TimeoutError:
+            return []
+        items = [first]
+        while len(items) < self._batch_max_events and not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        return [item for item in items if item is not None]
+
+    def _flush_summaries(self, now: float) -> list[AuditEvent]:
+        assert self._summarizer is not None
+        summaries = list(self._summarizer.flush(int(now * 1000)))
+        self._count_emitted(summaries)
+        return summaries
+
+    def _count_emitted(self, events: Sequence[AuditEvent]) -> None:
+        if self._events_total is not None:
+            for event in events:
+                self._events_total.labels(verdict=event.verdict).inc()
+
+    async def _write(self, batch: Sequence[AuditEvent]) -> None:
+        lost = await asyncio.to_thread(self._write_to_sinks, batch)
+        if lost:
+            self._failed_events += lost
+            if self._failed_total is not None:
+                self._failed_total.inc(lost)
+
+    def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> int:
+        lost_total = 0
+        for sink in self._sinks:
+            try:
+                sink.write(batch)
+                continue
+            except SinkWriteError as exc:
+                lost = len(batch) - exc.written
+                cause: BaseException = exc
+            except Exception as exc:
+                lost = len(batch)
+                cause = exc
+            lost_total += lost
+            logger.error(
+                "AUDIT EVENTS LOST: %d of %d events could not be written to %r "
+                "(first lost event_id=%s): %s",
+                lost,
+                len(batch),
+                sink,
+                batch[len(batch) - lost].event_id,
+                cause,
+                exc_info=cause,
+            )
+        return lost_total
+
+    def _maintain_sinks(self) -> None:
+        for sink in self._sinks:
+            try:
+                sink.maintain()
+            except Exception:
+                logger.exception("audit sink %r failed its maintenance (rotation/fsync)", sink)
+
+    def _close_sinks(self) -> None:
+        for sink in self._sinks:
+            try:
+                sink.close()
+            except Exception:
+                logger.exception("audit sink %r failed to close; its open data may be lost", sink)

@@ -1,0 +1,106 @@
+"""Where every policy decision goes: the log, the metrics and the audit events.
+
+A denial is logged at INFO (it is routine), a dry-run would-deny at WARNING (someone is about
+to turn that rule on and should know), and every decision becomes audit events: one per
+denying or would-deny verdict, or one "allowed" event when nothing objected.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from policies.chain import Decision
+from protocol.versions import api_name
+from spark_audit.event import AuditEvent
+
+from .audit import AuditEmitter
+from .metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subject:
+    """Who asked, and about what."""
+
+    client_address: str
+    principal: str | None
+    client_id: str | None
+    api_key: int
+    api_version: int
+    resource_type: str
+    resource_name: str
+    action: str
+    validate_only: bool = False
+
+
+class DecisionRecorder:
+    def __init__(
+        self, metrics: GatewayMetrics, emitter: AuditEmitter | None, instance: str
+    ) -> None:
+        self._metrics = metrics
+        self._emitter = emitter
+        self._instance = instance
+
+    async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
+        """Log, count and audit ``decision``. Waits while the audit queue is full."""
+        api = api_name(subject.api_key)
+        events = []
+        for verdict in decision.verdicts:
+            self._metrics.policy_decisions.labels(api, verdict.policy, verdict.outcome).inc()
+            if verdict.outcome == "allowed":
+                continue
+            text = (
+                f"{api} {subject.action} {subject.resource_type} {subject.resource_name!r} "
+                f"by {subject.principal or 'ANONYMOUS'} ({subject.client_address}): "
+                f"{verdict.policy} {verdict.outcome.replace('_', '-')}: {verdict.message}"
+            )
+            if verdict.outcome == "would_deny":
+                log.warning("dry-run %s", text)
+            else:
+                log.info("%s", text)
+            events.append(
+                self._event(
+                    subject,
+                    api,
+                    verdict.policy,
+                    verdict.mode.value,
+                    verdict.outcome,
+                    error_code if verdict.outcome == "denied" else None,
+                    verdict.message,
+                )
+            )
+        if not events:
+            events.append(self._event(subject, api, None, "enforce", "allowed", None, None))
+        if self._emitter is not None:
+            for event in events:
+                await self._emitter.emit(event)
+
+    def _event(
+        self,
+        subject: Subject,
+        api: str,
+        policy: str | None,
+        mode: str,
+        verdict: str,
+        error_code: int | None,
+        message: str | None,
+    ) -> AuditEvent:
+        return AuditEvent(
+            gateway_instance=self._instance,
+            client_address=subject.client_address,
+            principal=subject.principal,
+            client_id=subject.client_id,
+            api=api,
+            api_version=subject.api_version,
+            resource_type=subject.resource_type,
+            resource_name=subject.resource_name,
+            action=subject.action,
+            policy=policy,
+            mode=mode,  # type: ignore[arg-type]
+            verdict=verdict,  # type: ignore[arg-type]
+            error_code=error_code,
+            message=message,
+            validate_only=subject.validate_only,
+        )

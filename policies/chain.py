@@ -1,0 +1,456 @@
+"""The policy chain: the one object the gateway asks whether a topic or config change may go on.
+
+Each ``check_*`` method returns a :class:`Decision`; a denial is an ordinary value. For one
+topic (or config resource) the chain consults, in this order:
+
+1. the built-in rules (:mod:`policies.rules`), inline;
+2. the old policies, run in the topic-action flow the way KIP-201's adapter does:
+   ``CreateTopicPolicy`` on a create with the request's own metadata, ``AlterConfigPolicy`` on
+   a config change with the altered keys only (any resource type); neither is asked about
+   partition increases or deletes, as Kafka never asked them;
+3. ``AlterConfigV2Policy`` on a config change, with the configs before and after;
+4. ``TopicActionPolicy`` on a create, a topic config change, a partition increase and a
+   delete.
+
+Everything that applies is consulted, even after a denial, so the verdicts show every rule and
+plug-in that objects (dry-run ones included). The decision's message is the first enforced
+denial's.
+
+Plug-in calls run on the chain's own worker threads and are waited for at most ``timeout_s``.
+A call that does not return in time denies; its thread stays busy until the call returns, so
+the pool (``max_workers``) bounds how many hung calls there can be, and when every worker is
+busy the chain denies at once without calling the plug-in. The threads are daemons: a hung
+policy does not keep the process alive. A ``check_*`` call blocks its caller for up to
+``timeout_s`` per plug-in call (two at most), so the gateway calls it off its event loop.
+
+Fail closed: a plug-in that raises anything other than :class:`PolicyViolation` denies with a
+message naming the plug-in class and the exception; so does a built-in rule that fails.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, cast
+
+from policies.api import (
+    AlterConfigPolicy,
+    AlterConfigRequestMetadata,
+    AlterConfigV2Policy,
+    AlterConfigV2RequestMetadata,
+    ConfigResource,
+    ConfigResourceType,
+    CreateTopicPolicy,
+    CreateTopicRequestMetadata,
+    PolicyViolation,
+    TopicAction,
+    TopicActionPolicy,
+    TopicActionRequestMetadata,
+    TopicState,
+)
+from policies.rules import Mode, Rule, TopicChange
+
+__all__ = [
+    "Decision",
+    "Mode",
+    "Outcome",
+    "Policy",
+    "PolicyChain",
+    "PolicyPlugin",
+    "Verdict",
+]
+
+Outcome = Literal["allowed", "denied", "would_deny"]
+Policy = CreateTopicPolicy | AlterConfigPolicy | AlterConfigV2Policy | TopicActionPolicy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """What one rule or plug-in said. ``policy`` is a rule's name or a plug-in's class name."""
+
+    policy: str
+    mode: Mode
+    outcome: Outcome
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """The chain's answer for one topic or resource."""
+
+    allowed: bool
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def message(self) -> str | None:
+        """The message for the client (Kafka's error_message): the first enforced denial's."""
+        return next((v.message for v in self.verdicts if v.outcome == "denied"), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyPlugin:
+    """A configured plug-in instance; ``name`` defaults to its class's dotted name."""
+
+    policy: Policy
+    mode: Mode = Mode.ENFORCE
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            cls = type(self.policy)
+            object.__setattr__(self, "name", f"{cls.__module__}.{cls.__qualname__}")
+
+
+_Call = Callable[[], None]
+
+
+class _WorkerPool:
+    """At most ``max_workers`` daemon threads running plug-in calls; refuses when all are busy.
+
+    Not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at interpreter exit,
+    so one hung policy would keep the gateway from exiting.
+    """
+
+    def __init__(self, max_workers: int) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self._max_workers = max_workers
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._threads: list[threading.Thread] = []
+        self._queue: queue.SimpleQueue[tuple[Future[None], _Call] | None] = queue.SimpleQueue()
+
+    @property
+    def max_workers(self) -> int:
+        return self._max_workers
+
+    def try_submit(self, call: _Call) -> Future[None] | None:
+        """Start ``call`` on a free worker; None when every worker is busy."""
+        with self._lock:
+            if self._busy >= self._max_workers:
+                return None
+            self._busy += 1
+            if len(self._threads) < self._busy:
+                thread = threading.Thread(
+                    target=self._work, name=f"policy-worker-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        future: Future[None] = Future()
+        self._queue.put((future, call))
+        return future
+
+    def shutdown(self) -> None:
+        """Let idle workers end; a worker stuck in a call ends when the call returns."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, call = item
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        call()
+                    except BaseException as exc:  # handed to the waiting caller
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(None)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+
+def _verdict(policy: str, mode: Mode, denial: str | None) -> Verdict:
+    if denial is None:
+        return Verdict(policy=policy, mode=mode, outcome="allowed", message=None)
+    outcome: Outcome = "denied" if mode is Mode.ENFORCE else "would_deny"
+    return Verdict(policy=policy, mode=mode, outcome=outcome, message=denial)
+
+
+def _decide(verdicts: Sequence[Verdict]) -> Decision:
+    return Decision(allowed=all(v.outcome != "denied" for v in verdicts), verdicts=tuple(verdicts))
+
+
+class PolicyChain:
+    """Built-in rules and plug-ins, asked in order for each action (see :mod:`policies.chain`).
+
+    Configuring ``create_topic_policy`` or ``alter_config_policy`` together with
+    ``topic_action_policy`` is an error (KIP-201). Plug-ins must already be configured;
+    :meth:`close` closes them.
+
+    :raises ValueError: on such a conflict, duplicate rule names or a bad pool size.
+    :raises TypeError: if a plug-in is not of the kind its argument names.
+    """
+
+    def __init__(
+        self,
+        *,
+        rules: Sequence[Rule] = (),
+        create_topic_policy: PolicyPlugin | None = None,
+        alter_config_policy: PolicyPlugin | None = None,
+        alter_config_v2_policy: PolicyPlugin | None = None,
+        topic_action_policy: PolicyPlugin | None = None,
+        timeout_s: float = 5.0,
+        max_workers: int = 8,
+    ) -> None:
+        if topic_action_policy is not None:
+            for old, name in (
+                (create_topic_policy, "create_topic_policy"),
+                (alter_config_policy, "alter_config_policy"),
+            ):
+                if old is not None:
+                    raise ValueError(f"{name} cannot be used together with topic_action_policy")
+        names = [rule.name for rule in rules]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate rule names: {', '.join(duplicates)}")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self._rules = tuple(rules)
+        for plugin, kind, argument in (
+            (create_topic_policy, CreateTopicPolicy, "create_topic_policy"),
+            (alter_config_policy, AlterConfigPolicy, "alter_config_policy"),
+            (alter_config_v2_policy, AlterConfigV2Policy, "alter_config_v2_policy"),
+            (topic_action_policy, TopicActionPolicy, "topic_action_policy"),
+        ):
+            if plugin is not None and not isinstance(plugin.policy, kind):
+                raise TypeError(f"{argument}: {plugin.name} is not a {kind.__name__}")
+        self._create_topic = create_topic_policy
+        self._alter_config = alter_config_policy
+        self._alter_config_v2 = alter_config_v2_policy
+        self._topic_action = topic_action_policy
+        self._plugins = tuple(
+            p
+            for p in (
+                create_topic_policy,
+                alter_config_policy,
+                alter_config_v2_policy,
+                topic_action_policy,
+            )
+            if p is not None
+        )
+        self._timeout_s = timeout_s
+        self._pool = _WorkerPool(max_workers)
+        self._closed = False
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return self._rules
+
+    @property
+    def plugins(self) -> tuple[PolicyPlugin, ...]:
+        return self._plugins
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def needs_topic_state(self) -> bool:
+        """Whether the states passed in must be complete, configs included.
+
+        Only a ``TopicActionPolicy`` reads them; without one the gateway may pass states whose
+        configs are empty and need not fetch a topic's state for a config change.
+        """
+        return self._topic_action is not None
+
+    # --- the checks ---------------------------------------------------------------------------
+
+    def check_create_topic(
+        self, request: CreateTopicRequestMetadata, *, principal: str | None
+    ) -> Decision:
+        """One topic of a CreateTopics request."""
+        verdicts = self._run_rules(TopicChange.create_topic(request, principal))
+        if self._create_topic is not None:
+            create_policy = cast(CreateTopicPolicy, self._create_topic.policy)
+            verdicts.append(
+                self._run_plugin(self._create_topic, lambda: create_policy.validate(request))
+            )
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.CREATE,
+                topic=request.topic,
+                principal=principal,
+                pre_request_state=None,
+                post_request_state=TopicState.requested_by(request),
+            )
+            verdicts.append(self._run_topic_action(metadata))
+        return _decide(verdicts)
+
+    def check_alter_config(
+        self,
+        resource: ConfigResource,
+        *,
+        altered: Mapping[str, str | None],
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+        principal: str | None,
+        topic_state: TopicState | None = None,
+    ) -> Decision:
+        """A config change on one resource (AlterConfigs or IncrementalAlterConfigs).
+
+        ``altered``: the keys the request alters, None for a deleted key (for the legacy
+        AlterConfigs: every key it sends). ``before``/``after``: the configs set on the
+        resource before and after the change, without defaults. ``topic_state``: for a topic,
+        its current partitions and replicas; a ``TopicActionPolicy`` needs it (see
+        :attr:`needs_topic_state`), and denies when it is missing.
+        """
+        is_topic = resource.type is ConfigResourceType.TOPIC
+        change = TopicChange.alter_configs(resource.name, altered, after, principal)
+        # The rules judge topic configs only.
+        verdicts = self._run_rules(change if is_topic else None)
+        if self._alter_config is not None:
+            alter_policy = cast(AlterConfigPolicy, self._alter_config.policy)
+            v1 = AlterConfigRequestMetadata(resource=resource, configs=altered)
+            verdicts.append(self._run_plugin(self._alter_config, lambda: alter_policy.validate(v1)))
+        if self._alter_config_v2 is not None:
+            v2_policy = cast(AlterConfigV2Policy, self._alter_config_v2.policy)
+            v2 = AlterConfigV2RequestMetadata(
+                resource=resource, configs_before=before, configs_after=after
+            )
+            verdicts.append(self._run_plugin(self._alter_config_v2, lambda: v2_policy.validate(v2)))
+        if is_topic and self._topic_action is not None:
+            if topic_state is None:
+                plugin = self._topic_action
+                missing = (
+                    f"policy {plugin.name} needs the state of topic {resource.name}: not known"
+                )
+                verdicts.append(_verdict(plugin.name, plugin.mode, missing))
+            else:
+                metadata = TopicActionRequestMetadata(
+                    action=TopicAction.MODIFY,
+                    topic=resource.name,
+                    principal=principal,
+                    pre_request_state=_with_configs(topic_state, before),
+                    post_request_state=_with_configs(topic_state, after),
+                )
+                verdicts.append(self._run_topic_action(metadata))
+        return _decide(verdicts)
+
+    def check_create_partitions(
+        self,
+        topic: str,
+        *,
+        pre_state: TopicState,
+        post_state: TopicState,
+        principal: str | None,
+    ) -> Decision:
+        """One topic of a CreatePartitions request: ``post_state`` has the new count."""
+        change = TopicChange.create_partitions(topic, post_state.num_partitions, principal)
+        verdicts = self._run_rules(change)
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.MODIFY,
+                topic=topic,
+                principal=principal,
+                pre_request_state=pre_state,
+                post_request_state=post_state,
+            )
+            verdicts.append(self._run_topic_action(metadata))
+        return _decide(verdicts)
+
+    def check_delete_topic(
+        self, topic: str, *, pre_state: TopicState, principal: str | None
+    ) -> Decision:
+        """One topic of a DeleteTopics request."""
+        verdicts = self._run_rules(TopicChange.delete_topic(topic, principal))
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.DELETE,
+                topic=topic,
+                principal=principal,
+                pre_request_state=pre_state,
+                post_request_state=None,
+            )
+            verdicts.append(self._run_topic_action(metadata))
+        return _decide(verdicts)
+
+    # --- shutdown -----------------------------------------------------------------------------
+
+    def close(self) -> tuple[str, ...]:
+        """Close every plug-in (each within ``timeout_s``) and stop the workers.
+
+        :returns: one message per plug-in whose ``close()`` failed or did not return, for the
+            caller to log; nothing is dropped silently.
+        """
+        if self._closed:
+            return ()
+        self._closed = True
+        problems = []
+        for plugin in self._plugins:
+            problem = self._call(plugin.name, plugin.policy.close, what="close()")
+            if problem is not None:
+                problems.append(problem)
+        self._pool.shutdown()
+        return tuple(problems)
+
+    def __enter__(self) -> PolicyChain:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- running ------------------------------------------------------------------------------
+
+    def _run_rules(self, change: TopicChange | None) -> list[Verdict]:
+        """Run the rules; every check starts here, so this also refuses a closed chain."""
+        if self._closed:
+            raise RuntimeError("the policy chain is closed")
+        verdicts: list[Verdict] = []
+        if change is None:
+            return verdicts
+        for rule in self._rules:
+            if change.operation not in rule.operations:
+                continue
+            try:
+                denial = rule.check(change)
+            except Exception as exc:
+                denial = f"rule {rule.name} failed: {type(exc).__name__}: {exc}"
+            verdicts.append(_verdict(rule.name, rule.mode, denial))
+        return verdicts
+
+    def _run_topic_action(self, metadata: TopicActionRequestMetadata) -> Verdict:
+        assert self._topic_action is not None
+        policy = cast(TopicActionPolicy, self._topic_action.policy)
+        return self._run_plugin(self._topic_action, lambda: policy.validate(metadata))
+
+    def _run_plugin(self, plugin: PolicyPlugin, call: _Call) -> Verdict:
+        denial = self._call(plugin.name, call, what="validate()")
+        return _verdict(plugin.name, plugin.mode, denial)
+
+    def _call(self, name: str, call: _Call, *, what: str) -> str | None:
+        """Run ``call`` on a worker; the denial message, or None if it returned normally."""
+        future = self._pool.try_submit(call)
+        if future is None:
+            return (
+                f"policy {name} was not called: all {self._pool.max_workers} policy threads "
+                "are busy with earlier calls that have not returned"
+            )
+        try:
+            exc = future.exception(timeout=self._timeout_s)
+        except TimeoutError:
+            return f"policy {name} did not return from {what} within {self._timeout_s:g} s"
+        if exc is None:
+            return None
+        if isinstance(exc, PolicyViolation):
+            return exc.message or f"denied by policy {name}"
+        return f"policy {name} failed in {what}: {type(exc).__name__}: {exc}"
+
+
+def _with_configs(state: TopicState, configs: Mapping[str, str]) -> TopicState:
+    return TopicState(
+        num_partitions=state.num_partitions,
+        replication_factor=state.replication_factor,
+        replicas_assignments=state.replicas_assignments,
+        configs=configs,
+    )

@@ -1,0 +1,463 @@
+"""Builds the policy chain from the ``policies:`` section of the gateway's configuration.
+
+The section is a mapping already read from YAML. Plug-ins use Kafka's property names::
+
+    create.topic.policy.class.name      alter.config.policy.class.name
+    alter.config.v2.policy.class.name   topic.action.policy.class.name
+
+each with an optional ``<prefix>.class.path`` (a directory searched first when importing the
+``module.Class`` name; it is put at the front of ``sys.path``, as a Java class path is searched
+before the broker's) and ``<prefix>.mode`` (``enforce``, the default, or ``dry-run``).
+``policy.timeout.ms`` (default 5000) bounds each plug-in call and ``policy.threads``
+(default 8) the threads that run them. ``rules:`` lists the built-in rules; see
+``policies/example_rules.yaml`` for every kind.
+
+As KIP-201 says, ``topic.action.policy`` cannot be combined with ``create.topic.policy`` or
+``alter.config.policy``. Other keys are free for plug-ins to read: every plug-in's
+``configure()`` gets the whole section flattened to strings (:func:`flatten_configs`).
+
+Everything is checked once, at start-up; a problem raises :class:`PolicyConfigError`, whose
+message names the file and the key.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from policies.api import (
+    AlterConfigPolicy,
+    AlterConfigV2Policy,
+    CreateTopicPolicy,
+    FrozenMap,
+    TopicActionPolicy,
+)
+from policies.chain import Policy, PolicyChain, PolicyPlugin
+from policies.rules import (
+    ConfigRule,
+    ForbiddenConfigsRule,
+    Mode,
+    PartitionsRule,
+    ProtectedTopicsRule,
+    ReplicationFactorRule,
+    RequiredConfigsRule,
+    Rule,
+    TopicNameRule,
+)
+
+__all__ = [
+    "PluginSpec",
+    "PolicyConfig",
+    "PolicyConfigError",
+    "build_policy_chain",
+    "flatten_configs",
+    "load_policy_chain",
+    "parse_policy_config",
+]
+
+CREATE_TOPIC_POLICY: Final = "create.topic.policy"
+ALTER_CONFIG_POLICY: Final = "alter.config.policy"
+ALTER_CONFIG_V2_POLICY: Final = "alter.config.v2.policy"
+TOPIC_ACTION_POLICY: Final = "topic.action.policy"
+
+_PLUGIN_KINDS: Final[Mapping[str, type[Policy]]] = {
+    CREATE_TOPIC_POLICY: CreateTopicPolicy,
+    ALTER_CONFIG_POLICY: AlterConfigPolicy,
+    ALTER_CONFIG_V2_POLICY: AlterConfigV2Policy,
+    TOPIC_ACTION_POLICY: TopicActionPolicy,
+}
+_PLUGIN_SUFFIXES: Final = ("class.name", "class.path", "mode")
+_TIMEOUT_KEY: Final = "policy.timeout.ms"
+_THREADS_KEY: Final = "policy.threads"
+_RULES_KEY: Final = "rules"
+
+# KIP-201: the new policy covers what these old ones did, so they cannot be used together.
+_CONFLICTS: Final = {
+    CREATE_TOPIC_POLICY: "it covers topic creation",
+    ALTER_CONFIG_POLICY: (
+        "it covers topic config changes; for other resources use alter.config.v2.policy"
+    ),
+}
+
+
+class PolicyConfigError(Exception):
+    """A bad ``policies:`` section; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginSpec:
+    """One configured plug-in: ``prefix`` is Kafka's, such as ``create.topic.policy``."""
+
+    prefix: str
+    class_name: str
+    class_path: str | None
+    mode: Mode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyConfig:
+    """The ``policies:`` section, checked."""
+
+    source: str
+    plugins: tuple[PluginSpec, ...]
+    rules: tuple[Rule, ...]
+    timeout_s: float
+    threads: int
+    configs: Mapping[str, str]
+    """The section flattened: what each plug-in's ``configure()`` receives."""
+
+    def plugin(self, prefix: str) -> PluginSpec | None:
+        return next((p for p in self.plugins if p.prefix == prefix), None)
+
+
+def load_policy_chain(section: Mapping[str, object], *, source: str) -> PolicyChain:
+    """Check the section, import and configure the plug-ins, and build the chain.
+
+    :raises PolicyConfigError: for any problem, plug-ins that fail to load included.
+    """
+    return build_policy_chain(parse_policy_config(section, source=source))
+
+
+def parse_policy_config(section: Mapping[str, object], *, source: str) -> PolicyConfig:
+    """Check the section without importing anything.
+
+    :raises PolicyConfigError: naming the key and ``source``.
+    """
+    errors = _Errors(source)
+    for key in section:
+        if not isinstance(key, str):
+            raise errors.at(repr(key), "keys must be strings")
+    plugins = []
+    for prefix in _PLUGIN_KINDS:
+        spec = _parse_plugin(section, prefix, errors)
+        if spec is not None:
+            plugins.append(spec)
+    configured = {p.prefix for p in plugins}
+    if TOPIC_ACTION_POLICY in configured:
+        for old, reason in _CONFLICTS.items():
+            if old in configured:
+                raise errors.at(
+                    f"{old}.class.name",
+                    f"cannot be used together with {TOPIC_ACTION_POLICY}.class.name: "
+                    f"{reason} (KIP-201)",
+                )
+    timeout_ms = _positive_int(section, _TIMEOUT_KEY, 5000, errors)
+    threads = _positive_int(section, _THREADS_KEY, 8, errors)
+    for key in section:
+        if key.startswith("policy.") and key not in (_TIMEOUT_KEY, _THREADS_KEY):
+            raise errors.at(key, f"unknown key; expected {_TIMEOUT_KEY} or {_THREADS_KEY}")
+    return PolicyConfig(
+        source=source,
+        plugins=tuple(plugins),
+        rules=_parse_rules(section.get(_RULES_KEY), errors),
+        timeout_s=timeout_ms / 1000,
+        threads=threads,
+        configs=FrozenMap(flatten_configs(section)),
+    )
+
+
+def build_policy_chain(config: PolicyConfig) -> PolicyChain:
+    """Import, instantiate and configure each plug-in, then build the chain.
+
+    :raises PolicyConfigError: naming the ``class.name`` key of a plug-in that fails.
+    """
+    errors = _Errors(config.source)
+    loaded: dict[str, PolicyPlugin] = {}
+    try:
+        for spec in config.plugins:
+            policy = _instantiate(spec, errors)
+            loaded[spec.prefix] = PolicyPlugin(policy=policy, mode=spec.mode, name=spec.class_name)
+            try:
+                policy.configure(config.configs)
+            except Exception as exc:
+                raise errors.at(
+                    f"{spec.prefix}.class.name",
+                    f"{spec.class_name}.configure() failed: {type(exc).__name__}: {exc}",
+                ) from exc
+    except PolicyConfigError as error:
+        for plugin in loaded.values():
+            try:
+                plugin.policy.close()
+            except Exception as exc:
+                error.add_note(f"closing {plugin.name} also failed: {type(exc).__name__}: {exc}")
+        raise
+    return PolicyChain(
+        rules=config.rules,
+        create_topic_policy=loaded.get(CREATE_TOPIC_POLICY),
+        alter_config_policy=loaded.get(ALTER_CONFIG_POLICY),
+        alter_config_v2_policy=loaded.get(ALTER_CONFIG_V2_POLICY),
+        topic_action_policy=loaded.get(TOPIC_ACTION_POLICY),
+        timeout_s=config.timeout_s,
+        max_workers=config.threads,
+    )
+
+
+def flatten_configs(section: Mapping[str, object]) -> dict[str, str]:
+    """The section as a flat string map, the form Kafka passes to ``configure()``.
+
+    Nested keys are joined with dots; a list of scalars becomes a comma-separated string
+    (Kafka's list form); a list holding mappings is indexed (``rules.0.name``); booleans
+    become ``true``/``false`` and null the empty string.
+    """
+    flat: dict[str, str] = {}
+
+    def visit(key: str, value: object) -> None:
+        if isinstance(value, Mapping):
+            for name, inner in value.items():
+                visit(f"{key}.{name}" if key else str(name), inner)
+        elif isinstance(value, list | tuple):
+            if all(not isinstance(item, Mapping | list | tuple) for item in value):
+                flat[key] = ",".join(_scalar_text(item) for item in value)
+            else:
+                for index, item in enumerate(value):
+                    visit(f"{key}.{index}", item)
+        else:
+            flat[key] = _scalar_text(value)
+
+    visit("", section)
+    return flat
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+class _Errors:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def at(self, key: str, problem: str) -> PolicyConfigError:
+        return PolicyConfigError(f"{self.source}: policies.{key}: {problem}")
+
+
+def _scalar_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _parse_plugin(section: Mapping[str, object], prefix: str, errors: _Errors) -> PluginSpec | None:
+    for key in section:
+        if key.startswith(prefix + ".") and key[len(prefix) + 1 :] not in _PLUGIN_SUFFIXES:
+            expected = ", ".join(f"{prefix}.{s}" for s in _PLUGIN_SUFFIXES)
+            raise errors.at(key, f"unknown key; expected one of {expected}")
+    name_key, path_key, mode_key = (f"{prefix}.{s}" for s in _PLUGIN_SUFFIXES)
+    class_name = section.get(name_key)
+    if class_name is None:
+        for key in (path_key, mode_key):
+            if key in section:
+                raise errors.at(key, f"set without {name_key}")
+        return None
+    if not isinstance(class_name, str) or not re.fullmatch(r"\w+(\.\w+)+", class_name):
+        raise errors.at(name_key, f"expected a dotted name module.Class, got {class_name!r}")
+    class_path = section.get(path_key)
+    if class_path is not None and (not isinstance(class_path, str) or not class_path):
+        raise errors.at(path_key, f"expected a directory, got {class_path!r}")
+    return PluginSpec(
+        prefix=prefix,
+        class_name=class_name,
+        class_path=class_path,
+        mode=_mode(section.get(mode_key), mode_key, errors),
+    )
+
+
+def _mode(value: object, key: str, errors: _Errors) -> Mode:
+    if value is None:
+        return Mode.ENFORCE
+    for mode in Mode:
+        if value == mode.value:
+            return mode
+    choices = " or ".join(m.value for m in Mode)
+    raise errors.at(key, f"expected {choices}, got {value!r}")
+
+
+def _positive_int(section: Mapping[str, object], key: str, default: int, errors: _Errors) -> int:
+    value = section.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise errors.at(key, f"expected a positive whole number, got {value!r}")
+    return value
+
+
+def _instantiate(spec: PluginSpec, errors: _Errors) -> Policy:
+    key = f"{spec.prefix}.class.name"
+    kind = _PLUGIN_KINDS[spec.prefix]
+    module_name, _, class_name = spec.class_name.rpartition(".")
+    directory = None
+    if spec.class_path is not None:
+        directory = os.path.abspath(spec.class_path)
+        if not os.path.isdir(directory):
+            raise errors.at(f"{spec.prefix}.class.path", f"{directory} is not a directory")
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+            importlib.invalidate_caches()
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise errors.at(key, f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    if directory is not None:
+        location = os.path.abspath(getattr(module, "__file__", None) or "")
+        if os.path.commonpath([location, directory]) != directory:
+            raise errors.at(
+                key,
+                f"module {module_name} is already imported from {location}, "
+                f"not from {spec.prefix}.class.path {directory}",
+            )
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise errors.at(key, f"module {module_name} has no class {class_name}")
+    if not issubclass(cls, kind):
+        raise errors.at(key, f"{spec.class_name} is not a subclass of policies.api.{kind.__name__}")
+    try:
+        policy: Policy = cls()
+    except Exception as exc:
+        raise errors.at(key, f"{spec.class_name}() failed: {type(exc).__name__}: {exc}") from exc
+    return policy
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+_RULE_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "partitions": frozenset({"min", "max"}),
+    "replication.factor": frozenset({"min", "max"}),
+    "config": frozenset({"config", "min", "max", "allowed"}),
+    "required.configs": frozenset({"configs"}),
+    "forbidden.configs": frozenset({"configs"}),
+    "topic.name": frozenset({"pattern"}),
+    "protected.topics": frozenset({"topics", "allowed.principals"}),
+}
+_COMMON_RULE_KEYS: Final = frozenset({"name", "type", "mode"})
+
+
+def _parse_rules(value: object, errors: _Errors) -> tuple[Rule, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise errors.at(_RULES_KEY, "expected a list of rules")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(value):
+        at = f"{_RULES_KEY}[{index}]"
+        if not isinstance(entry, Mapping):
+            raise errors.at(at, "expected a mapping with name, type and the rule's settings")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise errors.at(f"{at}.name", "every rule needs a name")
+        if name in seen:
+            raise errors.at(f"{at}.name", f"another rule is already named {name!r}")
+        seen.add(name)
+        rule_type = entry.get("type")
+        if rule_type not in _RULE_KEYS:
+            raise errors.at(
+                f"{at}.type", f"expected one of {', '.join(_RULE_KEYS)}, got {rule_type!r}"
+            )
+        assert isinstance(rule_type, str)
+        for key in entry:
+            if key not in _COMMON_RULE_KEYS and key not in _RULE_KEYS[rule_type]:
+                allowed = ", ".join(sorted(_COMMON_RULE_KEYS | _RULE_KEYS[rule_type]))
+                raise errors.at(f"{at}.{key}", f"unknown key for a {rule_type} rule ({allowed})")
+        mode = _mode(entry.get("mode"), f"{at}.mode", errors)
+        rules.append(_parse_rule(rule_type, entry, at, name, mode, errors))
+    return tuple(rules)
+
+
+def _parse_rule(
+    rule_type: str, entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+) -> Rule:
+    if rule_type in ("partitions", "replication.factor"):
+        low, high = _bounds(entry, at, errors, whole=True)
+        cls = PartitionsRule if rule_type == "partitions" else ReplicationFactorRule
+        return cls(
+            name=name,
+            mode=mode,
+            min=None if low is None else int(low),
+            max=None if high is None else int(high),
+        )
+    if rule_type == "config":
+        config = entry.get("config")
+        if not isinstance(config, str) or not config:
+            raise errors.at(f"{at}.config", "expected the config's name, such as retention.ms")
+        has_bounds = "min" in entry or "max" in entry
+        if has_bounds == ("allowed" in entry):
+            raise errors.at(at, "a config rule sets min and/or max, or allowed (not both)")
+        if has_bounds:
+            low, high = _bounds(entry, at, errors, whole=False)
+            return ConfigRule(name=name, mode=mode, config=config, min=low, max=high)
+        allowed = _strings(entry["allowed"], f"{at}.allowed", errors, scalars=True)
+        return ConfigRule(name=name, mode=mode, config=config, allowed=frozenset(allowed))
+    if rule_type in ("required.configs", "forbidden.configs"):
+        configs = _strings(entry.get("configs"), f"{at}.configs", errors)
+        if rule_type == "required.configs":
+            return RequiredConfigsRule(name=name, mode=mode, configs=configs)
+        return ForbiddenConfigsRule(name=name, mode=mode, configs=configs)
+    if rule_type == "topic.name":
+        pattern = entry.get("pattern")
+        if not isinstance(pattern, str):
+            raise errors.at(f"{at}.pattern", "expected a regular expression")
+        return TopicNameRule(name=name, mode=mode, pattern=_regex(pattern, f"{at}.pattern", errors))
+    assert rule_type == "protected.topics"
+    topics = _strings(entry.get("topics"), f"{at}.topics", errors)
+    principals = _strings(
+        entry.get("allowed.principals", []), f"{at}.allowed.principals", errors, empty=True
+    )
+    for principal in principals:
+        if not re.fullmatch(r"[^:\s]+:.+", principal):
+            raise errors.at(
+                f"{at}.allowed.principals",
+                f"expected principals such as User:alice, got {principal!r}",
+            )
+    return ProtectedTopicsRule(
+        name=name,
+        mode=mode,
+        topics=tuple(_regex(t, f"{at}.topics", errors) for t in topics),
+        allowed_principals=frozenset(principals),
+    )
+
+
+def _bounds(
+    entry: Mapping[str, object], at: str, errors: _Errors, *, whole: bool
+) -> tuple[float | None, float | None]:
+    bounds: list[float | None] = []
+    for key in ("min", "max"):
+        value = entry.get(key)
+        number_types = (int,) if whole else (int, float)
+        if value is not None and (not isinstance(value, number_types) or isinstance(value, bool)):
+            kind = "a whole number" if whole else "a number"
+            raise errors.at(f"{at}.{key}", f"expected {kind}, got {value!r}")
+        bounds.append(value)
+    low, high = bounds
+    if low is None and high is None:
+        raise errors.at(at, "set min, max or both")
+    if low is not None and high is not None and low > high:
+        raise errors.at(f"{at}.min", f"min {low} is above max {high}")
+    return low, high
+
+
+def _strings(
+    value: object, key: str, errors: _Errors, *, scalars: bool = False, empty: bool = False
+) -> tuple[str, ...]:
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise errors.at(key, "expected a list")
+    items = []
+    for item in value:
+        if isinstance(item, str) and item:
+            items.append(item)
+        elif scalars and isinstance(item, bool | int | float):
+            items.append(_scalar_text(item))
+        else:
+            raise errors.at(key, f"expected non-empty strings, got {item!r}")
+    if not items and not empty:
+        raise errors.at(key, "expected at least one entry")
+    return tuple(items)
+
+
+def _regex(pattern: str, key: str, errors: _Errors) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise errors.at(key, f"invalid regular expression {pattern!r}: {exc}") from None

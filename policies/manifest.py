@@ -1,0 +1,110 @@
+"""Checks a topic manifest against the policy chain, with no cluster (``kpg policy check``).
+
+A manifest lists topics as they would be created::
+
+    topics:
+      - name: orders.v1
+        partitions: 12
+        replication_factor: 3
+        configs: {min.insync.replicas: 2, retention.ms: 604800000}
+
+Each topic goes through :meth:`PolicyChain.check_create_topic`; config values are turned into
+the strings Kafka would send (``true``/``false`` for booleans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from policies.api import CreateTopicRequestMetadata
+from policies.chain import Decision, PolicyChain
+
+__all__ = ["ManifestError", "TopicCheck", "check_manifest", "parse_manifest"]
+
+_TOPIC_KEYS = ("name", "partitions", "replication_factor", "configs")
+
+
+class ManifestError(Exception):
+    """A malformed manifest; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicCheck:
+    topic: str
+    decision: Decision
+
+
+def check_manifest(
+    chain: PolicyChain,
+    manifest: Mapping[str, object],
+    *,
+    source: str,
+    principal: str | None = None,
+) -> tuple[TopicCheck, ...]:
+    """The chain's decision for each topic of the manifest, in manifest order.
+
+    ``principal`` is who the creation is checked for (``"User:alice"``), None for nobody.
+
+    :raises ManifestError: if the manifest is malformed.
+    """
+    return tuple(
+        TopicCheck(
+            topic=request.topic,
+            decision=chain.check_create_topic(request, principal=principal),
+        )
+        for request in parse_manifest(manifest, source=source)
+    )
+
+
+def parse_manifest(
+    manifest: Mapping[str, object], *, source: str
+) -> tuple[CreateTopicRequestMetadata, ...]:
+    """The manifest's topics as create requests.
+
+    :raises ManifestError: naming ``source`` and the key.
+    """
+    topics = manifest.get("topics")
+    if not isinstance(topics, list):
+        raise ManifestError(f"{source}: topics: expected a list of topics")
+    requests = []
+    for index, entry in enumerate(topics):
+        at = f"{source}: topics[{index}]"
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{at}: expected a mapping with {', '.join(_TOPIC_KEYS)}")
+        for key in entry:
+            if key not in _TOPIC_KEYS:
+                raise ManifestError(f"{at}.{key}: unknown key ({', '.join(_TOPIC_KEYS)})")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ManifestError(f"{at}.name: expected the topic's name")
+        counts = []
+        for key in ("partitions", "replication_factor"):
+            value = entry.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ManifestError(f"{at}.{key}: expected a positive whole number, got {value!r}")
+            counts.append(value)
+        requests.append(
+            CreateTopicRequestMetadata(
+                topic=name,
+                num_partitions=counts[0],
+                replication_factor=counts[1],
+                replicas_assignments=None,
+                configs=_configs(entry.get("configs", {}), f"{at}.configs"),
+            )
+        )
+    return tuple(requests)
+
+
+def _configs(value: object, at: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ManifestError(f"{at}: expected a mapping of config names to values")
+    configs = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            configs[str(key)] = "true" if item else "false"
+        elif isinstance(item, str | int | float):
+            configs[str(key)] = str(item)
+        else:
+            raise ManifestError(f"{at}.{key}: expected a single value, got {item!r}")
+    return configs

@@ -1,0 +1,204 @@
+"""CreateTopics in every version a client may send, v0 and v1 included.
+
+kio ships v2 to v7. The v1 request has exactly v2's layout (v2 changed only the response),
+and v0 is v1 without the trailing ``validate_only`` byte, so both are read with the v2
+schema and sent to the broker as v2, which every broker since Kafka 0.11 takes (Kafka 4
+takes nothing older). The v2 answer is translated back: v1 is v2 without the leading
+throttle time; v0 also drops ``error_message``, leaving name and error code per topic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial.writers import write_int16, write_int32, write_legacy_string
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .framing import RequestHeader, frame_bytes, response_header
+from .versions import VersionRange
+
+CREATE_TOPICS: Final = 19
+VERSIONS: Final = VersionRange(min_version=0, max_version=7)
+BROKER_MIN_VERSION: Final = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSpec:
+    """One topic of a CreateTopics request, in Kafka's words; -1 means the broker default."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignments: tuple[tuple[int, tuple[int, ...]], ...]
+    configs: tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopics:
+    """A decoded CreateTopics request. ``payload`` is the kio entity (v2 or later)."""
+
+    version: int
+    topics: tuple[TopicSpec, ...]
+    validate_only: bool
+    timeout_ms: int
+    payload: Payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicResult:
+    """A locally decided result for one topic."""
+
+    name: str
+    error_code: int
+    error_message: str | None
+
+
+def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
+    """:raises Undecodable: for a malformed body or a version beyond v7."""
+    wire = header
+    body = frame
+    if header.api_version < BROKER_MIN_VERSION:
+        wire = dataclasses.replace(header, api_version=BROKER_MIN_VERSION)
+        if header.api_version == 0:
+            body = bytes(frame) + b"\x00"  # v0 has no validate_only: as v1 with false
+    payload = decode_request(wire, body)
+    return CreateTopics(
+        version=header.api_version,
+        topics=tuple(
+            TopicSpec(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignments=tuple((a.partition_index, tuple(a.broker_ids)) for a in t.assignments),
+                configs=tuple((c.name, c.value) for c in t.configs),
+            )
+            for t in payload.topics
+        ),
+        validate_only=bool(payload.validate_only),
+        timeout_ms=int(payload.timeout.total_seconds() * 1000),
+        payload=payload,
+    )
+
+
+def broker_version(client_version: int) -> int:
+    return max(client_version, BROKER_MIN_VERSION)
+
+
+def needs_translation(request: CreateTopics) -> bool:
+    return request.version < BROKER_MIN_VERSION
+
+
+def request_for_broker(request: CreateTopics, header: RequestHeader, keep: Sequence[str]) -> bytes:
+    """The request frame (no size prefix) carrying only the topics named in ``keep``, at the
+    version the broker is sent (v2 for v0/v1 clients)."""
+    wanted = set(keep)
+    payload = dataclasses.replace(
+        request.payload, topics=tuple(t for t in request.payload.topics if t.name in wanted)
+    )
+    return encode_request(
+        CREATE_TOPICS,
+        broker_version(request.version),
+        header.correlation_id,
+        header.client_id,
+        payload,
+    )[4:]
+
+
+def read_broker_response(request: CreateTopics, frame: bytes) -> Payload:
+    """:raises Undecodable: when the broker's answer does not decode."""
+    return decode_response(CREATE_TOPICS, broker_version(request.version), frame)
+
+
+def answer(
+    request: CreateTopics,
+    correlation_id: int,
+    local: dict[str, TopicResult],
+    broker: Payload | None,
+) -> bytes:
+    """The response frame (no size prefix) for the client, in its version's layout.
+
+    Topics come in request order: each from ``local`` if decided here, else from the
+    broker's answer. Every topic of the request must be in one of the two.
+
+    :raises KeyError: when a topic is in neither.
+    """
+    version = broker_version(request.version)
+    schema: Any = load_response_schema(CREATE_TOPICS, version)
+    from_broker = {t.name: t for t in broker.topics} if broker is not None else {}
+    topic_cls = _result_class(version)
+    results = []
+    seen: set[str] = set()
+    for spec in request.topics:
+        if spec.name in seen:
+            continue
+        seen.add(spec.name)
+        if spec.name in local:
+            results.append(_local_result(topic_cls, version, local[spec.name]))
+        else:
+            results.append(from_broker[spec.name])
+    throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
+    payload = schema(throttle_time=throttle, topics=tuple(results))
+    if request.version >= BROKER_MIN_VERSION:
+        return response_header(correlation_id, CREATE_TOPICS, version) + encode_body(payload)
+    return response_header(correlation_id, CREATE_TOPICS, request.version) + _legacy_body(
+        request.version, payload
+    )
+
+
+def _result_class(version: int) -> type:
+    import importlib
+
+    module = importlib.import_module(f"kio.schema.create_topics.v{version}.response")
+    return module.CreatableTopicResult  # type: ignore[no-any-return]
+
+
+def _local_result(cls: type, version: int, result: TopicResult) -> Payload:
+    fields: dict[str, object] = {
+        "name": result.name,
+        "error_code": ErrorCode(result.error_code),
+        "error_message": result.error_message,
+    }
+    if version >= 5:
+        fields.update(
+            topic_config_error_code=i16(0),
+            num_partitions=i32(-1),
+            replication_factor=i16(-1),
+            configs=None,
+        )
+    if version >= 7:
+        fields["topic_id"] = None
+    return cls(**fields)
+
+
+def _legacy_body(version: int, payload: Payload) -> bytes:
+    """v1: v2's body without the leading throttle time. v0: name and error code only."""
+    if version == 1:
+        return encode_body(payload)[4:]
+    buffer = io.BytesIO()
+    write_int32(buffer, i32(len(payload.topics)))
+    for topic in payload.topics:
+        write_legacy_string(buffer, topic.name)
+        write_int16(buffer, i16(int(topic.error_code)))
+    return buffer.getvalue()
+
+
+def encode_legacy_request(
+    version: int, correlation_id: int, client_id: str | None, payload: Payload
+) -> bytes:
+    """A v0 or v1 request frame (size prefix included) from a v2 payload; for tests and
+    tools that speak to old brokers."""
+    full = encode_request(CREATE_TOPICS, BROKER_MIN_VERSION, correlation_id, client_id, payload)
+    body = full[4:]
+    body = body[:2] + struct.pack(">h", version) + body[4:]
+    if version == 0:
+        body = body[:-1]  # drop validate_only
+    return frame_bytes(body)

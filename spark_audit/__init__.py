@@ -1,0 +1,15 @@
+"""Audit events of the Kafka policy gateway, and the Spark job that turns them into reports.
+
+- :mod:`spark_audit.event` is the schema (see ``SCHEMA.md``). It is the only module the
+  gateway imports, so it must stay free of pyspark at import time.
+- :mod:`spark_audit.transforms` holds pure ``DataFrame -> DataFrame`` functions.
+- :mod:`spark_audit.job` is the Structured Streaming job: spool (or Kafka) to a Parquet table
+  partitioned by ``date``. Each event lands exactly once, across restarts: each micro-batch
+  is anti-joined on ``event_id`` against the table before it is appended.
+- :mod:`spark_audit.report` builds ``summary.json``, CSV files and ``index.html``.
+- :mod:`spark_audit.cli` mounts ``kpg audit report`` and ``kpg audit stream``.
+
+Times are UTC throughout: event times are written with a ``Z``, and the Spark session runs
+with ``spark.sql.session.timeZone=UTC`` (``job.build_spark_session`` sets it).
+Nothing here imports ``gateway``, ``protocol`` or ``policies``.
+"""

@@ -1,0 +1,121 @@
+"""``kpg audit`` subcommands: ``report`` (batch) and ``stream`` (the Structured Streaming job).
+
+Mount with :func:`add_audit_commands`; like ``kpg run``, each leaf parser sets ``func`` to a
+function ``(argparse.Namespace) -> int`` that returns the exit status. pyspark is imported
+only when a command runs, so ``kpg --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def add_audit_commands(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add ``audit report`` and ``audit stream`` to ``subparsers`` (from ``add_subparsers``).
+
+    :returns: the ``audit`` parser.
+    """
+    audit = subparsers.add_parser("audit", help="audit reports and the audit stream job")
+    commands = audit.add_subparsers(dest="audit_command", required=True)
+
+    report = commands.add_parser(
+        "report", help="build summary.json, CSV files and index.html from audit events"
+    )
+    report.add_argument(
+        "--input", required=True, help="a spool directory or a Parquet audit table directory"
+    )
+    report.add_argument("--out", required=True, help="directory to write the report into")
+    report.add_argument("--top", type=int, default=10, help="rows in the top offenders report")
+    report.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    report.set_defaults(func=report_command)
+
+    stream = commands.add_parser(
+        "stream", help="append audit events from the spool (or Kafka) to the Parquet table"
+    )
+    add_stream_arguments(stream)
+    stream.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    stream.set_defaults(func=stream_command)
+    return audit
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The stream's command-line options; shared by ``kpg audit stream`` and spark-submit."""
+    parser.add_argument("--source", choices=("spool", "kafka"), default="spool")
+    parser.add_argument("--spool", help="spool directory the gateway writes (source spool)")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (source kafka)")
+    parser.add_argument("--topic", help="Kafka audit topic (source kafka)")
+    parser.add_argument("--table", required=True, help="Parquet table directory to append to")
+    parser.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what is there, then stop (default: run until stopped)",
+    )
+    parser.add_argument("--processing-time", default="30 seconds", help="micro-batch interval")
+    parser.add_argument("--max-files-per-trigger", type=int, help="cap segments per batch")
+
+
+def stream_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`start_stream` keyword arguments from :func:`add_stream_arguments` options."""
+    return {
+        "source": args.source,
+        "spool_dir": args.spool,
+        "bootstrap_servers": args.bootstrap_servers,
+        "topic": args.topic,
+        "table_dir": args.table,
+        "checkpoint_dir": args.checkpoint,
+        "available_now": args.available_now,
+        "processing_time": args.processing_time,
+        "max_files_per_trigger": args.max_files_per_trigger,
+    }
+
+
+def configure_logging() -> None:
+    """Progress lines from ``spark_audit`` at INFO; other libraries stay at WARNING.
+
+    A no-op for the root logger when the caller configured logging already.
+    """
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("spark_audit").setLevel(logging.INFO)
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """``kpg audit report --input DIR --out DIR``."""
+    from spark_audit.job import build_spark_session
+    from spark_audit.report import build_report
+
+    configure_logging()
+    spark = build_spark_session("kpg-audit-report", master=args.master)
+    try:
+        summary = build_report(spark, args.input, args.out, top_n=args.top)
+    except FileNotFoundError as exc:
+        logger.error("%s", exc)
+        return 2
+    totals = summary["totals"]
+    print(
+        f"{totals['decisions']} decisions ({totals['denied']} denied, "
+        f"{totals['would_deny']} would deny); report in {args.out}/index.html"
+    )
+    return 0
+
+
+def stream_command(args: argparse.Namespace) -> int:
+    """``kpg audit stream --spool DIR --table DIR --checkpoint DIR [--available-now]``."""
+    from spark_audit.job import KafkaConnectorMissingError, build_spark_session, run_stream
+
+    configure_logging()
+    spark = build_spark_session("kpg-audit-stream", master=args.master)
+    try:
+        run_stream(spark, **stream_settings(args))
+    except (KafkaConnectorMissingError, ValueError) as exc:
+        logger.error("%s", exc)
+        return 2
+    return 0

@@ -1,0 +1,260 @@
+"""Who the client is: TLS client certificates (for real) and SASL (scripted upstream)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTopicsResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta, i64Timedelta
+
+from gateway.config import HostPort
+from gateway.principal import ssl_principal
+from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
+from tests.scripted import ScriptedCluster
+from tests.support import GatewayThread, RawClient, gateway_config
+
+pytestmark = pytest.mark.inproc
+
+# By its full module name, so the test reads the same class object the gateway loaded.
+TOPIC_ACTION = {
+    "topic.action.policy.class.name": (
+        "tests.plugins.kafka_test_policies.RecordingTopicActionPolicy"
+    ),
+}
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    d = tmp_path_factory.mktemp("pki")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        cwd=d,
+    )
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, subject, ext in (
+        ("server", "/CN=localhost", ["-extfile", "san.ext"]),
+        ("client", "/C=US/O=Acme/OU=eng/CN=alice", []),
+    ):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            subject,
+            cwd=d,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            *ext,
+            cwd=d,
+        )
+    return d
+
+
+def test_tls_client_certificate_is_the_principal(broker: HostPort, pki: Path) -> None:
+    RecordingTopicActionPolicy.seen.clear()
+    gw = GatewayThread(
+        gateway_config(
+            broker,
+            policies=TOPIC_ACTION,
+            tls={
+                "cert_file": str(pki / "server.pem"),
+                "key_file": str(pki / "server.key"),
+                "ca_file": str(pki / "ca.pem"),
+                "client_auth": "required",
+            },
+        )
+    ).start()
+    try:
+        admin = AdminClient(
+            {
+                "bootstrap.servers": gw.bootstrap,
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki / "ca.pem"),
+                "ssl.certificate.location": str(pki / "client.pem"),
+                "ssl.key.location": str(pki / "client.key"),
+            }
+        )
+        topic = f"tls-{uuid.uuid4().hex[:8]}"
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        (seen,) = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]
+        assert seen.principal == "User:CN=alice,OU=eng,O=Acme,C=US"
+        # Without a client certificate the TLS handshake fails: nothing gets through.
+        anonymous = AdminClient(
+            {
+                "bootstrap.servers": gw.bootstrap,
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki / "ca.pem"),
+            }
+        )
+        other = f"tls-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(Exception):  # noqa: B017 - librdkafka reports a transport failure
+            anonymous.create_topics([NewTopic(other, 1, 1)], request_timeout=5)[other].result(10)
+        assert not [m for m in RecordingTopicActionPolicy.seen if m.topic == other]
+    finally:
+        gw.stop()
+
+
+def test_plain_connection_has_no_principal(broker: HostPort) -> None:
+    RecordingTopicActionPolicy.seen.clear()
+    gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION)).start()
+    try:
+        topic = f"anon-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        assert [m.principal for m in RecordingTopicActionPolicy.seen if m.topic == topic] == [None]
+    finally:
+        gw.stop()
+
+
+@pytest.mark.unit
+def test_rfc2253_escaping() -> None:
+    cert = {"subject": ((("organizationName", "Acme, Inc."),), (("commonName", "bob+1"),))}
+    assert ssl_principal(cert) == "User:CN=bob\\+1,O=Acme\\, Inc."
+    assert ssl_principal(None) is None
+
+
+ZERO = i32Timedelta.parse(timedelta(0))
+
+
+def _scripted_sasl(outcomes: list[bool]):  # type: ignore[no-untyped-def]
+    """A scripted broker that runs a SASL exchange: the test broker cannot run SASL
+    (TEST_BROKER.md), so the broker side of the exchange is scripted here."""
+    answers = list(outcomes)
+
+    async def respond(me, header, request):  # type: ignore[no-untyped-def]
+        if header.api_key == 18:
+            return ApiVersionsResponse(
+                error_code=ErrorCode.none,
+                throttle_time=ZERO,
+                api_keys=tuple(
+                    ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+                    for k, lo, hi in ((17, 0, 1), (18, 0, 3), (19, 2, 7), (36, 0, 2))
+                ),
+            )
+        if header.api_key == 17:
+            return SaslHandshakeResponse(
+                error_code=ErrorCode.none, mechanisms=("PLAIN", "SCRAM-SHA-256")
+            )
+        if header.api_key == 36:
+            ok = answers.pop(0)
+            return SaslAuthenticateResponse(
+                error_code=ErrorCode.none if ok else ErrorCode.sasl_authentication_failed,
+                error_message=None if ok else "Authentication failed",
+                auth_bytes=b"server-message",
+                session_lifetime=i64Timedelta.parse(timedelta(0)),
+            )
+        if header.api_key == 19:
+            return CreateTopicsResponse(
+                throttle_time=ZERO,
+                topics=tuple(
+                    CreatableTopicResult(
+                        name=t.name,
+                        topic_id=None,
+                        error_code=ErrorCode.none,
+                        error_message=None,
+                        configs=None,
+                    )
+                    for t in request.topics
+                ),
+            )
+        raise AssertionError(f"unexpected API {header.api_key}")
+
+    return respond
+
+
+def _exchange(mechanism: str, messages: list[bytes], outcomes: list[bool]) -> str | None:
+    RecordingTopicActionPolicy.seen.clear()
+    cluster = ScriptedCluster()
+    upstream = cluster.add(_scripted_sasl(outcomes), "sasl-broker")
+    assert upstream.address is not None
+    gw = GatewayThread(gateway_config(upstream.address, policies=TOPIC_ACTION)).start()
+    try:
+        client = RawClient(gw.bootstrap)
+        assert client.request(17, 1, SaslHandshakeRequest(mechanism=mechanism)).error_code == 0
+        for message in messages:
+            client.request(36, 2, SaslAuthenticateRequest(auth_bytes=message))
+        topic = f"sasl-{uuid.uuid4().hex[:6]}"
+        client.request(
+            19,
+            7,
+            CreateTopicsRequest(
+                topics=(
+                    CreatableTopic(
+                        name=TopicName(topic),
+                        num_partitions=i32(1),
+                        replication_factor=i16(1),
+                        assignments=(),
+                        configs=(),
+                    ),
+                ),
+                timeout=ZERO,
+                validate_only=False,
+            ),
+        )
+        (seen,) = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]
+        return seen.principal
+    finally:
+        gw.stop()
+        cluster.close()
+
+
+def test_sasl_plain_principal_after_broker_success() -> None:
+    assert _exchange("PLAIN", [b"\x00alice\x00secret"], [True]) == "User:alice"
+
+
+def test_sasl_plain_failure_leaves_no_principal() -> None:
+    assert _exchange("PLAIN", [b"\x00mallory\x00wrong"], [False]) is None
+
+
+def test_sasl_scram_principal_after_the_final_round() -> None:
+    messages = [b"n,,n=bob=2Cjr,r=abc123", b"c=biws,r=abc123xyz,p=proof"]
+    assert _exchange("SCRAM-SHA-256", messages, [True, True]) == "User:bob,jr"
+    assert _exchange("SCRAM-SHA-256", messages, [True, False]) is None

@@ -1,0 +1,95 @@
+"""Plug-ins used by the tests, loaded by class name from this directory (class.path).
+
+``KafkaLikeCreateTopicPolicy`` re-implements, in our own code, the rules of the policy that
+Kafka's CreateTopics integration tests configure, so the gateway can be held to Kafka's
+semantics: messages, per-topic failure, validate_only.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from policies.api import (
+    AlterConfigPolicy,
+    AlterConfigRequestMetadata,
+    AlterConfigV2Policy,
+    AlterConfigV2RequestMetadata,
+    CreateTopicPolicy,
+    CreateTopicRequestMetadata,
+    PolicyViolation,
+    TopicActionPolicy,
+    TopicActionRequestMetadata,
+)
+
+
+class KafkaLikeCreateTopicPolicy(CreateTopicPolicy):
+    configured: Mapping[str, str] | None = None
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        KafkaLikeCreateTopicPolicy.configured = dict(configs)
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        partitions = request_metadata.num_partitions
+        if partitions is not None:
+            if partitions < 5:
+                raise PolicyViolation(
+                    f"Topics should have at least 5 partitions, received {partitions}"
+                )
+            if partitions > 10:
+                retention = request_metadata.configs.get("retention.ms")
+                if retention is None or int(retention) > 5000:
+                    raise PolicyViolation(
+                        "RetentionMs should be less than 5000ms if partitions > 10"
+                    )
+        else:
+            assert request_metadata.replicas_assignments is not None
+            count = len(request_metadata.replicas_assignments)
+            if count != 3:
+                raise PolicyViolation(
+                    f"Topic partitions should have 3 partitions, received {count}"
+                )
+
+
+class CrashingCreateTopicPolicy(CreateTopicPolicy):
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        raise RuntimeError("the policy's database is down")
+
+
+class HangingCreateTopicPolicy(CreateTopicPolicy):
+    release = threading.Event()
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        if request_metadata.topic.startswith("hang"):
+            self.release.wait(30)
+        time.sleep(0)
+
+
+class MinInsyncAlterConfigPolicy(AlterConfigPolicy):
+    """Kafka's AlterConfigPolicy test semantics: min.insync.replicas may not be changed."""
+
+    seen: list[AlterConfigRequestMetadata] = []
+
+    def validate(self, request_metadata: AlterConfigRequestMetadata) -> None:
+        MinInsyncAlterConfigPolicy.seen.append(request_metadata)
+        if "min.insync.replicas" in request_metadata.configs:
+            raise PolicyViolation("Changing min.insync.replicas is not allowed")
+
+
+class RecordingAlterConfigV2Policy(AlterConfigV2Policy):
+    seen: list[AlterConfigV2RequestMetadata] = []
+
+    def validate(self, request_metadata: AlterConfigV2RequestMetadata) -> None:
+        RecordingAlterConfigV2Policy.seen.append(request_metadata)
+
+
+class RecordingTopicActionPolicy(TopicActionPolicy):
+    seen: list[TopicActionRequestMetadata] = []
+
+    def validate(self, request_metadata: TopicActionRequestMetadata) -> None:
+        RecordingTopicActionPolicy.seen.append(request_metadata)
+        if request_metadata.topic.startswith("forbidden-"):
+            raise PolicyViolation(
+                f"{request_metadata.action.name} of {request_metadata.topic} is not allowed"
+            )

@@ -1,0 +1,240 @@
+"""The audit event schema and the Produce summarizer: pure code, no Spark, no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.audit import ProduceSummarizer
+from spark_audit.event import (
+    SCHEMA_VERSION,
+    SPARK_SCHEMA_DDL,
+    AuditEvent,
+    format_time,
+    parse_time,
+)
+
+pytestmark = pytest.mark.unit
+
+SCHEMA_DOC = Path(__file__).resolve().parents[2] / "spark_audit" / "SCHEMA.md"
+
+
+def make_event(**overrides: Any) -> AuditEvent:
+    fields: dict[str, Any] = {
+        "time": "2026-11-21T09:00:00.123Z",
+        "gateway_instance": "kpg-1",
+        "client_address": "10.0.0.7:53122",
+        "principal": "User:alice",
+        "client_id": "terraform",
+        "api": "CreateTopics",
+        "api_version": 7,
+        "resource_type": "topic",
+        "resource_name": "orders",
+        "action": "create",
+        "policy": "min-replication-factor",
+        "mode": "enforce",
+        "verdict": "denied",
+        "error_code": 87,
+        "message": "replication_factor 1 is below the minimum 3",
+    }
+    fields.update(overrides)
+    return AuditEvent(**fields)
+
+
+def test_json_line_round_trips_and_is_one_line() -> None:
+    event = make_event(validate_only=True)
+
+    line = event.to_json_line()
+
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert list(json.loads(line))[:3] == ["schema_version", "event_id", "time"]
+    assert AuditEvent.from_json(line) == event
+    assert AuditEvent.from_json(line.encode()) == event
+
+
+def test_defaults_give_a_fresh_id_and_the_current_version() -> None:
+    first, second = make_event(), make_event()
+
+    assert first.event_id != second.event_id
+    assert re.fullmatch(r"[0-9a-f-]{36}", first.event_id)
+    assert first.schema_version == SCHEMA_VERSION
+    assert first.event_count == 1 and not first.is_summary
+
+
+def test_spark_schema_lists_the_dataclass_fields_in_order() -> None:
+    field_names = [field.name for field in dataclasses.fields(AuditEvent)]
+    ddl_names = [column.split()[0] for column in SPARK_SCHEMA_DDL.split(", ")]
+
+    assert ddl_names == field_names
+
+
+def test_schema_doc_documents_every_field_and_its_example_is_valid() -> None:
+    doc = SCHEMA_DOC.read_text(encoding="utf-8")
+    documented = re.findall(r"^\| `(\w+)` \|", doc, flags=re.MULTILINE)
+    example = re.search(r"```json\n(.*?)\n```", doc, flags=re.DOTALL)
+
+    assert documented == [field.name for field in dataclasses.fields(AuditEvent)]
+    assert example is not None
+    assert AuditEvent.from_json(example.group(1)).verdict == "denied"
+
+
+def test_importing_the_schema_and_the_sinks_does_not_import_pyspark() -> None:
+    code = (
+        "import sys, spark_audit.event, gateway.audit; "
+        "sys.exit(1 if 'pyspark' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        ({"verdict": "maybe"}, "verdict"),
+        ({"mode": "audit"}, "mode"),
+        ({"verdict": "would_deny", "mode": "enforce"}, "would_deny"),
+        ({"time": "2026-11-21T09:00:00Z"}, "milliseconds"),
+        ({"time": "2026-11-21T09:00:00.123+01:00"}, "milliseconds"),
+        ({"interval_start": "2026-11-21T09:00:00.000Z"}, "together"),
+        (
+            {
+                "interval_start": "2026-11-21T09:01:00.000Z",
+                "interval_end": "2026-11-21T09:00:00.000Z",
+            },
+            "after",
+        ),
+        ({"event_count": 3}, "summary interval"),
+        ({"bytes_examined": -1}, "negative"),
+        ({"schema_version": 0}, "schema_version"),
+    ],
+)
+def test_construction_rejects_events_that_break_the_schema(
+    overrides: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        make_event(**overrides)
+
+
+def _as_dict(event: AuditEvent) -> dict[str, Any]:
+    return dataclasses.asdict(event)
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        (lambda d: d.update(colour="red"), "unknown"),
+        (lambda d: d.pop("principal"), "missing"),
+        (lambda d: d.update(api_version="7"), "api_version"),
+        (lambda d: d.update(api_version=True), "api_version"),
+        (lambda d: d.update(validate_only=1), "validate_only"),
+        (lambda d: d.update(resource_name=None), "cannot be null"),
+        (lambda d: d.update(schema_version="1"), "schema_version"),
+    ],
+)
+def test_from_json_rejects_malformed_events(change: Any, complaint: str) -> None:
+    data = _as_dict(make_event())
+    change(data)
+
+    with pytest.raises(ValueError, match=complaint):
+        AuditEvent.from_json(json.dumps(data))
+
+
+def test_from_json_ignores_fields_added_by_a_newer_version() -> None:
+    data = _as_dict(make_event()) | {"schema_version": SCHEMA_VERSION + 1, "colour": "red"}
+
+    event = AuditEvent.from_json(json.dumps(data))
+
+    assert event.schema_version == SCHEMA_VERSION + 1
+    assert event.resource_name == "orders"
+
+
+@pytest.mark.parametrize(
+    ("epoch_ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_795_251_600_123, "2026-11-21T09:00:00.123Z"),
+        (1_795_305_599_999, "2026-11-21T23:59:59.999Z"),
+    ],
+)
+def test_time_format_round_trips(epoch_ms: int, text: str) -> None:
+    assert format_time(epoch_ms) == text
+    assert parse_time(text) == epoch_ms
+
+
+# --- ProduceSummarizer ----------------------------------------------------------------------
+
+T0 = 1_795_251_600_000  # 2026-11-21T09:00:00.000Z
+
+
+def _produce(
+    summarizer: ProduceSummarizer,
+    topic: str,
+    principal: str | None,
+    client_id: str | None,
+    *,
+    records: int,
+    api_version: int = 9,
+) -> None:
+    summarizer.add(
+        topic=topic,
+        principal=principal,
+        client_id=client_id,
+        api_version=api_version,
+        records_examined=records,
+        bytes_examined=records * 100,
+    )
+
+
+def test_summarizer_emits_one_event_per_key_per_interval() -> None:
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0
+    )
+    _produce(summarizer, "orders", "User:alice", "app", records=10, api_version=7)
+    _produce(summarizer, "orders", "User:alice", "app", records=5, api_version=9)
+    _produce(summarizer, "orders", "User:alice", "app", records=1, api_version=8)
+    _produce(summarizer, "orders", None, "app", records=2)
+    _produce(summarizer, "payments", "User:alice", "app", records=3)
+
+    summaries = summarizer.flush(T0 + 60_000)
+
+    assert [
+        (e.resource_name, e.principal, e.event_count, e.records_examined, e.bytes_examined)
+        for e in summaries
+    ] == [
+        ("orders", None, 1, 2, 200),
+        ("orders", "User:alice", 3, 16, 1600),
+        ("payments", "User:alice", 1, 3, 300),
+    ]
+    alice_orders = summaries[1]
+    assert alice_orders.api_version == 9
+    assert alice_orders.interval_start == "2026-11-21T09:00:00.000Z"
+    assert alice_orders.interval_end == alice_orders.time == "2026-11-21T09:01:00.000Z"
+    assert (alice_orders.api, alice_orders.action, alice_orders.verdict) == (
+        "Produce",
+        "produce",
+        "allowed",
+    )
+    assert alice_orders.client_address is None and alice_orders.is_summary
+
+
+def test_summarizer_starts_the_next_interval_where_the_last_ended() -> None:
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="dry-run", interval_ms=60_000, start_ms=T0
+    )
+    assert not summarizer.due(T0 + 59_999)
+    assert summarizer.due(T0 + 60_000)
+    assert summarizer.flush(T0 + 60_000) == ()
+
+    _produce(summarizer, "orders", "User:bob", None, records=1)
+    (summary,) = summarizer.flush(T0 + 90_000)
+
+    assert summary.interval_start == "2026-11-21T09:01:00.000Z"
+    assert summary.interval_end == "2026-11-21T09:01:30.000Z"
+    assert summary.mode == "dry-run"
+    assert summarizer.flush(T0 + 120_000) == ()

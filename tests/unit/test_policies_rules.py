@@ -1,0 +1,429 @@
+"""Built-in rules, table-driven, through the chain the gateway calls."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+
+from policies.api import (
+    ConfigResource,
+    ConfigResourceType,
+    CreateTopicRequestMetadata,
+    TopicState,
+)
+from policies.chain import Decision, PolicyChain
+from policies.rules import (
+    ConfigRule,
+    ForbiddenConfigsRule,
+    Mode,
+    PartitionsRule,
+    ProtectedTopicsRule,
+    ReplicationFactorRule,
+    RequiredConfigsRule,
+    Rule,
+    TopicChange,
+    TopicNameRule,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def create(
+    topic: str = "orders",
+    partitions: int | None = 6,
+    replication_factor: int | None = 3,
+    assignments: Mapping[int, tuple[int, ...]] | None = None,
+    **configs: str,
+) -> CreateTopicRequestMetadata:
+    return CreateTopicRequestMetadata(
+        topic=topic,
+        num_partitions=None if assignments else partitions,
+        replication_factor=None if assignments else replication_factor,
+        replicas_assignments=assignments,
+        configs={k.replace("_", "."): v for k, v in configs.items()},
+    )
+
+
+def state(partitions: int = 6, configs: Mapping[str, str] | None = None) -> TopicState:
+    return TopicState(
+        num_partitions=partitions,
+        replication_factor=3,
+        replicas_assignments=None,
+        configs=configs or {},
+    )
+
+
+@dataclass(frozen=True)
+class Alter:
+    """An incremental config change: ``altered`` applied to ``before``."""
+
+    altered: Mapping[str, str | None]
+    before: Mapping[str, str] = field(default_factory=dict)
+    topic: str = "orders"
+    principal: str | None = "User:bob"
+
+    @property
+    def after(self) -> dict[str, str]:
+        after = dict(self.before)
+        for key, value in self.altered.items():
+            if value is None:
+                after.pop(key, None)
+            else:
+                after[key] = value
+        return after
+
+
+@dataclass(frozen=True)
+class CreatePartitions:
+    total: int
+    topic: str = "orders"
+    principal: str | None = "User:bob"
+
+
+@dataclass(frozen=True)
+class Delete:
+    topic: str = "orders"
+    principal: str | None = "User:bob"
+
+
+Request = CreateTopicRequestMetadata | Alter | CreatePartitions | Delete
+
+
+def decide(rule: Rule, request: Request) -> Decision:
+    chain = PolicyChain(rules=[rule])
+    try:
+        if isinstance(request, CreateTopicRequestMetadata):
+            return chain.check_create_topic(request, principal="User:bob")
+        if isinstance(request, Alter):
+            return chain.check_alter_config(
+                ConfigResource(type=ConfigResourceType.TOPIC, name=request.topic),
+                altered=request.altered,
+                before=request.before,
+                after=request.after,
+                principal=request.principal,
+            )
+        if isinstance(request, CreatePartitions):
+            return chain.check_create_partitions(
+                request.topic,
+                pre_state=state(1),
+                post_state=state(request.total),
+                principal=request.principal,
+            )
+        return chain.check_delete_topic(
+            request.topic, pre_state=state(), principal=request.principal
+        )
+    finally:
+        chain.close()
+
+
+PARTITIONS = PartitionsRule(name="partition-count", min=3, max=12)
+REPLICATION = ReplicationFactorRule(name="replication", min=2, max=3)
+MIN_ISR = ConfigRule(name="min-isr", config="min.insync.replicas", min=2, max=3)
+RETENTION = ConfigRule(name="retention", config="retention.ms", min=3_600_000, max=604_800_000)
+RATIO = ConfigRule(name="ratio", config="min.cleanable.dirty.ratio", min=0.1, max=0.9)
+CLEANUP = ConfigRule(
+    name="cleanup", config="cleanup.policy", allowed=frozenset({"delete", "compact"})
+)
+COMPRESSION = ConfigRule(
+    name="compression", config="compression.type", allowed=frozenset({"lz4", "zstd"})
+)
+REQUIRED = RequiredConfigsRule(name="explicit-retention", configs=("retention.ms",))
+FORBIDDEN = ForbiddenConfigsRule(name="no-unclean", configs=("unclean.leader.election.enable",))
+NAMING = TopicNameRule(name="naming", pattern=re.compile(r"[a-z]+\.v[0-9]+"))
+PROTECTED = ProtectedTopicsRule(
+    name="platform",
+    topics=(re.compile(r"__.*"), re.compile(r"audit")),
+    allowed_principals=frozenset({"User:admin"}),
+)
+
+# (rule, request, expected): expected is None for allowed, else part of the client's message
+CASES = [
+    # partitions: both bounds on create, only the maximum on a partition increase
+    pytest.param(PARTITIONS, create(partitions=3), None, id="partitions-create-ok"),
+    pytest.param(
+        PARTITIONS,
+        create(partitions=2),
+        "2 partitions is below the minimum of 3",
+        id="partitions-create-low",
+    ),
+    pytest.param(
+        PARTITIONS,
+        create(partitions=13),
+        "13 partitions is above the maximum of 12",
+        id="partitions-create-high",
+    ),
+    pytest.param(
+        PARTITIONS,
+        create(assignments={0: (1, 2), 1: (2, 3)}),
+        "2 partitions is below",
+        id="partitions-assignments",
+    ),
+    pytest.param(PARTITIONS, CreatePartitions(total=12), None, id="partitions-increase-ok"),
+    pytest.param(
+        PARTITIONS,
+        CreatePartitions(total=13),
+        "above the maximum of 12",
+        id="partitions-increase-high",
+    ),
+    pytest.param(PARTITIONS, CreatePartitions(total=2), None, id="partitions-increase-below-min"),
+    # replication factor, also from assignments (every partition counts)
+    pytest.param(REPLICATION, create(replication_factor=2), None, id="rf-ok"),
+    pytest.param(
+        REPLICATION,
+        create(replication_factor=1),
+        "replication factor 1 is below the minimum of 2",
+        id="rf-low",
+    ),
+    pytest.param(
+        REPLICATION,
+        create(replication_factor=4),
+        "replication factor 4 is above the maximum of 3",
+        id="rf-high",
+    ),
+    pytest.param(
+        REPLICATION,
+        create(assignments={0: (1, 2), 1: (1,)}),
+        "replication factor 1",
+        id="rf-assignments-uneven",
+    ),
+    pytest.param(
+        REPLICATION, create(assignments={0: (1, 2), 1: (2, 3)}), None, id="rf-assignments-ok"
+    ),
+    # numeric bounds on a config, on create (as given) and on alter (the new value)
+    pytest.param(MIN_ISR, create(min_insync_replicas="2"), None, id="bounds-create-ok"),
+    pytest.param(
+        MIN_ISR,
+        create(min_insync_replicas="1"),
+        "min.insync.replicas=1 is below the minimum of 2",
+        id="bounds-create-low",
+    ),
+    pytest.param(
+        MIN_ISR, create(min_insync_replicas="4"), "above the maximum of 3", id="bounds-create-high"
+    ),
+    pytest.param(MIN_ISR, create(), None, id="bounds-create-absent"),
+    pytest.param(
+        MIN_ISR,
+        create(min_insync_replicas="two"),
+        "min.insync.replicas=two is not a number",
+        id="bounds-not-a-number",
+    ),
+    pytest.param(
+        RETENTION,
+        create(retention_ms="-1"),
+        "retention.ms=-1 is below the minimum",
+        id="bounds-infinite-retention",
+    ),
+    pytest.param(RATIO, create(min_cleanable_dirty_ratio="0.5"), None, id="bounds-float-ok"),
+    pytest.param(
+        RATIO,
+        create(min_cleanable_dirty_ratio="0.95"),
+        "above the maximum of 0.9",
+        id="bounds-float-high",
+    ),
+    pytest.param(
+        MIN_ISR,
+        Alter({"min.insync.replicas": "1"}, {"min.insync.replicas": "2"}),
+        "min.insync.replicas=1 is below",
+        id="bounds-alter-low",
+    ),
+    pytest.param(
+        MIN_ISR,
+        Alter({"min.insync.replicas": "3"}, {"min.insync.replicas": "1"}),
+        None,
+        id="bounds-alter-ok",
+    ),
+    pytest.param(
+        MIN_ISR,
+        Alter({"min.insync.replicas": None}, {"min.insync.replicas": "2"}),
+        None,
+        id="bounds-alter-delete",
+    ),
+    pytest.param(
+        MIN_ISR,
+        Alter({"retention.ms": "1"}, {"min.insync.replicas": "1"}),
+        None,
+        id="bounds-alter-untouched-old-value",
+    ),
+    # allowed values; cleanup.policy is a list, compression.type is not
+    pytest.param(CLEANUP, create(cleanup_policy="compact"), None, id="allowed-ok"),
+    pytest.param(CLEANUP, create(cleanup_policy="compact, delete"), None, id="allowed-list"),
+    pytest.param(
+        CLEANUP,
+        create(cleanup_policy="compact,archive"),
+        "'archive' is not one of compact, delete",
+        id="allowed-list-bad-item",
+    ),
+    pytest.param(
+        COMPRESSION,
+        create(compression_type="gzip"),
+        "'gzip' is not one of lz4, zstd",
+        id="allowed-bad",
+    ),
+    pytest.param(
+        COMPRESSION,
+        create(compression_type="lz4,zstd"),
+        "'lz4,zstd' is not one of",
+        id="allowed-not-a-list",
+    ),
+    pytest.param(
+        CLEANUP, Alter({"cleanup.policy": "archive"}), "'archive' is not one of", id="allowed-alter"
+    ),
+    # required configs: given on create, not deletable later
+    pytest.param(REQUIRED, create(retention_ms="3600000"), None, id="required-given"),
+    pytest.param(REQUIRED, create(), "config retention.ms must be set", id="required-missing"),
+    pytest.param(
+        REQUIRED,
+        Alter({"retention.ms": None}, {"retention.ms": "1"}),
+        "must be set",
+        id="required-deleted",
+    ),
+    pytest.param(
+        REQUIRED,
+        Alter({"cleanup.policy": "delete"}, {"retention.ms": "1"}),
+        None,
+        id="required-kept",
+    ),
+    # forbidden configs: not settable, deletable
+    pytest.param(
+        FORBIDDEN,
+        create(unclean_leader_election_enable="true"),
+        "unclean.leader.election.enable may not be set",
+        id="forbidden-create",
+    ),
+    pytest.param(FORBIDDEN, create(), None, id="forbidden-create-absent"),
+    pytest.param(
+        FORBIDDEN,
+        Alter({"unclean.leader.election.enable": "false"}),
+        "may not be set",
+        id="forbidden-alter-set",
+    ),
+    pytest.param(
+        FORBIDDEN,
+        Alter({"unclean.leader.election.enable": None}, {"unclean.leader.election.enable": "true"}),
+        None,
+        id="forbidden-alter-delete",
+    ),
+    # topic names match the whole pattern, on create only
+    pytest.param(NAMING, create(topic="orders.v1"), None, id="naming-ok"),
+    pytest.param(
+        NAMING, create(topic="Orders.v1"), "topic name 'Orders.v1' does not match", id="naming-case"
+    ),
+    pytest.param(
+        NAMING, create(topic="orders.v1.old"), "does not match the pattern", id="naming-full-match"
+    ),
+    pytest.param(NAMING, Delete(topic="Legacy"), None, id="naming-not-on-delete"),
+    # protected topics: no delete, no partition increase, no config change but by the allow-list
+    pytest.param(
+        PROTECTED,
+        Delete(topic="__consumer_offsets"),
+        "topic __consumer_offsets is protected: only User:admin may delete it",
+        id="protected-delete",
+    ),
+    pytest.param(
+        PROTECTED,
+        Delete(topic="__consumer_offsets", principal="User:admin"),
+        None,
+        id="protected-delete-admin",
+    ),
+    pytest.param(
+        PROTECTED,
+        Delete(topic="audit", principal=None),
+        "protected",
+        id="protected-unauthenticated",
+    ),
+    pytest.param(PROTECTED, Delete(topic="auditlog"), None, id="protected-full-match"),
+    pytest.param(
+        PROTECTED,
+        Alter({"retention.ms": "1"}, topic="audit"),
+        "may change its configs",
+        id="protected-alter",
+    ),
+    pytest.param(
+        PROTECTED,
+        Alter({"retention.ms": "1"}, topic="audit", principal="User:admin"),
+        None,
+        id="protected-alter-admin",
+    ),
+    pytest.param(
+        PROTECTED,
+        CreatePartitions(total=3, topic="audit"),
+        "may add partitions to it",
+        id="protected-partitions",
+    ),
+    pytest.param(PROTECTED, create(topic="audit"), None, id="protected-create"),
+]
+
+
+@pytest.mark.parametrize(("rule", "request_", "expected"), CASES)
+def test_rule(rule: Rule, request_: Request, expected: str | None) -> None:
+    decision = decide(rule, request_)
+    if expected is None:
+        assert decision.allowed, decision.message
+        assert decision.message is None
+    else:
+        assert not decision.allowed
+        assert decision.message is not None
+        assert expected in decision.message
+        assert decision.message.endswith(f"(rule {rule.name})")
+
+
+def every_operation() -> Iterator[Request]:
+    yield create()
+    yield Alter({"retention.ms": "1"})
+    yield CreatePartitions(total=3)
+    yield Delete()
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [PARTITIONS, REPLICATION, MIN_ISR, REQUIRED, FORBIDDEN, NAMING, PROTECTED],
+    ids=lambda r: r.name,
+)
+def test_a_rule_gives_a_verdict_only_for_the_operations_it_judges(rule: Rule) -> None:
+    for request in every_operation():
+        verdicts = decide(rule, request).verdicts
+        operation = {
+            CreateTopicRequestMetadata: "create_topic",
+            Alter: "alter_configs",
+            CreatePartitions: "create_partitions",
+            Delete: "delete_topic",
+        }[type(request)]
+        judged = operation in {o.value for o in rule.operations}
+        assert [v.policy for v in verdicts] == ([rule.name] if judged else [])
+
+
+def test_rules_leave_config_changes_on_other_resources_alone() -> None:
+    with PolicyChain(rules=[PROTECTED, FORBIDDEN]) as chain:
+        decision = chain.check_alter_config(
+            ConfigResource(type=ConfigResourceType.BROKER, name="1"),
+            altered={"unclean.leader.election.enable": "true"},
+            before={},
+            after={"unclean.leader.election.enable": "true"},
+            principal=None,
+        )
+    assert decision.allowed
+    assert decision.verdicts == ()
+
+
+def test_a_dry_run_rule_records_would_deny_and_allows() -> None:
+    rule = PartitionsRule(name="partition-count", mode=Mode.DRY_RUN, max=1)
+    decision = decide(rule, create(partitions=2))
+    assert decision.allowed
+    assert decision.message is None
+    [verdict] = decision.verdicts
+    assert (verdict.outcome, verdict.mode) == ("would_deny", Mode.DRY_RUN)
+    assert verdict.message is not None and "above the maximum of 1" in verdict.message
+
+
+def test_topic_change_of_an_alter_sees_the_after_value_of_altered_keys_only() -> None:
+    change = TopicChange.alter_configs(
+        "orders",
+        altered={"retention.ms": "5", "segment.ms": None},
+        after={"retention.ms": "5", "cleanup.policy": "delete"},
+        principal=None,
+    )
+    assert change.set_configs == {"retention.ms": "5"}
+    assert change.configs_after == {"retention.ms": "5", "cleanup.policy": "delete"}
