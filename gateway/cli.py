@@ -58,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
+    from spark_audit.cli import add_audit_commands
+
+    from .tools import add_commands
+
+    add_commands(sub)
+    add_audit_commands(sub)
     return parser
 
 

@@ -51,7 +51,8 @@ class AuditConfig:
     """JSON-lines segments for the Spark job; None: audit events are only logged."""
     segment_max_bytes: int = 64 * 1024 * 1024
     segment_max_age_s: float = 60.0
-    fsync: str = "segment"
+    fsync: str = "interval"
+    """``always`` (every write), ``interval`` (at most 1 s apart) or ``segment`` (on rotation)."""
     queue_max_events: int = 10_000
     produce_summary_interval_s: float = 60.0
     instance: str = "kpg"
@@ -264,7 +265,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
     )
     au = _section(raw, "audit", _AUDIT_KEYS, source)
-    fsync = au.get("fsync", "segment")
+    fsync = au.get("fsync", "interval")
     if fsync not in ("always", "segment", "interval"):
         raise ConfigError(
             f"{source}: audit.fsync: expected always, segment or interval, got {fsync!r}"

@@ -20,6 +20,7 @@ from typing import Any, Final
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial.writers import write_int16, write_int32, write_legacy_string
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from .codec import Payload, decode_request, decode_response, encode_body, encode_request
@@ -202,3 +203,50 @@ def encode_legacy_request(
     if version == 0:
         body = body[:-1]  # drop validate_only
     return frame_bytes(body)
+
+
+def build_request(
+    topics: Sequence[TopicSpec],
+    *,
+    validate_only: bool,
+    timeout_ms: int,
+    correlation_id: int,
+    client_id: str,
+    version: int = 4,
+) -> bytes:
+    """A CreateTopics request frame (size prefix included), for the gateway's own tools."""
+    import importlib
+
+    module = importlib.import_module(f"kio.schema.create_topics.v{version}.request")
+    payload = module.CreateTopicsRequest(
+        topics=tuple(
+            module.CreatableTopic(
+                name=TopicName(t.name),
+                num_partitions=i32(t.num_partitions),
+                replication_factor=i16(t.replication_factor),
+                assignments=tuple(
+                    module.CreatableReplicaAssignment(
+                        partition_index=i32(p), broker_ids=tuple(BrokerId(b) for b in brokers)
+                    )
+                    for p, brokers in t.assignments
+                ),
+                configs=tuple(module.CreatableTopicConfig(name=k, value=v) for k, v in t.configs),
+            )
+            for t in topics
+        ),
+        timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)),
+        validate_only=validate_only,
+    )
+    return encode_request(CREATE_TOPICS, version, correlation_id, client_id, payload)
+
+
+def read_answer(version: int, frame: bytes) -> tuple[TopicResult, ...]:
+    """The per-topic results of a CreateTopics answer (frame without size prefix).
+
+    :raises Undecodable:
+    """
+    payload = decode_response(CREATE_TOPICS, version, frame)
+    return tuple(
+        TopicResult(name=t.name, error_code=int(t.error_code), error_message=t.error_message)
+        for t in payload.topics
+    )

@@ -1,0 +1,265 @@
+"""``kpg dry-run`` and ``kpg policy check``: what a team runs before it creates topics.
+
+- ``kpg dry-run`` sends CreateTopics with validate_only through a running gateway, so the
+  cluster's policies (and the broker's own checks) answer, and nothing is created.
+- ``kpg policy check`` evaluates the same manifest against a gateway config's policies with
+  no cluster at all, for the CI pipeline of a topic repository.
+
+Both print a verdict table and exit 1 when any topic is denied, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from policies.api import CreateTopicRequestMetadata
+from policies.loader import PolicyConfigError, load_policy_chain
+from policies.manifest import ManifestError, check_manifest, parse_manifest
+from protocol import create_topics as ct
+from protocol.framing import SIZE
+
+from .config import ConfigError, load, parse_host_port
+
+_ERROR_NAMES = {
+    0: "ok",
+    36: "TOPIC_ALREADY_EXISTS",
+    37: "INVALID_PARTITIONS",
+    38: "INVALID_REPLICATION_FACTOR",
+    40: "INVALID_CONFIG",
+    42: "INVALID_REQUEST",
+    44: "POLICY_VIOLATION",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    topic: str
+    partitions: str
+    replication_factor: str
+    verdict: str
+    message: str
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dry = sub.add_parser(
+        "dry-run",
+        help="validate topic creations through a running gateway (validate_only)",
+        description=(
+            "Send CreateTopics with validate_only=true through the gateway for the topics "
+            "given with --topic or in a manifest, print a verdict per topic, and exit 1 when "
+            "any is refused. Nothing is created."
+        ),
+    )
+    dry.add_argument(
+        "--bootstrap-server",
+        required=True,
+        metavar="HOST:PORT",
+        help="the gateway's bootstrap address",
+    )
+    dry.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME:PARTITIONS:RF[:k=v,...]",
+        help="a topic to check; repeatable",
+    )
+    dry.add_argument(
+        "manifest",
+        nargs="?",
+        type=Path,
+        help="YAML manifest: topics: [{name, partitions, replication_factor, configs}]",
+    )
+    dry.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    dry.set_defaults(func=cmd_dry_run)
+
+    policy = sub.add_parser("policy", help="policy tools that need no cluster")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_sub.add_parser(
+        "check",
+        help="check a topic manifest against a gateway config's policies, offline",
+        description=(
+            "Evaluate the manifest's topics against the policies of the gateway config, with no "
+            "cluster. Prints a verdict per topic (dry-run rules show as would-deny) and exits 1 "
+            "when any topic is denied."
+        ),
+    )
+    check.add_argument("--config", required=True, type=Path, help="gateway YAML config")
+    check.add_argument("manifest", type=Path, help="YAML manifest of topics")
+    check.add_argument("--principal", help="check as this principal, e.g. User:alice")
+    check.set_defaults(func=cmd_policy_check)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise ManifestError(f"{path}: expected a mapping with a topics: list")
+    return loaded
+
+
+def _topic_flag(text: str) -> CreateTopicRequestMetadata:
+    parts = text.split(":", 3)
+    if len(parts) < 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ManifestError(f"--topic {text!r}: expected NAME:PARTITIONS:RF[:key=value,...]")
+    configs = {}
+    if len(parts) == 4 and parts[3]:
+        for item in parts[3].split(","):
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ManifestError(f"--topic {text!r}: config {item!r} is not key=value")
+            configs[key] = value
+    return CreateTopicRequestMetadata(
+        topic=parts[0],
+        num_partitions=int(parts[1]),
+        replication_factor=int(parts[2]),
+        replicas_assignments=None,
+        configs=configs,
+    )
+
+
+def _print_table(rows: Sequence[Row], out: TextIO) -> None:
+    header = Row(
+        topic="TOPIC",
+        partitions="PARTITIONS",
+        replication_factor="RF",
+        verdict="VERDICT",
+        message="MESSAGE",
+    )
+    table = [header, *rows]
+    widths = [
+        max(len(getattr(r, f)) for r in table)
+        for f in ("topic", "partitions", "replication_factor", "verdict")
+    ]
+    for r in table:
+        cells = (r.topic, r.partitions, r.replication_factor, r.verdict)
+        line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
+        print(f"{line}  {r.message}".rstrip(), file=out)
+
+
+def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        requests = [_topic_flag(t) for t in args.topic]
+        if args.manifest is not None:
+            requests += parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
+        address = parse_host_port(args.bootstrap_server, "--bootstrap-server", "command line")
+    except (ManifestError, ConfigError) as exc:
+        print(f"kpg dry-run: {exc}", file=sys.stderr)
+        return 2
+    if not requests:
+        print("kpg dry-run: no topics: give --topic or a manifest", file=sys.stderr)
+        return 2
+    specs = [
+        ct.TopicSpec(
+            name=r.topic,
+            num_partitions=r.num_partitions or -1,
+            replication_factor=r.replication_factor or -1,
+            assignments=(),
+            configs=tuple(r.configs.items()),
+        )
+        for r in requests
+    ]
+    frame = ct.build_request(
+        specs,
+        validate_only=True,
+        timeout_ms=int(args.timeout * 1000),
+        correlation_id=1,
+        client_id="kpg-dry-run",
+    )
+    try:
+        with socket.create_connection((address.host, address.port), timeout=args.timeout) as sock:
+            sock.sendall(frame)
+            answer = _read_frame(sock)
+    except OSError as exc:
+        print(f"kpg dry-run: cannot reach {address}: {exc}", file=sys.stderr)
+        return 2
+    results = {r.name: r for r in ct.read_answer(4, answer)}
+    rows = []
+    for spec in specs:
+        result = results.get(spec.name)
+        code = result.error_code if result else -1
+        rows.append(
+            Row(
+                topic=spec.name,
+                partitions=str(spec.num_partitions),
+                replication_factor=str(spec.replication_factor),
+                verdict="allowed"
+                if code == 0
+                else "DENIED"
+                if code == 44
+                else _ERROR_NAMES.get(code, f"error {code}"),
+                message=(result.error_message or "") if result else "no answer for this topic",
+            )
+        )
+    _print_table(rows, out)
+    return 0 if all(r.verdict == "allowed" for r in rows) else 1
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the gateway closed the connection")
+            data += chunk
+        return data
+
+    return exact(SIZE.unpack(exact(4))[0])
+
+
+def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config = load(args.config)
+        chain = load_policy_chain(config.policies, source=config.source)
+    except (ConfigError, PolicyConfigError) as exc:
+        print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with chain:
+            checks = check_manifest(
+                chain,
+                _read_manifest(args.manifest),
+                source=str(args.manifest),
+                principal=args.principal,
+            )
+            requests = {
+                r.topic: r
+                for r in parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
+            }
+    except ManifestError as exc:
+        print(f"kpg policy check: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for check in checks:
+        request = requests[check.topic]
+        would = [v for v in check.decision.verdicts if v.outcome == "would_deny"]
+        if not check.decision.allowed:
+            verdict, message = "DENIED", check.decision.message or ""
+        elif would:
+            verdict = "would-deny"
+            message = "; ".join(f"{v.policy}: {v.message}" for v in would)
+        else:
+            verdict, message = "allowed", ""
+        rows.append(
+            Row(
+                topic=check.topic,
+                partitions=str(request.num_partitions),
+                replication_factor=str(request.replication_factor),
+                verdict=verdict,
+                message=message,
+            )
+        )
+    _print_table(rows, out)
+    return 0 if all(c.decision.allowed for c in checks) else 1

@@ -1,0 +1,272 @@
+"""The streaming job and the reports, end to end: spool files written by the real
+``SpoolSink``, the real Structured Streaming query, the Parquet table on disk."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from gateway.audit import SpoolSink
+from spark_audit import job
+from spark_audit.cli import add_audit_commands
+from spark_audit.event import AuditEvent
+from spark_audit.report import build_report
+from spark_audit.transforms import table_schema
+from tests.spark.support import EXPECTED_TOTALS, event, report_events, write_segment
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> dict[str, Path]:
+    paths = {name: tmp_path / name for name in ("spool", "table", "checkpoint", "report")}
+    paths["spool"].mkdir()
+    return paths
+
+
+def read_table(spark: SparkSession, table: Path) -> DataFrame:
+    return spark.read.schema(table_schema()).parquet(str(table))
+
+
+def event_ids(spark: SparkSession, table: Path) -> list[str]:
+    return sorted(row.event_id for row in read_table(spark, table).select("event_id").collect())
+
+
+def ids(events: list[AuditEvent]) -> list[str]:
+    return sorted(e.event_id for e in events)
+
+
+def run_available_now(spark: SparkSession, dirs: dict[str, Path], **settings: Any) -> None:
+    job.run_stream(
+        spark,
+        spool_dir=str(dirs["spool"]),
+        table_dir=str(dirs["table"]),
+        checkpoint_dir=str(dirs["checkpoint"]),
+        available_now=True,
+        **settings,
+    )
+
+
+def test_a_running_stream_appends_completed_segments_only_once_each(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    first = [event(time="2026-11-21T23:59:00.000Z") for _ in range(4)]
+    second = [event(time="2026-11-22T00:01:00.000Z") for _ in range(3)]
+    still_open = [event() for _ in range(2)]
+    write_segment(dirs["spool"], first[:2])
+    write_segment(dirs["spool"], first[2:])
+    query = job.start_stream(
+        spark,
+        spool_dir=str(dirs["spool"]),
+        table_dir=str(dirs["table"]),
+        checkpoint_dir=str(dirs["checkpoint"]),
+        processing_time="100 milliseconds",
+    )
+    try:
+        writer = SpoolSink(dirs["spool"])  # the gateway, mid-segment
+        writer.open()
+        writer.write(still_open)
+        query.processAllAvailable()
+        assert event_ids(spark, dirs["table"]) == ids(first)
+
+        writer.close()  # the open segment completes and becomes visible
+        query.processAllAvailable()
+        assert event_ids(spark, dirs["table"]) == ids(first + still_open)
+
+        write_segment(dirs["spool"], second)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+    assert event_ids(spark, dirs["table"]) == ids(first + second + still_open)
+    partitions = sorted(p.name for p in dirs["table"].glob("date=*"))
+    assert partitions == ["date=2026-11-21", "date=2026-11-22"]
+
+
+def test_a_restart_neither_loses_nor_duplicates_events(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    before = [event() for _ in range(5)]
+    after = [event(time="2026-11-23T08:00:00.000Z") for _ in range(3)]
+    seen_segment = write_segment(dirs["spool"], before)
+    run_available_now(spark, dirs)
+    assert event_ids(spark, dirs["table"]) == ids(before)
+
+    write_segment(dirs["spool"], after)
+    # An already-seen segment showing up again under a new name (say, restored from backup).
+    shutil.copy(seen_segment, dirs["spool"] / "events-20261123T090000000Z-00000099.jsonl")
+    run_available_now(spark, dirs)
+
+    assert event_ids(spark, dirs["table"]) == ids(before + after)
+
+
+def test_a_batch_replayed_after_a_crash_is_not_written_twice(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    events = [event() for _ in range(6)]
+    write_segment(dirs["spool"], events[:3])
+    write_segment(dirs["spool"], events[3:])
+    run_available_now(spark, dirs)
+    # The crash: the batch reached the table, but its commit never reached the checkpoint.
+    for commit in ("0", ".0.crc"):
+        (dirs["checkpoint"] / "commits" / commit).unlink()
+
+    query = job.start_stream(
+        spark,
+        spool_dir=str(dirs["spool"]),
+        table_dir=str(dirs["table"]),
+        checkpoint_dir=str(dirs["checkpoint"]),
+        available_now=True,
+    )
+    try:
+        query.awaitTermination(120)
+        replayed = [p for p in query.recentProgress if p["batchId"] == 0]
+    finally:
+        query.stop()
+
+    assert replayed and replayed[0]["numInputRows"] == 6  # Spark did run batch 0 again
+    assert event_ids(spark, dirs["table"]) == ids(events)
+
+
+@pytest.mark.parametrize("max_files_per_trigger", [None, 1], ids=["one-batch", "batch-per-file"])
+def test_an_event_id_in_two_segments_is_counted_once(
+    spark: SparkSession, dirs: dict[str, Path], max_files_per_trigger: int | None
+) -> None:
+    twice = event()
+    others = [event() for _ in range(3)]
+    write_segment(dirs["spool"], [twice, others[0]])
+    write_segment(dirs["spool"], [others[1], twice, others[2]])
+
+    run_available_now(spark, dirs, max_files_per_trigger=max_files_per_trigger)
+
+    assert event_ids(spark, dirs["table"]) == ids([twice, *others])
+
+
+def test_kafka_source_without_the_connector_says_how_to_add_it(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    with pytest.raises(job.KafkaConnectorMissingError, match="spark-sql-kafka-0-10_2.1"):
+        job.start_stream(
+            spark,
+            source="kafka",
+            bootstrap_servers="localhost:9092",
+            topic="kpg-audit",
+            table_dir=str(dirs["table"]),
+            checkpoint_dir=str(dirs["checkpoint"]),
+        )
+
+
+def test_spark_submit_entry_point_runs_the_stream(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    events = [event() for _ in range(3)]
+    write_segment(dirs["spool"], events)
+
+    status = job.main(
+        [
+            "--spool",
+            str(dirs["spool"]),
+            "--table",
+            str(dirs["table"]),
+            "--checkpoint",
+            str(dirs["checkpoint"]),
+            "--available-now",
+        ]
+    )
+
+    assert status == 0
+    assert event_ids(spark, dirs["table"]) == ids(events)
+    assert not spark.sparkContext._jsc.sc().isStopped()  # main() leaves a caller's session be
+
+
+# --- reports ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def report_spool(dirs: dict[str, Path]) -> Path:
+    """The report events in two segments, one event duplicated across them."""
+    events = report_events()
+    write_segment(dirs["spool"], events[:6])
+    write_segment(dirs["spool"], events[5:])
+    return dirs["spool"]
+
+
+def test_report_numbers_equal_the_table_and_appear_in_every_output(
+    spark: SparkSession, dirs: dict[str, Path], report_spool: Path
+) -> None:
+    run_available_now(spark, dirs)
+    table = read_table(spark, dirs["table"])
+    by_verdict = {
+        row.verdict: row.decisions
+        for row in table.groupBy("verdict").agg(F.sum("event_count").alias("decisions")).collect()
+    }
+
+    summary = build_report(spark, str(dirs["table"]), dirs["report"])
+
+    on_disk = json.loads((dirs["report"] / "summary.json").read_text())
+    assert on_disk["totals"] == summary["totals"]
+    totals = on_disk["totals"]
+    assert {key: totals[key] for key in EXPECTED_TOTALS} == EXPECTED_TOTALS
+    assert totals["audit_events"] == table.count()
+    assert totals["decisions"] == sum(by_verdict.values())
+    assert {v: totals[v] for v in ("allowed", "denied", "would_deny")} == by_verdict
+
+    reports = on_disk["reports"]
+    assert reports["denials_by_policy"] == [
+        {"policy": "min-replication-factor", "denials": 3},
+        {"policy": "no-delete", "denials": 2},
+    ]
+    assert sum(row["decisions"] for row in reports["decisions_per_hour"]) == totals["decisions"]
+    with (dirs["report"] / "denials_by_topic.csv").open(newline="") as file:
+        assert [(r["topic"], int(r["denials"])) for r in csv.DictReader(file)] == [
+            (r["topic"], r["denials"]) for r in reports["denials_by_topic"]
+        ]
+    assert {p.name for p in dirs["report"].glob("*.csv")} == {f"{name}.csv" for name in reports}
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert page.count("<svg") >= 6 and "<script" not in page
+    assert f'<div class="value">{totals["decisions"]}</div>' in page
+    assert f'<div class="value">{totals["denied"]}</div>' in page
+    assert '<td>min-replication-factor</td><td class="num">3</td>' in page
+
+
+def test_a_report_from_the_spool_equals_the_report_from_the_table(
+    spark: SparkSession, dirs: dict[str, Path], report_spool: Path
+) -> None:
+    run_available_now(spark, dirs)
+
+    from_table = build_report(spark, str(dirs["table"]), dirs["report"] / "table")
+    from_spool = build_report(spark, str(report_spool), dirs["report"] / "spool")
+
+    assert from_spool["totals"] == from_table["totals"]
+    assert from_spool["reports"] == from_table["reports"]
+
+
+def test_kpg_audit_report_command(
+    spark: SparkSession,
+    dirs: dict[str, Path],
+    report_spool: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = argparse.ArgumentParser(prog="kpg")
+    add_audit_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(
+        ["audit", "report", "--input", str(report_spool), "--out", str(dirs["report"])]
+    )
+
+    assert args.func(args) == 0
+    assert "15 decisions (5 denied, 3 would deny)" in capsys.readouterr().out
+    assert (dirs["report"] / "index.html").exists()
+
+    missing = parser.parse_args(
+        ["audit", "report", "--input", str(dirs["spool"] / "nope"), "--out", str(dirs["report"])]
+    )
+    assert missing.func(missing) == 2
