@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial.writers import write_int16, write_int32, write_legacy_string
 from kio.schema.types import BrokerId, TopicName
+from kio.serial.writers import write_int16, write_int32, write_legacy_string
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from .codec import Payload, decode_request, decode_response, encode_body, encode_request
