@@ -60,9 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     _run_parser(sub)
     from spark_audit.cli import add_audit_commands
 
+    from .configs_cli import add_configs_command
     from .tools import add_commands
 
     add_commands(sub)
+    add_configs_command(sub)
     add_audit_commands(sub)
     return parser
 

@@ -59,6 +59,19 @@ class AuditConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StateConfig:
+    """Where the gateway keeps what brokers would refuse (record.validation.policy per topic,
+    dynamic client configs)."""
+
+    store: str = "sqlite"
+    """``sqlite`` (a local file: one gateway, or several on one host) or ``kafka`` (a
+    compacted topic on the upstream cluster, read by every gateway instance)."""
+    path: str = "var/kpg-state.db"
+    topic: str = "_kpg_state"
+    refresh_interval_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TlsConfig:
     """TLS on the client listeners; with client certificates the subject is the principal."""
 
@@ -87,6 +100,7 @@ class GatewayConfig:
     shutdown_timeout_s: float = 10.0
     audit: AuditConfig = AuditConfig()
     tls: TlsConfig | None = None
+    state: StateConfig = StateConfig()
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<defaults>"
 
@@ -103,6 +117,7 @@ _TOP_KEYS = frozenset(
         "policies",
         "audit",
         "tls",
+        "state",
     }
 )
 _UPSTREAM_KEYS = frozenset(
@@ -114,6 +129,7 @@ _UPSTREAM_KEYS = frozenset(
         "request_timeout_s",
     }
 )
+_STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
 _TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
 _AUDIT_KEYS = frozenset(
     {
@@ -310,6 +326,26 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         instance=str(au.get("instance", "kpg")),
     )
     tls = _tls(raw, source)
+    st = _section(raw, "state", _STATE_KEYS, source)
+    if st.get("store", "sqlite") not in ("sqlite", "kafka"):
+        raise ConfigError(f"{source}: state.store: expected sqlite or kafka, got {st['store']!r}")
+    for key in ("path", "topic"):
+        if key in st and (not isinstance(st[key], str) or not st[key]):
+            raise ConfigError(f"{source}: state.{key}: expected a non-empty string")
+    state = StateConfig(
+        store=st.get("store", "sqlite"),
+        path=st.get("path", "var/kpg-state.db"),
+        topic=st.get("topic", "_kpg_state"),
+        refresh_interval_s=float(
+            _number(
+                st.get("refresh_interval_s", 2.0),
+                "state.refresh_interval_s",
+                source,
+                minimum=0.1,
+                integer=False,
+            )
+        ),
+    )
     lim = _section(raw, "limits", _LIMIT_KEYS, source)
     limits = LimitsConfig(
         max_frame_bytes=int(
@@ -352,6 +388,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
         audit=audit,
         tls=tls,
+        state=state,
         policies=MappingProxyType(dict(policies)),
         source=source,
     )

@@ -12,13 +12,22 @@ from policies.chain import Decision
 from protocol.addresses import BrokerEndpoint
 from protocol.admin import InternalRequest
 from protocol.codec import Payload, Undecodable
-from protocol.framing import SIZE, FrameRejected, check_frame_size, parse_request_header
+from protocol.errors import INVALID_RECORD
+from protocol.framing import (
+    SIZE,
+    FrameRejected,
+    RequestHeader,
+    check_frame_size,
+    parse_request_header,
+)
+from protocol.produce import PartitionError, PartitionRecords
 from protocol.versions import VersionRange, api_name
 
 from .config import HostPort
 from .decisions import Subject
 from .handlers import Answer, Close, Drop, Forward, Outcome, Registration
 from .principal import SaslState, ssl_principal
+from .record_validation import STATE_NAMESPACE, PartitionOutcome, RecordValidator
 from .upstream import UpstreamClosed, UpstreamLink
 
 if TYPE_CHECKING:
@@ -80,6 +89,73 @@ class ConnectionContext:
 
     async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
         await self._gateway.decisions.record(subject, decision, error_code)
+
+    # --- record validation (see gateway.record_validation) -------------------------------
+
+    @property
+    def record_validator(self) -> RecordValidator | None:
+        return self._gateway.record_validator
+
+    def validated_topics(self) -> Mapping[str, str]:
+        """topic -> its record.validation.policy, for every topic that has one."""
+        return self._gateway.state.items(STATE_NAMESPACE)
+
+    async def state_put(self, namespace: str, key: str, value: str | None) -> None:
+        """Write to the gateway's state store (durable when it returns)."""
+        await self._gateway.state.put(namespace, key, value)
+
+    def validation_policy_of(self, topic: str) -> str | None:
+        return self._gateway.state.get(STATE_NAMESPACE, topic)
+
+    async def validate_records(
+        self, checks: Sequence[tuple[PartitionRecords, str]]
+    ) -> list[PartitionOutcome]:
+        """Validate the partitions off the event loop; past the policy timeout every one of
+        them is rejected (fail closed)."""
+        validator = self._gateway.record_validator
+        assert validator is not None
+
+        def run() -> list[PartitionOutcome]:
+            return [
+                validator.validate_partition(p.topic, p.partition, policy, p.records)
+                for p, policy in checks
+            ]
+
+        timeout = self.policies.timeout_s
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(run), timeout)
+        except TimeoutError:
+            message = f"{validator.name} did not finish validating within {timeout} s"
+            return [
+                PartitionOutcome(
+                    topic=p.topic,
+                    partition=p.partition,
+                    records=0,
+                    bytes=0,
+                    batches=0,
+                    error=PartitionError(
+                        error_code=int(INVALID_RECORD),
+                        error_message=message,
+                        record_errors=((0, message),),
+                    ),
+                )
+                for p, _ in checks
+            ]
+
+    def count_validation(self, outcome: PartitionOutcome, policy: str) -> None:
+        self._gateway.metrics.count_validation(outcome, policy)
+
+    def record_allowed_produce(self, outcome: PartitionOutcome, header: RequestHeader) -> None:
+        audit = self._gateway.audit
+        if audit is not None:
+            audit.record_allowed_produce(
+                topic=outcome.topic,
+                principal=self.principal,
+                client_id=header.client_id,
+                api_version=header.api_version,
+                records_examined=outcome.records,
+                bytes_examined=outcome.bytes,
+            )
 
     @property
     def version_caps(self) -> Mapping[int, VersionRange | None]:

@@ -33,6 +33,8 @@ class Subject:
     resource_name: str
     action: str
     validate_only: bool = False
+    records_examined: int = 0
+    bytes_examined: int = 0
 
 
 class DecisionRecorder:
@@ -103,4 +105,6 @@ class DecisionRecorder:
             error_code=error_code,
             message=message,
             validate_only=subject.validate_only,
+            records_examined=subject.records_examined,
+            bytes_examined=subject.bytes_examined,
         )

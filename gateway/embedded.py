@@ -43,6 +43,8 @@ class EmbeddedBroker:
 
     host: str = "127.0.0.1"
     port: int = 0
+    advertised_port: int | None = None
+    """The port the broker names in its answers, when something relays to it (a test tap)."""
     process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from protocol.versions import api_name
 
+from .record_validation import PartitionOutcome
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
@@ -49,6 +51,30 @@ class GatewayMetrics:
             ["api", "policy", "outcome"],
             registry=r,
         )
+        self.records_validated = Counter(
+            "kpg_records_validated",
+            "Records checked by the record validation policy",
+            ["topic", "policy"],
+            registry=r,
+        )
+        self.records_rejected = Counter(
+            "kpg_records_rejected",
+            "Records the record validation policy rejected",
+            ["topic", "policy"],
+            registry=r,
+        )
+        self.batches_validated = Counter(
+            "kpg_batches_validated",
+            "Partition batches checked",
+            ["topic", "policy"],
+            registry=r,
+        )
+        self.batches_rejected = Counter(
+            "kpg_batches_rejected",
+            "Partition batches refused (INVALID_RECORD or CORRUPT_MESSAGE)",
+            ["topic", "policy"],
+            registry=r,
+        )
         self._server: object | None = None
         self._request_children: dict[tuple[int, int], Counter] = {}
         self._latency_children: dict[int, Histogram] = {}
@@ -78,3 +104,13 @@ class GatewayMetrics:
             self._server.shutdown()  # type: ignore[attr-defined]
             self._server.server_close()  # type: ignore[attr-defined]
             self._server = None
+
+    def count_validation(self, outcome: PartitionOutcome, policy: str) -> None:
+        """Count one partition's validation."""
+        self.records_validated.labels(outcome.topic, policy).inc(outcome.records)
+        self.batches_validated.labels(outcome.topic, policy).inc(outcome.batches or 1)
+        if outcome.error is not None:
+            self.batches_rejected.labels(outcome.topic, policy).inc()
+            self.records_rejected.labels(outcome.topic, policy).inc(
+                len(outcome.error.record_errors)
+            )

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from policies.chain import PolicyChain
-from policies.loader import PolicyConfigError, load_policy_chain
+from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from protocol.versions import VersionRange
 
 from .audit import AuditEmitter, ProduceSummarizer, SpoolSink
@@ -19,6 +19,8 @@ from .decisions import DecisionRecorder
 from .handlers import Registration, build_table
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
+from .record_validation import RecordValidator, load_record_validator
+from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,10 @@ class Gateway:
         except PolicyConfigError as exc:
             raise ConfigError(str(exc)) from None
         self.audit = _audit_emitter(config, self.metrics)
+        self.state: StateStore = _state_store(config)
+        self.record_validator: RecordValidator | None = load_record_validator(
+            config.policies, flatten_configs(config.policies), config.source
+        )
         self.decisions = DecisionRecorder(self.metrics, self.audit, config.audit.instance)
         self.tasks = TaskSet()
         self.handlers: Mapping[int, Registration] = build_table()
@@ -65,7 +71,12 @@ class Gateway:
         """Open the bootstrap listener (and the metrics endpoint, when configured).
 
         :raises OSError: when a port cannot be bound.
+        :raises ConfigError: when the state store cannot be opened or TLS files do not load.
         """
+        try:
+            await self.state.start()
+        except StateStoreError as exc:
+            raise ConfigError(f"{self.config.source}: state: {exc}") from None
         if self.audit is not None:
             await self.audit.start()
         self._ssl = _ssl_context(self.config)
@@ -127,6 +138,9 @@ class Gateway:
         await self.tasks.cancel_all()
         if self.audit is not None:
             await self.audit.close()
+        await self.state.close()
+        if self.record_validator is not None:
+            self.record_validator.close()
         closed_with_errors = self.policies.close()
         for problem in closed_with_errors:
             log.error("policy close failed: %s", problem)
@@ -179,3 +193,14 @@ def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
         "none": ssl.CERT_NONE,
     }[tls.client_auth]
     return context
+
+
+def _state_store(config: GatewayConfig) -> StateStore:
+    state = config.state
+    if state.store == "kafka":
+        return KafkaTopicStore(
+            config.upstream.bootstrap_servers,
+            state.topic,
+            refresh_interval_s=state.refresh_interval_s,
+        )
+    return SqliteStore(state.path, refresh_interval_s=state.refresh_interval_s)

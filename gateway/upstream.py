@@ -44,9 +44,9 @@ class UpstreamLink:
         # (correlation id, future or None, api key, sent at). None marks a request that
         # expects no response (acks=0): Kafka sends none, but some brokers (Tansu) answer
         # anyway, and that answer is dropped here instead of desynchronising the link.
-        self._pending: collections.deque[
-            tuple[int, asyncio.Future[bytes] | None, int, float]
-        ] = collections.deque()
+        self._pending: collections.deque[tuple[int, asyncio.Future[bytes] | None, int, float]] = (
+            collections.deque()
+        )
         self._closed: str | None = None
         self._internal_correlation = 0x40000000
         self._read_task = tasks.spawn(self._read_loop(), name=f"upstream-read-{address}")

@@ -90,6 +90,24 @@ def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
     )
 
 
+def without_config(request: CreateTopics, key: str) -> tuple[CreateTopics, dict[str, str]]:
+    """The request with config ``key`` taken out of every topic, and topic -> its value.
+
+    For configs the gateway keeps itself, which a broker would refuse as unknown.
+    """
+    taken = {t.name: v for t in request.topics for k, v in t.configs if k == key and v is not None}
+    if not any(k == key for t in request.topics for k, _ in t.configs):
+        return request, taken
+    payload = dataclasses.replace(
+        request.payload,
+        topics=tuple(
+            dataclasses.replace(t, configs=tuple(c for c in t.configs if c.name != key))
+            for t in request.payload.topics
+        ),
+    )
+    return dataclasses.replace(request, payload=payload), taken
+
+
 def broker_version(client_version: int) -> int:
     return max(client_version, BROKER_MIN_VERSION)
 

@@ -46,6 +46,7 @@ CREATE_PARTITIONS_VERSIONS: Final[VersionRange] = DECODABLE[CREATE_PARTITIONS]
 DELETE_TOPICS_VERSIONS: Final[VersionRange] = DECODABLE[DELETE_TOPICS]
 DELETE_TOPICS_ERROR_MESSAGE_VERSION: Final = 5
 DELETE_TOPICS_TOPIC_ID_VERSION: Final = 6
+UNKNOWN_TOPIC_ID: Final = int(ErrorCode.unknown_topic_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,9 +183,7 @@ def delete_topics_for_broker(
 ) -> bytes:
     """The request frame (no size prefix) with only the entries whose targets are in ``keep``,
     each as the client wrote it (an id stays an id)."""
-    entries = tuple(
-        e for e in _entries(request.version, request.payload) if _target(e) in keep
-    )
+    entries = tuple(e for e in _entries(request.version, request.payload) if _target(e) in keep)
     field = "topics" if request.version >= DELETE_TOPICS_TOPIC_ID_VERSION else "topic_names"
     payload = dataclasses.replace(request.payload, **{field: entries})
     return _request_frame(DELETE_TOPICS, header, payload)
@@ -318,6 +317,7 @@ __all__ = [
     "DeleteTarget",
     "DeleteTopics",
     "PartitionsIncrease",
+    "UNKNOWN_TOPIC_ID",
     "TopicResult",
     "create_partitions_answer",
     "create_partitions_for_broker",

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.config import HostPort
-from gateway.embedded import EmbeddedBroker
-from tests.support import GatewayThread, gateway_config
+from gateway.embedded import EmbeddedBroker, free_port
+from tests.support import BrokerTap, GatewayThread, gateway_config
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,24 @@ def gateway(broker: HostPort) -> Iterator[GatewayThread]:
 @pytest.fixture
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def tapped_broker() -> Iterator[BrokerTap]:
+    """A second real broker that advertises a recording relay (the tap) as its address, so
+    every connection to it, node connections included, is recorded."""
+    tap_port = free_port()
+    with EmbeddedBroker(advertised_port=tap_port) as embedded:
+        tap = BrokerTap(embedded.address, port=tap_port)
+        tap.start()
+        try:
+            yield tap
+        finally:
+            tap.stop()
+
+
+@pytest.fixture
+def tap(tapped_broker: BrokerTap) -> BrokerTap:
+    """The tapped broker, with what earlier tests sent through it forgotten."""
+    tapped_broker.requests.clear()
+    return tapped_broker

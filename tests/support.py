@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import socket
 import struct
+import tempfile
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -24,7 +26,7 @@ from protocol.codec import decode_response, encode_request
 from protocol.framing import SIZE
 
 
-def gateway_config(upstream: HostPort | list[HostPort], **extra: Any) -> GatewayConfig:
+def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> GatewayConfig:
     servers = upstream if isinstance(upstream, list) else [upstream]
     raw: dict[str, Any] = {
         "listen": "127.0.0.1:0",
@@ -38,6 +40,7 @@ def gateway_config(upstream: HostPort | list[HostPort], **extra: Any) -> Gateway
             "topic_config_source_unreliable": True,
         },
         "shutdown_timeout_s": 5,
+        "state": {"path": os.path.join(tempfile.mkdtemp(prefix="kpg-state-"), "state.db")},
     }
     upstream_extra = extra.pop("upstream", {})
     raw["upstream"].update(upstream_extra)
@@ -151,24 +154,32 @@ class TapRecord:
 class BrokerTap:
     """A relay in front of the real broker that records every request frame it carries.
 
-    Tests point the gateway's upstream at the tap to see exactly what reaches the broker.
+    The tapped broker advertises the tap's own address (see the ``tap`` fixture), so every
+    connection the gateway opens, bootstrap and node listeners alike, passes the tap: a test
+    sees exactly what reaches the broker.
     """
 
     broker: HostPort
+    port: int = 0
     requests: list[TapRecord] = field(default_factory=list)
     connections: int = 0
     _server: asyncio.Server | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
 
+    @property
+    def address(self) -> HostPort:
+        assert self._server is not None
+        return HostPort(host="127.0.0.1", port=self._server.sockets[0].getsockname()[1])
+
     def start(self) -> HostPort:
         self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._relay, "127.0.0.1", 0), self._loop
+            asyncio.start_server(self._relay, "127.0.0.1", self.port), self._loop
         ).result(10)
-        return HostPort(host="127.0.0.1", port=self._server.sockets[0].getsockname()[1])
+        return self.address
 
     async def _relay(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         self.connections += 1

@@ -71,11 +71,16 @@ class Registration:
 def build_table() -> Mapping[int, Registration]:
     """The explicit table: API key -> handler and the versions it takes."""
     from . import (
+        alter_configs,
         api_versions,
+        create_partitions,
         create_topics,
+        delete_topics,
         describe_cluster,
+        describe_configs,
         fetch,
         find_coordinator,
+        incremental_alter_configs,
         metadata,
         produce,
         sasl_authenticate,
@@ -83,8 +88,20 @@ def build_table() -> Mapping[int, Registration]:
     )
 
     modules = (
-        api_versions, metadata, find_coordinator, describe_cluster, produce, fetch, create_topics,
-        sasl_handshake, sasl_authenticate,
+        api_versions,
+        metadata,
+        find_coordinator,
+        describe_cluster,
+        produce,
+        fetch,
+        create_topics,
+        sasl_handshake,
+        sasl_authenticate,
+        create_partitions,
+        delete_topics,
+        incremental_alter_configs,
+        alter_configs,
+        describe_configs,
     )
     table = {m.API_KEY: Registration(handler=m.handle, versions=m.VERSIONS) for m in modules}
     table.update(_NEVER_FORWARDED)

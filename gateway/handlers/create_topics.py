@@ -23,6 +23,7 @@ from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
 from protocol.framing import RequestHeader
 
 from ..decisions import Subject
+from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
 from . import Answer, Forward, Outcome
 
 if TYPE_CHECKING:
@@ -98,12 +99,19 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
         allowed = []
     if not allowed and names:
         return Answer(frame=ct.answer(request, header.correlation_id, local, None))
-    if not local and not ct.needs_translation(request):
+    # record.validation.policy is the gateway's own topic config: kept in its state store,
+    # taken out of what the broker sees (a broker refuses config names it does not know).
+    for_broker, kept = ct.without_config(request, VALIDATION_POLICY_KEY)
+    if not local and not kept and not ct.needs_translation(request):
         return Forward(frame=frame)
-    reduced = ct.request_for_broker(request, header, allowed)
+    reduced = ct.request_for_broker(for_broker, header, allowed)
 
     async def merge(response: bytes) -> bytes:
         broker = ct.read_broker_response(request, response)
+        if not request.validate_only:
+            for result in broker.topics:
+                if result.name in kept and int(result.error_code) == 0:
+                    await ctx.state_put(STATE_NAMESPACE, result.name, kept[result.name])
         return ct.answer(request, header.correlation_id, local, broker)
 
     return Forward(frame=reduced, on_response=merge)

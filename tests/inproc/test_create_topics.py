@@ -37,16 +37,14 @@ def policy_section(class_name: str, **extra: object) -> dict[str, object]:
 
 
 @pytest.fixture
-def tapped(broker: HostPort) -> Iterator[tuple[GatewayThread, BrokerTap]]:
-    tap = BrokerTap(broker)
+def tapped(tap: BrokerTap) -> Iterator[tuple[GatewayThread, BrokerTap]]:
     gw = GatewayThread(
-        gateway_config(tap.start(), policies=policy_section("KafkaLikeCreateTopicPolicy"))
+        gateway_config(tap.address, policies=policy_section("KafkaLikeCreateTopicPolicy"))
     ).start()
     try:
         yield gw, tap
     finally:
         gw.stop()
-        tap.stop()
 
 
 def name(prefix: str) -> str:

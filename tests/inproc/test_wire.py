@@ -66,9 +66,8 @@ def test_pipelined_requests_come_back_in_order(gateway: GatewayThread) -> None:
     client.close()
 
 
-def test_unknown_api_key_is_not_forwarded(broker: HostPort) -> None:
-    tap = BrokerTap(broker)
-    gw = GatewayThread(gateway_config(tap.start())).start()
+def test_unknown_api_key_is_not_forwarded(tap: BrokerTap) -> None:
+    gw = GatewayThread(gateway_config(tap.address)).start()
     try:
         bad = RawClient(gw.bootstrap)
         bad.send_bytes(SIZE.pack(12) + struct.pack(">hhih", 31999, 0, 7, -1) + b"\x00\x00")
@@ -79,7 +78,6 @@ def test_unknown_api_key_is_not_forwarded(broker: HostPort) -> None:
         assert gw.metric("kpg_rejected_frames_total", reason="unknown_api_key") == 1
     finally:
         gw.stop()
-        tap.stop()
 
 
 def _header(api_key: int = 3, version: int = 12, client_id_len: int = 3) -> bytes:

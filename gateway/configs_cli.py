@@ -1,0 +1,414 @@
+"""``kpg configs``: dynamic client configs per user and client-id, as kafka-configs.sh shows
+them (seed 003), through a running gateway.
+
+It speaks Kafka's protocol over a plain socket (no TLS, no SASL) to the gateway, which keeps
+these configs itself: DescribeConfigs (v4, with synonyms) for ``--describe`` and
+IncrementalAlterConfigs (v1: SET for ``--add-config``, DELETE for ``--delete-config``) for
+``--alter``, on the gateway's USER_CLIENT resource ``user:client-id`` (CLIENT, the
+connection's own user, for ``--describe`` of a client-id alone). The type codes must be the
+gateway's (``--client-codes``, default: :class:`gateway.client_configs.ClientConfigCodes`).
+
+Quota keys are refused before anything is sent: kafka-configs.sh sends them with
+AlterClientQuotas, which this command does not. Exit codes: 0 done, 1 the gateway refused
+(its error message on stderr), 2 bad input or no answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+
+from protocol import client_configs as wire
+from protocol.alter_configs import DELETE, SET
+from protocol.codec import Undecodable
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES, SIZE, FrameRejected, check_frame_size
+
+from .client_configs import QUOTA_KEYS, ClientConfigCodes, quota_message
+from .config import ConfigError, parse_host_port
+
+_EXAMPLES: Final = """\
+examples:
+  kpg configs --bootstrap-server localhost:9092 --alter \\
+      --entity-type users --entity-name alice \\
+      --add-config acks=-1,session.timeout.ms=11000
+  kpg configs --bootstrap-server localhost:9092 --alter \\
+      --entity-type users --entity-name alice --entity-type clients --entity-name app-1 \\
+      --add-config 'acks=0,partition.assignment.strategy=[range,cooperative-sticky]'
+  kpg configs --bootstrap-server localhost:9092 --describe --user alice --client app-1
+  kpg configs --bootstrap-server localhost:9092 --alter --user alice --delete-config acks
+"""
+
+_ADD_CONFIG_FORMAT: Final = (
+    'Invalid entity config: all configs to be added must be in the format "key=val" or '
+    '"key=[val1,val2]".'
+)
+_SPLIT_OUTSIDE_BRACKETS: Final = re.compile(r",(?=[^\]]*(?:\[|$))")
+_EQUALS: Final = re.compile(r"\s*=\s*")
+
+
+class UsageError(ValueError):
+    """Command-line input the command cannot act on (exit 2)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """The config resource a command line names."""
+
+    resource_type: int
+    resource_name: str
+    user: str | None
+    """None: a CLIENT resource, whose user the gateway takes from the connection."""
+    client_id: str
+    """"": the user's default."""
+
+    def heading(self, all_configs: bool = False) -> str:
+        """kafka-configs.sh's line before the entries."""
+        kind = "All" if all_configs else "Dynamic"
+        if self.user is None:
+            return f"{kind} configs for client {self.client_id} are:"
+        if self.client_id == "":
+            return f"{kind} configs for user {self.user} are:"
+        return f"{kind} configs for user {self.user}:{self.client_id} are:"
+
+    def altered(self) -> str:
+        """kafka-configs.sh's line after a successful alter (it names the first entity)."""
+        if self.client_id == "":
+            return f"Completed updating default config for user {self.user}."
+        return f"Completed updating config for user {self.user}."
+
+
+class _Entity(argparse.Action):
+    """Collects --entity-type/--entity-name/--entity-default (and the --user/--client
+    shorthands) in command-line order, as kafka-configs.sh pairs them."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        entities = list(getattr(namespace, "entities", None) or [])
+        value = values if isinstance(values, str) else None
+        if self.const == "user":
+            entities += [("type", "users"), ("name", value)]
+        elif self.const == "client":
+            entities += [("type", "clients"), ("name", value)]
+        else:
+            entities.append((self.const, value))
+        namespace.entities = entities
+
+
+def add_configs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "configs",
+        help="describe or alter dynamic client configs per user and client-id via a gateway",
+        description=(
+            "Describe or alter dynamic client configs, kept by the gateway per user (a default "
+            "for all the user's clients) and per client-id (overriding the default), in "
+            "kafka-configs.sh's words. Only the dynamic client configs the gateway supports; "
+            "quotas are managed with kafka-configs.sh against the cluster."
+        ),
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--bootstrap-server", required=True, metavar="HOST:PORT", help="the gateway's address"
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--alter", action="store_true", help="change configs")
+    action.add_argument("--describe", action="store_true", help="list configs")
+    parser.set_defaults(entities=[])
+    parser.add_argument(
+        "--entity-type",
+        action=_Entity,
+        const="type",
+        metavar="users|clients",
+        help="users (then --entity-name USER) and optionally clients (then a client-id)",
+    )
+    parser.add_argument(
+        "--entity-name", action=_Entity, const="name", metavar="NAME", help="names the type before"
+    )
+    parser.add_argument(
+        "--entity-default",
+        action=_Entity,
+        const="default",
+        nargs=0,
+        help="after --entity-type clients: the user's default (same as no clients entity)",
+    )
+    parser.add_argument(
+        "--user",
+        action=_Entity,
+        const="user",
+        metavar="USER",
+        help="same as --entity-type users --entity-name USER",
+    )
+    parser.add_argument(
+        "--client",
+        action=_Entity,
+        const="client",
+        metavar="CLIENT_ID",
+        help="same as --entity-type clients --entity-name CLIENT_ID",
+    )
+    parser.add_argument(
+        "--add-config",
+        metavar="K=V,...",
+        help="configs to set: k1=v1,k2=[v1,v2,v3] (brackets for list values)",
+    )
+    parser.add_argument("--delete-config", metavar="K,...", help="configs to remove: k1,k2")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --describe: also the defaults a client-id inherits from its user",
+    )
+    parser.add_argument(
+        "--client-codes",
+        metavar="KEY=CODE,...",
+        help=(
+            "the gateway's codes if not the defaults: client_type, user_client_type, "
+            "dynamic_client_source, dynamic_default_client_source"
+        ),
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    parser.set_defaults(func=cmd_configs)
+
+
+def parse_codes(text: str | None) -> ClientConfigCodes:
+    """:raises UsageError:"""
+    if not text:
+        return ClientConfigCodes()
+    raw: dict[str, object] = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"-?[0-9]+", value.strip()):
+            raise UsageError(f"--client-codes: expected KEY=NUMBER, got {item!r}")
+        raw[key.strip()] = int(value)
+    try:
+        return ClientConfigCodes.from_mapping(raw, key_prefix="--client-codes ")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCodes) -> Target:
+    """The resource named by the entity options, in command-line order.
+
+    :raises UsageError:
+    """
+    named: dict[str, str | None] = {}
+    pending: str | None = None
+    for kind, value in entities:
+        if kind == "type":
+            if pending is not None:
+                raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
+            if value not in ("users", "clients"):
+                raise UsageError(
+                    f"--entity-type {value}: kpg configs handles dynamic client configs, "
+                    "entity types users and clients (use kafka-configs.sh for the others)"
+                )
+            if value in named:
+                raise UsageError(f"--entity-type {value} is given twice")
+            pending = value
+            continue
+        if pending is None:
+            option = "--entity-name" if kind == "name" else "--entity-default"
+            raise UsageError(f"{option} must follow an --entity-type")
+        named[pending] = value if kind == "name" else None
+        if kind == "name" and not value:
+            raise UsageError(f"--entity-type {pending}: the entity name is empty")
+        pending = None
+    if pending is not None:
+        raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
+    if not named:
+        raise UsageError("name the entity: --entity-type users --entity-name USER")
+    if "users" in named:
+        user = named["users"]
+        if user is None:
+            raise UsageError(
+                "dynamic client configs are kept per user, with no default across users: "
+                "--entity-type users needs --entity-name"
+            )
+        client_id = named.get("clients") or ""
+        return Target(
+            resource_type=codes.user_client_type,
+            resource_name=f"{user}:{client_id}",
+            user=user,
+            client_id=client_id,
+        )
+    client = named["clients"]
+    if client is None:
+        raise UsageError("--entity-type clients --entity-default needs --entity-type users")
+    return Target(
+        resource_type=codes.client_type, resource_name=client, user=None, client_id=client
+    )
+
+
+def parse_add_config(text: str) -> list[tuple[str, str]]:
+    """kafka-configs.sh's --add-config: ``k1=v1,k2=[v1,v2]`` (commas inside brackets stay
+    in the value; the brackets go).
+
+    :raises UsageError:
+    """
+    pairs = []
+    for item in _SPLIT_OUTSIDE_BRACKETS.split(text):
+        parts = _EQUALS.split(item)
+        if len(parts) != 2 or not parts[0].strip():
+            raise UsageError(_ADD_CONFIG_FORMAT)
+        pairs.append((parts[0].strip(), re.sub(r"[\[\]]", "", parts[1]).strip()))
+    return pairs
+
+
+def parse_delete_config(text: str) -> list[str]:
+    return [key.strip() for key in text.split(",") if key.strip()]
+
+
+def alter_operations(
+    add_config: str | None, delete_config: str | None
+) -> list[tuple[str, int, str | None]]:
+    """The IncrementalAlterConfigs operations: SET per added key, DELETE per deleted key.
+
+    :raises UsageError: for neither, a malformed --add-config, a key both added and
+        deleted, or a quota key.
+    """
+    added = parse_add_config(add_config) if add_config is not None else []
+    deleted = parse_delete_config(delete_config) if delete_config is not None else []
+    if not added and not deleted:
+        raise UsageError(
+            "At least one of --add-config or --delete-config must be specified with --alter"
+        )
+    both = sorted({k for k, _ in added} & set(deleted))
+    if both:
+        raise UsageError(f"a config cannot be both added and deleted: {', '.join(both)}")
+    quotas = [k for k, _ in added if k in QUOTA_KEYS] + [k for k in deleted if k in QUOTA_KEYS]
+    if quotas:
+        raise UsageError(quota_message(quotas[0]))
+    return [(k, SET, v) for k, v in added] + [(k, DELETE, None) for k in deleted]
+
+
+def format_description(
+    target: Target,
+    resource: wire.DescribedResource,
+    codes: ClientConfigCodes,
+    all_configs: bool = False,
+) -> list[str]:
+    """kafka-configs.sh's --describe lines for one resource.
+
+    As kafka-configs.sh does for brokers, only the entity's own configs are listed (source
+    DYNAMIC_CLIENT_CONFIG for a client-id, DYNAMIC_DEFAULT_CLIENT_CONFIG for the user's
+    default), each with its synonyms; ``all_configs`` (``--all``) lists every config the
+    gateway reports, inherited defaults included.
+    """
+    own_source = (
+        codes.dynamic_default_client_source
+        if target.user is not None and target.client_id == ""
+        else codes.dynamic_client_source
+    )
+    lines = [target.heading(all_configs)]
+    for c in resource.configs:
+        if not all_configs and c.source != own_source:
+            continue
+        synonyms = ", ".join(
+            f"{codes.source_name(s.source)}:{s.name}={_shown(s.value)}" for s in c.synonyms
+        )
+        lines.append(
+            f"  {c.name}={_shown(c.value)} sensitive={str(c.is_sensitive).lower()} "
+            f"synonyms={{{synonyms}}}"
+        )
+    return lines
+
+
+def _shown(value: str | None) -> str:
+    return "null" if value is None else value
+
+
+def format_error(error_code: int, error_message: str | None) -> str:
+    message = f": {error_message}" if error_message else ""
+    return f"{wire.error_name(error_code)} ({error_code}){message}"
+
+
+def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        codes = parse_codes(args.client_codes)
+        target = target_of(args.entities, codes)
+        address = parse_host_port(args.bootstrap_server, "--bootstrap-server", "command line")
+        if args.describe and (args.add_config is not None or args.delete_config is not None):
+            raise UsageError("--add-config and --delete-config go with --alter")
+        operations: list[tuple[str, int, str | None]] = []
+        if args.alter:
+            if target.user is None:
+                raise UsageError(
+                    "--alter needs --entity-type users --entity-name USER: dynamic client "
+                    "configs are kept per user"
+                )
+            operations = alter_operations(args.add_config, args.delete_config)
+    except (UsageError, ConfigError) as exc:
+        print(f"kpg configs: {exc}", file=sys.stderr)
+        return 2
+    if args.describe:
+        frame = wire.describe_request(
+            [(target.resource_type, target.resource_name)],
+            correlation_id=1,
+            client_id="kpg-configs",
+        )
+    else:
+        frame = wire.incremental_alter_request(
+            [(target.resource_type, target.resource_name, operations)],
+            validate_only=False,
+            correlation_id=1,
+            client_id="kpg-configs",
+        )
+    try:
+        answer = _exchange(address.host, address.port, frame, args.timeout)
+        if args.describe:
+            described = wire.read_describe_response(answer)
+            results: Sequence[wire.DescribedResource | wire.AlteredResource] = described
+        else:
+            results = wire.read_incremental_alter_response(answer)
+    except (OSError, Undecodable, FrameRejected) as exc:
+        print(f"kpg configs: no usable answer from {address}: {exc}", file=sys.stderr)
+        return 2
+    result = next(
+        (
+            r
+            for r in results
+            if (r.resource_type, r.resource_name) == (target.resource_type, target.resource_name)
+        ),
+        None,
+    )
+    if result is None:
+        print(f"kpg configs: the answer lacks resource {target.resource_name!r}", file=sys.stderr)
+        return 2
+    if result.error_code != 0:
+        print(
+            f"kpg configs: {format_error(result.error_code, result.error_message)}", file=sys.stderr
+        )
+        return 1
+    if isinstance(result, wire.DescribedResource):
+        for line in format_description(target, result, codes, args.all):
+            print(line, file=out)
+    else:
+        print(target.altered(), file=out)
+    return 0
+
+
+def _exchange(host: str, port: int, frame: bytes, timeout: float) -> bytes:
+    """Send one request frame and return the response frame (without size prefix)."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(frame)
+
+        def exact(n: int) -> bytes:
+            data = b""
+            while len(data) < n:
+                chunk = sock.recv(n - len(data))
+                if not chunk:
+                    raise ConnectionError("the gateway closed the connection")
+                data += chunk
+            return data
+
+        size: int = SIZE.unpack(exact(4))[0]
+        check_frame_size(size, DEFAULT_MAX_FRAME_BYTES)
+        return exact(size)

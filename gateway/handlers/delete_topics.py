@@ -1,0 +1,126 @@
+"""DeleteTopics, v1-v6: each topic's deletion through the policy chain as a KIP-201 DELETE,
+with the topic's current state from the cluster (the protected-topics rule runs inside it).
+
+Per topic: denied -> POLICY_VIOLATION (44), with the policy's message from v5 on (older
+versions carry only the code). A topic that does not exist is forwarded unjudged, so the
+broker answers UNKNOWN_TOPIC_OR_PARTITION in its own words; the decision is recorded as
+allowed with no verdicts. A v6 entry naming a topic id is resolved to its name through
+Metadata and judged by that name; an id the cluster does not know is answered here with
+UNKNOWN_TOPIC_ID, never forwarded blind. An entry given twice -> INVALID_REQUEST.
+
+All allowed: the client's bytes go to the broker untouched. None allowed: answered here.
+Mixed: the allowed entries are forwarded as the client wrote them and the local results
+merged into the broker's answer, in request order.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING
+
+from policies.chain import Decision
+from protocol import admin
+from protocol import topic_admin as ta
+from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
+from protocol.framing import RequestHeader
+
+from ..decisions import Subject
+from . import Answer, Forward, Outcome
+from .create_partitions import current_topics, state_unreadable
+
+if TYPE_CHECKING:
+    from gateway.connection import ConnectionContext
+
+API_KEY = ta.DELETE_TOPICS
+VERSIONS = ta.DELETE_TOPICS_VERSIONS
+
+_FORWARDED_UNJUDGED = Decision(allowed=True, verdicts=())
+
+
+async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
+    request = ta.read_delete_topics(header, frame)
+    targets = request.targets
+    local: dict[ta.DeleteTarget, ta.TopicResult] = {
+        target: ta.TopicResult(
+            name=target.name,
+            topic_id=target.topic_id,
+            error_code=int(INVALID_REQUEST),
+            error_message="Duplicate topic id." if target.topic_id else "Duplicate topic name.",
+        )
+        for target in targets
+        if targets.count(target) > 1
+    }
+    pending = [t for t in dict.fromkeys(targets) if t not in local]
+
+    described: dict[str, admin.TopicDescription] | None = None
+    names: dict[ta.DeleteTarget, str] = {}
+    if any(t.topic_id is not None for t in pending):
+        everything = await ctx.send_internal(ta.describe_all_topics())
+        described = admin.read_topics(everything)
+        by_id = ta.read_topic_ids(everything)
+        for target in pending:
+            if target.topic_id is None:
+                continue
+            name = by_id.get(target.topic_id)
+            if name is None:
+                local[target] = ta.TopicResult(
+                    name=None,
+                    topic_id=target.topic_id,
+                    error_code=ta.UNKNOWN_TOPIC_ID,
+                    error_message="This server does not host this topic ID.",
+                )
+            else:
+                names[target] = name
+    for target in pending:
+        if target.name is not None:
+            names[target] = target.name
+
+    known = await current_topics(ctx, list(names.values()), described)
+    for target, name in names.items():
+        pre = known.states.get(name)
+        if name in known.errors:
+            decision = _FORWARDED_UNJUDGED
+        elif pre is None:
+            decision = state_unreadable(name, known.unreadable[name])
+        else:
+            decision = await ctx.decide(
+                partial(
+                    ctx.policies.check_delete_topic, name, pre_state=pre, principal=ctx.principal
+                )
+            )
+        error = None if decision.allowed else int(POLICY_VIOLATION)
+        await ctx.record(
+            Subject(
+                client_address=ctx.client_address,
+                principal=ctx.principal,
+                client_id=header.client_id,
+                api_key=API_KEY,
+                api_version=header.api_version,
+                resource_type="topic",
+                resource_name=name,
+                action="delete",
+            ),
+            decision,
+            error,
+        )
+        if error is not None:
+            local[target] = ta.TopicResult(
+                name=name,
+                topic_id=target.topic_id,
+                error_code=error,
+                error_message=decision.message,
+            )
+
+    allowed = [t for t in dict.fromkeys(targets) if t not in local]
+    if not allowed and targets:
+        return Answer(frame=ta.delete_topics_answer(request, header.correlation_id, local, None))
+    if not local:
+        return Forward(frame=frame)
+
+    async def merge(response: bytes) -> bytes:
+        broker = ta.read_delete_topics_response(request, response)
+        return ta.delete_topics_answer(request, header.correlation_id, local, broker)
+
+    return Forward(
+        frame=ta.delete_topics_for_broker(request, header, set(allowed)), on_response=merge
+    )

@@ -1,0 +1,593 @@
+"""The gateway's own state: settings a real broker would not accept (the per-topic
+``record.validation.policy``, dynamic client configs per user / client-id), kept across
+restarts and shared by every gateway instance in front of one cluster.
+
+Contracts, stated once:
+
+- The state is a map per namespace from key to value, all text. Reads (:meth:`get`,
+  :meth:`items`) are synchronous and come from an in-memory snapshot, so the request path never
+  waits on I/O to read. :meth:`items` hands out a read-only mapping that later writes never
+  change (namespaces are copied on write, never mutated once published).
+- :meth:`put` and :meth:`delete_prefix` return once the change is durable (SQLite committed;
+  Kafka write acknowledged with acks=all) *and* visible to this instance's reads. A write that
+  cannot be made so raises :class:`StateStoreError`; nothing is dropped silently. A cancelled
+  SQLite write still finishes and is applied; a cancelled Kafka write may or may not land.
+- Other instances see a write within about ``refresh_interval_s``: the SQLite store re-reads
+  the file when another connection has committed, the Kafka store tails its topic.
+- Concurrent writers of one key: the last committed (SQLite) or the later offset (Kafka) wins,
+  and every instance converges on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+
+from .config import HostPort
+from .tasks import TaskSet
+
+log = logging.getLogger(__name__)
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+Change = tuple[str, str, str | None]
+"""(namespace, key, value); a None value deletes the key."""
+
+
+class StateStoreError(Exception):
+    """The state store cannot load, or cannot make a write durable and visible."""
+
+
+class StateStore(Protocol):
+    async def start(self) -> None:
+        """Load everything.
+
+        :raises StateStoreError: when the store cannot be opened or read.
+        """
+
+    async def close(self) -> None: ...
+
+    def get(self, namespace: str, key: str) -> str | None: ...
+
+    def items(self, namespace: str) -> Mapping[str, str]:
+        """A read-only snapshot of one namespace."""
+
+    async def put(self, namespace: str, key: str, value: str | None) -> None:
+        """Set ``key`` (None deletes it); returns once durable and visible to :meth:`get`.
+
+        :raises StateStoreError: when the write is not known to be durable and visible.
+        """
+
+    async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
+        """Delete every key of ``namespace`` that starts with ``key_prefix``.
+
+        :raises StateStoreError: as :meth:`put`.
+        """
+
+
+def _check_names(namespace: str, key: str) -> None:
+    if not namespace or "\0" in namespace:
+        raise ValueError(f"state namespace must be non-empty text without NUL: {namespace!r}")
+    if not isinstance(key, str):
+        raise ValueError(f"state key must be text: {key!r}")
+
+
+class _Snapshot:
+    """The in-memory view both stores serve reads from; changed only on the event loop."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, Mapping[str, str]] = {}
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self._data.get(namespace, _EMPTY).get(key)
+
+    def items(self, namespace: str) -> Mapping[str, str]:
+        return self._data.get(namespace, _EMPTY)
+
+    def _apply(self, changes: Iterable[Change]) -> None:
+        """Publish ``changes``: each touched namespace is copied once, then replaced whole."""
+        touched: dict[str, dict[str, str]] = {}
+        for namespace, key, value in changes:
+            entries = touched.get(namespace)
+            if entries is None:
+                entries = touched[namespace] = dict(self._data.get(namespace, _EMPTY))
+            if value is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = value
+        for namespace, entries in touched.items():
+            if entries:
+                self._data[namespace] = MappingProxyType(entries)
+            else:
+                self._data.pop(namespace, None)
+
+    def _replace_all(self, data: Mapping[str, dict[str, str]]) -> None:
+        self._data = {ns: MappingProxyType(entries) for ns, entries in data.items() if entries}
+
+    def _keys_with_prefix(self, namespace: str, key_prefix: str) -> list[str]:
+        return [k for k in self._data.get(namespace, _EMPTY) if k.startswith(key_prefix)]
+
+
+# --- SQLite -----------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gateway_state (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID
+"""
+
+
+class SqliteStore(_Snapshot):
+    """The embedded default: one SQLite file (WAL mode, synchronous=FULL).
+
+    Every database call runs in a worker thread, one at a time. Other processes may open the
+    same file: :meth:`refresh` (run every ``refresh_interval_s`` after :meth:`start`) re-reads
+    the table when ``PRAGMA data_version`` says another connection has committed since the
+    last read. A file on a network file system is not supported (SQLite's WAL needs shared
+    memory on one host).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        refresh_interval_s: float = 2.0,
+        busy_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.refresh_interval_s = refresh_interval_s
+        self.busy_timeout_s = busy_timeout_s
+        self._conn: sqlite3.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._tasks = TaskSet()
+        self._data_version: int | None = None
+
+    async def start(self) -> None:
+        """Open (creating if needed) the file and load it; start the periodic refresh.
+
+        :raises StateStoreError: when the file cannot be opened, set up or read.
+        """
+        if self._conn is not None:
+            return
+        try:
+            self._conn = await asyncio.to_thread(self._open)
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
+        try:
+            await self.refresh()
+        except StateStoreError:
+            await self.close()
+            raise
+        log.info(
+            "state store %s: loaded %d entries",
+            self.path,
+            sum(len(entries) for entries in self._data.values()),
+        )
+        self._tasks.spawn(self._refresh_periodically(), name=f"state-refresh:{self.path}")
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot use WAL journal mode (got {mode!r})")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def close(self) -> None:
+        await self._tasks.cancel_all()
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await asyncio.to_thread(conn.close)
+
+    async def refresh(self) -> None:
+        """Re-read the file if another connection has committed since the last read.
+
+        :raises StateStoreError: when the file cannot be read.
+        """
+        async with self._lock:
+            conn = self._connection()
+            try:
+                loaded = await asyncio.to_thread(self._load, conn, self._data_version)
+            except sqlite3.Error as exc:
+                raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
+            if loaded is not None:
+                self._data_version, data = loaded
+                self._replace_all(data)
+
+    @staticmethod
+    def _load(
+        conn: sqlite3.Connection, known_version: int | None
+    ) -> tuple[int, dict[str, dict[str, str]]] | None:
+        # data_version is read before the rows: a commit landing in between makes the next
+        # refresh read again, never skip a change.
+        version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+        if version == known_version:
+            return None
+        data: dict[str, dict[str, str]] = {}
+        for namespace, key, value in conn.execute(
+            "SELECT namespace, key, value FROM gateway_state"
+        ):
+            data.setdefault(namespace, {})[key] = value
+        return version, data
+
+    async def _refresh_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval_s)
+            try:
+                await self.refresh()
+            except StateStoreError as exc:
+                log.warning("%s; serving the last state read", exc)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StateStoreError(f"state store {self.path}: not open")
+        return self._conn
+
+    async def put(self, namespace: str, key: str, value: str | None) -> None:
+        _check_names(namespace, key)
+        now = time.time()
+
+        def write(conn: sqlite3.Connection) -> list[Change]:
+            if value is None:
+                conn.execute(
+                    "DELETE FROM gateway_state WHERE namespace = ? AND key = ?", (namespace, key)
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO gateway_state (namespace, key, value, updated_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) "
+                    "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                    (namespace, key, value, now),
+                )
+            return [(namespace, key, value)]
+
+        await self._write(write, f"{namespace}/{key}")
+
+    async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
+        _check_names(namespace, key_prefix)
+
+        def write(conn: sqlite3.Connection) -> list[Change]:
+            rows = conn.execute(
+                "DELETE FROM gateway_state WHERE namespace = ? AND substr(key, 1, ?) = ? "
+                "RETURNING key",
+                (namespace, len(key_prefix), key_prefix),
+            ).fetchall()
+            return [(namespace, row[0], None) for row in rows]
+
+        await self._write(write, f"{namespace}/{key_prefix}*")
+
+    async def _write(self, write: Callable[[sqlite3.Connection], list[Change]], what: str) -> None:
+        # Shielded: once started, a write is committed and applied even if the caller is
+        # cancelled, so the snapshot never misses a change this connection made (data_version
+        # does not move for a connection's own commits). The failure is returned, not raised,
+        # so that it reaches the caller once; with the caller gone it is logged instead.
+        task = self._tasks.spawn(self._locked_write(write, what), name=f"state-write:{what}")
+        try:
+            error = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_orphaned_failure)
+            raise
+        if error is not None:
+            raise error
+
+    async def _locked_write(
+        self, write: Callable[[sqlite3.Connection], list[Change]], what: str
+    ) -> StateStoreError | None:
+        async with self._lock:
+            try:
+                conn = self._connection()
+                changes = await asyncio.to_thread(self._transaction, conn, write)
+            except StateStoreError as exc:
+                return exc
+            except sqlite3.Error as exc:
+                error = StateStoreError(f"state store {self.path}: cannot write {what}: {exc}")
+                error.__cause__ = exc
+                return error
+            self._apply(changes)
+            return None
+
+    @staticmethod
+    def _transaction(
+        conn: sqlite3.Connection, write: Callable[[sqlite3.Connection], list[Change]]
+    ) -> list[Change]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            changes = write(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return changes
+
+
+def _log_orphaned_failure(task: asyncio.Task[StateStoreError | None]) -> None:
+    if not task.cancelled() and (error := task.result()) is not None:
+        log.error("%s (the caller had gone)", error)
+
+
+# --- a compacted Kafka topic --------------------------------------------------------------
+
+
+def _record_key(namespace: str, key: str) -> bytes:
+    return f"{namespace}\0{key}".encode()
+
+
+def _decode(raw_key: bytes | None, raw_value: bytes | None) -> Change:
+    """:raises ValueError: for a record this store did not write."""
+    if raw_key is None:
+        raise ValueError("record without a key")
+    namespace, sep, key = raw_key.decode().partition("\0")
+    if not sep or not namespace:
+        raise ValueError(f"record key {raw_key!r} is not namespace\\0key")
+    return namespace, key, None if raw_value is None else raw_value.decode()
+
+
+class KafkaTopicStore(_Snapshot):
+    """The state in a compacted topic on the upstream cluster, shared by every instance.
+
+    :meth:`start` creates the topic if it is missing (cleanup.policy=compact, 1 partition,
+    ``replication_factor``; -1 is the broker's default), reads partition 0 from the beginning
+    up to its end offset, then keeps tailing it. Record key ``namespace\\0key`` (UTF-8),
+    value the UTF-8 value; a tombstone (null value) deletes the key.
+
+    Writes go to partition 0 with acks=all. :meth:`put` returns once the broker has
+    acknowledged the record *and* this instance's tail has applied it, so the log order decides
+    between concurrent writers on every instance alike. The producer is not idempotent (Tansu
+    answers InitProducerId with an error); ordering does not need it, because the producer
+    keeps at most one request in flight per partition, and a retried duplicate only writes the
+    same value again.
+
+    Delay: a write is seen by every instance once a fetch returns it. Brokers that answer a
+    fetch as soon as data arrives (Apache Kafka) make that immediate; Tansu holds every fetch
+    for its full wait, which is ``refresh_interval_s`` here, so on Tansu a put and the other
+    instances' view each take up to that long.
+
+    The gateway connects to the brokers directly: this is its own state, not client traffic.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[HostPort],
+        topic: str,
+        *,
+        refresh_interval_s: float = 0.5,
+        replication_factor: int = -1,
+        request_timeout_s: float = 30.0,
+        client_id: str = "kpg-state",
+    ) -> None:
+        super().__init__()
+        if not bootstrap_servers:
+            raise ValueError("KafkaTopicStore needs at least one bootstrap server")
+        self.bootstrap_servers = ",".join(str(server) for server in bootstrap_servers)
+        self.topic = topic
+        self.refresh_interval_s = refresh_interval_s
+        self.replication_factor = replication_factor
+        self.request_timeout_s = request_timeout_s
+        self.client_id = client_id
+        self._partition = TopicPartition(topic, 0)
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._tasks = TaskSet()
+        self._position = 0
+        """The offset of the next record the tail will apply."""
+        self._progress = asyncio.Condition()
+        self._tail_error: BaseException | None = None
+
+    def _where(self) -> str:
+        return f"state topic {self.topic} on {self.bootstrap_servers}"
+
+    async def start(self) -> None:
+        """Create the topic if missing, load it whole, start tailing it.
+
+        :raises StateStoreError: when the cluster cannot be reached, the topic cannot be
+            created, or it cannot be read to its end within ``request_timeout_s``.
+        """
+        if self._consumer is not None:
+            return
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._create_topic()
+                await self._start_clients()
+                end = await self._end_offset()
+                await self._wait_applied(end)
+        except TimeoutError:
+            await self.close()
+            raise StateStoreError(
+                f"{self._where()}: not loaded within {self.request_timeout_s:g} s"
+            ) from None
+        except KafkaError as exc:
+            await self.close()
+            raise StateStoreError(f"{self._where()}: cannot load: {exc}") from exc
+        except BaseException:
+            await self.close()
+            raise
+        log.info(
+            "%s: loaded %d entries up to offset %d",
+            self._where(),
+            sum(len(entries) for entries in self._data.values()),
+            self._position,
+        )
+
+    async def _create_topic(self) -> None:
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            request_timeout_ms=int(self.request_timeout_s * 1000),
+        )
+        try:
+            await admin.start()
+            # aiokafka's NewTopic takes replica_assignments={} to let a -1 (broker default)
+            # replication factor through; an empty assignment is what the request carries anyway.
+            new_topic = NewTopic(
+                self.topic,
+                1,
+                self.replication_factor,
+                replica_assignments={} if self.replication_factor == -1 else None,
+                topic_configs={"cleanup.policy": "compact"},
+            )
+            response = await admin.create_topics([new_topic])
+        finally:
+            await admin.close()
+        for topic_error in response.to_object()["topic_errors"]:
+            code = topic_error["error_code"]
+            if code == 0:
+                log.info("%s: created (compacted, 1 partition)", self._where())
+            elif code != TopicAlreadyExistsError.errno:
+                error = for_code(code)
+                raise StateStoreError(
+                    f"{self._where()}: cannot create it: {error.__name__}: "
+                    f"{topic_error.get('error_message') or error.description}"
+                )
+
+    async def _start_clients(self) -> None:
+        timeout_ms = int(self.request_timeout_s * 1000)
+        wait_ms = max(1, int(self.refresh_interval_s * 1000))
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            acks="all",
+            enable_idempotence=False,
+            request_timeout_ms=timeout_ms,
+            linger_ms=0,
+        )
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=wait_ms,
+            request_timeout_ms=timeout_ms,
+        )
+        await self._consumer.start()
+        self._consumer.assign([self._partition])
+        await self._consumer.seek_to_beginning(self._partition)
+        self._position = 0
+        self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
+
+    async def _end_offset(self) -> int:
+        offsets = await self._consumer.end_offsets([self._partition])
+        return int(offsets[self._partition])
+
+    async def _tail(self) -> None:
+        consumer = self._consumer
+        wait_ms = max(1, int(self.refresh_interval_s * 1000))
+        while True:
+            try:
+                batches = await consumer.getmany(self._partition, timeout_ms=wait_ms)
+                records = batches.get(self._partition, ())
+                self._apply(self._decoded(records))
+                position = int(await consumer.position(self._partition))
+                self._tail_error = None
+            except KafkaError as exc:
+                # The consumer retries connection problems itself; what reaches here is worth
+                # a line in the log. Keep tailing: the snapshot stays as it was meanwhile.
+                log.warning("%s: reading failed, retrying: %s", self._where(), exc)
+                self._tail_error = exc
+                await asyncio.sleep(self.refresh_interval_s)
+                continue
+            async with self._progress:
+                self._position = position
+                self._progress.notify_all()
+
+    def _decoded(self, records: Iterable[Any]) -> Iterable[Change]:
+        for record in records:
+            try:
+                yield _decode(record.key, record.value)
+            except (ValueError, UnicodeDecodeError) as exc:
+                log.warning(
+                    "%s: skipping the record at offset %d: %s", self._where(), record.offset, exc
+                )
+
+    async def _wait_applied(self, end_offset: int) -> None:
+        """Wait until the tail has applied every record before ``end_offset``."""
+        async with self._progress:
+            await self._progress.wait_for(lambda: self._position >= end_offset)
+
+    async def close(self) -> None:
+        await self._tasks.cancel_all()
+        producer, self._producer = self._producer, None
+        consumer, self._consumer = self._consumer, None
+        for client in (consumer, producer):
+            if client is not None:
+                try:
+                    await client.stop()
+                except KafkaError as exc:
+                    log.warning("%s: closing a client: %s", self._where(), exc)
+
+    async def put(self, namespace: str, key: str, value: str | None) -> None:
+        _check_names(namespace, key)
+        await self._write([(namespace, key, value)], f"{namespace}/{key}")
+
+    async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
+        """Write a tombstone for every matching key this instance knows of after catching up
+        to the current end of the topic (a key another instance writes meanwhile survives)."""
+        _check_names(namespace, key_prefix)
+        what = f"{namespace}/{key_prefix}*"
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._wait_applied(await self._end_offset())
+        except (KafkaError, TimeoutError) as exc:
+            raise StateStoreError(f"{self._where()}: cannot delete {what}: {exc!r}") from exc
+        keys = self._keys_with_prefix(namespace, key_prefix)
+        await self._write([(namespace, k, None) for k in keys], what)
+
+    async def _write(self, changes: Sequence[Change], what: str) -> None:
+        if not changes:
+            return
+        producer = self._producer
+        if producer is None:
+            raise StateStoreError(f"{self._where()}: not started")
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                acks = [
+                    await producer.send(
+                        self.topic,
+                        key=_record_key(namespace, key),
+                        value=None if value is None else value.encode(),
+                        partition=0,
+                    )
+                    for namespace, key, value in changes
+                ]
+                last_offset = max([int((await ack).offset) for ack in acks])
+        except TimeoutError:
+            raise StateStoreError(
+                f"{self._where()}: writing {what} not acknowledged within "
+                f"{self.request_timeout_s:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise StateStoreError(f"{self._where()}: cannot write {what}: {exc}") from exc
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._wait_applied(last_offset + 1)
+        except TimeoutError:
+            detail = f" (reading fails: {self._tail_error})" if self._tail_error else ""
+            raise StateStoreError(
+                f"{self._where()}: {what} written at offset {last_offset} but not read back "
+                f"within {self.request_timeout_s:g} s{detail}"
+            ) from None

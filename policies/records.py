@@ -1,0 +1,551 @@
+"""The built-in record validation policy and the ``record.validation.policy`` value it reads.
+
+:class:`BuiltinRecordValidationPolicy` is what the gateway runs when
+``record.validation.policy.class.name`` is not set. As in the record validation proposal, a
+topic is checked only when its topic config ``record.validation.policy`` is set; its value
+says which rules apply to that topic's records.
+
+The value
+=========
+
+One or more rules, separated by ``;`` (or ``,``); spaces around a rule are ignored::
+
+    record.validation.policy=trace-id
+    record.validation.policy=header:trace-id;key-required;json-schema:orders-v1;max-bytes:65536
+    record.validation.policy=schema-id:registry;tombstones-allowed
+
+=======================  ==================================================================
+rule                     a record passes when
+=======================  ==================================================================
+``header:<key>``         it has a header with this key (exact, case-sensitive; any value)
+``<key>``                the same: a bare word that is no rule keyword and has no ``:``, so
+                         the proposal's sample value ``trace-id`` keeps its meaning
+``key-required``         its key is neither null nor empty
+``json``                 its value is one JSON document (RFC 8259) in UTF-8; ``NaN`` and
+                         ``Infinity`` are not JSON
+``json-schema:<name>``   its value is JSON (as for ``json``) that the JSON Schema
+                         ``<name>.json`` accepts; schemas are read once, at start-up, from the
+                         directory in the policy config ``record.validation.json.schema.dir``
+``schema-id``            its value starts with a Confluent-style schema id: magic byte 0,
+                         then the id as a 4-byte big-endian int. With ``json`` or
+                         ``json-schema``, the JSON is what follows those 5 bytes (the JSON
+                         Schema serializer's format)
+``schema-id:registry``   as ``schema-id``, and the schema registry knows the id (asked through
+                         the lookup the gateway gives :meth:`~BuiltinRecordValidationPolicy.
+                         set_schema_lookup`; without one every record is rejected)
+``max-bytes:<n>``        its key, value, header keys (UTF-8) and header values add up to at
+                         most ``n`` bytes (1 to 2147483647)
+``tombstones-allowed``   not a check: lets a null value (a tombstone) pass the value rules
+                         (``json``, ``json-schema``, ``schema-id``), which otherwise reject it
+=======================  ==================================================================
+
+Every rule given must pass. A rule may appear once (``header:`` once per key), ``schema-id``
+and ``schema-id:registry`` count as one rule, and ``json`` may go with ``json-schema``
+(which implies it). Header keys and schema names cannot contain ``;`` or ``,``; for a header
+key with ``:`` write ``header:<key>``. To require a header key exactly as the whole value
+reads, use :class:`policies.builtin.RequireHeaderValidationPolicy`.
+
+Fail closed: a value that does not parse (an unknown rule such as ``jsn-schema:x``, a rule
+given twice, ``max-bytes:0``, a schema name with no file) rejects every record of the topic
+with a message that says the topic's ``record.validation.policy`` is invalid.
+:func:`parse_record_validation_policy` is the parser, for checking a value before it is set.
+
+What the gateway calls
+======================
+
+* ``configure(configs)`` once; it reads and checks every ``*.json`` in the schema directory
+  (compiling a validator per schema), and raises ``ValueError`` naming the file or key.
+* ``set_schema_lookup(lookup)`` after ``configure``, when a schema registry is configured:
+  ``lookup(schema_id) -> bool`` answers from the gateway's client and cache. The policy does
+  no I/O itself. The lookup runs on the threads ``validate`` runs on; whatever it raises
+  propagates, and the gateway denies (see :mod:`policies.api`).
+* ``hints_for(validation_policy)`` per topic (:class:`PerTopicHints`): only headers for header
+  rules, the first byte of the key for ``key-required``, the whole value for the JSON rules,
+  5 value bytes for ``schema-id`` alone, everything for ``max-bytes``. A policy that does not
+  offer ``hints_for`` is asked ``get_hints()``, which for this one is "everything", since
+  which topics carry which rules is not known in advance.
+* ``validate(topic, record)`` per record; a value is parsed and compiled once and cached.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, runtime_checkable
+
+from jsonschema import validators
+from jsonschema.exceptions import SchemaError, best_match
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource
+from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
+
+from policies.api import (
+    InvalidRecord,
+    RecordIntrospectionHints,
+    RecordProxy,
+    RecordValidationPolicy,
+    TopicMetadata,
+)
+
+__all__ = [
+    "JSON_SCHEMA_DIR",
+    "BuiltinRecordValidationPolicy",
+    "PerTopicHints",
+    "RecordRules",
+    "SchemaIdCheck",
+    "SchemaLookup",
+    "UsesSchemaLookup",
+    "parse_record_validation_policy",
+]
+
+JSON_SCHEMA_DIR: Final = "record.validation.json.schema.dir"
+"""The policy config naming the directory of ``<name>.json`` JSON Schemas."""
+
+SchemaLookup = Callable[[int], bool]
+"""Whether the schema registry knows a schema id."""
+
+_SEPARATORS: Final = re.compile(r"[;,]")
+_MAX_BYTES: Final = re.compile(r"[0-9]{1,10}")
+_INT_MAX: Final = 2**31 - 1
+_SCHEMA_ID_BYTES: Final = 5
+_MAGIC_BYTE: Final = 0
+_CACHED_VALUES: Final = 1024
+_DETAIL_CHARS: Final = 200
+
+
+@runtime_checkable
+class PerTopicHints(Protocol):
+    """A record validation policy whose hints depend on the topic's
+    ``record.validation.policy``; the gateway prefers this to ``get_hints()``."""
+
+    def hints_for(self, validation_policy: str) -> RecordIntrospectionHints: ...
+
+
+@runtime_checkable
+class UsesSchemaLookup(Protocol):
+    """A record validation policy that may ask the gateway's schema registry client."""
+
+    def set_schema_lookup(self, lookup: SchemaLookup) -> None: ...
+
+
+class SchemaIdCheck(enum.Enum):
+    """How much the ``schema-id`` rule checks."""
+
+    PRESENT = "schema-id"
+    REGISTERED = "schema-id:registry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordRules:
+    """A parsed ``record.validation.policy`` value (see the module docstring).
+
+    ``value_json`` is true for ``json`` and for ``json-schema``.
+    """
+
+    required_headers: tuple[str, ...] = ()
+    key_required: bool = False
+    value_json: bool = False
+    value_json_schema: str | None = None
+    value_schema_id: SchemaIdCheck | None = None
+    max_record_bytes: int | None = None
+    tombstones_allowed: bool = False
+
+    @property
+    def hints(self) -> RecordIntrospectionHints:
+        """The least of a record these rules read."""
+        whole = self.max_record_bytes is not None
+        if whole or self.value_json:
+            value_bytes = -1
+        elif self.value_schema_id is not None:
+            value_bytes = _SCHEMA_ID_BYTES
+        else:
+            value_bytes = 0
+        return RecordIntrospectionHints(
+            access_headers=whole or bool(self.required_headers),
+            access_key_bytes=-1 if whole else int(self.key_required),
+            access_value_bytes=value_bytes,
+        )
+
+
+_KEYWORDS: Final = frozenset(
+    {
+        "header",
+        "key-required",
+        "json",
+        "json-schema",
+        "schema-id",
+        "max-bytes",
+        "tombstones-allowed",
+    }
+)
+
+
+_ARGUMENTS: Final = {"header": "key", "json-schema": "name", "max-bytes": "bytes"}
+
+
+def parse_record_validation_policy(value: str) -> RecordRules:
+    """Parse a topic's ``record.validation.policy`` value.
+
+    Whether a ``json-schema`` name has a schema is not checked here; the policy checks it.
+
+    :raises ValueError: saying what is wrong with the value.
+    """
+    if not value.strip():
+        raise ValueError("it is empty")
+    headers: list[str] = []
+    seen: set[str] = set()
+    fields: dict[str, Any] = {}
+    for item in _SEPARATORS.split(value):
+        rule = item.strip()
+        if not rule:
+            raise ValueError("it has an empty rule (two separators in a row, or one at an end)")
+        name, colon, argument = rule.partition(":")
+        name, argument = name.strip(), argument.strip()
+        if name not in _KEYWORDS:
+            if colon:
+                raise ValueError(
+                    f"unknown rule {name!r} in {rule!r} (rules: {', '.join(sorted(_KEYWORDS))}; "
+                    "write header:<key> for a header key that contains ':')"
+                )
+            name, argument = "header", rule
+        elif name in _ARGUMENTS and not argument:
+            raise ValueError(f"rule {rule!r} needs {_ARGUMENTS[name]}: {name}:<{_ARGUMENTS[name]}>")
+        elif name in ("key-required", "json", "tombstones-allowed") and colon:
+            raise ValueError(f"rule {name} takes no argument, got {rule!r}")
+        identity = f"header:{argument}" if name == "header" else name
+        if identity in seen:
+            raise ValueError(f"rule {identity} is given more than once")
+        seen.add(identity)
+        if name == "header":
+            headers.append(argument)
+        elif name == "key-required":
+            fields["key_required"] = True
+        elif name == "json":
+            fields["value_json"] = True
+        elif name == "json-schema":
+            fields["value_json"] = True
+            fields["value_json_schema"] = argument
+        elif name == "schema-id":
+            if colon and argument != "registry":
+                raise ValueError(
+                    f"rule {rule!r}: schema-id takes no argument or :registry, got {argument!r}"
+                )
+            fields["value_schema_id"] = SchemaIdCheck.REGISTERED if colon else SchemaIdCheck.PRESENT
+        elif name == "max-bytes":
+            if not _MAX_BYTES.fullmatch(argument) or not 1 <= int(argument) <= _INT_MAX:
+                raise ValueError(
+                    f"rule {rule!r} needs a whole number of bytes from 1 to {_INT_MAX}"
+                )
+            fields["max_record_bytes"] = int(argument)
+        else:
+            assert name == "tombstones-allowed"
+            fields["tombstones_allowed"] = True
+    return RecordRules(required_headers=tuple(headers), **fields)
+
+
+# --- the policy -------------------------------------------------------------------------------
+
+_Check = Callable[[RecordProxy], None]
+_Validator = Any  # a jsonschema validator instance (jsonschema ships no type hints)
+
+_EVERYTHING: Final = RecordIntrospectionHints(
+    access_headers=True, access_key_bytes=-1, access_value_bytes=-1
+)
+_NOTHING: Final = RecordIntrospectionHints(
+    access_headers=False, access_key_bytes=0, access_value_bytes=0
+)
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+# One decoder, made once: json.loads with keyword arguments would build one per call.
+_JSON: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A value ready to apply: its checks, cheapest first, or why it is invalid."""
+
+    hints: RecordIntrospectionHints
+    checks: tuple[_Check, ...]
+    problem: str | None = None
+
+
+class BuiltinRecordValidationPolicy(RecordValidationPolicy):
+    """Applies the rules a topic's ``record.validation.policy`` names (module docstring).
+
+    Also :class:`PerTopicHints` and :class:`UsesSchemaLookup`.
+    """
+
+    def __init__(self) -> None:
+        self._schemas: Mapping[str, _Validator] = {}
+        self._schema_dir: str | None = None
+        self._schema_lookup: SchemaLookup | None = None
+        self._compiled = functools.lru_cache(maxsize=_CACHED_VALUES)(self._compile)
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Load the JSON Schemas from ``record.validation.json.schema.dir``, if set.
+
+        :raises ValueError: naming the directory or the file that cannot be used.
+        """
+        directory = configs.get(JSON_SCHEMA_DIR) or None
+        self._schemas = {} if directory is None else _load_json_schemas(directory)
+        self._schema_dir = directory
+        self._compiled.cache_clear()
+
+    def set_schema_lookup(self, lookup: SchemaLookup) -> None:
+        """Give the policy the gateway's schema registry lookup (for ``schema-id:registry``)."""
+        self._schema_lookup = lookup
+
+    @property
+    def schema_names(self) -> frozenset[str]:
+        """The JSON Schemas loaded by :meth:`configure`."""
+        return frozenset(self._schemas)
+
+    def get_hints(self) -> RecordIntrospectionHints:
+        """Everything: without the topic, any rule may apply. Prefer :meth:`hints_for`."""
+        return _EVERYTHING
+
+    def hints_for(self, validation_policy: str) -> RecordIntrospectionHints:
+        """What the rules of this ``record.validation.policy`` value read; for a value that
+        does not parse, nothing (every record is rejected unread)."""
+        return self._compiled(validation_policy).hints
+
+    def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
+        """:raises InvalidRecord: naming the rule the record breaks, or saying that the
+        topic's ``record.validation.policy`` is invalid."""
+        compiled = self._compiled(topic.validation_policy)
+        if compiled.problem is not None:
+            raise InvalidRecord(
+                f"Topic {topic.topic} has an invalid record.validation.policy "
+                f"{topic.validation_policy!r}: {compiled.problem}"
+            )
+        for check in compiled.checks:
+            check(record)
+
+    def _compile(self, value: str) -> _Compiled:
+        try:
+            rules = parse_record_validation_policy(value)
+        except ValueError as exc:
+            return _Compiled(hints=_NOTHING, checks=(), problem=str(exc))
+        validator = None
+        if rules.value_json_schema is not None:
+            validator = self._schemas.get(rules.value_json_schema)
+            if validator is None:
+                return _Compiled(
+                    hints=_NOTHING, checks=(), problem=self._no_schema(rules.value_json_schema)
+                )
+        where = f" (record.validation.policy={value})"
+        checks: list[_Check] = []
+        if rules.required_headers:
+            checks.append(_headers_check(rules.required_headers, where))
+        if rules.key_required:
+            checks.append(functools.partial(_check_key, where=where))
+        if rules.max_record_bytes is not None:
+            checks.append(functools.partial(_check_size, limit=rules.max_record_bytes, where=where))
+        if rules.value_json or rules.value_schema_id is not None:
+            checks.append(self._value_check(rules, validator, where))
+        return _Compiled(hints=rules.hints, checks=tuple(checks))
+
+    def _no_schema(self, name: str) -> str:
+        if self._schema_dir is None:
+            return f"json-schema:{name} names a schema, but {JSON_SCHEMA_DIR} is not set"
+        known = ", ".join(sorted(self._schemas)) or "none"
+        return (
+            f"json-schema:{name} names a schema that {self._schema_dir} does not have "
+            f"(no {name}.json; schemas: {known})"
+        )
+
+    def _value_check(self, rules: RecordRules, validator: _Validator | None, where: str) -> _Check:
+        schema_id = rules.value_schema_id
+        parse_json = rules.value_json
+        tombstones_allowed = rules.tombstones_allowed
+        schema = rules.value_json_schema
+        json_rule = "json" if schema is None else f"json-schema:{schema}"
+        first_rule = schema_id.value if schema_id is not None else json_rule
+        policy = self
+
+        def check_value(record: RecordProxy) -> None:
+            value = record.value
+            if value is None:
+                if tombstones_allowed:
+                    return
+                raise InvalidRecord(f"Record value is null; rule {first_rule} needs a value{where}")
+            document: bytes | memoryview = value
+            if schema_id is not None:
+                if len(value) < _SCHEMA_ID_BYTES or value[0] != _MAGIC_BYTE:
+                    raise InvalidRecord(_no_schema_id(value, schema_id, where))
+                if schema_id is SchemaIdCheck.REGISTERED:
+                    lookup = policy._schema_lookup
+                    if lookup is None:
+                        raise InvalidRecord(
+                            f"Record cannot be checked: rule {schema_id.value} needs a schema "
+                            f"registry, and the gateway has none configured{where}"
+                        )
+                    number = int.from_bytes(value[1:_SCHEMA_ID_BYTES], "big", signed=True)
+                    if not lookup(number):
+                        raise InvalidRecord(
+                            f"Record value has schema id {number}, which the schema registry "
+                            f"does not have (rule {schema_id.value}){where}"
+                        )
+                if parse_json:
+                    document = memoryview(value)[_SCHEMA_ID_BYTES:]
+            if not parse_json:
+                return
+            try:
+                text = str(document, "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidRecord(
+                    f"Record value is not UTF-8 ({exc.reason} at byte {exc.start}); "
+                    f"rule {json_rule} needs a UTF-8 JSON document{where}"
+                ) from None
+            try:
+                instance = _JSON.decode(text)
+            except ValueError as exc:
+                raise InvalidRecord(
+                    f"Record value is not valid JSON ({_cut(str(exc))}); "
+                    f"rule {json_rule} needs a JSON document{where}"
+                ) from None
+            except RecursionError:
+                raise InvalidRecord(
+                    f"Record value is JSON nested too deeply to check; "
+                    f"rule {json_rule} needs a JSON document{where}"
+                ) from None
+            if validator is None:
+                return
+            error = next(validator.iter_errors(instance), None)
+            if error is not None:
+                error = best_match(validator.iter_errors(instance))
+                raise InvalidRecord(
+                    f"Record value does not match the JSON schema of rule {json_rule}: "
+                    f"{_cut(error.message)} at {error.json_path}{where}"
+                )
+
+        return check_value
+
+
+def _headers_check(required: tuple[str, ...], where: str) -> _Check:
+    if len(required) == 1:
+        (wanted,) = required
+        missing_one = f"Record is missing required header {wanted!r}{where}"
+
+        def check_header(record: RecordProxy) -> None:
+            for key, _ in record.headers:
+                if key == wanted:
+                    return
+            raise InvalidRecord(missing_one)
+
+        return check_header
+
+    def check_headers(record: RecordProxy) -> None:
+        present = {key for key, _ in record.headers}
+        missing = [key for key in required if key not in present]
+        if missing:
+            names = ", ".join(repr(key) for key in missing)
+            plural = "s" if len(missing) > 1 else ""
+            raise InvalidRecord(f"Record is missing required header{plural} {names}{where}")
+
+    return check_headers
+
+
+def _check_key(record: RecordProxy, *, where: str) -> None:
+    if not record.key:
+        state = "null" if record.key is None else "empty"
+        raise InvalidRecord(
+            f"Record key is {state}; rule key-required needs a non-empty key{where}"
+        )
+
+
+def _check_size(record: RecordProxy, *, limit: int, where: str) -> None:
+    size = len(record.key or b"") + len(record.value or b"")
+    for key, value in record.headers:
+        size += len(key.encode()) + len(value or b"")
+    if size > limit:
+        raise InvalidRecord(
+            f"Record is {size} bytes (key, value and headers), more than the {limit} "
+            f"that rule max-bytes:{limit} allows{where}"
+        )
+
+
+def _no_schema_id(value: bytes, check: SchemaIdCheck, where: str) -> str:
+    if not value or value[0] != _MAGIC_BYTE:
+        found = "is empty" if not value else f"starts with byte {value[0]}, not magic byte 0"
+    else:
+        found = f"is only {len(value)} bytes"
+    return (
+        f"Record value {found}; rule {check.value} needs magic byte 0 and a 4-byte "
+        f"schema id first{where}"
+    )
+
+
+def _cut(text: str) -> str:
+    """At most _DETAIL_CHARS; the middle goes, since jsonschema's messages put the (possibly
+    huge) instance first and what is wrong with it last."""
+    if len(text) <= _DETAIL_CHARS:
+        return text
+    half = (_DETAIL_CHARS - 3) // 2
+    return f"{text[:half]}...{text[-half:]}"
+
+
+# --- JSON Schemas -----------------------------------------------------------------------------
+
+
+def _load_json_schemas(directory: str) -> dict[str, _Validator]:
+    """Read and check every ``<name>.json`` in ``directory``; one validator per schema.
+
+    The schemas may refer to each other by file name (``{"$ref": "address.json"}``) or by
+    their ``$id``; nothing is ever fetched.
+
+    :raises ValueError: naming the directory, or the file and what is wrong with it.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"{JSON_SCHEMA_DIR}: {directory} is not a directory")
+    schemas: dict[str, Any] = {}
+    resources: list[tuple[str, Resource[Any]]] = []
+    for path in sorted(root.glob("*.json")):
+        if not path.is_file():
+            continue
+        try:
+            schema = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON file: {exc}") from None
+        if not isinstance(schema, dict | bool):
+            raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON Schema (object or boolean)")
+        try:
+            dialect = schema.get("$schema") if isinstance(schema, dict) else None
+            specification = DRAFT202012 if dialect is None else specification_with(dialect)
+            resource = specification.create_resource(schema)
+            validator_class = validators.validator_for(
+                schema, default=validators.Draft202012Validator
+            )
+            validator_class.check_schema(schema)
+        except UnknownDialect:
+            raise ValueError(
+                f"{JSON_SCHEMA_DIR}: {path} names an unknown $schema {dialect!r}"
+            ) from None
+        except SchemaError as exc:
+            raise ValueError(
+                f"{JSON_SCHEMA_DIR}: {path} is not a valid JSON Schema: "
+                f"{_cut(exc.message)} at {exc.json_path}"
+            ) from None
+        schemas[path.stem] = (validator_class, schema)
+        resources.append((path.name, resource))
+        schema_id = resource.id()
+        if schema_id is not None:
+            resources.append((schema_id, resource))
+    try:
+        registry: Registry[Any] = Registry().with_resources(resources).crawl()
+    except (NoSuchResource, ValueError) as exc:
+        raise ValueError(f"{JSON_SCHEMA_DIR}: the schemas in {directory}: {exc}") from None
+    return {
+        name: validator_class(schema, registry=registry)
+        for name, (validator_class, schema) in schemas.items()
+    }

@@ -1,0 +1,188 @@
+"""IncrementalAlterConfigs (API key 44, v0-v1) and the legacy AlterConfigs (33, v0-v2).
+
+Both requests are a list of config resources, each with its configs, and both answers are
+one result per resource: error code, error message, resource type and name. So one set of
+functions serves both APIs: :func:`read_request` decodes either to plain values,
+:func:`request_for_broker` re-encodes it with only the resources the gateway lets through,
+and :func:`answer` merges the gateway's own per-resource results with the broker's answer to
+that reduced request, in request order and in the layout of the version the client used.
+kio ships every version of both APIs, so nothing is translated: the broker is asked in the
+client's own version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32Timedelta
+
+from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .framing import RequestHeader, response_header
+from .versions import VersionRange
+
+ALTER_CONFIGS: Final = 33
+INCREMENTAL_ALTER_CONFIGS: Final = 44
+LEGACY_VERSIONS: Final = VersionRange(min_version=0, max_version=2)
+INCREMENTAL_VERSIONS: Final = VersionRange(min_version=0, max_version=1)
+
+# IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids).
+SET: Final = 0
+DELETE: Final = 1
+APPEND: Final = 2
+SUBTRACT: Final = 3
+
+_MODULES: Final = {
+    ALTER_CONFIGS: "alter_configs",
+    INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+}
+
+ResourceKey = tuple[int, str]
+"""(resource type, resource name): how Kafka matches a result to its resource."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigAlteration:
+    """One config of a resource in the request. ``operation`` is the IncrementalAlterConfigs
+    operation; for the legacy AlterConfigs, which only sets, it is always :data:`SET`."""
+
+    name: str
+    operation: int
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceAlteration:
+    resource_type: int
+    resource_name: str
+    configs: tuple[ConfigAlteration, ...]
+
+    @property
+    def key(self) -> ResourceKey:
+        return (self.resource_type, self.resource_name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfigs:
+    """A decoded AlterConfigs or IncrementalAlterConfigs request (``api_key`` says which)."""
+
+    api_key: int
+    version: int
+    resources: tuple[ResourceAlteration, ...]
+    validate_only: bool
+    payload: Payload
+
+    @property
+    def incremental(self) -> bool:
+        return self.api_key == INCREMENTAL_ALTER_CONFIGS
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceResult:
+    """The result for one resource, decided here or by the broker."""
+
+    error_code: int
+    error_message: str | None
+
+
+def read_request(header: RequestHeader, frame: bytes) -> AlterConfigs:
+    """:raises Undecodable: for a malformed body or a version kio does not ship."""
+    payload = decode_request(header, frame)
+    incremental = header.api_key == INCREMENTAL_ALTER_CONFIGS
+    return AlterConfigs(
+        api_key=header.api_key,
+        version=header.api_version,
+        resources=tuple(
+            ResourceAlteration(
+                resource_type=int(r.resource_type),
+                resource_name=r.resource_name,
+                configs=tuple(
+                    ConfigAlteration(
+                        name=c.name,
+                        operation=int(c.config_operation) if incremental else SET,
+                        value=c.value,
+                    )
+                    for c in r.configs
+                ),
+            )
+            for r in payload.resources
+        ),
+        validate_only=bool(payload.validate_only),
+        payload=payload,
+    )
+
+
+def request_for_broker(
+    request: AlterConfigs, header: RequestHeader, keep: Collection[ResourceKey]
+) -> bytes:
+    """The request frame (no size prefix) carrying only the resources in ``keep``, in the
+    client's version, with the client's correlation id, client id and validate_only."""
+    wanted = set(keep)
+    payload = dataclasses.replace(
+        request.payload,
+        resources=tuple(
+            r
+            for r in request.payload.resources
+            if (int(r.resource_type), r.resource_name) in wanted
+        ),
+    )
+    return encode_request(
+        request.api_key, request.version, header.correlation_id, header.client_id, payload
+    )[4:]
+
+
+def read_broker_response(request: AlterConfigs, frame: bytes) -> Payload:
+    """:raises Undecodable: when the broker's answer does not decode."""
+    return decode_response(request.api_key, request.version, frame)
+
+
+def answer(
+    request: AlterConfigs,
+    correlation_id: int,
+    local: Mapping[ResourceKey, ResourceResult],
+    broker: Payload | None,
+) -> bytes:
+    """The response frame (no size prefix) for the client, in its version's layout.
+
+    One result per resource of the request, in request order: from ``local`` if decided
+    here, else the broker's. A resource the broker left out gets UNKNOWN_SERVER_ERROR, as a
+    Kafka broker answers when its controller returns fewer results than asked for.
+    """
+    module = importlib.import_module(
+        f"kio.schema.{_MODULES[request.api_key]}.v{request.version}.response"
+    )
+    result_cls: Any = module.AlterConfigsResourceResponse
+    from_broker: dict[ResourceKey, Payload] = {}
+    if broker is not None:
+        for r in broker.responses:
+            from_broker.setdefault((int(r.resource_type), r.resource_name), r)
+    results = []
+    for resource in request.resources:
+        decided = local.get(resource.key)
+        found = from_broker.get(resource.key)
+        if decided is None and found is not None:
+            results.append(found)
+            continue
+        if decided is None:
+            decided = ResourceResult(
+                error_code=int(ErrorCode.unknown_server_error),
+                error_message=f"the broker returned no result for resource {resource.key}",
+            )
+        results.append(
+            result_cls(
+                error_code=ErrorCode(decided.error_code),
+                error_message=decided.error_message,
+                resource_type=i8(resource.resource_type),
+                resource_name=resource.resource_name,
+            )
+        )
+    throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
+    schema: Any = load_response_schema(request.api_key, request.version)
+    payload = schema(throttle_time=throttle, responses=tuple(results))
+    return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)

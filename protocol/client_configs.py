@@ -1,0 +1,171 @@
+"""The requests ``kpg configs`` sends (DescribeConfigs v4, IncrementalAlterConfigs v1) and
+their answers as plain values.
+
+Resource type and config source codes are plain ints here: the gateway's own types for
+dynamic client configs (see :mod:`gateway.client_configs`) are no member of any enum kio or
+Kafka knows, and int8 carries them as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest as DescribeRequestV4
+from kio.schema.describe_configs.v4.request import DescribeConfigsResource as DescribeResourceV4
+from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterableConfig as AlterableConfigV1,
+)
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterConfigsResource as AlterResourceV1,
+)
+from kio.schema.incremental_alter_configs.v1.request import (
+    IncrementalAlterConfigsRequest as IncrementalRequestV1,
+)
+from kio.static.primitive import i8
+
+from .codec import decode_response, encode_request
+from .describe_configs import Synonym
+
+DESCRIBE_CONFIGS: Final = 32
+DESCRIBE_VERSION: Final = 4
+INCREMENTAL_ALTER_CONFIGS: Final = 44
+INCREMENTAL_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedConfig:
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[Synonym, ...]
+    config_type: int
+    documentation: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedResource:
+    resource_type: int
+    resource_name: str
+    error_code: int
+    error_message: str | None
+    configs: tuple[DescribedConfig, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlteredResource:
+    resource_type: int
+    resource_name: str
+    error_code: int
+    error_message: str | None
+
+
+def describe_request(
+    resources: Sequence[tuple[int, str]],
+    *,
+    correlation_id: int,
+    client_id: str,
+    include_synonyms: bool = True,
+    include_documentation: bool = False,
+) -> bytes:
+    """A DescribeConfigs v4 request frame (size prefix included) for every config of each
+    ``(resource type, resource name)``."""
+    payload = DescribeRequestV4(
+        resources=tuple(
+            DescribeResourceV4(resource_type=i8(t), resource_name=n, configuration_keys=None)
+            for t, n in resources
+        ),
+        include_synonyms=include_synonyms,
+        include_documentation=include_documentation,
+    )
+    return encode_request(DESCRIBE_CONFIGS, DESCRIBE_VERSION, correlation_id, client_id, payload)
+
+
+def read_describe_response(frame: bytes) -> tuple[DescribedResource, ...]:
+    """The resources of a DescribeConfigs v4 answer (frame without size prefix), in order.
+
+    :raises Undecodable:
+    """
+    payload = decode_response(DESCRIBE_CONFIGS, DESCRIBE_VERSION, frame)
+    return tuple(
+        DescribedResource(
+            resource_type=int(r.resource_type),
+            resource_name=r.resource_name,
+            error_code=int(r.error_code),
+            error_message=r.error_message,
+            configs=tuple(
+                DescribedConfig(
+                    name=c.name,
+                    value=c.value,
+                    source=int(c.config_source),
+                    read_only=bool(c.read_only),
+                    is_sensitive=bool(c.is_sensitive),
+                    synonyms=tuple(
+                        Synonym(name=s.name, value=s.value, source=int(s.source))
+                        for s in c.synonyms
+                    ),
+                    config_type=int(c.config_type),
+                    documentation=c.documentation,
+                )
+                for c in r.configs
+            ),
+        )
+        for r in payload.results
+    )
+
+
+def incremental_alter_request(
+    resources: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+    *,
+    validate_only: bool,
+    correlation_id: int,
+    client_id: str,
+) -> bytes:
+    """An IncrementalAlterConfigs v1 request frame (size prefix included): per resource
+    ``(type, name, [(config name, operation, value), ...])``."""
+    payload = IncrementalRequestV1(
+        resources=tuple(
+            AlterResourceV1(
+                resource_type=i8(t),
+                resource_name=n,
+                configs=tuple(
+                    AlterableConfigV1(name=k, config_operation=i8(op), value=v) for k, op, v in ops
+                ),
+            )
+            for t, n, ops in resources
+        ),
+        validate_only=validate_only,
+    )
+    return encode_request(
+        INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSION, correlation_id, client_id, payload
+    )
+
+
+def read_incremental_alter_response(frame: bytes) -> tuple[AlteredResource, ...]:
+    """The per-resource results of an IncrementalAlterConfigs v1 answer (no size prefix).
+
+    :raises Undecodable:
+    """
+    payload = decode_response(INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSION, frame)
+    return tuple(
+        AlteredResource(
+            resource_type=int(r.resource_type),
+            resource_name=r.resource_name,
+            error_code=int(r.error_code),
+            error_message=r.error_message,
+        )
+        for r in payload.responses
+    )
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code: ``INVALID_REQUEST``; ``UNKNOWN_ERROR_CODE_<n>`` for a
+    code kio does not know."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_ERROR_CODE_{code}"

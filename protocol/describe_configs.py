@@ -1,0 +1,192 @@
+"""DescribeConfigs (v1-v4): split a request between the broker and the gateway, and put
+the gateway's own configs into the answer.
+
+The gateway owns some configs (a topic's ``record.validation.policy``) and some resource
+types (dynamic client configs); the broker answers the rest. The answer lists resources in
+request order, in the layout of the client's version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32Timedelta
+
+from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .framing import RequestHeader, response_header
+from .versions import VersionRange
+
+DESCRIBE_CONFIGS: Final = 32
+VERSIONS: Final = VersionRange(min_version=1, max_version=4)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceRequest:
+    resource_type: int
+    resource_name: str
+    configuration_keys: tuple[str, ...] | None
+    """None: every config."""
+
+    def wants(self, name: str) -> bool:
+        return self.configuration_keys is None or name in self.configuration_keys
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigs:
+    version: int
+    resources: tuple[ResourceRequest, ...]
+    include_synonyms: bool
+    include_documentation: bool
+    payload: Payload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalConfig:
+    """A config the gateway reports itself."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: tuple[Synonym, ...] = ()
+    config_type: int = 2  # STRING
+    documentation: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalResult:
+    """A whole resource the gateway answers itself."""
+
+    error_code: int
+    error_message: str | None
+    configs: tuple[LocalConfig, ...] = ()
+
+
+def read_request(header: RequestHeader, frame: bytes) -> DescribeConfigs:
+    """:raises Undecodable:"""
+    payload = decode_request(header, frame)
+    return DescribeConfigs(
+        version=header.api_version,
+        resources=tuple(
+            ResourceRequest(
+                resource_type=int(r.resource_type),
+                resource_name=r.resource_name,
+                configuration_keys=None
+                if r.configuration_keys is None
+                else tuple(r.configuration_keys),
+            )
+            for r in payload.resources
+        ),
+        include_synonyms=bool(payload.include_synonyms),
+        include_documentation=bool(getattr(payload, "include_documentation", False)),
+        payload=payload,
+    )
+
+
+def request_keeping(view: DescribeConfigs, header: RequestHeader, keep: Collection[int]) -> bytes:
+    """The request frame (no size prefix) with only the resources at the ``keep`` indices."""
+    payload = dataclasses.replace(
+        view.payload,
+        resources=tuple(r for i, r in enumerate(view.payload.resources) if i in keep),
+    )
+    return encode_request(
+        DESCRIBE_CONFIGS, view.version, header.correlation_id, header.client_id, payload
+    )[4:]
+
+
+def _module(version: int) -> Any:
+    return importlib.import_module(f"kio.schema.describe_configs.v{version}.response")
+
+
+def _entry(module: Any, version: int, view: DescribeConfigs, config: LocalConfig) -> Payload:
+    fields: dict[str, object] = {
+        "name": config.name,
+        "value": config.value,
+        "read_only": config.read_only,
+        "config_source": i8(config.source),
+        "is_sensitive": config.is_sensitive,
+        "synonyms": tuple(
+            module.DescribeConfigsSynonym(name=s.name, value=s.value, source=i8(s.source))
+            for s in config.synonyms
+        )
+        if view.include_synonyms
+        else (),
+    }
+    if version >= 3:
+        fields["config_type"] = i8(config.config_type)
+        fields["documentation"] = config.documentation if view.include_documentation else None
+    return module.DescribeConfigsResourceResult(**fields)
+
+
+def answer(
+    view: DescribeConfigs,
+    correlation_id: int,
+    local: Mapping[int, LocalResult],
+    broker_frame: bytes | None,
+    extra: Mapping[tuple[int, str], Sequence[LocalConfig]] = {},  # noqa: B006 - read only
+) -> bytes:
+    """The response frame (no size prefix) for the client.
+
+    ``local``: request index -> a resource the gateway answers; the other resources come from
+    ``broker_frame`` (the answer to :func:`request_keeping` of them), in order. ``extra``:
+    configs the gateway adds to broker-answered resources (those the request asked for).
+
+    :raises Undecodable: when the broker's answer does not decode.
+    :raises ValueError: when it has fewer resources than were forwarded.
+    """
+    module = _module(view.version)
+    broker_results: list[Payload] = []
+    throttle = i32Timedelta.parse(timedelta(0))
+    if broker_frame is not None:
+        broker = decode_response(DESCRIBE_CONFIGS, view.version, broker_frame)
+        broker_results = list(broker.results)
+        throttle = broker.throttle_time
+    results = []
+    for index, resource in enumerate(view.resources):
+        if index in local:
+            result = local[index]
+            results.append(
+                module.DescribeConfigsResult(
+                    error_code=ErrorCode(result.error_code),
+                    error_message=result.error_message,
+                    resource_type=i8(resource.resource_type),
+                    resource_name=resource.resource_name,
+                    configs=tuple(
+                        _entry(module, view.version, view, c)
+                        for c in result.configs
+                        if resource.wants(c.name)
+                    ),
+                )
+            )
+            continue
+        if not broker_results:
+            raise ValueError("the broker's DescribeConfigs answer lacks a forwarded resource")
+        result = broker_results.pop(0)
+        added = [
+            c
+            for c in extra.get((resource.resource_type, resource.resource_name), ())
+            if resource.wants(c.name)
+        ]
+        if added and int(result.error_code) == 0:
+            kept = tuple(e for e in result.configs if e.name not in {c.name for c in added})
+            result = dataclasses.replace(
+                result,
+                configs=kept + tuple(_entry(module, view.version, view, c) for c in added),
+            )
+        results.append(result)
+    payload = module.DescribeConfigsResponse(throttle_time=throttle, results=tuple(results))
+    return response_header(correlation_id, DESCRIBE_CONFIGS, view.version) + encode_body(payload)

@@ -1,0 +1,748 @@
+"""The built-in record validation policies: the ``record.validation.policy`` value syntax,
+what each rule accepts and rejects (with the message a producer sees), the hints per value,
+JSON Schema loading, and the schema registry lookup."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import policies.records as records_module
+from policies.api import InvalidRecord, RecordIntrospectionHints, RecordProxy, TopicMetadata
+from policies.builtin import RequireHeaderValidationPolicy
+from policies.records import (
+    JSON_SCHEMA_DIR,
+    BuiltinRecordValidationPolicy,
+    PerTopicHints,
+    RecordRules,
+    SchemaIdCheck,
+    UsesSchemaLookup,
+    parse_record_validation_policy,
+)
+
+pytestmark = pytest.mark.unit
+
+ORDER_SCHEMA = {
+    "type": "object",
+    "required": ["id", "amount"],
+    "properties": {"id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
+}
+
+
+def topic(validation_policy: str) -> TopicMetadata:
+    return TopicMetadata(topic="orders", partition=0, validation_policy=validation_policy)
+
+
+def record(
+    *,
+    headers: tuple[tuple[str, bytes | None], ...] = (),
+    key: bytes | None = None,
+    value: bytes | None = None,
+) -> RecordProxy:
+    return RecordProxy(headers=headers, key=key, value=value)
+
+
+def schema_id(number: int, body: bytes = b"") -> bytes:
+    return b"\x00" + number.to_bytes(4, "big", signed=True) + body
+
+
+def write_schemas(directory: Path, **schemas: object) -> Path:
+    directory.mkdir(exist_ok=True)
+    for name, schema in schemas.items():
+        (directory / f"{name}.json").write_text(json.dumps(schema), encoding="utf-8")
+    return directory
+
+
+@pytest.fixture
+def schema_dir(tmp_path: Path) -> Path:
+    return write_schemas(tmp_path / "schemas", **{"orders-v1": ORDER_SCHEMA})
+
+
+@pytest.fixture
+def policy(schema_dir: Path) -> BuiltinRecordValidationPolicy:
+    built = BuiltinRecordValidationPolicy()
+    built.configure({JSON_SCHEMA_DIR: str(schema_dir)})
+    return built
+
+
+# --- the value syntax -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "rules"),
+    [
+        ("trace-id", RecordRules(required_headers=("trace-id",))),
+        ("header:trace-id", RecordRules(required_headers=("trace-id",))),
+        ("header:a:b", RecordRules(required_headers=("a:b",))),
+        (" trace-id ; header:tenant ", RecordRules(required_headers=("trace-id", "tenant"))),
+        ("trace-id,tenant", RecordRules(required_headers=("trace-id", "tenant"))),
+        ("JSON", RecordRules(required_headers=("JSON",))),
+        ("key-required", RecordRules(key_required=True)),
+        ("json", RecordRules(value_json=True)),
+        ("json-schema:orders-v1", RecordRules(value_json=True, value_json_schema="orders-v1")),
+        (
+            "json;json-schema:orders-v1",
+            RecordRules(value_json=True, value_json_schema="orders-v1"),
+        ),
+        ("schema-id", RecordRules(value_schema_id=SchemaIdCheck.PRESENT)),
+        ("schema-id:registry", RecordRules(value_schema_id=SchemaIdCheck.REGISTERED)),
+        ("max-bytes:1048576", RecordRules(max_record_bytes=1048576)),
+        ("max-bytes:2147483647", RecordRules(max_record_bytes=2**31 - 1)),
+        ("tombstones-allowed", RecordRules(tombstones_allowed=True)),
+        (
+            "header:trace-id;key-required;json;json-schema:orders-v1;schema-id:registry;"
+            "max-bytes:1048576;tombstones-allowed",
+            RecordRules(
+                required_headers=("trace-id",),
+                key_required=True,
+                value_json=True,
+                value_json_schema="orders-v1",
+                value_schema_id=SchemaIdCheck.REGISTERED,
+                max_record_bytes=1048576,
+                tombstones_allowed=True,
+            ),
+        ),
+    ],
+)
+def test_values_parse_into_rules(value: str, rules: RecordRules) -> None:
+    assert parse_record_validation_policy(value) == rules
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "it is empty"),
+        ("  ", "it is empty"),
+        ("json;;key-required", "empty rule"),
+        ("json;", "empty rule"),
+        ("jsn-schema:orders-v1", "unknown rule 'jsn-schema'"),
+        ("header:", "rule 'header:' needs key"),
+        ("header", "rule 'header' needs key"),
+        ("json-schema", "needs name"),
+        ("json-schema: ", "needs name"),
+        ("max-bytes", "needs bytes"),
+        ("max-bytes:0", "from 1 to 2147483647"),
+        ("max-bytes:-5", "from 1 to 2147483647"),
+        ("max-bytes:1_000", "from 1 to 2147483647"),
+        ("max-bytes:2147483648", "from 1 to 2147483647"),
+        ("max-bytes:1k", "from 1 to 2147483647"),
+        ("key-required:yes", "rule key-required takes no argument"),
+        ("json:strict", "rule json takes no argument"),
+        ("tombstones-allowed:1", "rule tombstones-allowed takes no argument"),
+        ("schema-id:confluent", "schema-id takes no argument or :registry"),
+        ("schema-id:", "schema-id takes no argument or :registry"),
+        ("json;json", "rule json is given more than once"),
+        ("trace-id;header:trace-id", "rule header:trace-id is given more than once"),
+        ("schema-id;schema-id:registry", "rule schema-id is given more than once"),
+        ("json-schema:a;json-schema:b", "rule json-schema is given more than once"),
+        ("max-bytes:1;max-bytes:2", "rule max-bytes is given more than once"),
+    ],
+)
+def test_a_value_that_does_not_parse_rejects_every_record(
+    policy: BuiltinRecordValidationPolicy, value: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_record_validation_policy(value)
+    # Fail closed: even a record that would pass any rule is rejected, unread.
+    anything = record(headers=(("trace-id", b"1"),), key=b"k", value=b"{}")
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic(value), anything)
+    assert raised.value.message.startswith(
+        f"Topic orders has an invalid record.validation.policy {value!r}: "
+    )
+    assert problem in raised.value.message
+    assert policy.hints_for(value) == RecordIntrospectionHints(
+        access_headers=False, access_key_bytes=0, access_value_bytes=0
+    )
+
+
+# --- what each rule accepts and rejects -------------------------------------------------------
+
+PASSES = None
+
+
+@pytest.mark.parametrize(
+    ("value", "proxy", "message"),
+    [
+        # header rules
+        ("trace-id", record(headers=(("trace-id", b"1"),)), PASSES),
+        ("trace-id", record(headers=(("a", b""), ("trace-id", None))), PASSES),
+        (
+            "trace-id",
+            record(headers=(("Trace-Id", b"1"),)),
+            "Record is missing required header 'trace-id' (record.validation.policy=trace-id)",
+        ),
+        (
+            "header:trace-id",
+            record(),
+            "Record is missing required header 'trace-id' "
+            "(record.validation.policy=header:trace-id)",
+        ),
+        ("trace-id;tenant", record(headers=(("tenant", b"t"), ("trace-id", b"1"))), PASSES),
+        (
+            "trace-id;tenant;region",
+            record(headers=(("tenant", b"t"),)),
+            "Record is missing required headers 'trace-id', 'region' "
+            "(record.validation.policy=trace-id;tenant;region)",
+        ),
+        (
+            "trace-id;tenant",
+            record(headers=(("trace-id", b"t"),)),
+            "Record is missing required header 'tenant' (record.validation.policy=trace-id;tenant)",
+        ),
+        # key-required
+        ("key-required", record(key=b"k"), PASSES),
+        (
+            "key-required",
+            record(key=None),
+            "Record key is null; rule key-required needs a non-empty key "
+            "(record.validation.policy=key-required)",
+        ),
+        (
+            "key-required",
+            record(key=b""),
+            "Record key is empty; rule key-required needs a non-empty key "
+            "(record.validation.policy=key-required)",
+        ),
+        # json
+        ("json", record(value=b'{"id": "a"}'), PASSES),
+        ("json", record(value=b' [1, 2.5, null, "\xc3\xa9"] '), PASSES),
+        ("json", record(value=b"42"), PASSES),
+        (
+            "json",
+            record(value=b"{oops"),
+            "Record value is not valid JSON (Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)); rule json needs a JSON document "
+            "(record.validation.policy=json)",
+        ),
+        (
+            "json",
+            record(value=b""),
+            "Record value is not valid JSON (Expecting value: line 1 column 1 (char 0)); "
+            "rule json needs a JSON document (record.validation.policy=json)",
+        ),
+        (
+            "json",
+            record(value=b"{} {}"),
+            "Record value is not valid JSON (Extra data: line 1 column 4 (char 3)); "
+            "rule json needs a JSON document (record.validation.policy=json)",
+        ),
+        (
+            "json",
+            record(value=b"[NaN]"),
+            "Record value is not valid JSON (NaN is not JSON); "
+            "rule json needs a JSON document (record.validation.policy=json)",
+        ),
+        (
+            "json",
+            record(value='{"a": 1}'.encode("utf-16")),
+            "Record value is not UTF-8 (invalid start byte at byte 0); "
+            "rule json needs a UTF-8 JSON document (record.validation.policy=json)",
+        ),
+        (
+            "json",
+            record(value=None),
+            "Record value is null; rule json needs a value (record.validation.policy=json)",
+        ),
+        ("json;tombstones-allowed", record(value=None), PASSES),
+        # json-schema
+        ("json-schema:orders-v1", record(value=b'{"id": "a", "amount": 3}'), PASSES),
+        (
+            "json-schema:orders-v1",
+            record(value=b'{"id": "a"}'),
+            "Record value does not match the JSON schema of rule json-schema:orders-v1: "
+            "'amount' is a required property at $ "
+            "(record.validation.policy=json-schema:orders-v1)",
+        ),
+        (
+            "json-schema:orders-v1",
+            record(value=b'{"id": "a", "amount": -1}'),
+            "Record value does not match the JSON schema of rule json-schema:orders-v1: "
+            "-1 is less than the minimum of 0 at $.amount "
+            "(record.validation.policy=json-schema:orders-v1)",
+        ),
+        (
+            "json-schema:orders-v1",
+            record(value=b"not json"),
+            "Record value is not valid JSON (Expecting value: line 1 column 1 (char 0)); "
+            "rule json-schema:orders-v1 needs a JSON document "
+            "(record.validation.policy=json-schema:orders-v1)",
+        ),
+        (
+            "json-schema:orders-v1",
+            record(value=None),
+            "Record value is null; rule json-schema:orders-v1 needs a value "
+            "(record.validation.policy=json-schema:orders-v1)",
+        ),
+        ("json-schema:orders-v1;tombstones-allowed", record(value=None), PASSES),
+        # schema-id (without the registry)
+        ("schema-id", record(value=schema_id(7, b"avro bytes")), PASSES),
+        ("schema-id", record(value=schema_id(7)), PASSES),
+        (
+            "schema-id",
+            record(value=b"\x00\x00\x00\x07"),
+            "Record value is only 4 bytes; rule schema-id needs magic byte 0 and a 4-byte "
+            "schema id first (record.validation.policy=schema-id)",
+        ),
+        (
+            "schema-id",
+            record(value=b"\x01\x00\x00\x00\x07"),
+            "Record value starts with byte 1, not magic byte 0; rule schema-id needs magic "
+            "byte 0 and a 4-byte schema id first (record.validation.policy=schema-id)",
+        ),
+        (
+            "schema-id",
+            record(value=b""),
+            "Record value is empty; rule schema-id needs magic byte 0 and a 4-byte "
+            "schema id first (record.validation.policy=schema-id)",
+        ),
+        (
+            "schema-id",
+            record(value=None),
+            "Record value is null; rule schema-id needs a value "
+            "(record.validation.policy=schema-id)",
+        ),
+        ("schema-id;tombstones-allowed", record(value=None), PASSES),
+        # schema-id with JSON after the 5 bytes (the JSON Schema serializer's format)
+        ("schema-id;json", record(value=schema_id(7, b'{"a": 1}')), PASSES),
+        (
+            "schema-id;json",
+            record(value=b'{"a": 1}'),
+            "Record value starts with byte 123, not magic byte 0; rule schema-id needs magic "
+            "byte 0 and a 4-byte schema id first (record.validation.policy=schema-id;json)",
+        ),
+        (
+            "schema-id;json-schema:orders-v1",
+            record(value=schema_id(7, b'{"id": "a", "amount": 1}')),
+            PASSES,
+        ),
+        (
+            "schema-id;json-schema:orders-v1",
+            record(value=schema_id(7, b'{"id": 5, "amount": 1}')),
+            "Record value does not match the JSON schema of rule json-schema:orders-v1: "
+            "5 is not of type 'string' at $.id "
+            "(record.validation.policy=schema-id;json-schema:orders-v1)",
+        ),
+        # max-bytes: key + value + header keys + header values
+        ("max-bytes:10", record(headers=(("ab", b"cd"),), key=b"ef", value=b"ghij"), PASSES),
+        (
+            "max-bytes:9",
+            record(headers=(("ab", b"cd"),), key=b"ef", value=b"ghij"),
+            "Record is 10 bytes (key, value and headers), more than the 9 that rule "
+            "max-bytes:9 allows (record.validation.policy=max-bytes:9)",
+        ),
+        (
+            "max-bytes:3",
+            record(headers=(("é", None),), key=None, value=b"ab"),
+            "Record is 4 bytes (key, value and headers), more than the 3 that rule "
+            "max-bytes:3 allows (record.validation.policy=max-bytes:3)",
+        ),
+        ("max-bytes:1", record(key=None, value=None), PASSES),
+        # several rules: all must pass; the cheapest failure is the one reported
+        (
+            "header:trace-id;key-required;json-schema:orders-v1;max-bytes:100",
+            record(headers=(("trace-id", b"1"),), key=b"o-1", value=b'{"id": "a", "amount": 1}'),
+            PASSES,
+        ),
+        (
+            "json-schema:orders-v1;key-required;trace-id",
+            record(key=None, value=b"{}"),
+            "Record is missing required header 'trace-id' "
+            "(record.validation.policy=json-schema:orders-v1;key-required;trace-id)",
+        ),
+        (
+            "json-schema:orders-v1;key-required;trace-id",
+            record(headers=(("trace-id", b"1"),), key=b"k", value=b"{}"),
+            "Record value does not match the JSON schema of rule json-schema:orders-v1: "
+            "'id' is a required property at $ "
+            "(record.validation.policy=json-schema:orders-v1;key-required;trace-id)",
+        ),
+    ],
+)
+def test_each_rule_accepts_and_rejects_records(
+    policy: BuiltinRecordValidationPolicy, value: str, proxy: RecordProxy, message: str | None
+) -> None:
+    if message is None:
+        policy.validate(topic(value), proxy)
+        return
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic(value), proxy)
+    assert raised.value.message == message
+
+
+def test_json_nested_too_deeply_is_rejected_not_crashed(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    with pytest.raises(InvalidRecord, match="nested too deeply"):
+        policy.validate(topic("json"), record(value=b"[" * 200_000 + b"]" * 200_000))
+
+
+def test_a_schema_mismatch_message_stays_short_for_a_large_value(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    huge = json.dumps(list(range(50_000))).encode()
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("json-schema:orders-v1"), record(value=huge))
+    assert "is not of type 'object' at $" in raised.value.message
+    assert len(raised.value.message) < 400
+
+
+# --- hints per value --------------------------------------------------------------------------
+
+
+def hints(headers: bool, key: int, value: int) -> RecordIntrospectionHints:
+    return RecordIntrospectionHints(
+        access_headers=headers, access_key_bytes=key, access_value_bytes=value
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("trace-id", hints(True, 0, 0)),
+        ("header:a;header:b", hints(True, 0, 0)),
+        ("key-required", hints(False, 1, 0)),
+        ("json", hints(False, 0, -1)),
+        ("json-schema:orders-v1", hints(False, 0, -1)),
+        ("schema-id", hints(False, 0, 5)),
+        ("schema-id:registry", hints(False, 0, 5)),
+        ("schema-id;json", hints(False, 0, -1)),
+        ("tombstones-allowed", hints(False, 0, 0)),
+        ("max-bytes:100", hints(True, -1, -1)),
+        ("trace-id;key-required;schema-id", hints(True, 1, 5)),
+        ("json-schema:unknown", hints(False, 0, 0)),
+        ("jsn", hints(True, 0, 0)),
+    ],
+)
+def test_hints_ask_only_for_what_the_topics_rules_read(
+    policy: BuiltinRecordValidationPolicy, value: str, expected: RecordIntrospectionHints
+) -> None:
+    assert policy.hints_for(value) == expected
+
+
+def cut_to(data: bytes | None, wanted: int) -> bytes | None:
+    return data if data is None or wanted == -1 else data[:wanted]
+
+
+SAMPLE_RECORDS = [
+    record(),
+    record(headers=(("trace-id", b"1"),), key=b"order-1", value=schema_id(7, b'{"id": "a"}')),
+    record(headers=(("trace-id", None),), key=b"", value=schema_id(7, b"x" * 100)),
+    record(key=b"k", value=b"\x00\x00\x00"),
+    record(key=b"k", value=b"\x01\x00\x00\x00\x07rest"),
+    record(key=b"k", value=b'{"id": "a", "amount": 1}'),
+    record(headers=(("a", b"x" * 30),), key=b"k" * 30, value=b"v" * 30),
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "trace-id",
+        "key-required",
+        "json",
+        "json-schema:orders-v1",
+        "schema-id",
+        "schema-id;json",
+        "max-bytes:64",
+        "trace-id;key-required;schema-id",
+        "schema-id;tombstones-allowed",
+    ],
+)
+def test_a_record_cut_to_the_hints_gets_the_same_answer_as_the_whole_record(
+    policy: BuiltinRecordValidationPolicy, value: str
+) -> None:
+    """The gateway passes only what the hints ask for: no headers unless asked, key and value
+    cut to the hinted prefix. The rules must not need more."""
+    wanted = policy.hints_for(value)
+
+    def answer(proxy: RecordProxy) -> str | None:
+        try:
+            policy.validate(topic(value), proxy)
+        except InvalidRecord as exc:
+            return exc.message
+        return None
+
+    for whole in SAMPLE_RECORDS:
+        cut = record(
+            headers=whole.headers if wanted.access_headers else (),
+            key=cut_to(whole.key, wanted.access_key_bytes),
+            value=cut_to(whole.value, wanted.access_value_bytes),
+        )
+        assert answer(cut) == answer(whole), whole
+
+
+def test_get_hints_without_a_topic_asks_for_everything() -> None:
+    assert BuiltinRecordValidationPolicy().get_hints() == hints(True, -1, -1)
+
+
+def test_the_policy_offers_per_topic_hints_and_a_schema_lookup_hook() -> None:
+    assert isinstance(BuiltinRecordValidationPolicy(), PerTopicHints)
+    assert isinstance(BuiltinRecordValidationPolicy(), UsesSchemaLookup)
+    assert not isinstance(RequireHeaderValidationPolicy(), PerTopicHints)
+    assert not isinstance(RequireHeaderValidationPolicy(), UsesSchemaLookup)
+
+
+# --- caching ----------------------------------------------------------------------------------
+
+
+def test_a_value_is_parsed_once_not_per_record(
+    policy: BuiltinRecordValidationPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = records_module.parse_record_validation_policy
+
+    def counting(value: str) -> RecordRules:
+        calls.append(value)
+        return real(value)
+
+    monkeypatch.setattr(records_module, "parse_record_validation_policy", counting)
+    for _ in range(100):
+        policy.validate(topic("trace-id"), record(headers=(("trace-id", b"1"),)))
+        policy.hints_for("trace-id")
+        with pytest.raises(InvalidRecord):
+            policy.validate(topic("json;json"), record(value=b"{}"))
+    assert calls == ["trace-id", "json;json"]
+
+
+def test_configure_again_forgets_values_compiled_against_the_old_schemas(
+    tmp_path: Path,
+) -> None:
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "a", v={"type": "object"}))})
+    policy.validate(topic("json-schema:v"), record(value=b"{}"))
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "b", v={"type": "array"}))})
+    with pytest.raises(InvalidRecord, match="is not of type 'array'"):
+        policy.validate(topic("json-schema:v"), record(value=b"{}"))
+
+
+# --- JSON Schema loading ----------------------------------------------------------------------
+
+
+def test_schemas_are_loaded_from_the_configured_directory(tmp_path: Path) -> None:
+    directory = write_schemas(tmp_path / "s", **{"orders-v1": ORDER_SCHEMA, "any": True})
+    (directory / "README.md").write_text("not a schema", encoding="utf-8")
+    (directory / "nested.json").mkdir()
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(directory)})
+    assert policy.schema_names == {"orders-v1", "any"}
+    policy.validate(topic("json-schema:any"), record(value=b"[1]"))
+
+
+def test_schemas_may_refer_to_each_other_by_file_name_or_id(tmp_path: Path) -> None:
+    directory = write_schemas(
+        tmp_path / "s",
+        address={"type": "object", "required": ["city"]},
+        money={
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "$id": "https://schemas.example/money",
+            "type": "number",
+            "minimum": 0,
+        },
+        order={
+            "type": "object",
+            "properties": {
+                "ship_to": {"$ref": "address.json"},
+                "total": {"$ref": "https://schemas.example/money"},
+            },
+        },
+    )
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(directory)})
+    policy.validate(topic("json-schema:order"), record(value=b'{"ship_to": {"city": "x"}}'))
+    with pytest.raises(InvalidRecord, match="'city' is a required property at \\$.ship_to"):
+        policy.validate(topic("json-schema:order"), record(value=b'{"ship_to": {}}'))
+    with pytest.raises(InvalidRecord, match="-2 is less than the minimum of 0 at \\$.total"):
+        policy.validate(topic("json-schema:order"), record(value=b'{"total": -2}'))
+
+
+def test_a_draft_07_schema_is_checked_as_draft_07(tmp_path: Path) -> None:
+    # In draft 7, "items" as an array is tuple validation; 2020-12 would refuse it as a schema.
+    directory = write_schemas(
+        tmp_path / "s",
+        pair={
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "array",
+            "items": [{"type": "string"}, {"type": "integer"}],
+        },
+    )
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(directory)})
+    policy.validate(topic("json-schema:pair"), record(value=b'["a", 1]'))
+    with pytest.raises(InvalidRecord, match="'a' is not of type 'integer'"):
+        policy.validate(topic("json-schema:pair"), record(value=b'["a", "a"]'))
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "broken.json is not a JSON file"),
+        ("[1, 2]", "broken.json is not a JSON Schema \\(object or boolean\\)"),
+        ('{"type": "strnig"}', "broken.json is not a valid JSON Schema: 'strnig' is not valid"),
+        ('{"minimum": "zero"}', "broken.json is not a valid JSON Schema: 'zero' is not of type"),
+        ('{"$schema": "https://example.com/mine"}', "broken.json names an unknown \\$schema"),
+    ],
+)
+def test_a_bad_schema_file_stops_configure_naming_the_file(
+    tmp_path: Path, content: str, problem: str
+) -> None:
+    directory = write_schemas(tmp_path / "s", good=ORDER_SCHEMA)
+    (directory / "broken.json").write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"^{JSON_SCHEMA_DIR}: .*{problem}"):
+        BuiltinRecordValidationPolicy().configure({JSON_SCHEMA_DIR: str(directory)})
+
+
+def test_a_schema_dir_that_is_not_a_directory_stops_configure(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ValueError, match=f"{JSON_SCHEMA_DIR}: {missing} is not a directory"):
+        BuiltinRecordValidationPolicy().configure({JSON_SCHEMA_DIR: str(missing)})
+
+
+def test_an_unknown_schema_name_makes_the_value_invalid(
+    policy: BuiltinRecordValidationPolicy, schema_dir: Path
+) -> None:
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("json-schema:orders-v2"), record(value=b"{}"))
+    assert raised.value.message == (
+        "Topic orders has an invalid record.validation.policy 'json-schema:orders-v2': "
+        f"json-schema:orders-v2 names a schema that {schema_dir} does not have "
+        "(no orders-v2.json; schemas: orders-v1)"
+    )
+
+
+@pytest.mark.parametrize("configs", [{}, {JSON_SCHEMA_DIR: ""}])
+def test_json_schema_rules_are_invalid_when_no_schema_dir_is_set(
+    configs: dict[str, str],
+) -> None:
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure(configs)
+    assert policy.schema_names == frozenset()
+    policy.validate(topic("json"), record(value=b"{}"))
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("json-schema:orders-v1"), record(value=b"{}"))
+    assert raised.value.message == (
+        "Topic orders has an invalid record.validation.policy 'json-schema:orders-v1': "
+        f"json-schema:orders-v1 names a schema, but {JSON_SCHEMA_DIR} is not set"
+    )
+
+
+# --- schema-id and the schema registry lookup -------------------------------------------------
+
+
+def registry(*known: int) -> tuple[Callable[[int], bool], list[int]]:
+    asked: list[int] = []
+
+    def lookup(number: int) -> bool:
+        asked.append(number)
+        return number in known
+
+    return lookup, asked
+
+
+def test_schema_id_registry_fails_closed_without_a_lookup(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("schema-id:registry"), record(value=schema_id(7)))
+    assert raised.value.message == (
+        "Record cannot be checked: rule schema-id:registry needs a schema registry, and the "
+        "gateway has none configured (record.validation.policy=schema-id:registry)"
+    )
+
+
+def test_schema_id_registry_asks_the_lookup_for_the_records_id(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    lookup, asked = registry(7, 258)
+    policy.set_schema_lookup(lookup)
+    policy.validate(topic("schema-id:registry"), record(value=schema_id(7, b"payload")))
+    policy.validate(topic("schema-id:registry"), record(value=b"\x00\x00\x00\x01\x02"))
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("schema-id:registry"), record(value=schema_id(8)))
+    assert raised.value.message == (
+        "Record value has schema id 8, which the schema registry does not have "
+        "(rule schema-id:registry) (record.validation.policy=schema-id:registry)"
+    )
+    with pytest.raises(InvalidRecord, match="schema id -1,"):
+        policy.validate(topic("schema-id:registry"), record(value=b"\x00\xff\xff\xff\xff"))
+    assert asked == [7, 258, 8, -1]
+
+
+def test_schema_id_without_registry_never_asks_the_lookup(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    lookup, asked = registry()
+    policy.set_schema_lookup(lookup)
+    policy.validate(topic("schema-id"), record(value=schema_id(99)))
+    with pytest.raises(InvalidRecord, match="not magic byte 0"):
+        policy.validate(topic("schema-id:registry"), record(value=b"\x02abcd"))
+    assert asked == []
+
+
+def test_a_lookup_that_fails_propagates_so_the_gateway_denies(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    def unreachable(number: int) -> bool:
+        raise ConnectionError("schema registry unreachable")
+
+    policy.set_schema_lookup(unreachable)
+    with pytest.raises(ConnectionError, match="unreachable"):
+        policy.validate(topic("schema-id:registry"), record(value=schema_id(7)))
+
+
+def test_registry_and_json_schema_combine(policy: BuiltinRecordValidationPolicy) -> None:
+    lookup, asked = registry(7)
+    policy.set_schema_lookup(lookup)
+    value = "schema-id:registry;json-schema:orders-v1"
+    policy.validate(topic(value), record(value=schema_id(7, b'{"id": "a", "amount": 1}')))
+    with pytest.raises(InvalidRecord, match="schema registry does not have"):
+        policy.validate(topic(value), record(value=schema_id(9, b'{"id": "a", "amount": 1}')))
+    with pytest.raises(InvalidRecord, match="'amount' is a required property"):
+        policy.validate(topic(value), record(value=schema_id(7, b'{"id": "a"}')))
+    assert asked == [7, 9, 7]
+
+
+# --- the proposal's sample policy -------------------------------------------------------------
+
+
+def test_require_header_policy_is_the_proposals_sample() -> None:
+    policy = RequireHeaderValidationPolicy()
+    policy.configure({})
+    assert policy.get_hints() == hints(True, 0, 0)
+    sample = TopicMetadata(topic="payments", partition=2, validation_policy="trace-id")
+    policy.validate(sample, record(headers=(("other", b""), ("trace-id", None))))
+    for headers in [(), (("Trace-Id", b"1"),), (("trace-id-2", b"1"),)]:
+        with pytest.raises(InvalidRecord) as raised:
+            policy.validate(sample, record(headers=headers, key=b"k", value=b"v"))
+        assert raised.value.message == (
+            "Topic payments requires records to contain a header with key: trace-id"
+        )
+    policy.close()
+
+
+@pytest.mark.parametrize("value", ["trace-id", "a;b", "json", "header:x"])
+def test_require_header_policy_takes_the_whole_value_as_the_key(value: str) -> None:
+    policy = RequireHeaderValidationPolicy()
+    policy.validate(topic(value), record(headers=((value, b"1"),)))
+    with pytest.raises(InvalidRecord):
+        policy.validate(topic(value), record(headers=(("trace-id-x", b"1"), ("x", b"1"))))
+
+
+def test_builtin_policy_keeps_the_samples_meaning_for_a_bare_value(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    sample = RequireHeaderValidationPolicy()
+    for headers in [(("trace-id", b"1"),), (), (("x", b"1"), ("trace-id", None))]:
+        proxy = record(headers=headers)
+        outcomes = []
+        for judge in (sample, policy):
+            try:
+                judge.validate(topic("trace-id"), proxy)
+                outcomes.append(True)
+            except InvalidRecord:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1], headers
+    assert policy.hints_for("trace-id") == sample.get_hints()
