@@ -1,11 +1,19 @@
 """Produce throughput and latency: directly to the broker vs through the gateway.
 
-Runs the embedded Tansu broker and `kpg run` as a separate process, then alternates runs of
-one confluent-kafka producer (fixed record count and size) direct and through the gateway.
-Prints medians per mode and the gateway/direct ratios, and writes them as JSON under
-bench/results/. Machines are noisy: compare the ratio from one run, not absolute numbers.
+Runs the embedded Tansu broker and `kpg run` as a separate process, then, per scenario,
+alternates runs of one confluent-kafka producer (fixed record count and size) directly to the
+broker and through the gateway. Prints the medians per mode and the gateway/direct ratios,
+and writes everything as JSON under bench/results/. Machines are noisy: compare the ratios of
+one run, not absolute numbers across runs.
 
-    .venv/bin/python bench/produce_bench.py --records 500000 --size 512 --pairs 3
+Scenarios:
+  passthrough  topic without record validation: the gateway forwards the client's bytes
+  header       record.validation.policy=trace-id (required header), uncompressed batches
+  header-zstd  the same on zstd batches (the gateway decompresses to read headers)
+  json-schema  record.validation.policy=json-schema:bench on ~1 KiB JSON values
+
+    .venv/bin/python bench/produce_bench.py                       # every scenario
+    .venv/bin/python bench/produce_bench.py --scenario passthrough --records 500000
 """
 
 from __future__ import annotations
@@ -17,11 +25,16 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -30,22 +43,114 @@ sys.path.insert(0, str(ROOT))
 
 from gateway.embedded import EmbeddedBroker, free_port  # noqa: E402
 
+SCHEMA = {
+    "type": "object",
+    "required": ["id", "customer", "items", "total"],
+    "properties": {
+        "id": {"type": "string"},
+        "customer": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}, "tier": {"enum": ["a", "b"]}},
+        },
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["sku", "qty"],
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}},
+            },
+        },
+        "total": {"type": "number", "minimum": 0},
+        "note": {"type": "string"},
+    },
+}
 
-def start_gateway(upstream: str) -> tuple[subprocess.Popen[str], str]:
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    policy: str | None
+    compression: str
+    value: Callable[[int], bytes]
+    headers: list[tuple[str, bytes]] | None
+    default_records: int
+
+
+def _binary(size: int) -> Callable[[int], bytes]:
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    return lambda _i: payload
+
+
+def _json_1k(_size: int) -> Callable[[int], bytes]:
+    doc = {
+        "id": "order-0",
+        "customer": {"name": "Ada Lovelace", "tier": "a"},
+        "items": [{"sku": f"sku-{n:04d}", "qty": n + 1} for n in range(12)],
+        "total": 1234.5,
+        "note": "",
+    }
+    base = len(json.dumps(doc, separators=(",", ":")))
+    doc["note"] = "x" * max(0, 1024 - base)
+    value = json.dumps(doc, separators=(",", ":")).encode()
+    return lambda _i: value
+
+
+SCENARIOS = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="passthrough",
+            policy=None,
+            compression="none",
+            value=_binary(512),
+            headers=None,
+            default_records=500_000,
+        ),
+        Scenario(
+            name="header",
+            policy="trace-id",
+            compression="none",
+            value=_binary(512),
+            headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
+            default_records=200_000,
+        ),
+        Scenario(
+            name="header-zstd",
+            policy="trace-id",
+            compression="zstd",
+            value=_binary(512),
+            headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
+            default_records=200_000,
+        ),
+        Scenario(
+            name="json-schema",
+            policy="json-schema:bench",
+            compression="none",
+            value=_json_1k(1024),
+            headers=None,
+            default_records=50_000,
+        ),
+    )
+}
+
+
+def start_gateway(upstream: str, workdir: Path) -> tuple[subprocess.Popen[str], str]:
+    schemas = workdir / "schemas"
+    schemas.mkdir(exist_ok=True)
+    (schemas / "bench.json").write_text(json.dumps(SCHEMA))
+    config = {
+        "listen": f"127.0.0.1:{free_port()}",
+        "node_port_base": 0,
+        "upstream": {"bootstrap_servers": [upstream], "topic_config_source_unreliable": True},
+        "state": {"path": str(workdir / "state.db")},
+        "policies": {"record.validation.json.schema.dir": str(schemas)},
+    }
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
     kpg = Path(sys.executable).with_name("kpg")
     process = subprocess.Popen(
-        [
-            str(kpg),
-            "run",
-            "--upstream",
-            upstream,
-            "--listen",
-            f"127.0.0.1:{free_port()}",
-            "--node-port-base",
-            "0",
-            "--log-level",
-            "WARNING",
-        ],
+        [str(kpg), "run", "--config", str(path), "--log-level", "WARNING"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -57,54 +162,65 @@ def start_gateway(upstream: str) -> tuple[subprocess.Popen[str], str]:
     raise SystemExit("gateway did not start")
 
 
+def create_topic(admin_bootstrap: str, policy: str | None) -> str:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    configs = {"record.validation.policy": policy} if policy else {}
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 1, 1, config=configs)]).values():
+        future.result(30)
+    return topic
+
+
 def run_once(
-    bootstrap: str, records: int, size: int, compression: str, rate: float | None = None
+    bootstrap: str, topic: str, scenario: Scenario, records: int, rate: float | None = None
 ) -> dict[str, float]:
     """Produce ``records`` records as fast as possible, or at ``rate`` records/s."""
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        future.result(30)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
             "acks": "all",
-            "compression.type": compression,
-            "queue.buffering.max.messages": 1000000,
+            "compression.type": scenario.compression,
+            "queue.buffering.max.messages": 1_000_000,
         }
     )
     latencies: list[float] = []
-    errors = 0
+    errors: list[Any] = []
 
-    def delivered(err: object, msg: object) -> None:
-        nonlocal errors
+    def delivered(err: object, msg: Any) -> None:
         if err is not None:
-            errors += 1
+            errors.append(err)
         else:
-            latencies.append(msg.latency())  # type: ignore[attr-defined]
+            latencies.append(msg.latency())
 
-    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    producer.produce(topic, payload, on_delivery=delivered)  # warm up connections
+    def send(i: int) -> None:
+        while True:
+            try:
+                producer.produce(
+                    topic, scenario.value(i), headers=scenario.headers, on_delivery=delivered
+                )
+                return
+            except BufferError:
+                producer.poll(0.01)
+
+    send(0)  # warm up connections
     producer.flush(30)
     latencies.clear()
+    size = len(scenario.value(0))
     started = time.perf_counter()
     for i in range(records):
         if rate is not None:
             ahead = started + i / rate - time.perf_counter()
             if ahead > 0:
                 producer.poll(ahead)
-        while True:
-            try:
-                producer.produce(topic, payload, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        send(i)
         producer.poll(0)
-    producer.flush(120)
+    producer.flush(300)
     elapsed = time.perf_counter() - started
     if errors or len(latencies) != records:
-        raise SystemExit(f"{errors} delivery errors, {len(latencies)}/{records} delivered")
+        raise SystemExit(
+            f"{len(errors)} delivery errors ({errors[:1]}), {len(latencies)}/{records} delivered"
+        )
     latencies.sort()
     return {
         "records_per_s": records / elapsed,
@@ -115,83 +231,98 @@ def run_once(
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--size", type=int, default=512, help="record value size in bytes")
-    parser.add_argument("--pairs", type=int, default=3, help="direct/gateway pairs (>= 3)")
-    parser.add_argument("--compression", default="none")
-    parser.add_argument(
-        "--latency-rate",
-        type=float,
-        default=20_000,
-        help="records/s of the fixed-rate run that measures latency",
-    )
-    parser.add_argument("--latency-records", type=int, default=100_000)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args()
-
+def bench_scenario(
+    scenario: Scenario, broker: str, gateway: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    records = args.records or scenario.default_records
     runs: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
-    with EmbeddedBroker() as broker:
-        process, gateway = start_gateway(str(broker.address))
-        try:
-            for pair in range(args.pairs):
-                for mode, bootstrap in (("direct", str(broker.address)), ("gateway", gateway)):
-                    result = run_once(bootstrap, args.records, args.size, args.compression)
-                    paced = run_once(
-                        bootstrap,
-                        args.latency_records,
-                        args.size,
-                        args.compression,
-                        rate=args.latency_rate,
-                    )
-                    result["paced_latency_p50_ms"] = paced["latency_p50_ms"]
-                    result["paced_latency_p99_ms"] = paced["latency_p99_ms"]
-                    runs[mode].append(result)
-                    print(
-                        f"pair {pair + 1} {mode:8s} {result['records_per_s']:10.0f} rec/s "
-                        f"{result['mb_per_s']:7.1f} MB/s | at {args.latency_rate:.0f} rec/s: "
-                        f"p50 {paced['latency_p50_ms']:6.2f} ms p99 {paced['latency_p99_ms']:6.2f}"
-                        " ms",
-                        flush=True,
-                    )
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
-
+    for pair in range(args.pairs):
+        for mode, bootstrap in (("direct", broker), ("gateway", gateway)):
+            # Created through the gateway, so the gateway knows the topic's policy; the
+            # direct run writes the same kind of topic with no one checking.
+            topic = create_topic(gateway, scenario.policy)
+            result = run_once(bootstrap, topic, scenario, records)
+            paced = run_once(
+                bootstrap, topic, scenario, args.latency_records, rate=args.latency_rate
+            )
+            result["paced_latency_p50_ms"] = paced["latency_p50_ms"]
+            result["paced_latency_p99_ms"] = paced["latency_p99_ms"]
+            runs[mode].append(result)
+            print(
+                f"{scenario.name:12s} pair {pair + 1} {mode:8s} "
+                f"{result['records_per_s']:10.0f} rec/s {result['mb_per_s']:7.1f} MB/s | "
+                f"at {args.latency_rate:.0f} rec/s: p50 {paced['latency_p50_ms']:6.2f} ms "
+                f"p99 {paced['latency_p99_ms']:6.2f} ms",
+                flush=True,
+            )
     medians = {
         mode: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for mode, rs in runs.items()
     }
-    summary = {
-        "benchmark": "produce",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "records": args.records,
-        "size": args.size,
-        "pairs": args.pairs,
-        "compression": args.compression,
-        "broker": "tansu (embedded, memory)",
+    return {
+        "records": records,
+        "compression": scenario.compression,
+        "policy": scenario.policy,
+        "value_bytes": len(scenario.value(0)),
         "runs": runs,
         "medians": medians,
         "ratio_records_per_s": medians["gateway"]["records_per_s"]
         / medians["direct"]["records_per_s"],
-        "latency_rate": args.latency_rate,
         "added_latency_p50_ms": medians["gateway"]["paced_latency_p50_ms"]
         - medians["direct"]["paced_latency_p50_ms"],
         "added_latency_p99_ms": medians["gateway"]["paced_latency_p99_ms"]
         - medians["direct"]["paced_latency_p99_ms"],
     }
-    for mode in ("direct", "gateway"):
-        m = medians[mode]
-        print(
-            f"median {mode:8s}: {m['records_per_s']:10.0f} rec/s {m['mb_per_s']:7.1f} MB/s | "
-            f"at {args.latency_rate:.0f} rec/s: p50 {m['paced_latency_p50_ms']:.2f} ms "
-            f"p99 {m['paced_latency_p99_ms']:.2f} ms"
-        )
-    print(
-        f"gateway/direct throughput ratio: {summary['ratio_records_per_s']:.3f}; "
-        f"added latency at {args.latency_rate:.0f} rec/s: p50 "
-        f"{summary['added_latency_p50_ms']:+.2f} ms, p99 {summary['added_latency_p99_ms']:+.2f} ms"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted(SCENARIOS),
+        help="repeatable; default: every scenario",
     )
+    parser.add_argument("--records", type=int, help="records per run (default per scenario)")
+    parser.add_argument("--pairs", type=int, default=3, help="direct/gateway pairs (>= 3)")
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=5_000,
+        help="records/s of the fixed-rate run that measures latency",
+    )
+    parser.add_argument("--latency-records", type=int, default=25_000)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    names = args.scenario or list(SCENARIOS)
+
+    results: dict[str, Any] = {}
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
+        process, gateway = start_gateway(str(broker.address), Path(workdir))
+        try:
+            for name in names:
+                results[name] = bench_scenario(SCENARIOS[name], str(broker.address), gateway, args)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+
+    print()
+    for name, result in results.items():
+        m = result["medians"]
+        print(
+            f"{name:12s} median direct {m['direct']['records_per_s']:9.0f} rec/s, gateway "
+            f"{m['gateway']['records_per_s']:9.0f} rec/s: ratio "
+            f"{result['ratio_records_per_s']:.3f}; added latency at {args.latency_rate:.0f} "
+            f"rec/s p50 {result['added_latency_p50_ms']:+.2f} ms, "
+            f"p99 {result['added_latency_p99_ms']:+.2f} ms"
+        )
+    summary = {
+        "benchmark": "produce",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "pairs": args.pairs,
+        "latency_rate": args.latency_rate,
+        "broker": "tansu (embedded, memory)",
+        "scenarios": results,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"produce-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.write_text(json.dumps(summary, indent=2) + "\n")

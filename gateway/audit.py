@@ -19,8 +19,9 @@ Contracts, stated once:
   part of the open segment not yet fsynced (see ``fsync``). A process crash loses nothing
   already handed to the sink: each batch is written to the OS before ``write`` returns.
 
-TODO: a Kafka topic sink (events produced to an audit topic, read by the Spark job with
-``source='kafka'``) is a later step. It is not implemented here.
+- The topic sink (:class:`KafkaTopicSink`) produces each event as one record (key: the
+  event id, value: the same JSON line as the spool) to an audit topic on the upstream
+  cluster, created if missing, with acks=all; ``write`` returns once the broker has acked.
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from spark_audit.event import SPOOL_SEGMENT_GLOB, AuditEvent, Mode, format_time
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 FsyncMode = Literal["always", "segment", "interval"]
 FSYNC_MODES: Final[tuple[FsyncMode, ...]] = ("always", "segment", "interval")
@@ -475,6 +477,7 @@ class AuditEmitter:
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._waiting_emits = 0
+        self._written_waiters: dict[str, asyncio.Future[None]] = {}
         self._failed_events = 0
         self._events_total: Counter | None = None
         self._failed_total: Counter | None = None
@@ -498,6 +501,10 @@ class AuditEmitter:
             )
 
     @property
+    def sinks(self) -> tuple[AuditSink, ...]:
+        return self._sinks
+
+    @property
     def queue_depth(self) -> int:
         """Events emitted and not yet taken by the writer."""
         return self._queue.qsize()
@@ -518,6 +525,20 @@ class AuditEmitter:
             await asyncio.to_thread(sink.open)
         self._writer = asyncio.create_task(self._run(), name="kpg-audit-writer")
         self._writer.add_done_callback(self._writer_done)
+
+    async def emit_written(self, event: AuditEvent) -> None:
+        """Queue ``event`` and return once the sinks have taken it (written to the OS for the
+        spool), so a decision the client is told about survives the gateway being killed.
+
+        :raises RuntimeError: as :meth:`emit`.
+        """
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._written_waiters[event.event_id] = waiter
+        try:
+            await self.emit(event)
+            await waiter
+        finally:
+            self._written_waiters.pop(event.event_id, None)
 
     async def emit(self, event: AuditEvent) -> None:
         """Queue ``event``; waits while the queue is full.
@@ -572,6 +593,9 @@ class AuditEmitter:
     # -- writer ------------------------------------------------------------------------------
 
     def _writer_done(self, task: asyncio.Task[None]) -> None:
+        for waiter in self._written_waiters.values():
+            if not waiter.done():
+                waiter.set_exception(RuntimeError("the audit writer stopped before writing"))
         if task.cancelled():
             logger.error(
                 "AUDIT EVENTS LOST: the audit writer was cancelled with %d events queued; "
@@ -632,6 +656,11 @@ class AuditEmitter:
             self._failed_events += lost
             if self._failed_total is not None:
                 self._failed_total.inc(lost)
+        # A failed write was counted and logged above; the request it belongs to goes on.
+        for event in batch:
+            waiter = self._written_waiters.get(event.event_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> int:
         lost_total = 0
@@ -671,3 +700,93 @@ class AuditEmitter:
                 sink.close()
             except Exception:
                 logger.exception("audit sink %r failed to close; its open data may be lost", sink)
+
+
+class KafkaTopicSink:
+    """Audit events as records of a topic on the upstream cluster (for production, where the
+    Spark job reads the topic with Spark's Kafka connector).
+
+    The emitter calls sinks from a worker thread; this sink hands the work to aiokafka on the
+    gateway's event loop (given with :meth:`bind_loop` before the emitter starts) and waits.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: Sequence[str],
+        topic: str,
+        *,
+        replication_factor: int = -1,
+        partitions: int = 1,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.bootstrap_servers = list(bootstrap_servers)
+        self.topic = topic
+        self.replication_factor = replication_factor
+        self.partitions = partitions
+        self.timeout_s = timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._producer: Any = None
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None:
+            coro.close()
+            raise RuntimeError("KafkaTopicSink.bind_loop was not called")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout_s)
+
+    def open(self) -> None:
+        self._run(self._open())
+
+    async def _open(self) -> None:
+        from aiokafka import AIOKafkaProducer
+        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+        from aiokafka.errors import TopicAlreadyExistsError, for_code
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
+                                    client_id="kpg-audit")
+        try:
+            await admin.start()
+            response = await admin.create_topics([NewTopic(
+                self.topic, self.partitions, self.replication_factor,
+                replica_assignments={} if self.replication_factor == -1 else None)])
+        finally:
+            await admin.close()
+        for topic_error in response.to_object()["topic_errors"]:
+            code = topic_error["error_code"]
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise RuntimeError(f"audit topic {self.topic}: cannot create it: "
+                                   f"{for_code(code).__name__}: {topic_error.get('error_message')}")
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers,
+                                          client_id="kpg-audit", acks="all")
+        await self._producer.start()
+
+    def write(self, events: Sequence[AuditEvent]) -> None:
+        written = self._run(self._send(events))
+        if written < len(events):
+            raise SinkWriteError(written, RuntimeError(
+                f"audit topic {self.topic}: {len(events) - written} events not acknowledged"))
+
+    async def _send(self, events: Sequence[AuditEvent]) -> int:
+        futures = [
+            await self._producer.send(self.topic, key=e.event_id.encode(),
+                                      value=e.to_json_line().encode())
+            for e in events
+        ]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        written = 0
+        for result in results:  # the acknowledged prefix, in order
+            if isinstance(result, BaseException):
+                logger.error("audit topic %s: write failed: %r", self.topic, result)
+                break
+            written += 1
+        return written
+
+    def maintain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._run(self._producer.stop())
+            self._producer = None

@@ -46,7 +46,8 @@ class DecisionRecorder:
         self._instance = instance
 
     async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
-        """Log, count and audit ``decision``. Waits while the audit queue is full."""
+        """Log, count and audit ``decision``; returns once its events are written (events of
+        one decision are written in order, so waiting for the last covers all)."""
         api = api_name(subject.api_key)
         events = []
         for verdict in decision.verdicts:
@@ -76,8 +77,11 @@ class DecisionRecorder:
         if not events:
             events.append(self._event(subject, api, None, "enforce", "allowed", None, None))
         if self._emitter is not None:
-            for event in events:
+            # Written before the client hears the decision: killing the gateway afterwards
+            # cannot lose it.
+            for event in events[:-1]:
                 await self._emitter.emit(event)
+            await self._emitter.emit_written(events[-1])
 
     def _event(
         self,

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -39,6 +40,7 @@ from .tasks import TaskSet
 log = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+T = TypeVar("T")
 
 Change = tuple[str, str, str | None]
 """(namespace, key, value); a None value deletes the key."""
@@ -153,12 +155,17 @@ class SqliteStore(_Snapshot):
         self.refresh_interval_s = refresh_interval_s
         self.busy_timeout_s = busy_timeout_s
         self._conn: sqlite3.Connection | None = None
+        self._db_lock = threading.Lock()
+        """Held by the worker thread using the connection: a cancelled await does not stop
+        the thread, so the asyncio lock alone could let a second thread in."""
         self._lock = asyncio.Lock()
+        """Orders snapshot updates: a refresh never publishes rows older than a write."""
         self._tasks = TaskSet()
         self._data_version: int | None = None
 
     async def start(self) -> None:
-        """Open (creating if needed) the file and load it; start the periodic refresh.
+        """Open (creating it and its directory if needed) the file and load it; start the
+        periodic refresh.
 
         :raises StateStoreError: when the file cannot be opened, set up or read.
         """
@@ -166,11 +173,12 @@ class SqliteStore(_Snapshot):
             return
         try:
             self._conn = await asyncio.to_thread(self._open)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
+        self._data_version = None  # a number of the connection it came from; load anew
         try:
             await self.refresh()
-        except StateStoreError:
+        except BaseException:
             await self.close()
             raise
         log.info(
@@ -181,6 +189,7 @@ class SqliteStore(_Snapshot):
         self._tasks.spawn(self._refresh_periodically(), name=f"state-refresh:{self.path}")
 
     def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
         )
@@ -196,11 +205,22 @@ class SqliteStore(_Snapshot):
         return conn
 
     async def close(self) -> None:
+        """Stop refreshing and close the file; a write under way finishes first."""
         await self._tasks.cancel_all()
-        async with self._lock:
+        await asyncio.to_thread(self._close_connection)
+
+    def _close_connection(self) -> None:
+        with self._db_lock:
             conn, self._conn = self._conn, None
             if conn is not None:
-                await asyncio.to_thread(conn.close)
+                conn.close()
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the connection in this (worker) thread, alone."""
+        with self._db_lock:
+            if self._conn is None:
+                raise StateStoreError(f"state store {self.path}: not open")
+            return fn(self._conn)
 
     async def refresh(self) -> None:
         """Re-read the file if another connection has committed since the last read.
@@ -208,9 +228,11 @@ class SqliteStore(_Snapshot):
         :raises StateStoreError: when the file cannot be read.
         """
         async with self._lock:
-            conn = self._connection()
+            known_version = self._data_version
             try:
-                loaded = await asyncio.to_thread(self._load, conn, self._data_version)
+                loaded = await asyncio.to_thread(
+                    self._call, lambda conn: self._load(conn, known_version)
+                )
             except sqlite3.Error as exc:
                 raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
             if loaded is not None:
@@ -240,11 +262,6 @@ class SqliteStore(_Snapshot):
                 await self.refresh()
             except StateStoreError as exc:
                 log.warning("%s; serving the last state read", exc)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise StateStoreError(f"state store {self.path}: not open")
-        return self._conn
 
     async def put(self, namespace: str, key: str, value: str | None) -> None:
         _check_names(namespace, key)
@@ -298,8 +315,9 @@ class SqliteStore(_Snapshot):
     ) -> StateStoreError | None:
         async with self._lock:
             try:
-                conn = self._connection()
-                changes = await asyncio.to_thread(self._transaction, conn, write)
+                changes = await asyncio.to_thread(
+                    self._call, lambda conn: self._transaction(conn, write)
+                )
             except StateStoreError as exc:
                 return exc
             except sqlite3.Error as exc:
@@ -325,7 +343,7 @@ class SqliteStore(_Snapshot):
 
 
 def _log_orphaned_failure(task: asyncio.Task[StateStoreError | None]) -> None:
-    if not task.cancelled() and (error := task.result()) is not None:
+    if not task.cancelled() and task.exception() is None and (error := task.result()):
         log.error("%s (the caller had gone)", error)
 
 
@@ -396,6 +414,7 @@ class KafkaTopicStore(_Snapshot):
         """The offset of the next record the tail will apply."""
         self._progress = asyncio.Condition()
         self._tail_error: BaseException | None = None
+        self._tail_task: asyncio.Task[None] | None = None
 
     def _where(self) -> str:
         return f"state topic {self.topic} on {self.bootstrap_servers}"
@@ -488,7 +507,8 @@ class KafkaTopicStore(_Snapshot):
         self._consumer.assign([self._partition])
         await self._consumer.seek_to_beginning(self._partition)
         self._position = 0
-        self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
+        self._data = {}
+        self._tail_task = self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
 
     async def _end_offset(self) -> int:
         offsets = await self._consumer.end_offsets([self._partition])
@@ -539,6 +559,13 @@ class KafkaTopicStore(_Snapshot):
                     await client.stop()
                 except KafkaError as exc:
                     log.warning("%s: closing a client: %s", self._where(), exc)
+                except asyncio.CancelledError:
+                    # aiokafka's producer lets its sender task's cancellation escape from
+                    # stop() when the broker is gone; only a cancellation of close() counts.
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise
+                    log.warning("%s: a client stopped uncleanly", self._where())
 
     async def put(self, namespace: str, key: str, value: str | None) -> None:
         _check_names(namespace, key)
@@ -549,6 +576,8 @@ class KafkaTopicStore(_Snapshot):
         to the current end of the topic (a key another instance writes meanwhile survives)."""
         _check_names(namespace, key_prefix)
         what = f"{namespace}/{key_prefix}*"
+        if self._consumer is None:
+            raise StateStoreError(f"{self._where()}: not started")
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(await self._end_offset())
@@ -574,7 +603,7 @@ class KafkaTopicStore(_Snapshot):
                     )
                     for namespace, key, value in changes
                 ]
-                last_offset = max([int((await ack).offset) for ack in acks])
+                results = await asyncio.gather(*acks, return_exceptions=True)
         except TimeoutError:
             raise StateStoreError(
                 f"{self._where()}: writing {what} not acknowledged within "
@@ -582,11 +611,23 @@ class KafkaTopicStore(_Snapshot):
             ) from None
         except KafkaError as exc:
             raise StateStoreError(f"{self._where()}: cannot write {what}: {exc}") from exc
+        offsets: list[int] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                raise StateStoreError(
+                    f"{self._where()}: cannot write {what}: {result!r}"
+                ) from result
+            offsets.append(int(result.offset))
+        last_offset = max(offsets)
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(last_offset + 1)
         except TimeoutError:
-            detail = f" (reading fails: {self._tail_error})" if self._tail_error else ""
+            detail = ""
+            if self._tail_task is None or self._tail_task.done():
+                detail = " (the reader has stopped)"
+            elif self._tail_error is not None:
+                detail = f" (reading fails: {self._tail_error})"
             raise StateStoreError(
                 f"{self._where()}: {what} written at offset {last_offset} but not read back "
                 f"within {self.request_timeout_s:g} s{detail}"

@@ -1,0 +1,334 @@
+"""The SQLite state store on real files in a temporary directory.
+
+Two stores on one file stand for two gateway processes on one host: each has its own SQLite
+connection, which is all SQLite knows of a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.state import SqliteStore, StateStoreError
+
+pytestmark = pytest.mark.unit
+
+NS = "topic-config"
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    async def main() -> Any:
+        return await coro
+
+    return asyncio.run(main())
+
+
+async def started(path: Path, **kwargs: Any) -> SqliteStore:
+    store = SqliteStore(path, **kwargs)
+    await store.start()
+    return store
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def rows(path: Path) -> dict[tuple[str, str], str]:
+    """What another reader of the file finds there, bypassing the store."""
+    with closing(sqlite3.connect(path)) as conn:
+        found = conn.execute("SELECT namespace, key, value FROM gateway_state").fetchall()
+    return {(ns, k): v for ns, k, v in found}
+
+
+def test_put_get_delete(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await started(tmp_path / "state.db")
+        try:
+            assert store.get(NS, "orders") is None
+            await store.put(NS, "orders", "strict")
+            await store.put("client-config", "orders", "other namespace")
+            assert store.get(NS, "orders") == "strict"
+            await store.put(NS, "orders", "lenient")
+            assert store.get(NS, "orders") == "lenient"
+            await store.put(NS, "orders", None)
+            assert store.get(NS, "orders") is None
+            assert store.get("client-config", "orders") == "other namespace"
+            await store.put(NS, "never-set", None)
+            assert store.get(NS, "never-set") is None
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_write_is_visible_and_committed_when_put_returns(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path, refresh_interval_s=3600)
+        try:
+            await store.put(NS, "orders", "strict")
+            assert store.get(NS, "orders") == "strict"
+            assert rows(path) == {(NS, "orders"): "strict"}
+            await store.put(NS, "orders", None)
+            assert store.get(NS, "orders") is None
+            assert rows(path) == {}
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_items_is_a_read_only_snapshot(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = await started(tmp_path / "state.db")
+        try:
+            assert dict(store.items(NS)) == {}
+            await store.put(NS, "a", "1")
+            await store.put(NS, "b", "2")
+            await store.put("other", "c", "3")
+            before = store.items(NS)
+            assert dict(before) == {"a": "1", "b": "2"}
+            await store.put(NS, "a", None)
+            await store.put(NS, "d", "4")
+            assert dict(before) == {"a": "1", "b": "2"}
+            assert dict(store.items(NS)) == {"b": "2", "d": "4"}
+            with pytest.raises(TypeError):
+                store.items(NS)["x"] = "y"  # type: ignore[index]
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_delete_prefix_deletes_only_matching_keys_of_the_namespace(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path)
+        try:
+            for key in ("t1/retention", "t1/policy", "t10/policy", "t2/policy"):
+                await store.put(NS, key, "v")
+            await store.put("other", "t1/policy", "kept")
+            await store.delete_prefix(NS, "t1/")
+            assert dict(store.items(NS)) == {"t10/policy": "v", "t2/policy": "v"}
+            assert store.get("other", "t1/policy") == "kept"
+            assert set(rows(path)) == {
+                (NS, "t10/policy"),
+                (NS, "t2/policy"),
+                ("other", "t1/policy"),
+            }
+            await store.delete_prefix(NS, "nothing-matches")
+            assert len(store.items(NS)) == 2
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_state_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        first = await started(path)
+        await first.put(NS, "orders", "strict")
+        await first.put(NS, "payments", "lenient")
+        await first.put(NS, "payments", None)
+        await first.put("client-config", "user=alice", "producer_byte_rate=1024")
+        await first.close()
+
+        second = await started(path)
+        try:
+            assert dict(second.items(NS)) == {"orders": "strict"}
+            assert second.get("client-config", "user=alice") == "producer_byte_rate=1024"
+        finally:
+            await second.close()
+
+    run(main())
+
+
+def test_two_stores_on_one_file_see_each_others_writes_after_refresh(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        a = await started(path, refresh_interval_s=3600)
+        b = await started(path, refresh_interval_s=3600)
+        try:
+            await a.put(NS, "orders", "strict")
+            assert b.get(NS, "orders") is None, "reads come from the snapshot, not the file"
+            await b.refresh()
+            assert b.get(NS, "orders") == "strict"
+
+            await b.put(NS, "orders", None)
+            await b.put(NS, "payments", "lenient")
+            await a.refresh()
+            assert dict(a.items(NS)) == {"payments": "lenient"}
+
+            await a.delete_prefix(NS, "pay")
+            await b.refresh()
+            assert dict(b.items(NS)) == {}
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_a_writer_holding_the_file_does_not_stall_readers(tmp_path: Path) -> None:
+    """WAL mode: another process in the middle of a write transaction (even an exclusive
+    one) does not keep a store from starting or refreshing; it reads the last commit."""
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        a = await started(path, busy_timeout_s=0.1)
+        await a.put(NS, "orders", "strict")
+        other = sqlite3.connect(path, isolation_level=None)
+        b = SqliteStore(path, busy_timeout_s=0.1)
+        try:
+            other.execute("BEGIN EXCLUSIVE")
+            other.execute("UPDATE gateway_state SET value = 'uncommitted'")
+            await b.start()
+            assert b.get(NS, "orders") == "strict"
+            await a.refresh()
+            assert a.get(NS, "orders") == "strict"
+        finally:
+            other.close()
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_periodic_refresh_shares_writes_without_being_asked(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        a = await started(path, refresh_interval_s=0.05)
+        b = await started(path, refresh_interval_s=0.05)
+        try:
+            await a.put(NS, "orders", "strict")
+            assert await eventually(lambda: b.get(NS, "orders") == "strict")
+            await a.put(NS, "orders", None)
+            assert await eventually(lambda: b.get(NS, "orders") is None)
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_concurrent_writers_on_one_file_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        a = await started(path)
+        b = await started(path)
+        try:
+            await asyncio.gather(
+                *(a.put(NS, f"a{i}", str(i)) for i in range(40)),
+                *(b.put(NS, f"b{i}", str(i)) for i in range(40)),
+            )
+            await a.refresh()
+            await b.refresh()
+            expected = {f"{s}{i}": str(i) for s in "ab" for i in range(40)}
+            assert dict(a.items(NS)) == expected
+            assert dict(b.items(NS)) == expected
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_a_cancelled_put_is_still_committed_and_visible(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path)
+        try:
+            put = asyncio.create_task(store.put(NS, "orders", "strict"))
+            await asyncio.sleep(0)  # the write has started
+            put.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await put
+            assert await eventually(lambda: store.get(NS, "orders") == "strict")
+            assert rows(path) == {(NS, "orders"): "strict"}
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_start_creates_the_directory(tmp_path: Path) -> None:
+    path = tmp_path / "var" / "state.db"
+
+    async def main() -> None:
+        first = await started(path)
+        await first.put(NS, "orders", "strict")
+        await first.close()
+        second = await started(path)
+        assert second.get(NS, "orders") == "strict"
+        await second.close()
+
+    run(main())
+
+
+def test_start_fails_with_a_message_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    path = tmp_path / "a-file" / "state.db"
+    with pytest.raises(StateStoreError, match="a-file/state.db: cannot open"):
+        run(SqliteStore(path).start())
+
+
+def test_start_fails_on_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not SQLite" * 100)
+    with pytest.raises(StateStoreError, match="state.db"):
+        run(SqliteStore(path).start())
+
+
+def test_a_write_that_fails_raises(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path, busy_timeout_s=0.1)
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            with pytest.raises(StateStoreError, match="cannot write topic-config/orders"):
+                await store.put(NS, "orders", "strict")
+            assert store.get(NS, "orders") is None
+        finally:
+            other.close()
+            await store.close()
+
+    run(main())
+
+
+def test_put_before_start_raises(tmp_path: Path) -> None:
+    with pytest.raises(StateStoreError, match="not open"):
+        run(SqliteStore(tmp_path / "state.db").put(NS, "orders", "strict"))
+
+
+@pytest.mark.parametrize("namespace", ["", "bad\0namespace"])
+def test_namespaces_must_be_non_empty_without_nul(tmp_path: Path, namespace: str) -> None:
+    async def main() -> None:
+        store = await started(tmp_path / "state.db")
+        try:
+            with pytest.raises(ValueError, match="namespace"):
+                await store.put(namespace, "k", "v")
+        finally:
+            await store.close()
+
+    run(main())
