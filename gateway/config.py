@@ -16,6 +16,8 @@ import yaml
 
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
+from .client_configs import ClientConfigCodes
+
 
 class ConfigError(Exception):
     """A configuration problem; the message names the key and where it came from."""
@@ -48,7 +50,11 @@ class UpstreamConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditConfig:
     spool_dir: str | None = None
-    """JSON-lines segments for the Spark job; None: audit events are only logged."""
+    """JSON-lines segments for the Spark job."""
+    topic: str | None = None
+    """An audit topic on the upstream cluster (created if missing). With neither a spool nor
+    a topic, decisions are only logged and counted."""
+    topic_replication_factor: int = -1
     segment_max_bytes: int = 64 * 1024 * 1024
     segment_max_age_s: float = 60.0
     fsync: str = "interval"
@@ -69,6 +75,19 @@ class StateConfig:
     path: str = "var/kpg-state.db"
     topic: str = "_kpg_state"
     refresh_interval_s: float = 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfigsConfig:
+    """Dynamic client configs (seed 003, :mod:`gateway.client_configs`): the gateway's codes
+    for them, and what it enforces on the wire (both off unless asked for; see the README)."""
+
+    codes: ClientConfigCodes = ClientConfigCodes()
+    enforce_acks: bool = False
+    """Produce: raise acks=1 to -1 where acks=-1 (or all) is configured for the connection's
+    user and client-id. acks=0 requests are never changed."""
+    enforce_session_timeout: bool = False
+    """JoinGroup: set session_timeout_ms to the configured session.timeout.ms."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +120,7 @@ class GatewayConfig:
     audit: AuditConfig = AuditConfig()
     tls: TlsConfig | None = None
     state: StateConfig = StateConfig()
+    client_configs: ClientConfigsConfig = ClientConfigsConfig()
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<defaults>"
 
@@ -118,6 +138,7 @@ _TOP_KEYS = frozenset(
         "audit",
         "tls",
         "state",
+        "client_configs",
     }
 )
 _UPSTREAM_KEYS = frozenset(
@@ -130,10 +151,14 @@ _UPSTREAM_KEYS = frozenset(
     }
 )
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
+_CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce"})
+_ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
 _TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
 _AUDIT_KEYS = frozenset(
     {
         "spool_dir",
+        "topic",
+        "topic_replication_factor",
         "segment_max_bytes",
         "segment_max_age_s",
         "fsync",
@@ -222,6 +247,32 @@ def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
     )
 
 
+def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
+    section = _section(raw, "client_configs", _CLIENT_CONFIGS_KEYS, source)
+    codes_raw = section.get("codes") or {}
+    enforce = section.get("enforce") or {}
+    for key, value in (("codes", codes_raw), ("enforce", enforce)):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{source}: client_configs.{key}: expected a mapping, got {value!r}")
+    for key in enforce:
+        if key not in _ENFORCE_KEYS:
+            raise ConfigError(
+                f"{source}: client_configs.enforce.{key}: unknown key "
+                f"(known: {', '.join(sorted(_ENFORCE_KEYS))})"
+            )
+    try:
+        codes = ClientConfigCodes.from_mapping(codes_raw, key_prefix="client_configs.codes.")
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return ClientConfigsConfig(
+        codes=codes,
+        enforce_acks=_flag(enforce.get("acks", False), "client_configs.enforce.acks", source),
+        enforce_session_timeout=_flag(
+            enforce.get("session_timeout", False), "client_configs.enforce.session_timeout", source
+        ),
+    )
+
+
 def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
     """Build the config from parsed YAML.
 
@@ -291,8 +342,20 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         raise ConfigError(
             f"{source}: audit.spool_dir: expected a directory path, got {spool_dir!r}"
         )
+    audit_topic = au.get("topic")
+    if audit_topic is not None and (not isinstance(audit_topic, str) or not audit_topic):
+        raise ConfigError(f"{source}: audit.topic: expected a topic name, got {audit_topic!r}")
     audit = AuditConfig(
         spool_dir=spool_dir,
+        topic=audit_topic,
+        topic_replication_factor=int(
+            _number(
+                au.get("topic_replication_factor", -1),
+                "audit.topic_replication_factor",
+                source,
+                minimum=-1,
+            )
+        ),
         segment_max_bytes=int(
             _number(
                 au.get("segment_max_bytes", 64 * 1024 * 1024),
@@ -389,6 +452,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         audit=audit,
         tls=tls,
         state=state,
+        client_configs=_client_configs(raw, source),
         policies=MappingProxyType(dict(policies)),
         source=source,
     )

@@ -23,7 +23,8 @@ from protocol.framing import (
 from protocol.produce import PartitionError, PartitionRecords
 from protocol.versions import VersionRange, api_name
 
-from .config import HostPort
+from . import client_configs
+from .config import ClientConfigsConfig, HostPort
 from .decisions import Subject
 from .handlers import Answer, Close, Drop, Forward, Outcome, Registration
 from .principal import SaslState, ssl_principal
@@ -156,6 +157,33 @@ class ConnectionContext:
                 records_examined=outcome.records,
                 bytes_examined=outcome.bytes,
             )
+
+    # --- dynamic client configs (see gateway.client_configs) -------------------------------
+
+    @property
+    def client_configs(self) -> ClientConfigsConfig:
+        return self._gateway.config.client_configs
+
+    def client_config_items(self) -> Mapping[str, str]:
+        """A read-only snapshot of every stored dynamic client config (store key -> value)."""
+        return self._gateway.state.items(client_configs.STATE_NAMESPACE)
+
+    def client_config_of(self, client_id: str | None, name: str) -> str | None:
+        """The dynamic client config ``name`` for this connection's user and ``client_id``
+        (a request header's): the client-id entry, else the user's default, else None."""
+        items = self.client_config_items()
+        if not items:
+            return None
+        user = client_configs.user_of(self.principal)
+        if client_id:
+            value = items.get(client_configs.store_key(user, client_id, name))
+            if value is not None:
+                return value
+        return items.get(client_configs.store_key(user, "", name))
+
+    def count_enforced(self, config: str) -> None:
+        """Count one request rewritten to the dynamic client config ``config``."""
+        self._gateway.client_config_enforced.labels(config).inc()
 
     @property
     def version_caps(self) -> Mapping[int, VersionRange | None]:

@@ -55,6 +55,7 @@ class EmbeddedBroker:
         """:raises EmbeddedBrokerError: when it does not start or accept connections in time."""
         self.port = self.port or free_port(self.host)
         url = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.host}:{self.advertised_port or self.port}"
         self.process = subprocess.Popen(
             [
                 broker_binary(),
@@ -62,7 +63,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 "memory://tansu/",
                 "--silent",

@@ -8,11 +8,13 @@ import ssl
 import time
 from collections.abc import Mapping, Sequence
 
+from prometheus_client import Counter
+
 from policies.chain import PolicyChain
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from protocol.versions import VersionRange
 
-from .audit import AuditEmitter, ProduceSummarizer, SpoolSink
+from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
 from .config import ConfigError, GatewayConfig, HostPort
 from .connection import ClientConnection
 from .decisions import DecisionRecorder
@@ -42,6 +44,14 @@ class Gateway:
             config.policies, flatten_configs(config.policies), config.source
         )
         self.decisions = DecisionRecorder(self.metrics, self.audit, config.audit.instance)
+        # Here rather than in GatewayMetrics: the enforcement of dynamic client configs is
+        # the only user (see gateway.handlers.produce and gateway.handlers.join_group).
+        self.client_config_enforced = Counter(
+            "kpg_client_config_enforced",
+            "Requests rewritten to a dynamic client config (opt-in enforcement), by config",
+            ["config"],
+            registry=self.metrics.registry,
+        )
         self.tasks = TaskSet()
         self.handlers: Mapping[int, Registration] = build_table()
         self.version_caps: Mapping[int, VersionRange | None] = {
@@ -78,7 +88,15 @@ class Gateway:
         except StateStoreError as exc:
             raise ConfigError(f"{self.config.source}: state: {exc}") from None
         if self.audit is not None:
-            await self.audit.start()
+            for sink in self.audit.sinks:
+                if isinstance(sink, KafkaTopicSink):
+                    sink.bind_loop(asyncio.get_running_loop())
+            try:
+                await self.audit.start()
+            except Exception as exc:
+                raise ConfigError(
+                    f"{self.config.source}: audit: cannot open a sink: {exc}"
+                ) from exc
         self._ssl = _ssl_context(self.config)
         listen = self.config.listen
         self._bootstrap = await asyncio.start_server(
@@ -150,14 +168,26 @@ class Gateway:
 
 def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitter | None:
     audit = config.audit
-    if audit.spool_dir is None:
+    sinks: list[AuditSink] = []
+    if audit.spool_dir is not None:
+        sinks.append(
+            SpoolSink(
+                audit.spool_dir,
+                segment_max_bytes=audit.segment_max_bytes,
+                segment_max_age_s=audit.segment_max_age_s,
+                fsync=audit.fsync,  # type: ignore[arg-type]
+            )
+        )
+    if audit.topic is not None:
+        sinks.append(
+            KafkaTopicSink(
+                [str(s) for s in config.upstream.bootstrap_servers],
+                audit.topic,
+                replication_factor=audit.topic_replication_factor,
+            )
+        )
+    if not sinks:
         return None
-    sink = SpoolSink(
-        audit.spool_dir,
-        segment_max_bytes=audit.segment_max_bytes,
-        segment_max_age_s=audit.segment_max_age_s,
-        fsync=audit.fsync,  # type: ignore[arg-type]
-    )
     summarizer = ProduceSummarizer(
         gateway_instance=audit.instance,
         mode="enforce",
@@ -165,7 +195,7 @@ def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitt
         start_ms=int(time.time() * 1000),
     )
     return AuditEmitter(
-        [sink],
+        sinks,
         summarizer=summarizer,
         queue_max_events=audit.queue_max_events,
         registry=metrics.registry,

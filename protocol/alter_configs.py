@@ -137,9 +137,45 @@ def request_for_broker(
     )[4:]
 
 
+def without_config(request: AlterConfigs, name: str, resource_type: int) -> AlterConfigs:
+    """The request with config ``name`` taken out of every resource of ``resource_type``.
+
+    For configs the gateway keeps itself, which a broker would refuse as unknown. Resources
+    keep their place (and their key), even when no config is left in them.
+    """
+
+    def keeps(resource_type_code: int, config_name: str) -> bool:
+        return resource_type_code != resource_type or config_name != name
+
+    payload = dataclasses.replace(
+        request.payload,
+        resources=tuple(
+            dataclasses.replace(
+                r,
+                configs=tuple(c for c in r.configs if keeps(int(r.resource_type), c.name)),
+            )
+            for r in request.payload.resources
+        ),
+    )
+    resources = tuple(
+        dataclasses.replace(
+            r, configs=tuple(c for c in r.configs if keeps(r.resource_type, c.name))
+        )
+        for r in request.resources
+    )
+    return dataclasses.replace(request, resources=resources, payload=payload)
+
+
 def read_broker_response(request: AlterConfigs, frame: bytes) -> Payload:
     """:raises Undecodable: when the broker's answer does not decode."""
     return decode_response(request.api_key, request.version, frame)
+
+
+def succeeded(broker: Payload) -> frozenset[ResourceKey]:
+    """The resources the broker's answer (:func:`read_broker_response`) reports as changed."""
+    return frozenset(
+        (int(r.resource_type), r.resource_name) for r in broker.responses if int(r.error_code) == 0
+    )
 
 
 def answer(

@@ -1,6 +1,7 @@
 """Produce (API key 0), v3 to v9: what the record-validation handler reads and writes.
 
-- :func:`produce_acks` reads only ``acks``, for the pass-through path.
+- :func:`produce_acks` reads only ``acks``, for the pass-through path; :func:`with_acks`
+  writes it in place (the opt-in enforcement of a configured acks=-1).
 - :func:`read_produce` decodes the request with kio's schema and lists its partitions, each
   with its records field untouched (magic 2 batches, read with :mod:`protocol.records`).
 - :func:`produce_request_keeping` re-encodes the request with only the partitions the
@@ -97,6 +98,26 @@ def produce_acks(header: RequestHeader, frame: bytes) -> int:
 
     :raises FrameRejected: when the body is too short to hold it.
     """
+    return int(_ACKS.unpack_from(frame, _acks_offset(header, frame))[0])
+
+
+def with_acks(header: RequestHeader, frame: bytes, acks: int) -> bytes:
+    """The request frame (no size prefix) with ``acks`` set, every other byte as it was.
+
+    ``acks`` is a fixed-size field in front of the records, so it is written in place
+    rather than re-encoding the request (and copying its records).
+
+    :raises FrameRejected: when the body is too short to hold it.
+    """
+    offset = _acks_offset(header, frame)
+    return frame[:offset] + _ACKS.pack(acks) + frame[offset + _ACKS.size :]
+
+
+def _acks_offset(header: RequestHeader, frame: bytes) -> int:
+    """Where ``acks`` is in the frame: behind the transactional id (v3 and later).
+
+    :raises FrameRejected: when the body is too short to hold it.
+    """
     offset = header.size
     try:
         if header.api_version >= 3:
@@ -105,9 +126,11 @@ def produce_acks(header: RequestHeader, frame: bytes) -> int:
             else:
                 _, size = read_nullable_legacy_string(frame, offset)
             offset += size
-        return int(_ACKS.unpack_from(frame, offset)[0])
     except Exception as exc:  # short buffer or malformed string length
         raise FrameRejected("bad_body", f"produce request has no readable acks: {exc}") from None
+    if offset + _ACKS.size > len(frame):
+        raise FrameRejected("bad_body", "produce request has no readable acks: too short")
+    return offset
 
 
 def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:

@@ -194,6 +194,16 @@ def read_delete_topics_response(request: DeleteTopics, frame: bytes) -> Payload:
     return decode_response(DELETE_TOPICS, request.version, frame)
 
 
+def deleted(broker: Payload) -> tuple[frozenset[str], frozenset[uuid.UUID]]:
+    """The names and topic ids the broker's DeleteTopics answer (from
+    :func:`read_delete_topics_response`) reports as deleted."""
+    ok = [r for r in broker.responses if int(r.error_code) == 0]
+    return (
+        frozenset(r.name for r in ok if r.name is not None),
+        frozenset(t for r in ok if (t := getattr(r, "topic_id", None)) is not None),
+    )
+
+
 def delete_topics_answer(
     request: DeleteTopics,
     correlation_id: int,

@@ -81,6 +81,7 @@ def build_table() -> Mapping[int, Registration]:
         fetch,
         find_coordinator,
         incremental_alter_configs,
+        join_group,
         metadata,
         produce,
         sasl_authenticate,
@@ -102,6 +103,7 @@ def build_table() -> Mapping[int, Registration]:
         incremental_alter_configs,
         alter_configs,
         describe_configs,
+        join_group,
     )
     table = {m.API_KEY: Registration(handler=m.handle, versions=m.VERSIONS) for m in modules}
     table.update(_NEVER_FORWARDED)

@@ -12,9 +12,10 @@ the client's version.
 
 Never forwarded blind: a resource whose current configs the broker does not report
 (DescribeConfigs error) is refused with the broker's error code and message; so is a topic
-the gateway looks up in Metadata (for a ``TopicActionPolicy``, or to answer a dry run
-itself) and does not find (UNKNOWN_TOPIC_OR_PARTITION), before any policy runs, as Kafka
-checks that a topic exists first. Requests Kafka refuses before any policy (a resource or
+the gateway looks up in Metadata (for a ``TopicActionPolicy``, to answer a dry run itself,
+or for a change of ``record.validation.policy``) and does not find
+(UNKNOWN_TOPIC_OR_PARTITION), before any policy runs, as Kafka checks that a topic exists
+first. Requests Kafka refuses before any policy (a resource or
 key given twice, a missing value, an unknown operation or resource type) get INVALID_REQUEST
 here, without asking the policies.
 
@@ -30,13 +31,31 @@ validate_only: the policies run and nothing changes. It is forwarded as the clie
 since Kafka honours it for config changes; in front of a broker that ignores it
 (``upstream.ignores_validate_only``: Tansu applies a validate_only IncrementalAlterConfigs)
 the gateway answers the dry run itself and sends nothing to the broker.
+
+The gateway's own topic config ``record.validation.policy`` (seed 002) lives in its state
+store, never at the broker (which refuses config names it does not know). Its stored value
+is part of ``before``, so the policies see it like any other topic config; the request's
+entries for it are taken out of what the broker is sent, and once the broker reports the
+resource changed (and not validate_only) the new value is stored, or removed (DELETE, or
+the legacy API's implicit delete). A resource whose change touches nothing else is not
+sent to the broker at all: stored and answered here, once Metadata shows the topic exists.
+APPEND and SUBTRACT on it get INVALID_CONFIG, as Kafka answers for a key that is no list.
+
+Dynamic client configs (seed 003, :mod:`gateway.client_configs`): resources of the gateway's
+CLIENT and USER_CLIENT types are the gateway's alone and never reach the broker.
+IncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT to the stored entity
+(:func:`gateway.client_configs.apply_incremental`: an unknown or quota key, an invalid value
+such as ``acks=2``, an APPEND on a key that is no list -> INVALID_REQUEST naming the key),
+then asks the policy chain about the resource as USER_CLIENT ``user:client-id`` (a CLIENT
+resource is its connection's user, as the seed has the broker rewrite it), and stores the
+change unless validate_only. The legacy AlterConfigs on these types gets INVALID_REQUEST.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from policies.api import ConfigResource, ConfigResourceType, TopicState
 from protocol import admin
@@ -44,8 +63,10 @@ from protocol import alter_configs as ac
 from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION, ErrorCode
 from protocol.framing import RequestHeader
 
-from .. import config_changes
+from .. import client_configs, config_changes
 from ..decisions import Subject
+from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
+from ..state import StateStoreError
 from . import Answer, Forward, Outcome
 
 if TYPE_CHECKING:
@@ -55,6 +76,7 @@ API_KEY = ac.ALTER_CONFIGS
 VERSIONS = ac.LEGACY_VERSIONS
 
 _TOPIC = int(ConfigResourceType.TOPIC)
+_OK = ac.ResourceResult(error_code=0, error_message=None)
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
@@ -64,17 +86,42 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
 async def config_change(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
     """The flow for both AlterConfigs and IncrementalAlterConfigs (``header.api_key``)."""
     request = ac.read_request(header, frame)
+    codes = ctx.client_configs.codes
     local: dict[ac.ResourceKey, ac.ResourceResult] = {}
     keys = [r.key for r in request.resources]
     for resource in request.resources:
         if keys.count(resource.key) > 1:
             local[resource.key] = _invalid("Each resource must appear at most once.")
+        elif resource.resource_type in codes.resource_types:
+            local[resource.key] = (
+                await _client_config_change(ctx, header, request, resource)
+                if request.incremental
+                else _invalid(client_configs.LEGACY_ALTER_MESSAGE)
+            )
         elif _resource_type(resource.resource_type) is None:
             local[resource.key] = _invalid(f"Unknown resource type {resource.resource_type}")
     pending = [r for r in request.resources if r.key not in local]
 
+    stored = {
+        r.key: value
+        for r in pending
+        if r.resource_type == _TOPIC
+        and (value := ctx.validation_policy_of(r.resource_name)) is not None
+    }
+    names_policy_key = {
+        r.key
+        for r in pending
+        if r.resource_type == _TOPIC and any(c.name == VALIDATION_POLICY_KEY for c in r.configs)
+    }
     dry_run_here = request.validate_only and ctx.upstream_config.ignores_validate_only
-    check_topics = ctx.policies.needs_topic_state or dry_run_here
+    # A change of record.validation.policy alone (named, or the legacy API's implicit
+    # delete) is answered here: Metadata must show the topic exists.
+    check_topics = (
+        ctx.policies.needs_topic_state
+        or dry_run_here
+        or bool(names_policy_key)
+        or (not request.incremental and bool(stored))
+    )
     described: dict[ac.ResourceKey, admin.ResourceConfigs] = {}
     if pending:
         described = admin.read_configs(
@@ -85,12 +132,23 @@ async def config_change(ctx: ConnectionContext, header: RequestHeader, frame: by
     if check_topics and topic_names:
         topics = admin.read_topics(await ctx.send_internal(admin.describe_topics(topic_names)))
 
+    policy_writes: dict[ac.ResourceKey, str | None] = {}
+    """Topic -> its new record.validation.policy (None: removed), once the change is made."""
+    gateway_only: set[ac.ResourceKey] = set()
+    """Topics whose change touches record.validation.policy alone."""
     for resource in pending:
         current = described.get(resource.key)
         if current is None or current.error_code != 0:
             local[resource.key] = _unreadable(resource, current)
             continue
         before, defaults = _before(current, ctx.upstream_config.topic_config_source_unreliable)
+        if resource.key in stored:
+            before[VALIDATION_POLICY_KEY] = stored[resource.key]
+        if resource.key in names_policy_key:
+            refused = _policy_key_operation(resource)
+            if refused is not None:
+                local[resource.key] = refused
+                continue
         change = _apply(request, resource, before, defaults)
         if isinstance(change, config_changes.InvalidAlteration):
             local[resource.key] = _invalid(change.message)
@@ -139,23 +197,161 @@ async def config_change(ctx: ConnectionContext, header: RequestHeader, frame: by
             local[resource.key] = ac.ResourceResult(
                 error_code=int(POLICY_VIOLATION), error_message=decision.message
             )
+            continue
+        if resource.resource_type == _TOPIC:
+            new_value = change.after.get(VALIDATION_POLICY_KEY)
+            if new_value != before.get(VALIDATION_POLICY_KEY):
+                policy_writes[resource.key] = new_value
+            if set(change.altered) == {VALIDATION_POLICY_KEY}:
+                gateway_only.add(resource.key)
 
     allowed = [key for key in dict.fromkeys(keys) if key not in local]
     if dry_run_here:
         for key in allowed:
             local[key] = ac.ResourceResult(error_code=0, error_message=None)
         allowed = []
+    for key in [k for k in allowed if k in gateway_only]:
+        failed = None
+        if key in policy_writes and not request.validate_only:
+            failed = await _store_policy(ctx, key, policy_writes[key])
+        local[key] = failed or _OK
+    allowed = [key for key in allowed if key not in local]
     if not allowed and request.resources:
         return Answer(frame=ac.answer(request, header.correlation_id, local, None))
-    if not local:
+    later = {
+        key: value
+        for key, value in policy_writes.items()
+        if key in allowed and not request.validate_only
+    }
+    strip = bool(names_policy_key.intersection(allowed))
+    if not local and not later and not strip:
         return Forward(frame=frame)
-    reduced = ac.request_for_broker(request, header, allowed)
+    for_broker = ac.without_config(request, VALIDATION_POLICY_KEY, _TOPIC) if strip else request
+    reduced = ac.request_for_broker(for_broker, header, allowed)
 
     async def merge(response: bytes) -> bytes:
         broker = ac.read_broker_response(request, response)
-        return ac.answer(request, header.correlation_id, local, broker)
+        results = dict(local)
+        changed = ac.succeeded(broker) if later else frozenset()
+        for key, value in later.items():
+            if key in changed and (failed := await _store_policy(ctx, key, value)) is not None:
+                results[key] = failed
+        return ac.answer(request, header.correlation_id, results, broker)
 
     return Forward(frame=reduced, on_response=merge)
+
+
+async def _store_policy(
+    ctx: ConnectionContext, key: ac.ResourceKey, value: str | None
+) -> ac.ResourceResult | None:
+    """Store a topic's record.validation.policy (None removes it); None when stored, else
+    the resource's error."""
+    try:
+        await ctx.state_put(STATE_NAMESPACE, key[1], value)
+    except StateStoreError as exc:
+        return ac.ResourceResult(
+            error_code=int(ErrorCode.unknown_server_error),
+            error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}: {exc}",
+        )
+    return None
+
+
+def _policy_key_operation(resource: ac.ResourceAlteration) -> ac.ResourceResult | None:
+    """INVALID_CONFIG for APPEND or SUBTRACT on record.validation.policy (a string)."""
+    for c in resource.configs:
+        if c.name == VALIDATION_POLICY_KEY and c.operation in (ac.APPEND, ac.SUBTRACT):
+            op = "APPEND" if c.operation == ac.APPEND else "SUBTRACT"
+            return ac.ResourceResult(
+                error_code=int(ErrorCode.invalid_config),
+                error_message=f"Can't {op} to key {VALIDATION_POLICY_KEY} because its type is "
+                "not LIST.",
+            )
+    return None
+
+
+async def _client_config_change(
+    ctx: ConnectionContext,
+    header: RequestHeader,
+    request: ac.AlterConfigs,
+    resource: ac.ResourceAlteration,
+) -> ac.ResourceResult:
+    """One CLIENT or USER_CLIENT resource of an IncrementalAlterConfigs, decided and (unless
+    validate_only) stored here."""
+    codes = ctx.client_configs.codes
+    try:
+        entity = client_configs.entity_of(
+            resource.resource_type, resource.resource_name, ctx.principal, codes
+        )
+    except ValueError as exc:
+        return _invalid(str(exc))
+    assert entity is not None  # one of the gateway's types
+    items = ctx.client_config_items()
+    operations = [(c.name, c.operation, c.value) for c in resource.configs]
+    writes, refused = client_configs.apply_incremental(
+        items, entity.user, entity.client_id, operations
+    )
+    if refused is not None:
+        return ac.ResourceResult(error_code=refused[0], error_message=refused[1])
+    before = client_configs.entity_configs(items, entity.user, entity.client_id)
+    after = dict(before)
+    for store_key, value in writes.items():
+        name = client_configs.parse_store_key(store_key)[2]
+        if value is None:
+            after.pop(name, None)
+        else:
+            after[name] = value
+    altered = {name: after.get(name) for name, _, _ in operations}
+    decision = await ctx.decide(
+        partial(
+            ctx.policies.check_alter_config,
+            _gateway_resource(codes.user_client_type, entity.resource_name),
+            altered=altered,
+            before=before,
+            after=after,
+            principal=ctx.principal,
+        )
+    )
+    error = None if decision.allowed else int(POLICY_VIOLATION)
+    await ctx.record(
+        Subject(
+            client_address=ctx.client_address,
+            principal=ctx.principal,
+            client_id=header.client_id,
+            api_key=header.api_key,
+            api_version=header.api_version,
+            resource_type="user_client",
+            resource_name=entity.resource_name,
+            action="alter_config",
+            validate_only=request.validate_only,
+        ),
+        decision,
+        error,
+    )
+    if not decision.allowed:
+        return ac.ResourceResult(error_code=int(POLICY_VIOLATION), error_message=decision.message)
+    if request.validate_only:
+        return _OK
+    try:
+        for store_key, value in writes.items():
+            await ctx.state_put(client_configs.STATE_NAMESPACE, store_key, value)
+    except StateStoreError as exc:
+        return ac.ResourceResult(
+            error_code=int(ErrorCode.unknown_server_error),
+            error_message=f"The gateway could not store the dynamic client configs of "
+            f"{entity.resource_name!r}: {exc}",
+        )
+    return _OK
+
+
+def _gateway_resource(code: int, name: str) -> ConfigResource:
+    """The policies' view of a resource of a type the gateway owns.
+
+    ``policies.api.ConfigResourceType`` has no member for the gateway's codes (they are
+    configurable, an IntEnum is not), so the type is the plain int code: it compares equal
+    to the code like a member would, and is never ``ConfigResourceType.TOPIC``; a policy that
+    asks for ``.name`` fails, which denies (fail closed).
+    """
+    return ConfigResource(type=cast(ConfigResourceType, code), name=name)
 
 
 def _resource_type(code: int) -> ConfigResourceType | None:

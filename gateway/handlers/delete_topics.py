@@ -11,10 +11,15 @@ UNKNOWN_TOPIC_ID, never forwarded blind. An entry given twice -> INVALID_REQUEST
 All allowed: the client's bytes go to the broker untouched. None allowed: answered here.
 Mixed: the allowed entries are forwarded as the client wrote them and the local results
 merged into the broker's answer, in request order.
+
+A deleted topic's ``record.validation.policy`` (kept by the gateway, see
+:mod:`.alter_configs`) is forgotten once the broker reports the deletion, so a topic created
+later under the same name starts unvalidated, as its broker configs start from the defaults.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -25,11 +30,15 @@ from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
 from protocol.framing import RequestHeader
 
 from ..decisions import Subject
+from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
+from ..state import StateStoreError
 from . import Answer, Forward, Outcome
 from .create_partitions import current_topics, state_unreadable
 
 if TYPE_CHECKING:
     from gateway.connection import ConnectionContext
+
+log = logging.getLogger(__name__)
 
 API_KEY = ta.DELETE_TOPICS
 VERSIONS = ta.DELETE_TOPICS_VERSIONS
@@ -114,13 +123,44 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     allowed = [t for t in dict.fromkeys(targets) if t not in local]
     if not allowed and targets:
         return Answer(frame=ta.delete_topics_answer(request, header.correlation_id, local, None))
-    if not local:
+    validated = {
+        target: names[target]
+        for target in allowed
+        if target in names and ctx.validation_policy_of(names[target]) is not None
+    }
+    if not local and not validated:
         return Forward(frame=frame)
 
     async def merge(response: bytes) -> bytes:
         broker = ta.read_delete_topics_response(request, response)
+        if validated:
+            await _forget_policies(ctx, validated, broker)
+        if not local:
+            return response
         return ta.delete_topics_answer(request, header.correlation_id, local, broker)
 
-    return Forward(
-        frame=ta.delete_topics_for_broker(request, header, set(allowed)), on_response=merge
-    )
+    forwarded = frame if not local else ta.delete_topics_for_broker(request, header, set(allowed))
+    return Forward(frame=forwarded, on_response=merge)
+
+
+async def _forget_policies(
+    ctx: ConnectionContext, validated: dict[ta.DeleteTarget, str], broker: object
+) -> None:
+    """Forget the record.validation.policy of each topic the broker reports deleted.
+
+    A store that cannot forget it is logged as an error and the broker's answer still goes
+    to the client: the topic is gone either way, and a retry would not reach this point.
+    """
+    names, ids = ta.deleted(broker)
+    for target, name in validated.items():
+        by_id = target.topic_id is not None and target.topic_id in ids
+        if name in names or by_id:
+            try:
+                await ctx.state_put(STATE_NAMESPACE, name, None)
+            except StateStoreError as exc:
+                log.error(
+                    "topic %r was deleted, but its %s stays in the state store: %s",
+                    name,
+                    VALIDATION_POLICY_KEY,
+                    exc,
+                )

@@ -13,6 +13,14 @@ leak broker addresses.
   transaction is never half written.
 - acks=0: no answer is due; a rejection writes nothing of the request and closes the
   connection, as Kafka does.
+
+Opt-in (``client_configs.enforce.acks``): a request with acks=1 from a user and client-id
+whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the broker with
+acks=-1, written in place (counted in ``kpg_client_config_enforced_total{config="acks"}``).
+The client still gets the answer it waits for, later and with the stronger guarantee.
+acks=0 requests are never changed: their client reads no answer, so the gateway would have
+to swallow the broker's, and an error in it (the one thing acks=-1 adds) would reach nobody;
+a configured acks=0 or 1 never lowers a request's acks either.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from protocol.produce import (
     produce_answer,
     produce_request_keeping,
     read_produce,
+    with_acks,
 )
 
 from ..decisions import Subject
@@ -40,6 +49,7 @@ if TYPE_CHECKING:
 
 API_KEY = 0
 VERSIONS = PRODUCE_VERSIONS
+_ALL_REPLICAS = frozenset({"-1", "all"})
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
@@ -47,6 +57,14 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
         acks = produce_acks(header, frame)
     except FrameRejected as exc:
         return Close(reason=str(exc), metric_reason=exc.reason)
+    if (
+        acks == 1
+        and ctx.client_configs.enforce_acks
+        and ctx.client_config_of(header.client_id, "acks") in _ALL_REPLICAS
+    ):
+        frame = with_acks(header, frame, -1)
+        acks = -1
+        ctx.count_enforced("acks")
     validator = ctx.record_validator
     if validator is None or not ctx.validated_topics():
         return Forward(frame=frame, expect_response=acks != 0)

@@ -1,0 +1,216 @@
+"""Dynamic client configs (seed 003) end to end: ``kpg configs`` run as a user runs it (a
+subprocess) against real gateways in front of the real broker, and applications fetching
+their own configs over a CLIENT resource on a TLS connection with a client certificate and
+on a plain one.
+
+Two gateways share one state store (SQLite, the default): a plain one for the CLI (it speaks
+plain TCP) and the anonymous application, a TLS one that requires client certificates.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import HostPort
+from protocol import client_configs as wire
+from protocol.framing import SIZE
+from tests.e2e.test_gateway_process import KPG
+from tests.support import GatewayThread, RawClient, gateway_config, wait_for
+
+pytestmark = pytest.mark.e2e
+
+CLIENT, USER_CLIENT = 120, 121
+DYNAMIC, DEFAULT = 120, 121
+CERT_SUBJECT = "/C=US/O=Acme/OU=eng/CN=alice"
+CERT_USER = "CN=alice,OU=eng,O=Acme,C=US"
+"""The user of principal ``User:CN=alice,OU=eng,O=Acme,C=US``: the whole DN."""
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (as in
+    tests/inproc/test_principal.py)."""
+    d = tmp_path_factory.mktemp("pki")
+    ca = ["-days", "2", "-subj", "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem"]
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", *ca, cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, subject, ext in (
+        ("server", "/CN=localhost", ["-extfile", "san.ext"]),
+        ("client", CERT_SUBJECT, []),
+    ):
+        key = ["-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject]
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", *key, cwd=d)
+        sign = ["-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", *ext]
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-out", f"{name}.pem", *sign, cwd=d)
+    return d
+
+
+@pytest.fixture
+def gateways(
+    broker: HostPort, pki: Path, tmp_path: Path
+) -> Iterator[tuple[GatewayThread, GatewayThread]]:
+    state = {"path": str(tmp_path / "state.db"), "refresh_interval_s": 0.2}
+    tls = {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "ca_file": str(pki / "ca.pem"),
+        "client_auth": "required",
+    }
+    plain = GatewayThread(gateway_config(broker, state=state)).start()
+    try:
+        secure = GatewayThread(gateway_config(broker, state=state, tls=tls)).start()
+        try:
+            yield plain, secure
+        finally:
+            secure.stop()
+    finally:
+        plain.stop()
+
+
+def kpg(bootstrap: str, *args: str) -> tuple[int, str, str]:
+    result = subprocess.run(
+        [KPG, "configs", "--bootstrap-server", bootstrap, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def fetch_plain(bootstrap: str, client_id: str) -> wire.DescribedResource:
+    """An application's own configs: DescribeConfigs of CLIENT ``client_id``."""
+    client = RawClient(bootstrap)
+    try:
+        client.send_bytes(
+            wire.describe_request([(CLIENT, client_id)], correlation_id=1, client_id=client_id)
+        )
+        (resource,) = wire.read_describe_response(client.recv_frame())
+    finally:
+        client.close()
+    return resource
+
+
+def fetch_tls(bootstrap: str, pki: Path, client_id: str) -> wire.DescribedResource:
+    """The same, on a TLS connection that presents the client certificate."""
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    host, _, port = bootstrap.rpartition(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sock,
+    ):
+        sock.sendall(
+            wire.describe_request([(CLIENT, client_id)], correlation_id=1, client_id=client_id)
+        )
+        data = b""
+        while len(data) < 4 or len(data) < 4 + SIZE.unpack(data[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "the gateway closed the connection"
+            data += chunk
+    (resource,) = wire.read_describe_response(data[4:])
+    return resource
+
+
+def values(resource: wire.DescribedResource) -> dict[str, Any]:
+    """name -> (value, source, synonyms as (source, value))."""
+    assert resource.error_code == 0, resource.error_message
+    return {
+        c.name: (c.value, c.source, [(s.source, s.value) for s in c.synonyms])
+        for c in resource.configs
+    }
+
+
+def test_round_trip_through_the_cli_and_applications(
+    gateways: tuple[GatewayThread, GatewayThread], pki: Path
+) -> None:
+    plain, secure = gateways
+    at = plain.bootstrap
+    alice = ["--entity-type", "users", "--entity-name", "alice"]
+    override = [*alice, "--entity-type", "clients", "--entity-name", "clientid-override"]
+
+    # The seed's example, quota key left out (the CLI refuses it before sending anything).
+    assert kpg(at, "--alter", *alice, "--add-config", "acks=-1,producer_byte_rate=50000")[0] == 2
+    assert kpg(at, "--alter", *alice, "--add-config", "acks=-1,session.timeout.ms=11000") == (
+        0,
+        "Completed updating default config for user alice.\n",
+        "",
+    )
+    assert kpg(at, "--alter", *override, "--add-config", "acks=0,heartbeat.interval.ms=2000") == (
+        0,
+        "Completed updating config for user alice.\n",
+        "",
+    )
+    assert kpg(at, "--describe", *override) == (
+        0,
+        "Dynamic configs for user alice:clientid-override are:\n"
+        "  acks=0 sensitive=false synonyms={DYNAMIC_CLIENT_CONFIG:acks=0, "
+        "DYNAMIC_DEFAULT_CLIENT_CONFIG:acks=-1}\n"
+        "  heartbeat.interval.ms=2000 sensitive=false "
+        "synonyms={DYNAMIC_CLIENT_CONFIG:heartbeat.interval.ms=2000}\n",
+        "",
+    )
+    assert kpg(at, "--describe", "--all", *override) == (
+        0,
+        "All configs for user alice:clientid-override are:\n"
+        "  acks=0 sensitive=false synonyms={DYNAMIC_CLIENT_CONFIG:acks=0, "
+        "DYNAMIC_DEFAULT_CLIENT_CONFIG:acks=-1}\n"
+        "  heartbeat.interval.ms=2000 sensitive=false "
+        "synonyms={DYNAMIC_CLIENT_CONFIG:heartbeat.interval.ms=2000}\n"
+        "  session.timeout.ms=11000 sensitive=false "
+        "synonyms={DYNAMIC_DEFAULT_CLIENT_CONFIG:session.timeout.ms=11000}\n",
+        "",
+    )
+
+    # Applications: the certificate's user and ANONYMOUS, each with a default and an app-1
+    # entry, so each application can only be seeing its own user's configs.
+    for user, default, own in (
+        (CERT_USER, "acks=all,session.timeout.ms=12000", "linger.ms=5"),
+        ("ANONYMOUS", "acks=1", "session.timeout.ms=30000"),
+    ):
+        entity = ["--entity-type", "users", "--entity-name", user]
+        assert kpg(at, "--alter", *entity, "--add-config", default)[0] == 0
+        app = [*entity, "--entity-type", "clients", "--entity-name", "app-1"]
+        assert kpg(at, "--alter", *app, "--add-config", own)[0] == 0
+
+    assert values(fetch_plain(plain.bootstrap, "app-1")) == {
+        "acks": ("1", DEFAULT, [(DEFAULT, "1")]),
+        "session.timeout.ms": ("30000", DYNAMIC, [(DYNAMIC, "30000")]),
+    }
+    expected_tls = {
+        "acks": ("all", DEFAULT, [(DEFAULT, "all")]),
+        "linger.ms": ("5", DYNAMIC, [(DYNAMIC, "5")]),
+        "session.timeout.ms": ("12000", DEFAULT, [(DEFAULT, "12000")]),
+    }
+    # The TLS gateway reads the shared store within its refresh interval.
+    assert wait_for(lambda: values(fetch_tls(secure.bootstrap, pki, "app-1")) == expected_tls)
+
+
+def test_cli_reports_the_gateways_refusal(gateway: GatewayThread) -> None:
+    alice = ["--entity-type", "users", "--entity-name", "alice"]
+    assert kpg(gateway.bootstrap, "--alter", *alice, "--add-config", "acks=2") == (
+        1,
+        "",
+        "kpg configs: INVALID_REQUEST (42): Invalid value 2 for configuration acks: "
+        "String must be one of: all, -1, 0, 1\n",
+    )
+    code, _, stderr = kpg(gateway.bootstrap, "--alter", *alice, "--add-config", "retries=1")
+    assert code == 1
+    assert stderr.startswith(
+        "kpg configs: INVALID_REQUEST (42): Unknown dynamic client config: retries"
+    )
+    assert kpg(gateway.bootstrap, "--describe", *alice) == (
+        0,
+        "Dynamic configs for user alice are:\n",
+        "",
+    )

@@ -1,0 +1,552 @@
+"""Dynamic client configs (seed 003) served by the gateway, in front of the real broker:
+DescribeConfigs and IncrementalAlterConfigs on the gateway's CLIENT and USER_CLIENT types,
+mixed with the broker's own resources, the refusals, the policies, a restart, and the opt-in
+enforcement on Produce and JoinGroup seen in the traffic that reaches the broker.
+
+The requests are built here (``protocol.client_configs``): no client library knows these
+resource types. The round trip through ``kpg configs`` is in
+tests/e2e/test_client_configs_cli.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.alter_configs.v1.request import (
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+)
+from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.static.primitive import i8, i32Timedelta
+
+from gateway import client_configs as cc
+from gateway.client_configs import ClientConfigCodes
+from gateway.config import ConfigError, HostPort, from_mapping
+from gateway.embedded import broker_binary, free_port
+from policies.api import AlterConfigV2Policy, AlterConfigV2RequestMetadata, PolicyViolation
+from protocol import client_configs as wire
+from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT
+from protocol.codec import decode_request, encode_request
+from protocol.framing import parse_request_header
+from protocol.join_group import session_timeout_ms
+from protocol.produce import read_produce
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, wait_for
+
+pytestmark = pytest.mark.inproc
+
+CODES = ClientConfigCodes()
+CLIENT, USER_CLIENT = CODES.client_type, CODES.user_client_type
+DYNAMIC, DEFAULT = CODES.dynamic_client_source, CODES.dynamic_default_client_source
+TOPIC = 2
+INVALID_REQUEST, POLICY_VIOLATION = 42, 44
+
+Op = tuple[str, int, str | None]
+
+
+# --- requests the tests build ------------------------------------------------------------------
+
+
+def exchange(bootstrap: str, frame: bytes) -> bytes:
+    """One request frame (size prefix included) on a new plain connection; the answer frame."""
+    client = RawClient(bootstrap)
+    try:
+        client.send_bytes(frame)
+        return client.recv_frame()
+    finally:
+        client.close()
+
+
+def describe(
+    bootstrap: str, resources: Sequence[tuple[int, str]], client_id: str = "raw-test"
+) -> tuple[wire.DescribedResource, ...]:
+    frame = wire.describe_request(resources, correlation_id=7, client_id=client_id)
+    return wire.read_describe_response(exchange(bootstrap, frame))
+
+
+def alter(
+    bootstrap: str,
+    resources: Sequence[tuple[int, str, Sequence[Op]]],
+    validate_only: bool = False,
+) -> list[tuple[int, str, int, str | None]]:
+    frame = wire.incremental_alter_request(
+        resources, validate_only=validate_only, correlation_id=9, client_id="raw-test"
+    )
+    answer = wire.read_incremental_alter_response(exchange(bootstrap, frame))
+    return [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in answer]
+
+
+def set_configs(bootstrap: str, entries: Mapping[str, Mapping[str, str]]) -> None:
+    """SET the configs of each USER_CLIENT name; every resource must succeed."""
+    results = alter(
+        bootstrap,
+        [
+            (USER_CLIENT, name, [(k, SET, v) for k, v in configs.items()])
+            for name, configs in entries.items()
+        ],
+    )
+    assert [(n, code, message) for _, n, code, message in results] == [
+        (n, 0, None) for n in entries
+    ]
+
+
+def values(resource: wire.DescribedResource) -> dict[str, tuple[str | None, int, list[Any]]]:
+    """name -> (value, source, synonyms as (source, value))."""
+    assert resource.error_code == 0, resource.error_message
+    return {
+        c.name: (c.value, c.source, [(s.source, s.value) for s in c.synonyms])
+        for c in resource.configs
+    }
+
+
+def stored(gw: GatewayThread) -> Mapping[str, str]:
+    return gw.gateway.state.items(cc.STATE_NAMESPACE)
+
+
+def forwarded(tap: BrokerTap, api_key: int) -> list[Any]:
+    return [
+        decode_request(parse_request_header(r.frame), r.frame)
+        for r in tap.requests
+        if r.api_key == api_key
+    ]
+
+
+def new_topic(bootstrap: str, configs: dict[str, str]) -> str:
+    topic = f"cc-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(15)
+    return topic
+
+
+@pytest.fixture
+def tapped(tap: BrokerTap) -> Iterator[tuple[GatewayThread, BrokerTap]]:
+    """The gateway in front of the tapped broker. Requests sent on the gateway's bootstrap
+    connection (all of this module's raw ones) are recorded by the tap."""
+    gw = GatewayThread(gateway_config(tap.address)).start()
+    try:
+        yield gw, tap
+    finally:
+        gw.stop()
+
+
+# --- DescribeConfigs --------------------------------------------------------------------------
+
+
+def test_mixed_describe_returns_both_in_order(tapped: tuple[GatewayThread, BrokerTap]) -> None:
+    gw, tap = tapped
+    topic = new_topic(gw.bootstrap, {"retention.ms": "1234"})
+    assert alter(
+        gw.bootstrap,
+        [
+            (USER_CLIENT, "alice:", [("acks", SET, "-1"), ("session.timeout.ms", SET, "11000")]),
+            (USER_CLIENT, "alice:app-1", [("acks", SET, "0")]),
+        ],
+    ) == [(USER_CLIENT, "alice:", 0, None), (USER_CLIENT, "alice:app-1", 0, None)]
+    tap.requests.clear()
+
+    answer = describe(
+        gw.bootstrap, [(USER_CLIENT, "alice:app-1"), (TOPIC, topic), (USER_CLIENT, "alice:")]
+    )
+
+    assert [(r.resource_type, r.resource_name, r.error_code) for r in answer] == [
+        (USER_CLIENT, "alice:app-1", 0),
+        (TOPIC, topic, 0),
+        (USER_CLIENT, "alice:", 0),
+    ]
+    assert values(answer[0]) == {
+        "acks": ("0", DYNAMIC, [(DYNAMIC, "0"), (DEFAULT, "-1")]),
+        "session.timeout.ms": ("11000", DEFAULT, [(DEFAULT, "11000")]),
+    }
+    assert values(answer[1])["retention.ms"][0] == "1234"  # the broker's answer
+    assert values(answer[2]) == {
+        "acks": ("-1", DEFAULT, [(DEFAULT, "-1")]),
+        "session.timeout.ms": ("11000", DEFAULT, [(DEFAULT, "11000")]),
+    }
+    # The broker was asked about the topic only.
+    assert [
+        [(int(r.resource_type), r.resource_name) for r in d.resources] for d in forwarded(tap, 32)
+    ] == [[(TOPIC, topic)]]
+
+
+def test_the_gateways_resources_alone_never_reach_the_broker(
+    tapped: tuple[GatewayThread, BrokerTap],
+) -> None:
+    gw, tap = tapped
+    answer = describe(gw.bootstrap, [(USER_CLIENT, "nobody:"), (USER_CLIENT, "no-colon")])
+    assert [(r.error_code, r.error_message, r.configs) for r in answer] == [
+        (0, None, ()),
+        (
+            INVALID_REQUEST,
+            "Invalid resource name 'no-colon': expected user:client-id (user:, with an empty "
+            "client-id, for the user's default)",
+            (),
+        ),
+    ]
+    assert forwarded(tap, 32) == []
+
+
+def test_client_resource_is_the_connections_own_user(gateway: GatewayThread) -> None:
+    """On a plain connection the user is ANONYMOUS; a CLIENT resource names only the
+    client-id, so an application sees its own user's configs and no one else's."""
+    set_configs(
+        gateway.bootstrap,
+        {
+            "ANONYMOUS:": {"acks": "all"},
+            "ANONYMOUS:app-1": {"linger.ms": "5"},
+            "bob:app-1": {"acks": "0"},
+        },
+    )
+    (own,) = describe(gateway.bootstrap, [(CLIENT, "app-1")], client_id="app-1")
+    assert (own.resource_type, own.resource_name) == (CLIENT, "app-1")
+    assert values(own) == {
+        "acks": ("all", DEFAULT, [(DEFAULT, "all")]),
+        "linger.ms": ("5", DYNAMIC, [(DYNAMIC, "5")]),
+    }
+
+
+# --- IncrementalAlterConfigs and AlterConfigs ----------------------------------------------------
+
+
+def test_mixed_alter_is_split_and_merged_in_order(
+    tapped: tuple[GatewayThread, BrokerTap],
+) -> None:
+    gw, tap = tapped
+    topic = new_topic(gw.bootstrap, {})
+    results = alter(
+        gw.bootstrap,
+        [
+            (USER_CLIENT, "carol:", [("acks", SET, "1")]),
+            (TOPIC, topic, [("retention.ms", SET, "5000")]),
+            (USER_CLIENT, "carol:app", [("acks", SET, "2")]),
+        ],
+    )
+    assert [(t, n, code) for t, n, code, _ in results] == [
+        (USER_CLIENT, "carol:", 0),
+        (TOPIC, topic, 0),
+        (USER_CLIENT, "carol:app", INVALID_REQUEST),
+    ]
+    assert [
+        [(int(r.resource_type), r.resource_name) for r in a.resources] for a in forwarded(tap, 44)
+    ] == [[(TOPIC, topic)]]
+    assert dict(stored(gw)) == {"carol/<default>/acks": "1"}
+    (described,) = describe(gw.bootstrap, [(TOPIC, topic)])
+    assert values(described)["retention.ms"][0] == "5000"
+
+
+@pytest.mark.parametrize(
+    ("ops", "message"),
+    [
+        pytest.param(
+            [("acks", SET, "2")],
+            "Invalid value 2 for configuration acks: String must be one of: all, -1, 0, 1",
+            id="acks=2",
+        ),
+        pytest.param(
+            [("retries", SET, "3")],
+            "Unknown dynamic client config: retries (supported: acks, batch.size, "
+            "compression.type, heartbeat.interval.ms, linger.ms, max.poll.records, "
+            "partition.assignment.strategy, session.timeout.ms)",
+            id="unknown-key",
+        ),
+        pytest.param(
+            [("producer_byte_rate", SET, "1024")],
+            cc.quota_message("producer_byte_rate"),
+            id="quota-key",
+        ),
+        pytest.param(
+            [("acks", APPEND, "all")],
+            "Config value append is not allowed for config key: acks",
+            id="append-to-a-string",
+        ),
+        pytest.param(
+            [("session.timeout.ms", SET, "0")],
+            "Invalid value 0 for configuration session.timeout.ms: Value must be at least 1",
+            id="below-minimum",
+        ),
+    ],
+)
+def test_refusals_name_the_key_and_store_nothing(
+    gateway: GatewayThread, ops: list[Op], message: str
+) -> None:
+    # A valid change in the same resource is refused with it: all or nothing.
+    results = alter(gateway.bootstrap, [(USER_CLIENT, "dave:app", [("linger.ms", SET, "1"), *ops])])
+    assert results == [(USER_CLIENT, "dave:app", INVALID_REQUEST, message)]
+    assert dict(stored(gateway)) == {}
+
+
+def test_legacy_alter_configs_is_an_invalid_request(gateway: GatewayThread) -> None:
+    """The test broker has no AlterConfigs; the gateway answers these types itself."""
+    request = AlterConfigsRequest(
+        resources=(
+            AlterConfigsResource(
+                resource_type=i8(USER_CLIENT),
+                resource_name="erin:",
+                configs=(AlterableConfig(name="acks", value="-1"),),
+            ),
+            AlterConfigsResource(
+                resource_type=i8(CLIENT),
+                resource_name="app",
+                configs=(AlterableConfig(name="acks", value="-1"),),
+            ),
+        ),
+        validate_only=False,
+    )
+    answer = RawClient(gateway.bootstrap).request(33, 1, request)
+    assert [
+        (int(r.resource_type), r.resource_name, int(r.error_code), r.error_message)
+        for r in answer.responses
+    ] == [
+        (USER_CLIENT, "erin:", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
+        (CLIENT, "app", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
+    ]
+    assert dict(stored(gateway)) == {}
+
+
+def test_list_key_append_subtract_and_delete(gateway: GatewayThread) -> None:
+    key = "partition.assignment.strategy"
+
+    def change(op: int, value: str | None) -> int:
+        (result,) = alter(gateway.bootstrap, [(USER_CLIENT, "frank:app", [(key, op, value)])])
+        return result[2]
+
+    assert change(APPEND, "range, roundrobin") == 0
+    assert change(SUBTRACT, "range") == 0
+    (answer,) = describe(gateway.bootstrap, [(USER_CLIENT, "frank:app")])
+    assert values(answer)[key][:2] == ("roundrobin", DYNAMIC)
+    assert change(DELETE, None) == 0
+    assert dict(stored(gateway)) == {}
+
+
+class DenyAcksZero(AlterConfigV2Policy):
+    """No one may configure acks=0 (a test policy, loaded by its module name)."""
+
+    seen: list[AlterConfigV2RequestMetadata] = []
+
+    def validate(self, request_metadata: AlterConfigV2RequestMetadata) -> None:
+        DenyAcksZero.seen.append(request_metadata)
+        if request_metadata.configs_after.get("acks") == "0":
+            raise PolicyViolation(f"acks=0 is not allowed for {request_metadata.resource.name}")
+
+
+def test_alter_config_policies_apply(broker: HostPort) -> None:
+    policy = {"alter.config.v2.policy.class.name": f"{__name__}.DenyAcksZero"}
+    gw = GatewayThread(gateway_config(broker, policies=policy)).start()
+    DenyAcksZero.seen.clear()
+    try:
+        assert alter(gw.bootstrap, [(USER_CLIENT, "gina:app", [("acks", SET, "1")])]) == [
+            (USER_CLIENT, "gina:app", 0, None)
+        ]
+        assert alter(gw.bootstrap, [(USER_CLIENT, "gina:app", [("acks", SET, "0")])]) == [
+            (USER_CLIENT, "gina:app", POLICY_VIOLATION, "acks=0 is not allowed for gina:app")
+        ]
+        # A CLIENT resource is judged as its USER_CLIENT: the connection's user is in the name.
+        assert alter(gw.bootstrap, [(CLIENT, "app", [("acks", SET, "0")])]) == [
+            (CLIENT, "app", POLICY_VIOLATION, "acks=0 is not allowed for ANONYMOUS:app")
+        ]
+        # validate_only: the policy runs, nothing is stored.
+        assert alter(
+            gw.bootstrap, [(USER_CLIENT, "gina:app", [("linger.ms", SET, "7")])], True
+        ) == [(USER_CLIENT, "gina:app", 0, None)]
+        assert dict(stored(gw)) == {"gina/app/acks": "1"}
+        assert [
+            (int(m.resource.type), m.resource.name, dict(m.configs_before), dict(m.configs_after))
+            for m in DenyAcksZero.seen
+        ] == [
+            (USER_CLIENT, "gina:app", {}, {"acks": "1"}),
+            (USER_CLIENT, "gina:app", {"acks": "1"}, {"acks": "0"}),
+            (USER_CLIENT, "ANONYMOUS:app", {}, {"acks": "0"}),
+            (USER_CLIENT, "gina:app", {"acks": "1"}, {"acks": "1", "linger.ms": "7"}),
+        ]
+    finally:
+        gw.stop()
+
+
+def test_configs_survive_a_restart(broker: HostPort, tmp_path: Path) -> None:
+    state = {"path": str(tmp_path / "state.db")}
+    first = GatewayThread(gateway_config(broker, state=state)).start()
+    try:
+        set_configs(
+            first.bootstrap, {"hank:": {"acks": "-1"}, "hank:app": {"max.poll.records": "10"}}
+        )
+    finally:
+        first.stop()
+    restarted = GatewayThread(gateway_config(broker, state=state)).start()
+    try:
+        (answer,) = describe(restarted.bootstrap, [(USER_CLIENT, "hank:app")])
+        assert values(answer) == {
+            "acks": ("-1", DEFAULT, [(DEFAULT, "-1")]),
+            "max.poll.records": ("10", DYNAMIC, [(DYNAMIC, "10")]),
+        }
+    finally:
+        restarted.stop()
+
+
+# --- the opt-in enforcement -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def relayed() -> Iterator[BrokerTap]:
+    """A real broker that names a recording relay as its own address, so every connection the
+    gateway opens to it, node connections included, passes the relay.
+
+    Not the shared ``tap`` fixture: its broker names its own address (``EmbeddedBroker``
+    ignores ``advertised_port``), so only the gateway's bootstrap connections pass that tap,
+    and a producer's requests go out on node connections.
+    """
+    broker_port, relay_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            f"tcp://127.0.0.1:{broker_port}",
+            "--advertised-listener-url",
+            f"tcp://127.0.0.1:{relay_port}",
+            "--storage-engine",
+            "memory://tansu/",
+            "--silent",
+        ],
+        stdin=subprocess.DEVNULL,
+    )
+
+    def accepting() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", broker_port), timeout=0.5).close()
+        except OSError:
+            return False
+        return True
+
+    try:
+        assert wait_for(accepting, timeout=20), "the broker did not start"
+        relay = BrokerTap(HostPort(host="127.0.0.1", port=broker_port), port=relay_port)
+        relay.start()
+        try:
+            yield relay
+        finally:
+            relay.stop()
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def enforcing(relay: BrokerTap, *, acks: bool, session_timeout: bool) -> GatewayThread:
+    relay.requests.clear()
+    enforce = {"acks": acks, "session_timeout": session_timeout}
+    return GatewayThread(gateway_config(relay.address, client_configs={"enforce": enforce})).start()
+
+
+def produce(bootstrap: str, topic: str, client_id: str, acks: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "client.id": client_id, "acks": acks, "linger.ms": 0}
+    )
+    failures: list[Any] = []
+    for i in range(3):
+        producer.produce(topic, f"v{i}".encode(), on_delivery=lambda e, m: failures.append(e))
+    assert producer.flush(15) == 0
+    assert failures == [None, None, None]
+
+
+def produce_acks(relay: BrokerTap, topic: str) -> dict[str, list[int]]:
+    """client-id -> the acks of each Produce request for ``topic`` that reached the broker."""
+    seen: dict[str, list[int]] = {}
+    for r in relay.requests:
+        if r.api_key != 0:
+            continue
+        header = parse_request_header(r.frame)
+        view = read_produce(header, r.frame)
+        if any(p.topic == topic for p in view.partitions):
+            seen.setdefault(header.client_id or "", []).append(view.acks)
+    return seen
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+def test_acks_enforcement(relayed: BrokerTap, enforce: bool) -> None:
+    gw = enforcing(relayed, acks=enforce, session_timeout=False)
+    try:
+        topic = new_topic(gw.bootstrap, {})
+        set_configs(
+            gw.bootstrap, {"ANONYMOUS:": {"acks": "all"}, "ANONYMOUS:lenient-app": {"acks": "1"}}
+        )
+        produce(gw.bootstrap, topic, "durable-app", acks=1)  # the user default: acks=all
+        produce(gw.bootstrap, topic, "lenient-app", acks=1)  # its own entry: acks=1
+        produce(gw.bootstrap, topic, "fire-and-forget", acks=0)  # never changed
+        assert wait_for(lambda: len(produce_acks(relayed, topic).get("fire-and-forget", [])) > 0)
+        seen = produce_acks(relayed, topic)
+        enforced = gw.metric("kpg_client_config_enforced_total", config="acks")
+    finally:
+        gw.stop()
+    assert set(seen["durable-app"]) == ({-1} if enforce else {1})
+    assert set(seen["lenient-app"]) == {1}
+    assert set(seen["fire-and-forget"]) == {0}
+    assert enforced == (len(seen["durable-app"]) if enforce else 0)
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+def test_session_timeout_enforcement(relayed: BrokerTap, enforce: bool) -> None:
+    gw = enforcing(relayed, acks=False, session_timeout=enforce)
+    try:
+        set_configs(gw.bootstrap, {"ANONYMOUS:group-app": {"session.timeout.ms": "11000"}})
+        request = JoinGroupRequest(
+            group_id=f"g-{uuid.uuid4().hex[:6]}",
+            session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
+            rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+        )
+        exchange(gw.bootstrap, encode_request(11, 5, 3, "group-app", request))
+        joins = [
+            session_timeout_ms(parse_request_header(r.frame), r.frame)
+            for r in relayed.requests
+            if r.api_key == 11
+        ]
+        enforced = gw.metric("kpg_client_config_enforced_total", config="session.timeout.ms")
+    finally:
+        gw.stop()
+    assert joins == ([11000] if enforce else [45000])
+    assert enforced == (1 if enforce else 0)
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        (
+            {"codes": {"client_type": 16}},
+            "gw.yaml: client_configs.codes.client_type: 16 is Kafka's resource type CLIENT_METRICS",
+        ),
+        ({"codes": {"client": 1}}, "gw.yaml: client_configs.codes.client: unknown key"),
+        ({"enforce": {"acks": "yes"}}, "gw.yaml: client_configs.enforce.acks: expected true"),
+        ({"enforce": {"linger": True}}, "gw.yaml: client_configs.enforce.linger: unknown key"),
+        ({"client_type": 100}, "gw.yaml: client_configs.client_type: unknown key"),
+    ],
+)
+def test_bad_client_configs_section_names_the_key(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        from_mapping({"client_configs": section}, "gw.yaml")
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.unit
+def test_client_configs_section_defaults_and_codes() -> None:
+    default = from_mapping({}, "gw.yaml").client_configs
+    assert default.codes == ClientConfigCodes()
+    assert (default.enforce_acks, default.enforce_session_timeout) == (False, False)
+    chosen = from_mapping(
+        {"client_configs": {"codes": {"client_type": 100}, "enforce": {"acks": True}}}, "gw.yaml"
+    ).client_configs
+    assert (chosen.codes.client_type, chosen.codes.user_client_type) == (100, 121)
+    assert (chosen.enforce_acks, chosen.enforce_session_timeout) == (True, False)
