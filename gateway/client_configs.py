@@ -64,6 +64,7 @@ from dataclasses import dataclass, fields
 from typing import Final
 from urllib.parse import quote, unquote
 
+from policies.api import ConfigResourceType
 from protocol.describe_configs import LocalConfig, Synonym
 
 from .config_changes import APPEND, DELETE, SUBTRACT, ConfigChange, incremental
@@ -112,8 +113,8 @@ _LIST: Final = 7
 class ClientConfigCodes:
     """The resource type and config source codes of dynamic client configs."""
 
-    client_type: int = 120
-    user_client_type: int = 121
+    client_type: int = int(ConfigResourceType.CLIENT)
+    user_client_type: int = int(ConfigResourceType.USER_CLIENT)
     dynamic_client_source: int = 120
     dynamic_default_client_source: int = 121
 

@@ -176,11 +176,12 @@ class CreateTopicPolicy(_Plugin):
 
 
 class ConfigResourceType(enum.IntEnum):
-    """Kafka's config resource type codes.
+    """Kafka's config resource type codes, and the types the gateway owns.
 
-    Types the gateway owns (such as the client config types of the dynamic client configs
-    proposal, whose proposed codes clash with today's Kafka) get members here with codes
-    Kafka does not use.
+    ``CLIENT`` and ``USER_CLIENT`` are the dynamic client config types (seed 003). A policy
+    always sees a user's client configs as ``USER_CLIENT`` (an application's own ``CLIENT``
+    request is judged as its user's entry), whatever wire codes the gateway is configured
+    with; the values here are the gateway's default wire codes, chosen clear of Kafka's.
     """
 
     UNKNOWN = 0
@@ -189,6 +190,8 @@ class ConfigResourceType(enum.IntEnum):
     BROKER_LOGGER = 8
     CLIENT_METRICS = 16
     GROUP = 32
+    CLIENT = 120
+    USER_CLIENT = 121
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from policies.api import ConfigResource, ConfigResourceType, TopicState
 from protocol import admin
@@ -304,7 +304,7 @@ async def _client_config_change(
     decision = await ctx.decide(
         partial(
             ctx.policies.check_alter_config,
-            _gateway_resource(codes.user_client_type, entity.resource_name),
+            _gateway_resource(entity.resource_name),
             altered=altered,
             before=before,
             after=after,
@@ -343,15 +343,10 @@ async def _client_config_change(
     return _OK
 
 
-def _gateway_resource(code: int, name: str) -> ConfigResource:
-    """The policies' view of a resource of a type the gateway owns.
-
-    ``policies.api.ConfigResourceType`` has no member for the gateway's codes (they are
-    configurable, an IntEnum is not), so the type is the plain int code: it compares equal
-    to the code like a member would, and is never ``ConfigResourceType.TOPIC``; a policy that
-    asks for ``.name`` fails, which denies (fail closed).
-    """
-    return ConfigResource(type=cast(ConfigResourceType, code), name=name)
+def _gateway_resource(name: str) -> ConfigResource:
+    """The policies' view of a user's client configs: always ``USER_CLIENT``, whatever wire
+    code the gateway is configured to use for it."""
+    return ConfigResource(type=ConfigResourceType.USER_CLIENT, name=name)
 
 
 def _resource_type(code: int) -> ConfigResourceType | None:
@@ -359,7 +354,12 @@ def _resource_type(code: int) -> ConfigResourceType | None:
         resource_type = ConfigResourceType(code)
     except ValueError:
         return None
-    return None if resource_type is ConfigResourceType.UNKNOWN else resource_type
+    # CLIENT and USER_CLIENT are the gateway's own and reach the policies only through the
+    # configured codes (see _gateway_resource); a broker resource never maps to them.
+    gateway_owned = (ConfigResourceType.CLIENT, ConfigResourceType.USER_CLIENT)
+    if resource_type is ConfigResourceType.UNKNOWN or resource_type in gateway_owned:
+        return None
+    return resource_type
 
 
 def _before(

@@ -104,6 +104,9 @@ def test_config_resource_types_use_kafkas_codes() -> None:
         "BROKER_LOGGER": 8,
         "CLIENT_METRICS": 16,
         "GROUP": 32,
+        # the gateway's own (seed 003), clear of Kafka's codes
+        "CLIENT": 120,
+        "USER_CLIENT": 121,
     }
 
 
