@@ -12,7 +12,7 @@ from policies.chain import Decision
 from protocol.addresses import BrokerEndpoint
 from protocol.admin import InternalRequest
 from protocol.codec import Payload, Undecodable
-from protocol.errors import INVALID_RECORD
+from protocol.errors import INVALID_RECORD, POLICY_VIOLATION
 from protocol.framing import (
     SIZE,
     FrameRejected,
@@ -90,6 +90,33 @@ class ConnectionContext:
 
     async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
         await self._gateway.decisions.record(subject, decision, error_code)
+
+    async def record_policy_decision(
+        self,
+        header: RequestHeader,
+        decision: Decision,
+        *,
+        resource_type: str,
+        resource_name: str,
+        action: str,
+        validate_only: bool = False,
+    ) -> int | None:
+        """Record a policy-chain decision about one resource of this request; returns the
+        error code the client gets (POLICY_VIOLATION when denied, None when allowed)."""
+        error = None if decision.allowed else int(POLICY_VIOLATION)
+        subject = Subject(
+            client_address=self.client_address,
+            principal=self.principal,
+            client_id=header.client_id,
+            api_key=header.api_key,
+            api_version=header.api_version,
+            resource_type=resource_type,
+            resource_name=resource_name,
+            action=action,
+            validate_only=validate_only,
+        )
+        await self._gateway.decisions.record(subject, decision, error)
+        return error
 
     # --- record validation (see gateway.record_validation) -------------------------------
 

@@ -64,7 +64,6 @@ from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION, ErrorCode
 from protocol.framing import RequestHeader
 
 from .. import client_configs, config_changes
-from ..decisions import Subject
 from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
 from ..state import StateStoreError
 from . import Answer, Forward, Outcome
@@ -177,21 +176,13 @@ async def config_change(ctx: ConnectionContext, header: RequestHeader, frame: by
                 topic_state=topic_state,
             )
         )
-        error = None if decision.allowed else int(POLICY_VIOLATION)
-        await ctx.record(
-            Subject(
-                client_address=ctx.client_address,
-                principal=ctx.principal,
-                client_id=header.client_id,
-                api_key=header.api_key,
-                api_version=header.api_version,
-                resource_type=resource_type.name.lower(),
-                resource_name=resource.resource_name,
-                action="alter_config",
-                validate_only=request.validate_only,
-            ),
+        await ctx.record_policy_decision(
+            header,
             decision,
-            error,
+            resource_type=resource_type.name.lower(),
+            resource_name=resource.resource_name,
+            action="alter_config",
+            validate_only=request.validate_only,
         )
         if not decision.allowed:
             local[resource.key] = ac.ResourceResult(
@@ -311,21 +302,13 @@ async def _client_config_change(
             principal=ctx.principal,
         )
     )
-    error = None if decision.allowed else int(POLICY_VIOLATION)
-    await ctx.record(
-        Subject(
-            client_address=ctx.client_address,
-            principal=ctx.principal,
-            client_id=header.client_id,
-            api_key=header.api_key,
-            api_version=header.api_version,
-            resource_type="user_client",
-            resource_name=entity.resource_name,
-            action="alter_config",
-            validate_only=request.validate_only,
-        ),
+    await ctx.record_policy_decision(
+        header,
         decision,
-        error,
+        resource_type="user_client",
+        resource_name=entity.resource_name,
+        action="alter_config",
+        validate_only=request.validate_only,
     )
     if not decision.allowed:
         return ac.ResourceResult(error_code=int(POLICY_VIOLATION), error_message=decision.message)

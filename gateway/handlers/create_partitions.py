@@ -26,10 +26,9 @@ from policies.api import ConfigResourceType, TopicState
 from policies.chain import Decision, Mode, Verdict
 from protocol import admin
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
+from protocol.errors import INVALID_REQUEST
 from protocol.framing import RequestHeader
 
-from ..decisions import Subject
 from . import Answer, Forward, Outcome
 
 if TYPE_CHECKING:
@@ -70,21 +69,13 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
                     principal=ctx.principal,
                 )
             )
-        error = None if decision.allowed else int(POLICY_VIOLATION)
-        await ctx.record(
-            Subject(
-                client_address=ctx.client_address,
-                principal=ctx.principal,
-                client_id=header.client_id,
-                api_key=API_KEY,
-                api_version=header.api_version,
-                resource_type="topic",
-                resource_name=increase.name,
-                action="create_partitions",
-                validate_only=request.validate_only,
-            ),
+        error = await ctx.record_policy_decision(
+            header,
             decision,
-            error,
+            resource_type="topic",
+            resource_name=increase.name,
+            action="create_partitions",
+            validate_only=request.validate_only,
         )
         if error is not None:
             local[increase.name] = ta.TopicResult(

@@ -22,7 +22,6 @@ from protocol import create_topics as ct
 from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
 from protocol.framing import RequestHeader
 
-from ..decisions import Subject
 from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
 from . import Answer, Forward, Outcome
 
@@ -63,21 +62,13 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
         decision = await ctx.decide(
             partial(ctx.policies.check_create_topic, metadata, principal=ctx.principal)
         )
-        error = None if decision.allowed else int(POLICY_VIOLATION)
-        await ctx.record(
-            Subject(
-                client_address=ctx.client_address,
-                principal=ctx.principal,
-                client_id=header.client_id,
-                api_key=API_KEY,
-                api_version=header.api_version,
-                resource_type="topic",
-                resource_name=spec.name,
-                action="create",
-                validate_only=request.validate_only,
-            ),
+        await ctx.record_policy_decision(
+            header,
             decision,
-            error,
+            resource_type="topic",
+            resource_name=spec.name,
+            action="create",
+            validate_only=request.validate_only,
         )
         if not decision.allowed:
             local[spec.name] = ct.TopicResult(

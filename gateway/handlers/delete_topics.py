@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING
 from policies.chain import Decision
 from protocol import admin
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION
+from protocol.errors import INVALID_REQUEST
 from protocol.framing import RequestHeader
 
-from ..decisions import Subject
 from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
 from ..state import StateStoreError
 from . import Answer, Forward, Outcome
@@ -97,20 +96,12 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
                     ctx.policies.check_delete_topic, name, pre_state=pre, principal=ctx.principal
                 )
             )
-        error = None if decision.allowed else int(POLICY_VIOLATION)
-        await ctx.record(
-            Subject(
-                client_address=ctx.client_address,
-                principal=ctx.principal,
-                client_id=header.client_id,
-                api_key=API_KEY,
-                api_version=header.api_version,
-                resource_type="topic",
-                resource_name=name,
-                action="delete",
-            ),
+        error = await ctx.record_policy_decision(
+            header,
             decision,
-            error,
+            resource_type="topic",
+            resource_name=name,
+            action="delete",
         )
         if error is not None:
             local[target] = ta.TopicResult(
