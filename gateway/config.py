@@ -75,6 +75,8 @@ class StateConfig:
     path: str = "var/kpg-state.db"
     topic: str = "_kpg_state"
     refresh_interval_s: float = 2.0
+    """How often another instance's writes are picked up (sqlite: re-read the file; kafka:
+    the longest a read of the state topic waits; default 0.5 s there)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,7 +403,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         topic=st.get("topic", "_kpg_state"),
         refresh_interval_s=float(
             _number(
-                st.get("refresh_interval_s", 2.0),
+                st.get("refresh_interval_s", 0.5 if st.get("store") == "kafka" else 2.0),
                 "state.refresh_interval_s",
                 source,
                 minimum=0.1,
