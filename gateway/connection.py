@@ -60,6 +60,7 @@ class ConnectionContext:
         on an unauthenticated connection."""
         self.sasl = SaslState()
         self.policies = gateway.policies
+        self.gateway_topics: frozenset[str] = gateway.own_topics
         self.upstream_config = gateway.config.upstream
 
     async def send_internal(self, request: InternalRequest) -> Payload:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
 from collections.abc import Mapping, Sequence
@@ -12,6 +13,7 @@ from prometheus_client import Counter
 
 from policies.chain import PolicyChain
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
+from policies.rules import ProtectedTopicsRule
 from protocol.versions import VersionRange
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
@@ -35,9 +37,12 @@ class Gateway:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         try:
-            self.policies: PolicyChain = load_policy_chain(config.policies, source=config.source)
+            self.policies: PolicyChain = load_policy_chain(
+                config.policies, source=config.source, extra_rules=_own_topics_rule(config)
+            )
         except PolicyConfigError as exc:
             raise ConfigError(str(exc)) from None
+        self.own_topics = frozenset(gateway_topics(config))
         self.audit = _audit_emitter(config, self.metrics)
         self.state: StateStore = _state_store(config)
         self.record_validator: RecordValidator | None = load_record_validator(
@@ -234,3 +239,25 @@ def _state_store(config: GatewayConfig) -> StateStore:
             refresh_interval_s=state.refresh_interval_s,
         )
     return SqliteStore(state.path, refresh_interval_s=state.refresh_interval_s)
+
+
+def gateway_topics(config: GatewayConfig) -> tuple[str, ...]:
+    """The topics the gateway itself writes on the upstream cluster."""
+    topics = []
+    if config.state.store == "kafka":
+        topics.append(config.state.topic)
+    if config.audit.topic is not None:
+        topics.append(config.audit.topic)
+    return tuple(topics)
+
+
+def _own_topics_rule(config: GatewayConfig) -> tuple[ProtectedTopicsRule, ...]:
+    """No client deletes, reconfigures or adds partitions to the gateway's own topics."""
+    topics = gateway_topics(config)
+    if not topics:
+        return ()
+    return (
+        ProtectedTopicsRule(
+            name="gateway-topics", topics=tuple(re.compile(re.escape(t)) for t in topics)
+        ),
+    )

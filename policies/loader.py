@@ -22,6 +22,7 @@ message names the file and the key.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import re
@@ -115,12 +116,19 @@ class PolicyConfig:
         return next((p for p in self.plugins if p.prefix == prefix), None)
 
 
-def load_policy_chain(section: Mapping[str, object], *, source: str) -> PolicyChain:
+def load_policy_chain(
+    section: Mapping[str, object], *, source: str, extra_rules: Sequence[Rule] = ()
+) -> PolicyChain:
     """Check the section, import and configure the plug-ins, and build the chain.
+
+    ``extra_rules`` come first: rules the gateway itself needs (protecting its own topics).
 
     :raises PolicyConfigError: for any problem, plug-ins that fail to load included.
     """
-    return build_policy_chain(parse_policy_config(section, source=source))
+    config = parse_policy_config(section, source=source)
+    if extra_rules:
+        config = dataclasses.replace(config, rules=(*extra_rules, *config.rules))
+    return build_policy_chain(config)
 
 
 def parse_policy_config(section: Mapping[str, object], *, source: str) -> PolicyConfig:

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 API_KEY = 0
 VERSIONS = PRODUCE_VERSIONS
 _ALL_REPLICAS = frozenset({"-1", "all"})
+TOPIC_AUTHORIZATION_FAILED = 29
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
@@ -66,20 +67,32 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
         acks = -1
         ctx.count_enforced("acks")
     validator = ctx.record_validator
-    if validator is None or not ctx.validated_topics():
+    own = ctx.gateway_topics
+    # A topic name stands verbatim in the request: no match, no write to the gateway's topics.
+    writes_own = any(topic.encode() in frame for topic in own)
+    if not writes_own and (validator is None or not ctx.validated_topics()):
         return Forward(frame=frame, expect_response=acks != 0)
     view = read_produce(header, frame)
+    local: dict[tuple[str, int], PartitionError] = {
+        (p.topic, p.partition): PartitionError(
+            error_code=TOPIC_AUTHORIZATION_FAILED,
+            error_message=f"Topic '{p.topic}' is written by the gateway only.",
+        )
+        for p in view.partitions
+        if p.topic in own
+    }
     checks = [
         (p, policy)
         for p in view.partitions
-        if (policy := ctx.validation_policy_of(p.topic)) is not None
+        if (p.topic, p.partition) not in local
+        and (policy := ctx.validation_policy_of(p.topic)) is not None
     ]
-    if not checks:
+    if not checks and not local:
         return Forward(frame=frame, expect_response=acks != 0)
 
-    outcomes = await ctx.validate_records(checks)
-    local: dict[tuple[str, int], PartitionError] = {}
+    outcomes = await ctx.validate_records(checks) if checks else []
     for outcome in outcomes:
+        assert validator is not None
         key = (outcome.topic, outcome.partition)
         ctx.count_validation(outcome, validator.name)
         if outcome.error is None:
