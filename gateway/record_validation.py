@@ -8,7 +8,11 @@ Kafka broker would refuse a config it does not know. The policy class comes from
 
 Validation reads no more than the policy's hints ask for (per topic when the policy offers
 ``hints_for``), runs off the event loop, and fails closed: a policy that raises anything but
-InvalidRecord, or a request whose validation outlasts ``policy.timeout.ms``, rejects.
+InvalidRecord, or a request whose validation outlasts ``policy.timeout.ms``, rejects. Where
+the policy says a topic's rules are header keys alone (``required_headers_for``, see
+:class:`policies.records.RequiredHeadersOnly`), the gateway looks for the keys in the
+batches itself and calls ``validate`` only for the records that lack one: same answers,
+without a RecordProxy per record.
 """
 
 from __future__ import annotations
@@ -27,17 +31,26 @@ from policies.api import (
     RecordValidationPolicy,
     TopicMetadata,
 )
+from policies.records import RequiredHeadersOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
 from protocol.produce import PartitionError
-from protocol.records import CorruptBatch, read_batches, read_records
+from protocol.records import (
+    BatchView,
+    CorruptBatch,
+    check_headers,
+    read_batches,
+    read_record_fields,
+)
 
 from .config import ConfigError
+from .schema_registry import SchemaRegistryClient
 
 VALIDATION_POLICY_KEY: Final = "record.validation.policy"
 STATE_NAMESPACE: Final = "topic.record.validation.policy"
 _CLASS_KEY: Final = "record.validation.policy.class.name"
 _PATH_KEY: Final = "record.validation.policy.class.path"
 _MODE_KEY: Final = "record.validation.policy.mode"
+_REGISTRY_KEY: Final = "record.validation.schema.registry.url"
 _DEFAULT_CLASS: Final = "policies.records.BuiltinRecordValidationPolicy"
 _SHOWN_ERRORS: Final = 3
 
@@ -64,14 +77,41 @@ def rejection_message(record_errors: Sequence[tuple[int, str | None]]) -> str:
     )
 
 
+def _outcome(
+    metadata: TopicMetadata,
+    record_errors: list[tuple[int, str | None]],
+    records: int,
+    size: int,
+    batches: int,
+) -> PartitionOutcome:
+    error = None
+    if record_errors:
+        error = PartitionError(
+            error_code=int(INVALID_RECORD),
+            error_message=rejection_message(record_errors),
+            record_errors=tuple(record_errors),
+        )
+    return PartitionOutcome(
+        topic=metadata.topic,
+        partition=metadata.partition,
+        error=error,
+        records=records,
+        bytes=size,
+        batches=batches,
+    )
+
+
 class RecordValidator:
-    """The configured RecordValidationPolicy and the per-topic hints it needs."""
+    """The configured RecordValidationPolicy and what it needs per topic: its hints, and
+    whether header keys are all it checks (then the gateway looks for them itself)."""
 
     def __init__(self, policy: RecordValidationPolicy, *, dry_run: bool) -> None:
         self.policy = policy
         self.name = type(policy).__name__
         self.dry_run = dry_run
         self._hints: dict[str, RecordIntrospectionHints] = {}
+        self._required_headers: dict[str, tuple[str, ...] | None] = {}
+        self._headers_only = isinstance(policy, RequiredHeadersOnly)
 
     def hints(self, validation_policy: str) -> RecordIntrospectionHints:
         hints = self._hints.get(validation_policy)
@@ -80,6 +120,17 @@ class RecordValidator:
             hints = hints_for(validation_policy) if hints_for else self.policy.get_hints()
             self._hints[validation_policy] = hints
         return hints
+
+    def required_headers(self, validation_policy: str) -> tuple[str, ...] | None:
+        """The header keys that are all the policy checks for this topic, if it says so."""
+        if not self._headers_only:
+            return None
+        if validation_policy not in self._required_headers:
+            assert isinstance(self.policy, RequiredHeadersOnly)
+            self._required_headers[validation_policy] = self.policy.required_headers_for(
+                validation_policy
+            )
+        return self._required_headers[validation_policy]
 
     def validate_partition(
         self, topic: str, partition: int, validation_policy: str, records: bytes | memoryview | None
@@ -90,6 +141,7 @@ class RecordValidator:
                 topic=topic, partition=partition, error=None, records=0, bytes=0, batches=0
             )
         hints = self.hints(validation_policy)
+        required_headers = self.required_headers(validation_policy)
         metadata = TopicMetadata(
             topic=topic, partition=partition, validation_policy=validation_policy
         )
@@ -97,30 +149,29 @@ class RecordValidator:
         count = size = 0
         try:
             batches = read_batches(records)
+            if required_headers is not None and hints.access_headers:
+                checked = self._check_headers(metadata, batches, hints, required_headers)
+                if checked is not None:
+                    record_errors, size = checked
+                    count = sum(batch.record_count for batch in batches)
+                    return _outcome(metadata, record_errors, count, size, len(batches))
+            validate = self.policy.validate
             base = 0
             for batch in batches:
-                for record in read_records(
+                for index, key, value, headers, _, _, size_in_bytes in read_record_fields(
                     batch,
                     headers=hints.access_headers,
                     key_bytes=hints.access_key_bytes,
                     value_bytes=hints.access_value_bytes,
                 ):
                     count += 1
-                    size += record.size_in_bytes
+                    size += size_in_bytes
                     try:
-                        self.policy.validate(
-                            metadata,
-                            RecordProxy(headers=record.headers, key=record.key, value=record.value),
-                        )
+                        validate(metadata, RecordProxy(headers=headers, key=key, value=value))
                     except InvalidRecord as exc:
-                        record_errors.append((base + record.index, exc.message))
+                        record_errors.append((base + index, exc.message))
                     except Exception as exc:  # fail closed, naming the policy
-                        record_errors.append(
-                            (
-                                base + record.index,
-                                f"{self.name} failed: {type(exc).__name__}: {exc}",
-                            )
-                        )
+                        record_errors.append((base + index, self._failed(exc)))
                 base += batch.record_count
         except CorruptBatch as exc:
             return PartitionOutcome(
@@ -134,21 +185,50 @@ class RecordValidator:
                     error_message=f"Record batch for {topic}-{partition} is corrupt: {exc}",
                 ),
             )
-        error = None
-        if record_errors:
-            error = PartitionError(
-                error_code=int(INVALID_RECORD),
-                error_message=rejection_message(record_errors),
-                record_errors=tuple(record_errors),
-            )
-        return PartitionOutcome(
-            topic=topic,
-            partition=partition,
-            error=error,
-            records=count,
-            bytes=size,
-            batches=len(batches),
-        )
+        return _outcome(metadata, record_errors, count, size, len(batches))
+
+    def _check_headers(
+        self,
+        metadata: TopicMetadata,
+        batches: Sequence[BatchView],
+        hints: RecordIntrospectionHints,
+        keys: tuple[str, ...],
+    ) -> tuple[list[tuple[int, str | None]], int] | None:
+        """(record_errors, bytes) for a topic whose policy checks header keys alone: the keys
+        are looked for here, and the policy sees only the records that lack one. None for a
+        corrupt batch: the record-by-record loop then says what is wrong, and after how many
+        records."""
+        record_errors: list[tuple[int, str | None]] = []
+        size = base = 0
+        try:
+            for batch in batches:
+                checked = check_headers(batch, keys)
+                size += checked.size_in_bytes
+                if checked.missing:
+                    lacking = frozenset(checked.missing)
+                    for index, key, value, headers, *_ in read_record_fields(
+                        batch,
+                        headers=True,
+                        key_bytes=hints.access_key_bytes,
+                        value_bytes=hints.access_value_bytes,
+                    ):
+                        if index not in lacking:
+                            continue
+                        try:
+                            self.policy.validate(
+                                metadata, RecordProxy(headers=headers, key=key, value=value)
+                            )
+                        except InvalidRecord as exc:
+                            record_errors.append((base + index, exc.message))
+                        except Exception as exc:  # fail closed, naming the policy
+                            record_errors.append((base + index, self._failed(exc)))
+                base += batch.record_count
+        except CorruptBatch:
+            return None
+        return record_errors, size
+
+    def _failed(self, exc: Exception) -> str:
+        return f"{self.name} failed: {type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         self.policy.close()
@@ -185,4 +265,14 @@ def load_record_validator(
         raise ConfigError(
             f"{source}: policies.{_CLASS_KEY}: {class_name}: {type(exc).__name__}: {exc}"
         ) from None
+    registry_url = section.get(_REGISTRY_KEY)
+    set_lookup = getattr(policy, "set_schema_lookup", None)
+    if registry_url is not None and set_lookup is not None:
+        if not isinstance(registry_url, str) or not registry_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ConfigError(
+                f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
+            )
+        set_lookup(SchemaRegistryClient(registry_url).exists)
     return RecordValidator(policy, dry_run=mode == "dry-run")

@@ -39,6 +39,12 @@ class RequireHeaderValidationPolicy(RecordValidationPolicy):
         """Headers only: the gateway need not read keys or values."""
         return _HEADERS_ONLY
 
+    def required_headers_for(self, validation_policy: str) -> tuple[str, ...]:
+        """The whole value, as one key: the gateway may check it without calling
+        :meth:`validate` for records that carry it
+        (:class:`policies.records.RequiredHeadersOnly`)."""
+        return (validation_policy,)
+
     def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
         """:raises InvalidRecord: if no header has the key; the proposal's message."""
         required = topic.validation_policy

@@ -26,6 +26,7 @@ rule                     a record passes when
 ``json-schema:<name>``   its value is JSON (as for ``json``) that the JSON Schema
                          ``<name>.json`` accepts; schemas are read once, at start-up, from the
                          directory in the policy config ``record.validation.json.schema.dir``
+                         (see "JSON Schema" below)
 ``schema-id``            its value starts with a Confluent-style schema id: magic byte 0,
                          then the id as a 4-byte big-endian int. With ``json`` or
                          ``json-schema``, the JSON is what follows those 5 bytes (the JSON
@@ -64,7 +65,24 @@ What the gateway calls
   5 value bytes for ``schema-id`` alone, everything for ``max-bytes``. A policy that does not
   offer ``hints_for`` is asked ``get_hints()``, which for this one is "everything", since
   which topics carry which rules is not known in advance.
+* ``required_headers_for(validation_policy)`` per topic (:class:`RequiredHeadersOnly`): the
+  header keys, when header rules are all the value has. The gateway then checks those keys
+  itself, and calls ``validate`` only for the records that lack one (for the message).
 * ``validate(topic, record)`` per record; a value is parsed and compiled once and cached.
+
+JSON Schema
+===========
+
+Each schema is checked (``check_schema``) and compiled twice: by ``jsonschema-rs``, which
+decides whether a value matches (in Rust: some hundred times faster than the ``jsonschema``
+package on a 1 KiB document), and by ``jsonschema``, which words the rejection (its
+``best_match``: the error a person would look at first). As the JSON Schema specification
+says, ``pattern`` is an ECMA-262 regular expression: ``\\d`` is ``[0-9]``, not any Unicode
+digit as in Python's ``re``; where the two disagree and a value is rejected, the message is
+jsonschema-rs's. ``format`` is an annotation only, in every draft, as the ``jsonschema``
+package has it by default. A schema that jsonschema-rs cannot compile (a regular expression
+only Python reads, such as ``a{,2}``) is checked by ``jsonschema`` alone, with a warning at
+start-up. Nothing is ever fetched: schemas refer to each other by file name or ``$id``.
 """
 
 from __future__ import annotations
@@ -72,12 +90,15 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
+import jsonschema_rs
+import orjson
 from jsonschema import validators
 from jsonschema.exceptions import SchemaError, best_match
 from referencing import Registry, Resource
@@ -97,6 +118,7 @@ __all__ = [
     "BuiltinRecordValidationPolicy",
     "PerTopicHints",
     "RecordRules",
+    "RequiredHeadersOnly",
     "SchemaIdCheck",
     "SchemaLookup",
     "UsesSchemaLookup",
@@ -116,6 +138,9 @@ _SCHEMA_ID_BYTES: Final = 5
 _MAGIC_BYTE: Final = 0
 _CACHED_VALUES: Final = 1024
 _DETAIL_CHARS: Final = 200
+_RS_BASE_URI: Final = "json-schema:///"  # jsonschema-rs's base URI for a schema with no $id
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -124,6 +149,23 @@ class PerTopicHints(Protocol):
     ``record.validation.policy``; the gateway prefers this to ``get_hints()``."""
 
     def hints_for(self, validation_policy: str) -> RecordIntrospectionHints: ...
+
+
+@runtime_checkable
+class RequiredHeadersOnly(Protocol):
+    """A record validation policy that can tell when a topic's rules check nothing but that
+    each record carries some header keys.
+
+    For such a topic the gateway looks for the keys itself, without building a RecordProxy
+    per record, and calls ``validate`` only for the records that lack one (whatever
+    ``validate`` then decides stands). The answer must be exact: a record with every key
+    must pass ``validate``.
+    """
+
+    def required_headers_for(self, validation_policy: str) -> tuple[str, ...] | None:
+        """The header keys (exact, case-sensitive; any value) every record must carry, when
+        that is all the rules of this ``record.validation.policy`` check; otherwise None."""
+        ...
 
 
 @runtime_checkable
@@ -154,6 +196,17 @@ class RecordRules:
     value_schema_id: SchemaIdCheck | None = None
     max_record_bytes: int | None = None
     tombstones_allowed: bool = False
+
+    @property
+    def headers_only(self) -> bool:
+        """Whether header rules are all there is (``tombstones-allowed`` checks nothing)."""
+        return (
+            bool(self.required_headers)
+            and not self.key_required
+            and not self.value_json
+            and self.value_schema_id is None
+            and self.max_record_bytes is None
+        )
 
     @property
     def hints(self) -> RecordIntrospectionHints:
@@ -253,6 +306,45 @@ def parse_record_validation_policy(value: str) -> RecordRules:
 _Check = Callable[[RecordProxy], None]
 _Validator = Any  # a jsonschema validator instance (jsonschema ships no type hints)
 
+
+@dataclass(frozen=True, slots=True)
+class _JsonSchema:
+    """One schema of the directory, compiled by both libraries (module docstring)."""
+
+    reference: _Validator
+    """The jsonschema package's validator: the words of a rejection."""
+    fast: jsonschema_rs.Validator | None
+    """jsonschema-rs's, which decides; None when it cannot compile the schema."""
+
+    def problem(self, instance: Any) -> tuple[str, str] | None:
+        """(message, JSON path) of what is wrong with a decoded JSON document, or None when
+        the schema accepts it."""
+        if self.fast is not None:
+            try:
+                if self.fast.is_valid(instance):
+                    return None
+            except ValueError:
+                pass  # a string jsonschema-rs cannot take (a lone surrogate): the reference decides
+            else:
+                try:
+                    error = best_match(self.reference.iter_errors(instance))
+                except (RecursionError, re.error):
+                    error = None
+                if error is not None:
+                    return error.message, error.json_path
+                fast_error = next(self.fast.iter_errors(instance))
+                return fast_error.message, _json_path(fast_error.instance_path)
+        if next(self.reference.iter_errors(instance), None) is None:
+            return None
+        error = best_match(self.reference.iter_errors(instance))
+        return error.message, error.json_path
+
+
+def _json_path(path: list[str | int]) -> str:
+    """As jsonschema's ``ValidationError.json_path``."""
+    return "$" + "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
+
+
 _EVERYTHING: Final = RecordIntrospectionHints(
     access_headers=True, access_key_bytes=-1, access_value_bytes=-1
 )
@@ -267,6 +359,46 @@ def _reject_constant(name: str) -> object:
 
 # One decoder, made once: json.loads with keyword arguments would build one per call.
 _JSON: Final = json.JSONDecoder(parse_constant=_reject_constant)
+# Every digit as b"1", everything else as b"0": finds a run of digits without a regex.
+_DIGITS: Final = bytes(0x31 if 0x30 <= byte <= 0x39 else 0x30 for byte in range(256))
+_LONG_NUMBER: Final = b"1" * 19
+
+
+def _decode_json(document: bytes, json_rule: str, where: str) -> Any:
+    """The JSON document of a record value, as the standard library's json decodes it.
+
+    orjson decodes it (in a third of the time) when it gives the same: not when the value has
+    19 digits in a row (orjson turns an integer beyond 64 bits into a float, json keeps it
+    whole), and not when orjson refuses it (json then decides, and words the rejection: it
+    takes ``"\\ud800"`` and ``1e400``). One difference is left: orjson reads documents nested
+    up to 1024 deep, where json gives up a little earlier.
+
+    :raises InvalidRecord: not UTF-8, not JSON, or too deeply nested to decode.
+    """
+    if _LONG_NUMBER not in document.translate(_DIGITS):
+        try:
+            return orjson.loads(document)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        text = str(document, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(
+            f"Record value is not UTF-8 ({exc.reason} at byte {exc.start}); "
+            f"rule {json_rule} needs a UTF-8 JSON document{where}"
+        ) from None
+    try:
+        return _JSON.decode(text)
+    except ValueError as exc:
+        raise InvalidRecord(
+            f"Record value is not valid JSON ({_cut(str(exc))}); "
+            f"rule {json_rule} needs a JSON document{where}"
+        ) from None
+    except RecursionError:
+        raise InvalidRecord(
+            f"Record value is JSON nested too deeply to check; "
+            f"rule {json_rule} needs a JSON document{where}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,16 +408,18 @@ class _Compiled:
     hints: RecordIntrospectionHints
     checks: tuple[_Check, ...]
     problem: str | None = None
+    required_headers: tuple[str, ...] | None = None
+    """Set when the value's rules are header rules alone (see RequiredHeadersOnly)."""
 
 
 class BuiltinRecordValidationPolicy(RecordValidationPolicy):
     """Applies the rules a topic's ``record.validation.policy`` names (module docstring).
 
-    Also :class:`PerTopicHints` and :class:`UsesSchemaLookup`.
+    Also :class:`PerTopicHints`, :class:`RequiredHeadersOnly` and :class:`UsesSchemaLookup`.
     """
 
     def __init__(self) -> None:
-        self._schemas: Mapping[str, _Validator] = {}
+        self._schemas: Mapping[str, _JsonSchema] = {}
         self._schema_dir: str | None = None
         self._schema_lookup: SchemaLookup | None = None
         self._compiled = functools.lru_cache(maxsize=_CACHED_VALUES)(self._compile)
@@ -317,6 +451,11 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
         """What the rules of this ``record.validation.policy`` value read; for a value that
         does not parse, nothing (every record is rejected unread)."""
         return self._compiled(validation_policy).hints
+
+    def required_headers_for(self, validation_policy: str) -> tuple[str, ...] | None:
+        """The header keys, when header rules are all this value has; for a value that does
+        not parse, None (its records go through :meth:`validate`, which rejects them)."""
+        return self._compiled(validation_policy).required_headers
 
     def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
         """:raises InvalidRecord: naming the rule the record breaks, or saying that the
@@ -352,7 +491,11 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             checks.append(functools.partial(_check_size, limit=rules.max_record_bytes, where=where))
         if rules.value_json or rules.value_schema_id is not None:
             checks.append(self._value_check(rules, validator, where))
-        return _Compiled(hints=rules.hints, checks=tuple(checks))
+        return _Compiled(
+            hints=rules.hints,
+            checks=tuple(checks),
+            required_headers=rules.required_headers if rules.headers_only else None,
+        )
 
     def _no_schema(self, name: str) -> str:
         if self._schema_dir is None:
@@ -363,7 +506,7 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             f"(no {name}.json; schemas: {known})"
         )
 
-    def _value_check(self, rules: RecordRules, validator: _Validator | None, where: str) -> _Check:
+    def _value_check(self, rules: RecordRules, validator: _JsonSchema | None, where: str) -> _Check:
         schema_id = rules.value_schema_id
         parse_json = rules.value_json
         tombstones_allowed = rules.tombstones_allowed
@@ -378,7 +521,7 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
                 if tombstones_allowed:
                     return
                 raise InvalidRecord(f"Record value is null; rule {first_rule} needs a value{where}")
-            document: bytes | memoryview = value
+            document = value
             if schema_id is not None:
                 if len(value) < _SCHEMA_ID_BYTES or value[0] != _MAGIC_BYTE:
                     raise InvalidRecord(_no_schema_id(value, schema_id, where))
@@ -396,36 +539,18 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
                             f"does not have (rule {schema_id.value}){where}"
                         )
                 if parse_json:
-                    document = memoryview(value)[_SCHEMA_ID_BYTES:]
+                    document = value[_SCHEMA_ID_BYTES:]
             if not parse_json:
                 return
-            try:
-                text = str(document, "utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidRecord(
-                    f"Record value is not UTF-8 ({exc.reason} at byte {exc.start}); "
-                    f"rule {json_rule} needs a UTF-8 JSON document{where}"
-                ) from None
-            try:
-                instance = _JSON.decode(text)
-            except ValueError as exc:
-                raise InvalidRecord(
-                    f"Record value is not valid JSON ({_cut(str(exc))}); "
-                    f"rule {json_rule} needs a JSON document{where}"
-                ) from None
-            except RecursionError:
-                raise InvalidRecord(
-                    f"Record value is JSON nested too deeply to check; "
-                    f"rule {json_rule} needs a JSON document{where}"
-                ) from None
+            instance = _decode_json(document, json_rule, where)
             if validator is None:
                 return
-            error = next(validator.iter_errors(instance), None)
-            if error is not None:
-                error = best_match(validator.iter_errors(instance))
+            problem = validator.problem(instance)
+            if problem is not None:
+                message, path = problem
                 raise InvalidRecord(
                     f"Record value does not match the JSON schema of rule {json_rule}: "
-                    f"{_cut(error.message)} at {error.json_path}{where}"
+                    f"{_cut(message)} at {path}{where}"
                 )
 
         return check_value
@@ -497,11 +622,12 @@ def _cut(text: str) -> str:
 # --- JSON Schemas -----------------------------------------------------------------------------
 
 
-def _load_json_schemas(directory: str) -> dict[str, _Validator]:
+def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
     """Read and check every ``<name>.json`` in ``directory``; one validator per schema.
 
     The schemas may refer to each other by file name (``{"$ref": "address.json"}``) or by
-    their ``$id``; nothing is ever fetched.
+    their ``$id``; nothing is ever fetched. A schema jsonschema-rs cannot compile is logged
+    and left to the jsonschema package alone.
 
     :raises ValueError: naming the directory, or the file and what is wrong with it.
     """
@@ -545,7 +671,42 @@ def _load_json_schemas(directory: str) -> dict[str, _Validator]:
         registry: Registry[Any] = Registry().with_resources(resources).crawl()
     except (NoSuchResource, ValueError) as exc:
         raise ValueError(f"{JSON_SCHEMA_DIR}: the schemas in {directory}: {exc}") from None
+    fast = _compile_fast(directory, schemas, resources)
     return {
-        name: validator_class(schema, registry=registry)
+        name: _JsonSchema(reference=validator_class(schema, registry=registry), fast=fast.get(name))
         for name, (validator_class, schema) in schemas.items()
     }
+
+
+def _compile_fast(
+    directory: str,
+    schemas: Mapping[str, tuple[Any, Any]],
+    resources: list[tuple[str, Resource[Any]]],
+) -> dict[str, jsonschema_rs.Validator]:
+    """jsonschema-rs validators for the schemas it can compile, with the same resources: a
+    file name is relative to jsonschema-rs's base URI for a schema with no ``$id``."""
+    uris = [(uri if ":" in uri else _RS_BASE_URI + uri, r.contents) for uri, r in resources]
+    try:
+        registry = jsonschema_rs.Registry(uris)
+    except Exception as exc:  # any failure leaves every schema to jsonschema
+        log.warning(
+            "%s: jsonschema-rs cannot take the schemas in %s: %s", JSON_SCHEMA_DIR, directory, exc
+        )
+        return {}
+    compiled: dict[str, jsonschema_rs.Validator] = {}
+    for name, (_, schema) in schemas.items():
+        try:
+            compiled[name] = jsonschema_rs.validator_for(
+                schema, registry=registry, validate_formats=False, offline=True
+            )
+        except Exception as exc:  # the jsonschema package checks this one
+            first_line = str(exc).partition("\n")[0]
+            log.warning(
+                "%s: %s/%s.json is checked by the slower jsonschema package alone: "
+                "jsonschema-rs cannot compile it: %s",
+                JSON_SCHEMA_DIR,
+                directory,
+                name,
+                first_line,
+            )
+    return compiled

@@ -8,7 +8,8 @@ Contracts, stated once:
   non-negative record_count. It copies nothing: each `BatchView.payload` is a
   memoryview into the caller's buffer, so the buffer must outlive the views.
 - `read_records` is lazy. Nothing is decompressed before the first record is asked
-  for, and a caller that stops early pays only for what it read:
+  for, and a caller that stops early pays only for what it read (`read_record_fields`
+  is the same reader, yielding plain tuples for hot loops):
 
   ========================  ===================================================
   codec                     what one step decompresses
@@ -25,14 +26,19 @@ Contracts, stated once:
 - Reading a compressed batch stops with `CorruptBatch` as soon as its records pass
   `max_decompressed_bytes` (zstd may hold up to 2 MiB more for a moment; see
   `_ZstdInflater`). A raw snappy block is refused before it is decompressed.
+- `check_headers` answers "which records lack one of these header keys" for a whole
+  batch without building a value per record. It reads every record, a compressed batch
+  in windows of 256 KiB of decompressed bytes (more if one record is larger), an
+  uncompressed one from a copy, and raises `CorruptBatch` exactly where reading the
+  batch with `read_records(headers=True)` to the end would, with the same text.
 - Every problem in the data raises `CorruptBatch`, whose text says what is wrong.
 """
 
 import enum
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeAlias
 
 import lz4.frame
 import snappy
@@ -55,8 +61,13 @@ __all__ = (
     "BatchView",
     "CompressionType",
     "CorruptBatch",
+    "HeaderCheck",
+    "RecordFields",
+    "RecordHeaders",
     "RecordView",
+    "check_headers",
     "read_batches",
+    "read_record_fields",
     "read_records",
 )
 
@@ -136,6 +147,15 @@ class BatchView:
     """The records section as sent (compressed or not), a view into the caller's buffer."""
 
 
+RecordHeaders: TypeAlias = tuple[tuple[str, bytes | None], ...]
+"""A record's headers: (key, value) pairs in order, a null value as None."""
+
+RecordFields: TypeAlias = tuple[int, bytes | None, bytes | None, RecordHeaders, int, int, int]
+"""A RecordView's fields in its order, as a plain tuple: (index, key, value, headers,
+key_size, value_size, size_in_bytes). Building a frozen dataclass costs more than reading
+the record it describes, so loops over every record of a Produce take these."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordView:
     """One record, with key and value cut to the prefixes asked for."""
@@ -146,7 +166,7 @@ class RecordView:
     """None for a null key; otherwise the first key_bytes bytes (b"" if 0 were asked)."""
     value: bytes | None
     """As key, with value_bytes."""
-    headers: tuple[tuple[str, bytes | None], ...]
+    headers: RecordHeaders
     """Empty if headers were not asked for. Keys decode as UTF-8 the way Java does:
     invalid sequences become U+FFFD."""
     key_size: int
@@ -155,6 +175,17 @@ class RecordView:
     """The value's full size on the wire, -1 for null."""
     size_in_bytes: int
     """The record's encoded size, its length varint included (Kafka's sizeInBytes)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderCheck:
+    """What `check_headers` found in one batch."""
+
+    missing: tuple[int, ...]
+    """Positions in the batch (batch_index) of the records that lack at least one of the
+    header keys, ascending."""
+    size_in_bytes: int
+    """Every record's size_in_bytes added up: the decompressed records section's length."""
 
 
 def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
@@ -200,6 +231,40 @@ def read_records(
         a compressed stream that is truncated or fails to decompress, or more than
         max_decompressed_bytes of decompressed records.
     """
+    fields = read_record_fields(
+        batch,
+        headers=headers,
+        key_bytes=key_bytes,
+        value_bytes=value_bytes,
+        max_decompressed_bytes=max_decompressed_bytes,
+    )
+    return (
+        RecordView(
+            index=index,
+            key=key,
+            value=value,
+            headers=record_headers,
+            key_size=key_size,
+            value_size=value_size,
+            size_in_bytes=size_in_bytes,
+        )
+        for index, key, value, record_headers, key_size, value_size, size_in_bytes in fields
+    )
+
+
+def read_record_fields(
+    batch: BatchView,
+    *,
+    headers: bool,
+    key_bytes: int,
+    value_bytes: int,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> Iterator[RecordFields]:
+    """`read_records`, with each record as a `RecordFields` tuple instead of a RecordView.
+
+    :raises ValueError: as read_records, at once.
+    :raises CorruptBatch: as read_records, while iterating.
+    """
     if key_bytes < -1 or value_bytes < -1:
         raise ValueError(f"key_bytes and value_bytes must be >= -1: {key_bytes}, {value_bytes}")
     if max_decompressed_bytes < 1:
@@ -211,6 +276,59 @@ def read_records(
         value_bytes=value_bytes,
         max_decompressed_bytes=max_decompressed_bytes,
     )
+
+
+def check_headers(
+    batch: BatchView,
+    keys: Collection[str],
+    *,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> HeaderCheck:
+    """Find the records of a batch that lack a header with one of `keys`.
+
+    A key matches exactly (case-sensitive, as RecordView.headers decodes it), whatever the
+    header's value, null included. Every record is read, headers included, and no value is
+    built per record: this is read_records(headers=True) to the end, answering one question
+    at a fraction of the cost.
+
+    :raises ValueError: max_decompressed_bytes < 1.
+    :raises CorruptBatch: where read_records(batch, headers=True, ...) read to its end would,
+        with the same text.
+    """
+    if max_decompressed_bytes < 1:
+        raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
+    wanted = frozenset(keys)
+    raw = _raw_keys(wanted)
+    if raw is not None:
+        try:
+            return _scan_headers(batch, raw, max_decompressed_bytes)
+        except (_Irregular, CorruptBatch):
+            pass  # the full reader below says what is wrong, in its own words
+    missing: list[int] = []
+    size = 0
+    for index, _, _, record_headers, _, _, size_in_bytes in _iter_records(
+        batch,
+        headers=True,
+        key_bytes=0,
+        value_bytes=0,
+        max_decompressed_bytes=max_decompressed_bytes,
+    ):
+        size += size_in_bytes
+        if not wanted.issubset([key for key, _ in record_headers]):
+            missing.append(index)
+    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+
+
+def _raw_keys(keys: frozenset[str]) -> frozenset[bytes] | None:
+    """The keys as a header carries them, when matching those bytes is matching the decoded
+    key: not for a key with U+FFFD, which a key that is not UTF-8 decodes to, nor for one
+    that UTF-8 cannot carry (a lone surrogate)."""
+    if any("\ufffd" in key for key in keys):
+        return None
+    try:
+        return frozenset(key.encode() for key in keys)
+    except UnicodeEncodeError:
+        return None
 
 
 def _read_batch(view: memoryview, start: int) -> BatchView:
@@ -289,49 +407,50 @@ def _iter_records(
     key_bytes: int,
     value_bytes: int,
     max_decompressed_bytes: int,
-) -> Iterator[RecordView]:
+) -> Iterator[RecordFields]:
     source = _open_inflater(batch, max_decompressed_bytes)
     # Uncompressed: the whole section, in place. Compressed: a window of decompressed
     # bytes that starts at `position`'s record and is refilled from `source`.
     buffer: bytes | memoryview = batch.payload if source is None else b""
+    view = memoryview(buffer)
     position = 0
     count = batch.record_count
     for index in range(count):
         available = len(buffer) - position
         if source is not None and available < _MAX_VARINT_SIZE:
             buffer, position = _refill(source, buffer, position, _MAX_VARINT_SIZE)
+            view = memoryview(buffer)
             available = len(buffer)
         if available == 0:
             raise CorruptBatch(
                 f"batch declares record_count {count} but its records section ends "
                 f"after {index} records"
             )
-        try:
-            length, length_size = read_signed_varint(buffer, position)
-        except BufferUnderflow as exc:
-            raise CorruptBatch(f"truncated: record {index}'s length is cut off") from exc
-        except ValueError as exc:
-            raise CorruptBatch(f"record {index}: its length cannot be read: {exc}") from exc
+        byte = buffer[position]
+        if byte < 0x80:
+            length = (byte >> 1) ^ -(byte & 1)
+            length_size = 1
+        else:
+            try:
+                length, length_size = read_signed_varint(buffer, position)
+            except BufferUnderflow as exc:
+                raise CorruptBatch(f"truncated: record {index}'s length is cut off") from exc
+            except ValueError as exc:
+                raise CorruptBatch(f"record {index}: its length cannot be read: {exc}") from exc
         if length < 0:
             raise CorruptBatch(f"record {index} has negative length {length}")
         size_in_bytes = length_size + length
         if source is not None and available < size_in_bytes:
             buffer, position = _refill(source, buffer, position, size_in_bytes)
+            view = memoryview(buffer)
             available = len(buffer)
         if available < size_in_bytes:
             raise CorruptBatch(
                 f"truncated: record {index} has length {length} but the records section "
                 f"has only {available - length_size} bytes left"
             )
-        body = memoryview(buffer)[position + length_size : position + size_in_bytes]
-        yield _read_record(
-            body,
-            index=index,
-            size_in_bytes=size_in_bytes,
-            headers=headers,
-            key_bytes=key_bytes,
-            value_bytes=value_bytes,
-        )
+        body = view[position + length_size : position + size_in_bytes]
+        yield _read_record(body, index, size_in_bytes, headers, key_bytes, value_bytes)
         position += size_in_bytes
 
     left_over = len(buffer) - position
@@ -352,78 +471,298 @@ def _refill(
     return b"".join((kept, more)), 0
 
 
+# Reading records is the gateway's hot loop, so the readers below decode a one-byte varint
+# (zigzag: (b >> 1) ^ -(b & 1)) in line and leave longer ones to kio, and build no value
+# per record beyond a tuple.
+
+
 def _read_record(
     body: memoryview,
-    *,
     index: int,
     size_in_bytes: int,
     headers: bool,
     key_bytes: int,
     value_bytes: int,
-) -> RecordView:
-    """Parse one record body (after its length varint); body ends where the record ends."""
+) -> RecordFields:
+    """Parse one record body (after its length varint); body ends where the record ends.
+
+    Reading past body's end (IndexError in line, BufferUnderflow in kio) is one error.
+    """
     try:
-        _attributes, offset = read_int8(body, 0)
-        _timestamp_delta, size = read_signed_varlong(body, offset)
-        offset += size
-        _offset_delta, size = read_signed_varint(body, offset)
-        offset += size
-        key_size, size = read_signed_varint(body, offset)
-        key, offset = _read_bytes(body, offset + size, key_size, key_bytes, "key")
-        value_size, size = read_signed_varint(body, offset)
-        value, offset = _read_bytes(body, offset + size, value_size, value_bytes, "value")
-        header_count, size = read_signed_varint(body, offset)
-        offset += size
+        # attributes (int8); the timestamp and offset deltas are skipped, but read, so that
+        # a malformed one is caught.
+        offset = 2 if body[1] < 0x80 else 1 + read_signed_varlong(body, 1)[1]
+        offset += 1 if body[offset] < 0x80 else read_signed_varint(body, offset)[1]
+
+        byte = body[offset]
+        if byte < 0x80:
+            key_size = (byte >> 1) ^ -(byte & 1)
+            offset += 1
+        else:
+            key_size, size = read_signed_varint(body, offset)
+            offset += size
+        key: bytes | None = None
+        if key_size != -1:
+            end = offset + key_size
+            if key_size < -1 or end > len(body):
+                raise ValueError(f"key size {key_size} does not fit the record")
+            key = bytes(body[offset : end if key_bytes == -1 else min(end, offset + key_bytes)])
+            offset = end
+
+        byte = body[offset]
+        if byte < 0x80:
+            value_size = (byte >> 1) ^ -(byte & 1)
+            offset += 1
+        else:
+            value_size, size = read_signed_varint(body, offset)
+            offset += size
+        value: bytes | None = None
+        if value_size != -1:
+            end = offset + value_size
+            if value_size < -1 or end > len(body):
+                raise ValueError(f"value size {value_size} does not fit the record")
+            value = bytes(
+                body[offset : end if value_bytes == -1 else min(end, offset + value_bytes)]
+            )
+            offset = end
+
+        byte = body[offset]
+        if byte < 0x80:
+            header_count = (byte >> 1) ^ -(byte & 1)
+            offset += 1
+        else:
+            header_count, size = read_signed_varint(body, offset)
+            offset += size
         # Each header takes at least two bytes (its two length varints).
         if header_count < 0 or 2 * header_count > len(body) - offset:
             raise ValueError(f"header count {header_count} does not fit the record")
-        record_headers: tuple[tuple[str, bytes | None], ...] = ()
-        if headers:
+        record_headers: RecordHeaders = ()
+        if headers and header_count:
             record_headers, offset = _read_headers(body, offset, header_count)
         if (headers or header_count == 0) and offset != len(body):
             raise ValueError(f"length is {len(body)} but its fields take {offset} bytes")
-    except BufferUnderflow as exc:
+    except (BufferUnderflow, IndexError) as exc:
         raise CorruptBatch(f"record {index}: fields overrun its length {len(body)}") from exc
     except ValueError as exc:
         raise CorruptBatch(f"record {index}: {exc}") from exc
-    return RecordView(
-        index=index,
-        key=key,
-        value=value,
-        headers=record_headers,
-        key_size=key_size,
-        value_size=value_size,
-        size_in_bytes=size_in_bytes,
-    )
+    return index, key, value, record_headers, key_size, value_size, size_in_bytes
 
 
-def _read_bytes(
-    body: memoryview, offset: int, size: int, wanted: int, field: str
-) -> tuple[bytes | None, int]:
-    """Read a nullable byte field of `size` bytes at offset, keeping `wanted` of them."""
-    if size == -1:
-        return None, offset
-    end = offset + size
-    if size < -1 or end > len(body):
-        raise ValueError(f"{field} size {size} does not fit the record")
-    kept_end = end if wanted == -1 else min(end, offset + wanted)
-    return bytes(body[offset:kept_end]), end
-
-
-def _read_headers(
-    body: memoryview, offset: int, count: int
-) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+def _read_headers(body: memoryview, offset: int, count: int) -> tuple[RecordHeaders, int]:
     parsed: list[tuple[str, bytes | None]] = []
     for _ in range(count):
-        key_size, size = read_signed_varint(body, offset)
-        offset += size
-        if key_size < 0 or offset + key_size > len(body):
+        byte = body[offset]
+        if byte < 0x80:
+            key_size = (byte >> 1) ^ -(byte & 1)
+            offset += 1
+        else:
+            key_size, size = read_signed_varint(body, offset)
+            offset += size
+        end = offset + key_size
+        if key_size < 0 or end > len(body):
             raise ValueError(f"header key size {key_size} does not fit the record")
-        key = str(body[offset : offset + key_size], "utf-8", "replace")
-        value_size, size = read_signed_varint(body, offset + key_size)
-        value, offset = _read_bytes(body, offset + key_size + size, value_size, -1, "header value")
+        key = str(body[offset:end], "utf-8", "replace")
+        byte = body[end]
+        if byte < 0x80:
+            value_size = (byte >> 1) ^ -(byte & 1)
+            offset = end + 1
+        else:
+            value_size, size = read_signed_varint(body, end)
+            offset = end + size
+        value: bytes | None = None
+        if value_size != -1:
+            end = offset + value_size
+            if value_size < -1 or end > len(body):
+                raise ValueError(f"header value size {value_size} does not fit the record")
+            value = bytes(body[offset:end])
+            offset = end
         parsed.append((key, value))
     return tuple(parsed), offset
+
+
+class _Irregular(Exception):
+    """The header scan met something it leaves to the full reader to name."""
+
+
+_SCAN_WINDOW: Final = 256 * 1024
+
+
+def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> HeaderCheck:
+    """check_headers for a batch as it should be: raises _Irregular, or CorruptBatch from
+    decompression, at the first thing out of the ordinary."""
+    source = _open_inflater(batch, limit)
+    count = batch.record_count
+    missing: list[int] = []
+    if source is None:
+        buffer = bytes(batch.payload)
+        position, index, _ = _scan_window(buffer, 0, 0, count, wanted, missing)
+        if index < count or position != len(buffer):
+            raise _Irregular
+        return HeaderCheck(missing=tuple(missing), size_in_bytes=position)
+    buffer = b""
+    position = index = size = 0
+    needed = _MAX_VARINT_SIZE
+    while index < count:
+        kept = len(buffer) - position
+        buffer, position = _refill(source, buffer, position, max(needed, _SCAN_WINDOW))
+        if len(buffer) == kept:  # the stream ended before the records did
+            raise _Irregular
+        start = position
+        position, index, needed = _scan_window(buffer, position, index, count, wanted, missing)
+        size += position - start
+    if position != len(buffer) or source.read(1):
+        raise _Irregular
+    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+
+
+def _scan_window(
+    buffer: bytes,
+    position: int,
+    first: int,
+    count: int,
+    wanted: frozenset[bytes],
+    missing: list[int],
+) -> tuple[int, int, int]:
+    """Check the records that lie whole in buffer from `position` (record `first`) on, up to
+    record `count`, adding to `missing` those that lack a wanted key.
+
+    Returns where it stopped: (position, index, bytes the record there needs from position
+    on). Raises _Irregular for whatever read_records would take exception to, and for what
+    it leaves to read_records to look at (a size below -1). Reads are bounded only by the
+    last test, that the fields end where the record does: a read past the record's end
+    leaves the offset past it, since the offset never goes back.
+
+    Varints of one and two bytes (up to 13 bits: every size and delta in a batch of records
+    under 8 KiB) are decoded in line, kio decodes longer ones; and a record whose only
+    header is the one wanted key takes a single comparison.
+    """
+    (single,) = wanted if len(wanted) == 1 else (b"",)
+    # The one header's count (1), key size and key, as they would be encoded.
+    expected = b"\x02" + bytes([len(single) << 1]) + single if 0 < len(single) < 64 else None
+    expected_size = len(expected or b"")
+    available = len(buffer)
+    try:
+        for index in range(first, count):
+            if available - position < _MAX_VARINT_SIZE:
+                # A record takes at least 7 bytes: let the caller bring more, or give up.
+                return position, index, _MAX_VARINT_SIZE
+            byte = buffer[position]
+            if byte < 0x80:
+                offset = position + 1
+            elif (high := buffer[position + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset = position + 2
+            else:
+                length, size = read_signed_varint(buffer, position)
+                byte = length << 1 if length >= 0 else 1
+                offset = position + size
+            if byte & 1:
+                raise _Irregular
+            end = offset + (byte >> 1)
+            if end > available:
+                return position, index, end - position
+
+            # attributes, then the timestamp and offset deltas: skipped.
+            offset += 1
+            if buffer[offset] < 0x80:
+                offset += 1
+            elif buffer[offset + 1] < 0x80:
+                offset += 2
+            else:
+                offset += read_signed_varlong(buffer, offset)[1]
+            if buffer[offset] < 0x80:
+                offset += 1
+            elif buffer[offset + 1] < 0x80:
+                offset += 2
+            else:
+                offset += read_signed_varint(buffer, offset)[1]
+            # key, then value: skipped. Zigzag: an odd varint is negative, 1 is null.
+            byte = buffer[offset]
+            if byte < 0x80:
+                offset += 1
+            elif (high := buffer[offset + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset += 2
+            else:
+                offset = _skip_bytes(buffer, offset)
+                byte = 0
+            if byte & 1:
+                if byte != 1:
+                    raise _Irregular
+            else:
+                offset += byte >> 1
+            byte = buffer[offset]
+            if byte < 0x80:
+                offset += 1
+            elif (high := buffer[offset + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset += 2
+            else:
+                offset = _skip_bytes(buffer, offset)
+                byte = 0
+            if byte & 1:
+                if byte != 1:
+                    raise _Irregular
+            else:
+                offset += byte >> 1
+
+            if expected is not None and buffer.startswith(expected, offset):
+                # One header, the wanted key: only its value is left to skip.
+                offset += expected_size
+                byte = buffer[offset]
+                if byte < 0x80:
+                    offset += 1
+                elif (high := buffer[offset + 1]) < 0x80:
+                    byte = (byte & 0x7F) | (high << 7)
+                    offset += 2
+                else:
+                    offset = _skip_bytes(buffer, offset)
+                    byte = 0
+                if byte & 1:
+                    if byte != 1:
+                        raise _Irregular
+                else:
+                    offset += byte >> 1
+                found = True
+            else:
+                offset, found = _scan_record_headers(buffer, offset, end, wanted)
+            if offset != end:
+                raise _Irregular
+            if not found:
+                missing.append(index)
+            position = end
+    except (BufferUnderflow, IndexError, ValueError) as exc:
+        raise _Irregular from exc
+    return position, count, 0
+
+
+def _scan_record_headers(
+    buffer: bytes, offset: int, end: int, wanted: frozenset[bytes]
+) -> tuple[int, bool]:
+    """A record's headers, from their count on: (the offset after them, whether every wanted
+    key is among them)."""
+    header_count, size = read_signed_varint(buffer, offset)
+    offset += size
+    # Each header takes at least two bytes (its two length varints).
+    if header_count < 0 or 2 * header_count > end - offset:
+        raise _Irregular
+    present: set[bytes] = set()
+    for _ in range(header_count):
+        key_size, size = read_signed_varint(buffer, offset)
+        if key_size < 0:
+            raise _Irregular
+        offset += size
+        present.add(buffer[offset : offset + key_size])
+        offset = _skip_bytes(buffer, offset + key_size)
+    return offset, wanted.issubset(present)
+
+
+def _skip_bytes(buffer: bytes, offset: int) -> int:
+    """Past a nullable byte field (its size as a varint, then the bytes)."""
+    size_of, size = read_signed_varint(buffer, offset)
+    if size_of < -1:
+        raise _Irregular
+    return offset + size + max(size_of, 0)
 
 
 # Decompression. Each codec is wrapped as an _Inflater: read(n) returns up to n bytes,

@@ -11,17 +11,27 @@ from pathlib import Path
 import pytest
 
 import policies.records as records_module
-from policies.api import InvalidRecord, RecordIntrospectionHints, RecordProxy, TopicMetadata
+from gateway.record_validation import RecordValidator
+from policies.api import (
+    InvalidRecord,
+    RecordIntrospectionHints,
+    RecordProxy,
+    RecordValidationPolicy,
+    TopicMetadata,
+)
 from policies.builtin import RequireHeaderValidationPolicy
 from policies.records import (
     JSON_SCHEMA_DIR,
     BuiltinRecordValidationPolicy,
     PerTopicHints,
     RecordRules,
+    RequiredHeadersOnly,
     SchemaIdCheck,
     UsesSchemaLookup,
     parse_record_validation_policy,
 )
+from tests.unit.test_records import CODECS, batch_with, reframe
+from tests.unit.test_records import record as batch_record
 
 pytestmark = pytest.mark.unit
 
@@ -746,3 +756,180 @@ def test_builtin_policy_keeps_the_samples_meaning_for_a_bare_value(
                 outcomes.append(False)
         assert outcomes[0] == outcomes[1], headers
     assert policy.hints_for("trace-id") == sample.get_hints()
+
+
+# --- header rules alone: the gateway's shortcut ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "keys"),
+    [
+        ("trace-id", ("trace-id",)),
+        ("header:a;header:b", ("a", "b")),
+        ("trace-id;tombstones-allowed", ("trace-id",)),
+        ("trace-id;key-required", None),
+        ("trace-id;json", None),
+        ("trace-id;schema-id", None),
+        ("trace-id;max-bytes:100", None),
+        ("key-required", None),
+        ("json-schema:unknown", None),
+        ("jsn-schema:x", None),
+    ],
+)
+def test_required_headers_are_offered_only_for_header_rules_alone(
+    policy: BuiltinRecordValidationPolicy, value: str, keys: tuple[str, ...] | None
+) -> None:
+    assert policy.required_headers_for(value) == keys
+
+
+@pytest.mark.parametrize("value", ["trace-id", "header:a;header:b", "a;b;tombstones-allowed"])
+def test_a_record_with_the_required_headers_passes_and_one_without_does_not(
+    policy: BuiltinRecordValidationPolicy, value: str
+) -> None:
+    """The contract the gateway relies on to skip validate for records with every key."""
+    keys = policy.required_headers_for(value)
+    assert keys
+    policy.validate(topic(value), record(headers=tuple((key, None) for key in keys)))
+    for missing in keys:
+        with pytest.raises(InvalidRecord):
+            policy.validate(
+                topic(value), record(headers=tuple((k, b"") for k in keys if k != missing))
+            )
+
+
+def test_require_header_policy_offers_its_whole_value_as_the_key() -> None:
+    sample = RequireHeaderValidationPolicy()
+    assert isinstance(sample, RequiredHeadersOnly)
+    assert sample.required_headers_for("a;b") == ("a;b",)
+
+
+class _OneByOne(RecordValidationPolicy):
+    """The built-in policy without required_headers_for: the gateway calls validate for
+    every record."""
+
+    def __init__(self, inner: BuiltinRecordValidationPolicy) -> None:
+        self.inner = inner
+
+    def get_hints(self) -> RecordIntrospectionHints:
+        return self.inner.get_hints()
+
+    def hints_for(self, validation_policy: str) -> RecordIntrospectionHints:
+        return self.inner.hints_for(validation_policy)
+
+    def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
+        self.inner.validate(topic, record)
+
+
+def partition_data(codec: str) -> bytes:
+    """Two batches: the second's batch_index values continue from the first's."""
+    first = [
+        batch_record(0, b"k", b"v", ((b"trace-id", b"1"),)),
+        batch_record(1, None, b"v", ()),
+        batch_record(2, b"", None, ((b"tenant", b"t"), (b"trace-id", None))),
+        batch_record(3, b"k", b"", ((b"Trace-Id", b"1"),)),
+    ]
+    second = [
+        batch_record(0, b"k", b"v", ((b"tenant", b"t"),)),
+        batch_record(1, b"k", b"v", ((b"trace-id", b""),)),
+    ]
+    return batch_with(codec, tuple(first)) + batch_with(codec, tuple(second))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("value", ["trace-id", "trace-id;tenant", "tenant;tombstones-allowed"])
+def test_the_gateways_header_shortcut_answers_as_validating_each_record(
+    policy: BuiltinRecordValidationPolicy, codec: str, value: str
+) -> None:
+    data = partition_data(codec)
+    shortcut = RecordValidator(policy, dry_run=False)
+    one_by_one = RecordValidator(_OneByOne(policy), dry_run=False)
+    assert shortcut.required_headers(value) is not None
+    assert one_by_one.required_headers(value) is None
+
+    outcome = shortcut.validate_partition("orders", 3, value, data)
+
+    assert outcome == one_by_one.validate_partition("orders", 3, value, data)
+    assert outcome.error is not None and outcome.error.record_errors
+
+
+def test_the_gateways_header_shortcut_reports_a_corrupt_batch_as_the_record_loop_does(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    data = partition_data("none")
+    data = data[:-1] + bytes([data[-1] ^ 1])  # the second batch's CRC no longer matches
+    corrupt = reframe(batch_with("none"), record_count=6)
+    for broken in (data, batch_with("zstd") + corrupt):
+        outcome = RecordValidator(policy, dry_run=False).validate_partition(
+            "orders", 0, "trace-id", broken
+        )
+        expected = RecordValidator(_OneByOne(policy), dry_run=False).validate_partition(
+            "orders", 0, "trace-id", broken
+        )
+        assert outcome == expected
+        assert outcome.error is not None and outcome.error.error_code == 2
+
+
+# --- JSON: what the fast libraries must not change ---------------------------------------------
+
+
+def test_integers_beyond_64_bits_keep_every_digit(tmp_path: Path) -> None:
+    big = 123456789012345678901234567890
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", big={"const": big}))})
+    policy.validate(topic("json-schema:big"), record(value=str(big).encode()))
+    with pytest.raises(InvalidRecord, match="was expected"):
+        policy.validate(topic("json-schema:big"), record(value=str(big + 1).encode()))
+
+
+@pytest.mark.parametrize("value", [b'"\\ud800"', b"1e400", b'{"n": -1e400}'])
+def test_json_the_standard_library_takes_still_passes(
+    policy: BuiltinRecordValidationPolicy, value: bytes
+) -> None:
+    policy.validate(topic("json"), record(value=value))
+
+
+def test_a_lone_surrogate_is_checked_against_the_schema(tmp_path: Path) -> None:
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", s={"type": "string"}))})
+    policy.validate(topic("json-schema:s"), record(value=b'"\\ud800"'))
+    with pytest.raises(InvalidRecord, match="is not of type 'string'"):
+        policy.validate(topic("json-schema:s"), record(value=b"[]"))
+
+
+def test_patterns_are_ecma_262_as_json_schema_says(tmp_path: Path) -> None:
+    digits = {"type": "string", "pattern": "^\\d+$"}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", digits=digits))})
+    policy.validate(topic("json-schema:digits"), record(value=b'"0123"'))
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("json-schema:digits"), record(value='"١٢"'.encode()))
+    assert raised.value.message == (
+        "Record value does not match the JSON schema of rule json-schema:digits: "
+        '"١٢" does not match "^\\d+$" at $ (record.validation.policy=json-schema:digits)'
+    )
+
+
+def test_format_is_an_annotation_in_draft_07_too(tmp_path: Path) -> None:
+    email = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "string",
+        "format": "email",
+    }
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", email=email))})
+    policy.validate(topic("json-schema:email"), record(value=b'"not an address"'))
+
+
+def test_a_schema_only_python_can_compile_is_still_enforced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    upto2 = {"type": "string", "pattern": "^a{,2}$"}  # Python's re reads {,2}; ECMA-262 does not
+    directory = write_schemas(tmp_path / "s", upto2=upto2, **{"orders-v1": ORDER_SCHEMA})
+    policy = BuiltinRecordValidationPolicy()
+    with caplog.at_level("WARNING", logger="policies.records"):
+        policy.configure({JSON_SCHEMA_DIR: str(directory)})
+    assert [r.getMessage() for r in caplog.records if "upto2.json" in r.getMessage()]
+    assert not [r for r in caplog.records if "orders-v1" in r.getMessage()]
+    policy.validate(topic("json-schema:upto2"), record(value=b'"aa"'))
+    with pytest.raises(InvalidRecord, match="'aaa' does not match '\\^a\\{,2\\}\\$'"):
+        policy.validate(topic("json-schema:upto2"), record(value=b'"aaa"'))

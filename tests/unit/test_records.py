@@ -19,10 +19,12 @@ from kio.records.schema import NewRecordBatch, Record, RecordHeader
 from kio.records.writers import write_new_batch
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
+import protocol.records as records_module
 from protocol.records import (
     CompressionType,
     CorruptBatch,
     RecordView,
+    check_headers,
     read_batches,
     read_records,
 )
@@ -456,3 +458,146 @@ def test_batches_from_an_independent_writer_read_back(compression: CompressionTy
     assert len(records) == 50
     assert (records[49].index, records[49].key, records[49].value) == (49, b"key-49", b"vv")
     assert (records[49].value_size, records[49].headers) == (3000, (("h", b"x"),))
+
+
+# --- check_headers: the same answer as reading every record, for less --------------------------
+
+
+def lacking(buffer: bytes, keys: tuple[str, ...]) -> tuple[tuple[int, ...], int]:
+    """What check_headers should find, from read_records: (missing, size_in_bytes)."""
+    records = read_all(buffer, headers=True, key_bytes=0, value_bytes=0)
+    missing = tuple(r.index for r in records if not set(keys) <= {k for k, _ in r.headers})
+    return missing, sum(r.size_in_bytes for r in records)
+
+
+def varied_records() -> tuple[Record, ...]:
+    """Sizes that need 1, 2 and 3 byte varints, null and empty fields, several headers."""
+    rng = random.Random(7)
+    shapes: list[tuple[tuple[bytes, bytes | None], ...]] = [
+        ((b"trace-id", b"0af7651916cd43dd8448eb211c80319c"),),
+        (),
+        ((b"trace-id", None),),
+        ((b"tenant", b"t"), (b"trace-id", b"x" * 200)),
+        ((b"Trace-Id", b"1"),),
+        ((b"trace-id-2", b"1"),),
+        ((b"trace-id", b""), (b"tenant", None), (b"trace-id", b"again")),
+        ((b"t" * 70, b"long key"), (b"trace-id", b"x" * 9000)),
+        ((b"", b"empty key"),),
+    ]
+    return tuple(
+        record(
+            offset,
+            None if offset % 3 == 0 else rng.randbytes(rng.choice([0, 5, 100, 20_000])),
+            None if offset % 7 == 0 else rng.randbytes(rng.choice([0, 1, 63, 64, 512, 20_000])),
+            shapes[offset % len(shapes)],
+        )
+        for offset in range(150)
+    )
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize(
+    "keys",
+    [("trace-id",), ("trace-id", "tenant"), ("tenant",), ("",), ("absent",), ()],
+    ids=repr,
+)
+def test_check_headers_finds_what_reading_every_record_finds(
+    codec: str, keys: tuple[str, ...]
+) -> None:
+    for records in (FIVE_RECORDS, varied_records()):
+        buffer = batch_with(codec, records)
+        (batch,) = read_batches(buffer)
+
+        checked = check_headers(batch, keys)
+
+        assert (checked.missing, checked.size_in_bytes) == lacking(buffer, keys)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_check_headers_reads_a_sound_batch_without_the_full_reader(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of check_headers: no value per record. The full reader is only for saying
+    what is wrong with a batch."""
+    (batch,) = read_batches(batch_with(codec, varied_records()))
+    monkeypatch.setattr(records_module, "_iter_records", None)
+
+    assert check_headers(batch, ("trace-id",)).missing
+
+
+def test_check_headers_matches_keys_as_decoded() -> None:
+    """A header key that is not UTF-8 decodes with U+FFFD, and matches a key written so."""
+    buffer = batch_with("none", (record(0, b"k", b"v", ((b"bad-\xff", b"x"),)),))
+    (batch,) = read_batches(buffer)
+
+    assert check_headers(batch, ("bad-\ufffd",)).missing == ()
+    assert check_headers(batch, ("bad-",)).missing == (0,)
+    assert check_headers(batch, ("bad-\udcff",)).missing == (0,)  # UTF-8 cannot carry it
+
+
+def corrupt_batches() -> list[tuple[str, bytes]]:
+    plain = uncompressed_batch((record(0, b"k", b"v", ((b"h", b"1"),)), record(1, b"k", b"v")))
+    section = plain[HEADER_SIZE:]
+    header_key_too_long = bytearray(section)
+    header_key_too_long[section.index(b"\x02h")] = 2 * 9  # header key size 9
+    cases = [
+        ("too-few", reframe(batch_with("none"), record_count=6)),
+        ("too-many", reframe(batch_with("zstd"), record_count=4)),
+        ("trailing-byte", reframe(plain, records_section=section + b"\x00")),
+        ("header-key-overrun", reframe(plain, records_section=bytes(header_key_too_long))),
+        ("longer-record", reframe(plain, records_section=bytes([section[0] + 2]) + section[1:])),
+        ("empty-section", reframe(plain, records_section=b"")),
+        (
+            "garbage-zstd",
+            reframe(plain, records_section=b"not zstd" * 9, attributes=int(CompressionType.ZSTD)),
+        ),
+        (
+            "truncated-lz4",
+            reframe(
+                plain,
+                records_section=lz4.frame.compress(section)[:-4],
+                attributes=int(CompressionType.LZ4),
+            ),
+        ),
+    ]
+    for size in (4, 5):  # the key runs into record 1, or just fits and the value does not
+        overrun = bytearray(uncompressed_batch((record(0, b"k", b"v"), record(1, b"k", b"v"))))
+        overrun[HEADER_SIZE + 4] = 2 * size
+        cases.append((f"key-size-{size}", reframe(bytes(overrun))))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("name", "buffer"), corrupt_batches(), ids=[n for n, _ in corrupt_batches()]
+)
+def test_check_headers_refuses_a_corrupt_batch_in_the_full_readers_words(
+    name: str, buffer: bytes
+) -> None:
+    (batch,) = read_batches(buffer)
+    with pytest.raises(CorruptBatch) as expected:
+        read_all(buffer)
+
+    with pytest.raises(CorruptBatch) as raised:
+        check_headers(batch, ("h",))
+
+    assert str(raised.value) == str(expected.value)
+
+
+def test_check_headers_stops_a_zstd_bomb_near_the_cap() -> None:
+    plain = uncompressed_batch((record(0, b"bomb", bytes(32 * 1024 * 1024)),))
+    buffer = reframe(
+        plain,
+        records_section=zstandard.compress(plain[HEADER_SIZE:]),
+        attributes=int(CompressionType.ZSTD),
+    )
+    del plain
+    (batch,) = read_batches(buffer)
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
+            check_headers(batch, ("h",), max_decompressed_bytes=1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024
