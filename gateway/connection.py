@@ -139,8 +139,9 @@ class ConnectionContext:
     async def validate_records(
         self, checks: Sequence[tuple[PartitionRecords, str]]
     ) -> list[PartitionOutcome]:
-        """Validate the partitions off the event loop; past the policy timeout every one of
-        them is rejected (fail closed)."""
+        """Validate the partitions. The built-in policies run right here (bounded CPU work,
+        no thread hand-off or GIL contention); a plug-in runs on a worker thread, and past the
+        policy timeout every partition is rejected (fail closed)."""
         validator = self._gateway.record_validator
         assert validator is not None
 
@@ -149,6 +150,9 @@ class ConnectionContext:
                 validator.validate_partition(p.topic, p.partition, policy, p.records)
                 for p, policy in checks
             ]
+
+        if validator.inline:
+            return run()
 
         timeout = self.policies.timeout_s
         try:

@@ -112,6 +112,9 @@ class RecordValidator:
         self._hints: dict[str, RecordIntrospectionHints] = {}
         self._required_headers: dict[str, tuple[str, ...] | None] = {}
         self._headers_only = isinstance(policy, RequiredHeadersOnly)
+        # The built-in policies do bounded work per record and never block: they run on the
+        # event loop. A plug-in runs on a worker thread, where a hang can be timed out.
+        self.inline = type(policy).__module__.split(".")[0] == "policies"
 
     def hints(self, validation_policy: str) -> RecordIntrospectionHints:
         hints = self._hints.get(validation_policy)
@@ -275,4 +278,7 @@ def load_record_validator(
                 f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
             )
         set_lookup(SchemaRegistryClient(registry_url).exists)
-    return RecordValidator(policy, dry_run=mode == "dry-run")
+    validator = RecordValidator(policy, dry_run=mode == "dry-run")
+    if registry_url is not None:
+        validator.inline = False  # registry lookups block on HTTP: keep them off the loop
+    return validator
