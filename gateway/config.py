@@ -90,6 +90,9 @@ class ClientConfigsConfig:
     user and client-id. acks=0 requests are never changed."""
     enforce_session_timeout: bool = False
     """JoinGroup: set session_timeout_ms to the configured session.timeout.ms."""
+    admin_principals: frozenset[str] | None = None
+    """Who may alter dynamic client configs and describe other users' (seed 003 asks for
+    CLUSTER authorization there). None: anyone who reaches the gateway (a warning at start)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,7 +156,7 @@ _UPSTREAM_KEYS = frozenset(
     }
 )
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
-_CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce"})
+_CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce", "admin_principals"})
 _ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
 _TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
 _AUDIT_KEYS = frozenset(
@@ -266,7 +269,16 @@ def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
         codes = ClientConfigCodes.from_mapping(codes_raw, key_prefix="client_configs.codes.")
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    admins = section.get("admin_principals")
+    if admins is not None and (
+        not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins)
+    ):
+        raise ConfigError(
+            f"{source}: client_configs.admin_principals: expected a list of principals "
+            f"such as User:alice, got {admins!r}"
+        )
     return ClientConfigsConfig(
+        admin_principals=frozenset(admins) if admins is not None else None,
         codes=codes,
         enforce_acks=_flag(enforce.get("acks", False), "client_configs.enforce.acks", source),
         enforce_session_timeout=_flag(

@@ -43,6 +43,11 @@ class Gateway:
         except PolicyConfigError as exc:
             raise ConfigError(str(exc)) from None
         self.own_topics = frozenset(gateway_topics(config))
+        if config.client_configs.admin_principals is None:
+            log.warning(
+                "client_configs.admin_principals is not set: any client that reaches the "
+                "gateway may change any user's dynamic client configs"
+            )
         self.audit = _audit_emitter(config, self.metrics)
         self.state: StateStore = _state_store(config)
         self.record_validator: RecordValidator | None = load_record_validator(

@@ -276,6 +276,13 @@ async def _client_config_change(
     except ValueError as exc:
         return _invalid(str(exc))
     assert entity is not None  # one of the gateway's types
+    admins = ctx.client_configs.admin_principals
+    if admins is not None and ctx.principal not in admins:
+        return ac.ResourceResult(
+            error_code=CLUSTER_AUTHORIZATION_FAILED,
+            error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not alter dynamic client "
+            "configs (client_configs.admin_principals)",
+        )
     items = ctx.client_config_items()
     operations = [(c.name, c.operation, c.value) for c in resource.configs]
     writes, refused = client_configs.apply_incremental(
@@ -324,6 +331,9 @@ async def _client_config_change(
             f"{entity.resource_name!r}: {exc}",
         )
     return _OK
+
+
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 def _gateway_resource(name: str) -> ConfigResource:

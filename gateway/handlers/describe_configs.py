@@ -72,6 +72,9 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     return Forward(frame=for_broker, on_response=merge)
 
 
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
 def _client_configs(
     ctx: ConnectionContext, request: dc.DescribeConfigs
 ) -> dict[int, dc.LocalResult]:
@@ -90,6 +93,15 @@ def _client_configs(
             local[index] = dc.LocalResult(error_code=int(INVALID_REQUEST), error_message=str(exc))
             continue
         assert entity is not None  # one of the gateway's types
+        admins = ctx.client_configs.admin_principals
+        own = entity.user == client_configs.user_of(ctx.principal)
+        if admins is not None and not own and ctx.principal not in admins:
+            local[index] = dc.LocalResult(
+                error_code=CLUSTER_AUTHORIZATION_FAILED,
+                error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not describe another "
+                "user's dynamic client configs (client_configs.admin_principals)",
+            )
+            continue
         if items is None:
             items = ctx.client_config_items()
         local[index] = dc.LocalResult(

@@ -550,3 +550,25 @@ def test_client_configs_section_defaults_and_codes() -> None:
     ).client_configs
     assert (chosen.codes.client_type, chosen.codes.user_client_type) == (100, 121)
     assert (chosen.enforce_acks, chosen.enforce_session_timeout) == (True, False)
+
+
+def test_admin_principals_guard_alters_and_other_users(broker: HostPort) -> None:
+    """With client_configs.admin_principals set, only those principals alter client configs
+    or read another user's; an application still reads its own (CLUSTER authorization, as
+    seed 003 asks)."""
+    gw = GatewayThread(
+        gateway_config(broker, client_configs={"admin_principals": ["User:platform-admin"]})
+    ).start()
+    try:
+        [(_, _, code, message)] = alter(
+            gw.bootstrap, [(USER_CLIENT, "alice:", [("acks", SET, "1")])]
+        )
+        assert code == 31 and message is not None and "admin_principals" in message
+        assert not stored(gw)
+        other, own_user, own_client = describe(
+            gw.bootstrap, [(USER_CLIENT, "alice:"), (USER_CLIENT, "ANONYMOUS:"), (CLIENT, "app")]
+        )
+        assert other.error_code == 31
+        assert own_user.error_code == 0 and own_client.error_code == 0
+    finally:
+        gw.stop()
