@@ -51,6 +51,18 @@ def test_compose_gateway_config_is_consistent(compose: dict) -> None:  # type: i
     assert "kafka:9092" not in script
 
 
+def test_compose_gateway_writes_where_its_user_may() -> None:
+    """The image runs as an unprivileged user: the state store and the audit spool must sit
+    in the directory the Dockerfile gives that user."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    writable = re.search(r"chown kpg (\S+)", dockerfile)
+    assert writable is not None
+    config = load(ROOT / "deploy" / "gateway.compose.yaml")
+    assert config.state.path.startswith(writable.group(1) + "/")
+    assert config.audit.spool_dir is not None
+    assert config.audit.spool_dir.startswith(writable.group(1) + "/")
+
+
 def test_dockerfile_copies_what_exists() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     for source in re.findall(r"^COPY (\S+)", dockerfile, flags=re.M):
