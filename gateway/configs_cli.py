@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,10 +25,11 @@ from typing import Any, Final, TextIO
 from protocol import client_configs as wire
 from protocol.alter_configs import DELETE, SET
 from protocol.codec import Undecodable
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, SIZE, FrameRejected, check_frame_size
+from protocol.framing import FrameRejected
 
 from .client_configs import QUOTA_KEYS, ClientConfigCodes, quota_message
 from .config import ConfigError, parse_host_port
+from .exchange import exchange
 
 _EXAMPLES: Final = """\
 examples:
@@ -362,7 +362,7 @@ def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             client_id="kpg-configs",
         )
     try:
-        answer = _exchange(address.host, address.port, frame, args.timeout)
+        answer = exchange(address.host, address.port, frame, args.timeout)
         if args.describe:
             described = wire.read_describe_response(answer)
             results: Sequence[wire.DescribedResource | wire.AlteredResource] = described
@@ -393,22 +393,3 @@ def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         print(target.altered(), file=out)
     return 0
-
-
-def _exchange(host: str, port: int, frame: bytes, timeout: float) -> bytes:
-    """Send one request frame and return the response frame (without size prefix)."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-
-        def exact(n: int) -> bytes:
-            data = b""
-            while len(data) < n:
-                chunk = sock.recv(n - len(data))
-                if not chunk:
-                    raise ConnectionError("the gateway closed the connection")
-                data += chunk
-            return data
-
-        size: int = SIZE.unpack(exact(4))[0]
-        check_frame_size(size, DEFAULT_MAX_FRAME_BYTES)
-        return exact(size)

@@ -11,7 +11,6 @@ Both print a verdict table and exit 1 when any topic is denied, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +23,11 @@ from policies.api import CreateTopicRequestMetadata
 from policies.loader import PolicyConfigError, load_policy_chain
 from policies.manifest import ManifestError, check_manifest, parse_manifest
 from protocol import create_topics as ct
-from protocol.framing import SIZE
+from protocol.codec import Undecodable
+from protocol.framing import FrameRejected
 
 from .config import ConfigError, load, parse_host_port
+from .exchange import exchange
 
 _ERROR_NAMES = {
     0: "ok",
@@ -178,13 +179,14 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         client_id="kpg-dry-run",
     )
     try:
-        with socket.create_connection((address.host, address.port), timeout=args.timeout) as sock:
-            sock.sendall(frame)
-            answer = _read_frame(sock)
+        answer = exchange(address.host, address.port, frame, args.timeout)
+        results = {r.name: r for r in ct.read_answer(4, answer)}
     except OSError as exc:
         print(f"kpg dry-run: cannot reach {address}: {exc}", file=sys.stderr)
         return 2
-    results = {r.name: r for r in ct.read_answer(4, answer)}
+    except (FrameRejected, Undecodable) as exc:
+        print(f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}", file=sys.stderr)
+        return 2
     rows = []
     for spec in specs:
         result = results.get(spec.name)
@@ -204,19 +206,6 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         )
     _print_table(rows, out)
     return 0 if all(r.verdict == "allowed" for r in rows) else 1
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    def exact(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the gateway closed the connection")
-            data += chunk
-        return data
-
-    return exact(SIZE.unpack(exact(4))[0])
 
 
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest as DescribeConfigsV4
 from kio.schema.describe_configs.v4.request import DescribeConfigsResource as ResourceV4
@@ -19,15 +19,13 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
 from .codec import Payload, decode_response, encode_request
+from .describe_configs import DescribedResource, described_resources
 
 METADATA: Final = 3
 DESCRIBE_CONFIGS: Final = 32
 UNKNOWN_TOPIC_OR_PARTITION: Final = 3
 
-# Config sources (DescribeConfigs v1+): what counts as "set on the resource".
-SOURCE_DYNAMIC_TOPIC: Final = 1
-SOURCE_DYNAMIC_BROKER: Final = 2
-SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
+# Config sources (DescribeConfigs v1+) besides the dynamic ones of protocol.describe_configs.
 SOURCE_STATIC_BROKER: Final = 4
 SOURCE_DEFAULT: Final = 5
 
@@ -65,33 +63,8 @@ class TopicDescription:
         return max((len(r) for r in self.partitions.values()), default=0)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConfigEntry:
-    name: str
-    value: str | None
-    source: int
-    read_only: bool
-    is_sensitive: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResourceConfigs:
-    resource_type: int
-    resource_name: str
-    error_code: int
-    error_message: str | None
-    entries: tuple[ConfigEntry, ...]
-
-    def set_on_resource(self) -> dict[str, str]:
-        """The configs set on the resource itself (dynamic ones), defaults excluded: what a
-        config change replaces, and what AlterConfigV2Policy's before/after hold."""
-        own = {SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER}
-        if self.resource_type == 4 and self.resource_name == "":
-            own = {SOURCE_DYNAMIC_DEFAULT_BROKER}
-        return {e.name: e.value for e in self.entries if e.source in own and e.value is not None}
-
-    def effective(self) -> dict[str, str]:
-        return {e.name: e.value for e in self.entries if e.value is not None}
+ResourceConfigs = DescribedResource
+"""A resource's configs as DescribeConfigs reports them (kept under this name here)."""
 
 
 def describe_topics(names: Sequence[str]) -> InternalRequest:
@@ -134,23 +107,4 @@ def describe_configs(resources: Sequence[tuple[int, str]]) -> InternalRequest:
 
 
 def read_configs(payload: Payload) -> dict[tuple[int, str], ResourceConfigs]:
-    result: dict[tuple[int, str], ResourceConfigs] = {}
-    for r in payload.results:
-        entries: Any = r.configs
-        result[(int(r.resource_type), r.resource_name)] = ResourceConfigs(
-            resource_type=int(r.resource_type),
-            resource_name=r.resource_name,
-            error_code=int(r.error_code),
-            error_message=r.error_message,
-            entries=tuple(
-                ConfigEntry(
-                    name=e.name,
-                    value=e.value,
-                    source=int(e.config_source),
-                    read_only=bool(e.read_only),
-                    is_sensitive=bool(e.is_sensitive),
-                )
-                for e in entries
-            ),
-        )
-    return result
+    return {(r.resource_type, r.resource_name): r for r in described_resources(payload)}

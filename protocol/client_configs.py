@@ -27,33 +27,14 @@ from kio.schema.incremental_alter_configs.v1.request import (
 from kio.static.primitive import i8
 
 from .codec import decode_response, encode_request
-from .describe_configs import Synonym
+from .describe_configs import DescribedConfig as DescribedConfig  # re-exported for the CLI
+from .describe_configs import DescribedResource as DescribedResource
+from .describe_configs import described_resources
 
 DESCRIBE_CONFIGS: Final = 32
 DESCRIBE_VERSION: Final = 4
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 INCREMENTAL_VERSION: Final = 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DescribedConfig:
-    name: str
-    value: str | None
-    source: int
-    read_only: bool
-    is_sensitive: bool
-    synonyms: tuple[Synonym, ...]
-    config_type: int
-    documentation: str | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DescribedResource:
-    resource_type: int
-    resource_name: str
-    error_code: int
-    error_message: str | None
-    configs: tuple[DescribedConfig, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,32 +71,7 @@ def read_describe_response(frame: bytes) -> tuple[DescribedResource, ...]:
 
     :raises Undecodable:
     """
-    payload = decode_response(DESCRIBE_CONFIGS, DESCRIBE_VERSION, frame)
-    return tuple(
-        DescribedResource(
-            resource_type=int(r.resource_type),
-            resource_name=r.resource_name,
-            error_code=int(r.error_code),
-            error_message=r.error_message,
-            configs=tuple(
-                DescribedConfig(
-                    name=c.name,
-                    value=c.value,
-                    source=int(c.config_source),
-                    read_only=bool(c.read_only),
-                    is_sensitive=bool(c.is_sensitive),
-                    synonyms=tuple(
-                        Synonym(name=s.name, value=s.value, source=int(s.source))
-                        for s in c.synonyms
-                    ),
-                    config_type=int(c.config_type),
-                    documentation=c.documentation,
-                )
-                for c in r.configs
-            ),
-        )
-        for r in payload.results
-    )
+    return described_resources(decode_response(DESCRIBE_CONFIGS, DESCRIBE_VERSION, frame))
 
 
 def incremental_alter_request(

@@ -53,6 +53,77 @@ class Synonym:
     source: int
 
 
+# Config sources (DescribeConfigs v1+) that mean "set on the resource itself".
+SOURCE_DYNAMIC_TOPIC: Final = 1
+SOURCE_DYNAMIC_BROKER: Final = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER: Final = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedConfig:
+    """One config of a DescribeConfigs answer."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[Synonym, ...]
+    config_type: int
+    documentation: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedResource:
+    """One resource of a DescribeConfigs answer."""
+
+    resource_type: int
+    resource_name: str
+    error_code: int
+    error_message: str | None
+    configs: tuple[DescribedConfig, ...]
+
+    def set_on_resource(self) -> dict[str, str]:
+        """The configs set on the resource itself (dynamic ones), defaults excluded: what a
+        config change replaces, and what AlterConfigV2Policy's before/after hold."""
+        own = {SOURCE_DYNAMIC_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT_BROKER}
+        if self.resource_type == 4 and self.resource_name == "":
+            own = {SOURCE_DYNAMIC_DEFAULT_BROKER}
+        return {c.name: c.value for c in self.configs if c.source in own and c.value is not None}
+
+    def effective(self) -> dict[str, str]:
+        return {c.name: c.value for c in self.configs if c.value is not None}
+
+
+def described_resources(payload: Payload) -> tuple[DescribedResource, ...]:
+    """The resources of a decoded DescribeConfigs answer (v1-v4), in order, as plain values."""
+    return tuple(
+        DescribedResource(
+            resource_type=int(r.resource_type),
+            resource_name=r.resource_name,
+            error_code=int(r.error_code),
+            error_message=r.error_message,
+            configs=tuple(
+                DescribedConfig(
+                    name=c.name,
+                    value=c.value,
+                    source=int(c.config_source),
+                    read_only=bool(c.read_only),
+                    is_sensitive=bool(c.is_sensitive),
+                    synonyms=tuple(
+                        Synonym(name=s.name, value=s.value, source=int(s.source))
+                        for s in c.synonyms
+                    ),
+                    config_type=int(getattr(c, "config_type", 0)),
+                    documentation=getattr(c, "documentation", None),
+                )
+                for c in r.configs
+            ),
+        )
+        for r in payload.results
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalConfig:
     """A config the gateway reports itself."""

@@ -363,7 +363,7 @@ def _before(
         return current.effective(), {}
     defaults = {
         e.name: e.value
-        for e in current.entries
+        for e in current.configs
         if e.source == admin.SOURCE_DEFAULT and e.value is not None
     }
     return current.set_on_resource(), defaults

@@ -104,3 +104,33 @@ def test_policy_check_offline(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 2 and "topics[0].partitions" in result.stderr
+
+
+def test_dry_run_against_something_that_is_not_a_gateway() -> None:
+    """A server that answers with bytes that are no CreateTopics answer: exit 2, no traceback."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer_garbage() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"\x00\x00\x00\x06garbag")
+
+    thread = threading.Thread(target=answer_garbage, daemon=True)
+    thread.start()
+    try:
+        result = subprocess.run(
+            [KPG, "dry-run", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "a.b.v1:1:1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.close()
+    assert result.returncode == 2
+    assert "did not answer as a Kafka gateway" in result.stderr
+    assert "Traceback" not in result.stderr
