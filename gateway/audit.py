@@ -744,34 +744,48 @@ class KafkaTopicSink:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError, for_code
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
-                                    client_id="kpg-audit")
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id="kpg-audit")
         try:
             await admin.start()
-            response = await admin.create_topics([NewTopic(
-                self.topic, self.partitions, self.replication_factor,
-                replica_assignments={} if self.replication_factor == -1 else None)])
+            response = await admin.create_topics(
+                [
+                    NewTopic(
+                        self.topic,
+                        self.partitions,
+                        self.replication_factor,
+                        replica_assignments={} if self.replication_factor == -1 else None,
+                    )
+                ]
+            )
         finally:
             await admin.close()
         for topic_error in response.to_object()["topic_errors"]:
             code = topic_error["error_code"]
             if code not in (0, TopicAlreadyExistsError.errno):
-                raise RuntimeError(f"audit topic {self.topic}: cannot create it: "
-                                   f"{for_code(code).__name__}: {topic_error.get('error_message')}")
-        self._producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap_servers,
-                                          client_id="kpg-audit", acks="all")
+                raise RuntimeError(
+                    f"audit topic {self.topic}: cannot create it: "
+                    f"{for_code(code).__name__}: {topic_error.get('error_message')}"
+                )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers, client_id="kpg-audit", acks="all"
+        )
         await self._producer.start()
 
     def write(self, events: Sequence[AuditEvent]) -> None:
         written = self._run(self._send(events))
         if written < len(events):
-            raise SinkWriteError(written, RuntimeError(
-                f"audit topic {self.topic}: {len(events) - written} events not acknowledged"))
+            raise SinkWriteError(
+                written,
+                RuntimeError(
+                    f"audit topic {self.topic}: {len(events) - written} events not acknowledged"
+                ),
+            )
 
     async def _send(self, events: Sequence[AuditEvent]) -> int:
         futures = [
-            await self._producer.send(self.topic, key=e.event_id.encode(),
-                                      value=e.to_json_line().encode())
+            await self._producer.send(
+                self.topic, key=e.event_id.encode(), value=e.to_json_line().encode()
+            )
             for e in events
         ]
         results = await asyncio.gather(*futures, return_exceptions=True)

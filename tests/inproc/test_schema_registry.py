@@ -67,13 +67,15 @@ def framed(schema_id: int, payload: bytes = b"hello") -> bytes:
 
 
 def test_records_with_unknown_schema_ids_are_rejected(broker: HostPort, registry: str) -> None:
-    gw = GatewayThread(gateway_config(broker, policies={
-        "record.validation.schema.registry.url": registry})).start()
+    gw = GatewayThread(
+        gateway_config(broker, policies={"record.validation.schema.registry.url": registry})
+    ).start()
     try:
         topic = f"sr-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1, config={
-            "record.validation.policy": "schema-id:registry"})])[topic].result(15)
+        admin.create_topics(
+            [NewTopic(topic, 1, 1, config={"record.validation.policy": "schema-id:registry"})]
+        )[topic].result(15)
         producer = Producer({"bootstrap.servers": gw.bootstrap, "linger.ms": 0, "retries": 0})
         results: dict[bytes, KafkaError | None] = {}
         for value in (framed(1), framed(1, b"again"), framed(2), b"no-magic-byte"):
