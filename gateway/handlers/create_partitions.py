@@ -54,7 +54,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     known = await current_topics(ctx, [t.name for t in judged])
     for increase in judged:
         if increase.name in known.errors:
-            local[increase.name] = _undescribed(increase.name, known.errors[increase.name])
+            local[increase.name] = undescribed_topic(increase.name, known.errors[increase.name])
             continue
         pre = known.states.get(increase.name)
         if pre is None:
@@ -99,7 +99,8 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     )
 
 
-def _undescribed(name: str, code: int) -> ta.TopicResult:
+def undescribed_topic(name: str, code: int) -> ta.TopicResult:
+    """The answer for a topic Metadata does not describe: its error, in words."""
     if code == admin.UNKNOWN_TOPIC_OR_PARTITION:
         message = f"The topic '{name}' does not exist."
     else:

@@ -2,11 +2,12 @@
 with the topic's current state from the cluster (the protected-topics rule runs inside it).
 
 Per topic: denied -> POLICY_VIOLATION (44), with the policy's message from v5 on (older
-versions carry only the code). A topic that does not exist is forwarded unjudged, so the
-broker answers UNKNOWN_TOPIC_OR_PARTITION in its own words; the decision is recorded as
-allowed with no verdicts. A v6 entry naming a topic id is resolved to its name through
-Metadata and judged by that name; an id the cluster does not know is answered here with
-UNKNOWN_TOPIC_ID, never forwarded blind. An entry given twice -> INVALID_REQUEST.
+versions carry only the code). A topic the cluster does not describe (absent, not
+authorized) is answered here with the Metadata error, never forwarded blind: no policy can
+judge it, and a topic created a moment ago that the broker answering Metadata has not seen
+yet must not be deleted unjudged (the client's retry finds it). A v6 entry naming a topic id
+is resolved to its name through Metadata and judged by that name; an id the cluster does not
+know is answered here with UNKNOWN_TOPIC_ID. An entry given twice -> INVALID_REQUEST.
 
 All allowed: the client's bytes go to the broker untouched. None allowed: answered here.
 Mixed: the allowed entries are forwarded as the client wrote them and the local results
@@ -23,7 +24,6 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from policies.chain import Decision
 from protocol import admin
 from protocol import topic_admin as ta
 from protocol.errors import INVALID_REQUEST
@@ -32,7 +32,7 @@ from protocol.framing import RequestHeader
 from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
 from ..state import StateStoreError
 from . import Answer, Forward, Outcome
-from .create_partitions import current_topics, state_unreadable
+from .create_partitions import current_topics, state_unreadable, undescribed_topic
 
 if TYPE_CHECKING:
     from gateway.connection import ConnectionContext
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 
 API_KEY = ta.DELETE_TOPICS
 VERSIONS = ta.DELETE_TOPICS_VERSIONS
-
-_FORWARDED_UNJUDGED = Decision(allowed=True, verdicts=())
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
@@ -85,10 +83,17 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
 
     known = await current_topics(ctx, list(names.values()), described)
     for target, name in names.items():
-        pre = known.states.get(name)
         if name in known.errors:
-            decision = _FORWARDED_UNJUDGED
-        elif pre is None:
+            undescribed = undescribed_topic(name, known.errors[name])
+            local[target] = ta.TopicResult(
+                name=name,
+                topic_id=target.topic_id,
+                error_code=undescribed.error_code,
+                error_message=undescribed.error_message,
+            )
+            continue
+        pre = known.states.get(name)
+        if pre is None:
             decision = state_unreadable(name, known.unreadable[name])
         else:
             decision = await ctx.decide(
