@@ -32,6 +32,7 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check gateway protocol policies spark_audit tests bench
+	$(VENV)/bin/ruff format --check gateway protocol policies spark_audit tests bench
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
