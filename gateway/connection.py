@@ -133,6 +133,10 @@ class ConnectionContext:
         """Write to the gateway's state store (durable when it returns)."""
         await self._gateway.state.put(namespace, key, value)
 
+    async def state_put_all(self, namespace: str, changes: Mapping[str, str | None]) -> None:
+        """Write several keys to the gateway's state store, all of them or none."""
+        await self._gateway.state.put_all(namespace, changes)
+
     def validation_policy_of(self, topic: str) -> str | None:
         return self._gateway.state.get(STATE_NAMESPACE, topic)
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 T = TypeVar("T")
+
+_MAX_BATCH_BYTES: Final = 1024 * 1024
+"""The largest write, as one record batch (Kafka's default max.request.size)."""
 
 Change = tuple[str, str, str | None]
 """(namespace, key, value); a None value deletes the key."""
@@ -70,11 +73,26 @@ class StateStore(Protocol):
         :raises StateStoreError: when the write is not known to be durable and visible.
         """
 
-    async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
-        """Delete every key of ``namespace`` that starts with ``key_prefix``.
+    async def put_all(self, namespace: str, changes: Mapping[str, str | None]) -> None:
+        """Apply several :meth:`put` changes as one: every one of them or, on error, none.
 
         :raises StateStoreError: as :meth:`put`.
         """
+
+    async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
+        """Delete every key of ``namespace`` that starts with ``key_prefix``, as one write.
+
+        :raises StateStoreError: as :meth:`put`.
+        """
+
+
+def _described(namespace: str, changes: Mapping[str, str | None]) -> str:
+    """The keys of a write, as error messages name them."""
+    return (
+        f"{namespace}/{{{', '.join(changes)}}}"
+        if len(changes) > 1
+        else (f"{namespace}/{next(iter(changes), '')}")
+    )
 
 
 def _check_names(namespace: str, key: str) -> None:
@@ -264,24 +282,33 @@ class SqliteStore(_Snapshot):
                 log.warning("%s; serving the last state read", exc)
 
     async def put(self, namespace: str, key: str, value: str | None) -> None:
-        _check_names(namespace, key)
+        await self.put_all(namespace, {key: value})
+
+    async def put_all(self, namespace: str, changes: Mapping[str, str | None]) -> None:
+        for key in changes:
+            _check_names(namespace, key)
+        if not changes:
+            return
         now = time.time()
+        pending = dict(changes)
 
         def write(conn: sqlite3.Connection) -> list[Change]:
-            if value is None:
-                conn.execute(
-                    "DELETE FROM gateway_state WHERE namespace = ? AND key = ?", (namespace, key)
-                )
-            else:
-                conn.execute(
-                    "INSERT INTO gateway_state (namespace, key, value, updated_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) "
-                    "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                    (namespace, key, value, now),
-                )
-            return [(namespace, key, value)]
+            for key, value in pending.items():
+                if value is None:
+                    conn.execute(
+                        "DELETE FROM gateway_state WHERE namespace = ? AND key = ?",
+                        (namespace, key),
+                    )
+                else:
+                    conn.execute(
+                        "INSERT INTO gateway_state (namespace, key, value, updated_at) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) "
+                        "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                        (namespace, key, value, now),
+                    )
+            return [(namespace, key, value) for key, value in pending.items()]
 
-        await self._write(write, f"{namespace}/{key}")
+        await self._write(write, _described(namespace, pending))
 
     async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
         _check_names(namespace, key_prefix)
@@ -492,6 +519,7 @@ class KafkaTopicStore(_Snapshot):
             enable_idempotence=False,
             request_timeout_ms=timeout_ms,
             linger_ms=0,
+            max_batch_size=_MAX_BATCH_BYTES,
         )
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
@@ -568,8 +596,15 @@ class KafkaTopicStore(_Snapshot):
                     log.warning("%s: a client stopped uncleanly", self._where())
 
     async def put(self, namespace: str, key: str, value: str | None) -> None:
-        _check_names(namespace, key)
-        await self._write([(namespace, key, value)], f"{namespace}/{key}")
+        await self.put_all(namespace, {key: value})
+
+    async def put_all(self, namespace: str, changes: Mapping[str, str | None]) -> None:
+        for key in changes:
+            _check_names(namespace, key)
+        await self._write(
+            [(namespace, key, value) for key, value in changes.items()],
+            _described(namespace, changes),
+        )
 
     async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
         """Write a tombstone for every matching key this instance knows of after catching up
@@ -587,23 +622,29 @@ class KafkaTopicStore(_Snapshot):
         await self._write([(namespace, k, None) for k in keys], what)
 
     async def _write(self, changes: Sequence[Change], what: str) -> None:
+        """Write ``changes`` as one record batch: Kafka appends a batch whole or not at all, so
+        every instance reads all of them or none."""
         if not changes:
             return
         producer = self._producer
         if producer is None:
             raise StateStoreError(f"{self._where()}: not started")
+        batch = producer.create_batch()
+        for namespace, key, value in changes:
+            appended = batch.append(
+                timestamp=None,
+                key=_record_key(namespace, key),
+                value=None if value is None else value.encode(),
+            )
+            if appended is None or batch.size() > _MAX_BATCH_BYTES:
+                raise StateStoreError(
+                    f"{self._where()}: cannot write {what}: larger than one record batch "
+                    f"of {_MAX_BATCH_BYTES} bytes, the most the gateway writes at once"
+                )
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                acks = [
-                    await producer.send(
-                        self.topic,
-                        key=_record_key(namespace, key),
-                        value=None if value is None else value.encode(),
-                        partition=0,
-                    )
-                    for namespace, key, value in changes
-                ]
-                results = await asyncio.gather(*acks, return_exceptions=True)
+                sent = await producer.send_batch(batch, self.topic, partition=0)
+                metadata = await sent
         except TimeoutError:
             raise StateStoreError(
                 f"{self._where()}: writing {what} not acknowledged within "
@@ -611,14 +652,8 @@ class KafkaTopicStore(_Snapshot):
             ) from None
         except KafkaError as exc:
             raise StateStoreError(f"{self._where()}: cannot write {what}: {exc}") from exc
-        offsets: list[int] = []
-        for result in results:
-            if isinstance(result, BaseException):
-                raise StateStoreError(
-                    f"{self._where()}: cannot write {what}: {result!r}"
-                ) from result
-            offsets.append(int(result.offset))
-        last_offset = max(offsets)
+        # The batch's base offset: its records follow it one by one.
+        last_offset = int(metadata.offset) + len(changes) - 1
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(last_offset + 1)

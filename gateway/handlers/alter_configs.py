@@ -322,8 +322,7 @@ async def _client_config_change(
     if request.validate_only:
         return _OK
     try:
-        for store_key, value in writes.items():
-            await ctx.state_put(client_configs.STATE_NAMESPACE, store_key, value)
+        await ctx.state_put_all(client_configs.STATE_NAMESPACE, writes)
     except StateStoreError as exc:
         return ac.ResourceResult(
             error_code=int(ErrorCode.unknown_server_error),

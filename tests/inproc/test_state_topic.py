@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -153,6 +154,77 @@ def test_delete_prefix(broker: HostPort, state_topic: str) -> None:
     run(main())
 
 
+def record_batches(broker: HostPort, topic: str) -> list[list[bytes | None]]:
+    """The state topic's record batches as the broker stores them: the keys of each."""
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+    from kio.schema.types import TopicName
+    from kio.static.primitive import i8, i32, i64
+
+    from protocol.records import read_batches, read_records
+    from tests.support import RawClient
+
+    request = FetchRequest(
+        replica_id=i32(-1),
+        max_wait=timedelta(milliseconds=200),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(
+            FetchTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    client = RawClient(broker)
+    try:
+        answer = client.request(1, 12, request)
+    finally:
+        client.close()
+    (data,) = answer.responses[0].partitions
+    return [
+        [record.key for record in read_records(batch, headers=False, key_bytes=-1, value_bytes=0)]
+        for batch in read_batches(data.records or b"")
+    ]
+
+
+def test_put_all_is_one_record_batch(broker: HostPort, state_topic: str) -> None:
+    """Kafka appends a batch whole or not at all: every instance reads all the changes of one
+    write or none of them."""
+
+    async def main() -> None:
+        a = await started(broker, state_topic)
+        b = await started(broker, state_topic)
+        try:
+            await a.put(NS, "gone", "soon")
+            await a.put_all(NS, {"x": "1", "y": "2", "gone": None})
+            assert dict(a.items(NS)) == {"x": "1", "y": "2"}
+            assert await eventually(lambda: dict(b.items(NS)) == {"x": "1", "y": "2"})
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+    prefix = NS.encode() + b"\x00"
+    assert record_batches(broker, state_topic) == [
+        [prefix + b"gone"],
+        [prefix + b"x", prefix + b"y", prefix + b"gone"],
+    ]
+
+
 def test_delete_prefix_catches_up_before_choosing_keys(broker: HostPort, state_topic: str) -> None:
     """A key another instance wrote just before is deleted too, though the deleting instance's
     tail has not reached it yet (Tansu holds its slow fetch for the whole 2 s)."""
@@ -220,7 +292,7 @@ def test_records_it_did_not_write_are_skipped(broker: HostPort, state_topic: str
     run(main())
 
 
-def test_a_put_the_broker_refuses_raises(broker: HostPort, state_topic: str) -> None:
+def test_a_put_too_large_for_one_batch_raises(broker: HostPort, state_topic: str) -> None:
     async def main() -> None:
         store = await started(broker, state_topic)
         try:

@@ -316,6 +316,33 @@ def test_a_write_that_fails_raises(tmp_path: Path) -> None:
     run(main())
 
 
+def test_put_all_writes_every_change_or_none(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path)
+        try:
+            await store.put(NS, "gone", "soon")
+            await store.put_all(NS, {"a": "1", "b": "2", "gone": None})
+            assert dict(store.items(NS)) == {"a": "1", "b": "2"}
+            assert rows(path) == {(NS, "a"): "1", (NS, "b"): "2"}
+            # SQLite itself refuses the last change: the earlier ones of the write are undone.
+            with closing(sqlite3.connect(path)) as conn:
+                conn.execute(
+                    "CREATE TRIGGER refuse BEFORE INSERT ON gateway_state WHEN NEW.key = 'bad' "
+                    "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+                )
+                conn.commit()
+            with pytest.raises(StateStoreError, match=r"cannot write topic-config/\{a, c, bad\}"):
+                await store.put_all(NS, {"a": "changed", "c": "3", "bad": "4"})
+            assert dict(store.items(NS)) == {"a": "1", "b": "2"}
+            assert rows(path) == {(NS, "a"): "1", (NS, "b"): "2"}
+        finally:
+            await store.close()
+
+    run(main())
+
+
 def test_put_before_start_raises(tmp_path: Path) -> None:
     with pytest.raises(StateStoreError, match="not open"):
         run(SqliteStore(tmp_path / "state.db").put(NS, "orders", "strict"))
