@@ -12,7 +12,9 @@ InvalidRecord, or a request whose validation outlasts ``policy.timeout.ms``, rej
 the policy says a topic's rules are header keys alone (``required_headers_for``, see
 :class:`policies.records.RequiredHeadersOnly`), the gateway looks for the keys in the
 batches itself and calls ``validate`` only for the records that lack one: same answers,
-without a RecordProxy per record.
+without a RecordProxy per record. Likewise where they are value rules alone
+(``value_check_for``, :class:`policies.records.ValueRulesOnly`): the gateway reads the values
+alone and hands each to the policy's check.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from policies.api import (
     RecordValidationPolicy,
     TopicMetadata,
 )
-from policies.records import RequiredHeadersOnly
+from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
 from protocol.produce import PartitionError
 from protocol.records import (
@@ -40,6 +42,7 @@ from protocol.records import (
     check_headers,
     read_batches,
     read_record_fields,
+    read_values,
 )
 
 from .config import ConfigError
@@ -112,6 +115,8 @@ class RecordValidator:
         self._hints: dict[str, RecordIntrospectionHints] = {}
         self._required_headers: dict[str, tuple[str, ...] | None] = {}
         self._headers_only = isinstance(policy, RequiredHeadersOnly)
+        self._values_only = isinstance(policy, ValueRulesOnly)
+        self._value_checks: dict[str, ValueCheck | None] = {}
         # The built-in policies do bounded work per record and never block: they run on the
         # event loop. A plug-in runs on a worker thread, where a hang can be timed out.
         self.inline = type(policy).__module__.split(".")[0] == "policies"
@@ -135,6 +140,15 @@ class RecordValidator:
             )
         return self._required_headers[validation_policy]
 
+    def value_check(self, validation_policy: str) -> ValueCheck | None:
+        """The check of one value, when the policy says it is all this topic's rules read."""
+        if not self._values_only:
+            return None
+        if validation_policy not in self._value_checks:
+            assert isinstance(self.policy, ValueRulesOnly)
+            self._value_checks[validation_policy] = self.policy.value_check_for(validation_policy)
+        return self._value_checks[validation_policy]
+
     def validate_partition(
         self, topic: str, partition: int, validation_policy: str, records: bytes | memoryview | None
     ) -> PartitionOutcome:
@@ -154,6 +168,13 @@ class RecordValidator:
             batches = read_batches(records)
             if required_headers is not None and hints.access_headers:
                 checked = self._check_headers(metadata, batches, hints, required_headers)
+                if checked is not None:
+                    record_errors, size = checked
+                    count = sum(batch.record_count for batch in batches)
+                    return _outcome(metadata, record_errors, count, size, len(batches))
+            value_check = self.value_check(validation_policy)
+            if value_check is not None:
+                checked = self._check_values(batches, value_check)
                 if checked is not None:
                     record_errors, size = checked
                     count = sum(batch.record_count for batch in batches)
@@ -225,6 +246,30 @@ class RecordValidator:
                             record_errors.append((base + index, exc.message))
                         except Exception as exc:  # fail closed, naming the policy
                             record_errors.append((base + index, self._failed(exc)))
+                base += batch.record_count
+        except CorruptBatch:
+            return None
+        return record_errors, size
+
+    def _check_values(
+        self, batches: Sequence[BatchView], check: ValueCheck
+    ) -> tuple[list[tuple[int, str | None]], int] | None:
+        """(record_errors, bytes) for a topic whose policy reads values alone. None for a
+        corrupt batch: the record-by-record loop then says what is wrong, and after how many
+        records."""
+        record_errors: list[tuple[int, str | None]] = []
+        size = base = 0
+        try:
+            for batch in batches:
+                read = read_values(batch)
+                size += read.size_in_bytes
+                for index, value in enumerate(read.values, base):
+                    try:
+                        check(value)
+                    except InvalidRecord as exc:
+                        record_errors.append((index, exc.message))
+                    except Exception as exc:  # fail closed, naming the policy
+                        record_errors.append((index, self._failed(exc)))
                 base += batch.record_count
         except CorruptBatch:
             return None

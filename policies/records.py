@@ -68,6 +68,10 @@ What the gateway calls
 * ``required_headers_for(validation_policy)`` per topic (:class:`RequiredHeadersOnly`): the
   header keys, when header rules are all the value has. The gateway then checks those keys
   itself, and calls ``validate`` only for the records that lack one (for the message).
+* ``value_check_for(validation_policy)`` per topic (:class:`ValueRulesOnly`): a check of one
+  record value, when the value rules (``json``, ``json-schema``, ``schema-id``, with
+  ``tombstones-allowed``) are all the value has. The gateway then reads the values alone and
+  hands each to it, instead of a RecordProxy per record to ``validate``.
 * ``validate(topic, record)`` per record; a value is parsed and compiled once and cached.
 
 JSON Schema
@@ -122,6 +126,8 @@ __all__ = [
     "SchemaIdCheck",
     "SchemaLookup",
     "UsesSchemaLookup",
+    "ValueCheck",
+    "ValueRulesOnly",
     "parse_record_validation_policy",
 ]
 
@@ -168,6 +174,26 @@ class RequiredHeadersOnly(Protocol):
         ...
 
 
+ValueCheck = Callable[[bytes | None], None]
+"""Checks one record value (None for a null one); raises InvalidRecord."""
+
+
+@runtime_checkable
+class ValueRulesOnly(Protocol):
+    """A record validation policy that can tell when a topic's rules read nothing of a
+    record but its whole value.
+
+    For such a topic the gateway reads the values alone, without building a RecordProxy per
+    record, and calls the check with each. The answer must be exact: for every record,
+    ``check(record.value)`` and ``validate(topic, record)`` decide alike, in the same words.
+    """
+
+    def value_check_for(self, validation_policy: str) -> ValueCheck | None:
+        """The check of one value, when the rules of this ``record.validation.policy`` read
+        the value alone; otherwise None."""
+        ...
+
+
 @runtime_checkable
 class UsesSchemaLookup(Protocol):
     """A record validation policy that may ask the gateway's schema registry client."""
@@ -205,6 +231,16 @@ class RecordRules:
             and not self.key_required
             and not self.value_json
             and self.value_schema_id is None
+            and self.max_record_bytes is None
+        )
+
+    @property
+    def value_only(self) -> bool:
+        """Whether value rules are all there is (``tombstones-allowed`` checks nothing)."""
+        return (
+            (self.value_json or self.value_schema_id is not None)
+            and not self.required_headers
+            and not self.key_required
             and self.max_record_bytes is None
         )
 
@@ -410,12 +446,15 @@ class _Compiled:
     problem: str | None = None
     required_headers: tuple[str, ...] | None = None
     """Set when the value's rules are header rules alone (see RequiredHeadersOnly)."""
+    value_check: ValueCheck | None = None
+    """Set when the value's rules are value rules alone (see ValueRulesOnly)."""
 
 
 class BuiltinRecordValidationPolicy(RecordValidationPolicy):
     """Applies the rules a topic's ``record.validation.policy`` names (module docstring).
 
-    Also :class:`PerTopicHints`, :class:`RequiredHeadersOnly` and :class:`UsesSchemaLookup`.
+    Also :class:`PerTopicHints`, :class:`RequiredHeadersOnly`, :class:`ValueRulesOnly` and
+    :class:`UsesSchemaLookup`.
     """
 
     def __init__(self) -> None:
@@ -457,6 +496,11 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
         not parse, None (its records go through :meth:`validate`, which rejects them)."""
         return self._compiled(validation_policy).required_headers
 
+    def value_check_for(self, validation_policy: str) -> ValueCheck | None:
+        """The check of one value, when value rules are all this value has; for a value that
+        does not parse, None (its records go through :meth:`validate`, which rejects them)."""
+        return self._compiled(validation_policy).value_check
+
     def validate(self, topic: TopicMetadata, record: RecordProxy) -> None:
         """:raises InvalidRecord: naming the rule the record breaks, or saying that the
         topic's ``record.validation.policy`` is invalid."""
@@ -489,12 +533,15 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             checks.append(functools.partial(_check_key, where=where))
         if rules.max_record_bytes is not None:
             checks.append(functools.partial(_check_size, limit=rules.max_record_bytes, where=where))
+        value_check = None
         if rules.value_json or rules.value_schema_id is not None:
-            checks.append(self._value_check(rules, validator, where))
+            value_check = self._value_check(rules, validator, where)
+            checks.append(_of_value(value_check))
         return _Compiled(
             hints=rules.hints,
             checks=tuple(checks),
             required_headers=rules.required_headers if rules.headers_only else None,
+            value_check=value_check if rules.value_only else None,
         )
 
     def _no_schema(self, name: str) -> str:
@@ -506,7 +553,9 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             f"(no {name}.json; schemas: {known})"
         )
 
-    def _value_check(self, rules: RecordRules, validator: _JsonSchema | None, where: str) -> _Check:
+    def _value_check(
+        self, rules: RecordRules, validator: _JsonSchema | None, where: str
+    ) -> ValueCheck:
         schema_id = rules.value_schema_id
         parse_json = rules.value_json
         tombstones_allowed = rules.tombstones_allowed
@@ -515,8 +564,7 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
         first_rule = schema_id.value if schema_id is not None else json_rule
         policy = self
 
-        def check_value(record: RecordProxy) -> None:
-            value = record.value
+        def check_value(value: bytes | None) -> None:
             if value is None:
                 if tombstones_allowed:
                     return
@@ -545,6 +593,13 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             instance = _decode_json(document, json_rule, where)
             if validator is None:
                 return
+            fast = validator.fast
+            if fast is not None:
+                try:
+                    if fast.is_valid(instance):
+                        return
+                except ValueError:
+                    pass  # validator.problem says what to do with it
             problem = validator.problem(instance)
             if problem is not None:
                 message, path = problem
@@ -554,6 +609,15 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
                 )
 
         return check_value
+
+
+def _of_value(check: ValueCheck) -> _Check:
+    """A value check as a record check."""
+
+    def check_record(record: RecordProxy) -> None:
+        check(record.value)
+
+    return check_record
 
 
 def _headers_check(required: tuple[str, ...], where: str) -> _Check:

@@ -36,8 +36,9 @@ Contracts, stated once:
 
 import enum
 import zlib
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, TypeAlias
 
 import lz4.frame
@@ -62,6 +63,7 @@ __all__ = (
     "CompressionType",
     "CorruptBatch",
     "HeaderCheck",
+    "RecordValues",
     "RecordFields",
     "RecordHeaders",
     "RecordView",
@@ -69,6 +71,7 @@ __all__ = (
     "read_batches",
     "read_record_fields",
     "read_records",
+    "read_values",
 )
 
 MAX_DECOMPRESSED_BYTES: Final = 100 * 1024 * 1024
@@ -184,6 +187,16 @@ class HeaderCheck:
     missing: tuple[int, ...]
     """Positions in the batch (batch_index) of the records that lack at least one of the
     header keys, ascending."""
+    size_in_bytes: int
+    """Every record's size_in_bytes added up: the decompressed records section's length."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordValues:
+    """What `read_values` found in one batch."""
+
+    values: list[bytes | None]
+    """Each record's value, in batch order (None for a null value)."""
     size_in_bytes: int
     """Every record's size_in_bytes added up: the decompressed records section's length."""
 
@@ -317,6 +330,38 @@ def check_headers(
         if not wanted.issubset([key for key, _ in record_headers]):
             missing.append(index)
     return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+
+
+def read_values(
+    batch: BatchView, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
+) -> RecordValues:
+    """Every record's value, whole: read_records(headers=False, key_bytes=0, value_bytes=-1)
+    to the end, at a fraction of the cost (no object per record but its value).
+
+    :raises ValueError: max_decompressed_bytes < 1.
+    :raises CorruptBatch: where that read_records call read to its end would, with the
+        same text.
+    """
+    if max_decompressed_bytes < 1:
+        raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
+    values: list[bytes | None] = []
+    try:
+        size = _scan(batch, max_decompressed_bytes, partial(_values_window, values=values))
+        return RecordValues(values=values, size_in_bytes=size)
+    except (_Irregular, CorruptBatch):
+        pass  # the full reader below says what is wrong, in its own words
+    values = []
+    size = 0
+    for _, _, value, _, _, _, size_in_bytes in _iter_records(
+        batch,
+        headers=False,
+        key_bytes=0,
+        value_bytes=-1,
+        max_decompressed_bytes=max_decompressed_bytes,
+    ):
+        values.append(value)
+        size += size_in_bytes
+    return RecordValues(values=values, size_in_bytes=size)
 
 
 def _raw_keys(keys: frozenset[str]) -> frozenset[bytes] | None:
@@ -590,15 +635,28 @@ _SCAN_WINDOW: Final = 256 * 1024
 def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> HeaderCheck:
     """check_headers for a batch as it should be: raises _Irregular, or CorruptBatch from
     decompression, at the first thing out of the ordinary."""
+    missing: list[int] = []
+    size = _scan(batch, limit, partial(_scan_window, wanted=wanted, missing=missing))
+    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+
+
+_Window: TypeAlias = Callable[[bytes, int, int, int], tuple[int, int, int]]
+"""(buffer, position, first record, record count) -> (position, index, bytes needed): reads
+the records that lie whole in the buffer, as :func:`_scan_window` does."""
+
+
+def _scan(batch: BatchView, limit: int, window: _Window) -> int:
+    """Run ``window`` over every record of a batch, decompressing the records section a
+    window at a time; returns the records' size in bytes. Raises _Irregular when the records
+    and the section do not end together, CorruptBatch from decompression."""
     source = _open_inflater(batch, limit)
     count = batch.record_count
-    missing: list[int] = []
     if source is None:
         buffer = bytes(batch.payload)
-        position, index, _ = _scan_window(buffer, 0, 0, count, wanted, missing)
+        position, index, _ = window(buffer, 0, 0, count)
         if index < count or position != len(buffer):
             raise _Irregular
-        return HeaderCheck(missing=tuple(missing), size_in_bytes=position)
+        return position
     buffer = b""
     position = index = size = 0
     needed = _MAX_VARINT_SIZE
@@ -608,11 +666,11 @@ def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> Hea
         if len(buffer) == kept:  # the stream ended before the records did
             raise _Irregular
         start = position
-        position, index, needed = _scan_window(buffer, position, index, count, wanted, missing)
+        position, index, needed = window(buffer, position, index, count)
         size += position - start
     if position != len(buffer) or source.read(1):
         raise _Irregular
-    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+    return size
 
 
 def _scan_window(
@@ -620,6 +678,7 @@ def _scan_window(
     position: int,
     first: int,
     count: int,
+    *,
     wanted: frozenset[bytes],
     missing: list[int],
 ) -> tuple[int, int, int]:
@@ -730,6 +789,100 @@ def _scan_window(
                 raise _Irregular
             if not found:
                 missing.append(index)
+            position = end
+    except (BufferUnderflow, IndexError, ValueError) as exc:
+        raise _Irregular from exc
+    return position, count, 0
+
+
+def _values_window(
+    buffer: bytes, position: int, first: int, count: int, *, values: list[bytes | None]
+) -> tuple[int, int, int]:
+    """As :func:`_scan_window`, appending each record's value to ``values`` instead of
+    looking at headers, and as strict as _read_record with headers=False: the key and value
+    must lie within the record, the header count must fit it, and a record without headers
+    must end where its value does (headers that are there are counted, not read)."""
+    available = len(buffer)
+    append = values.append
+    try:
+        for index in range(first, count):
+            if available - position < _MAX_VARINT_SIZE:
+                return position, index, _MAX_VARINT_SIZE
+            byte = buffer[position]
+            if byte < 0x80:
+                offset = position + 1
+            elif (high := buffer[position + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset = position + 2
+            else:
+                length, size = read_signed_varint(buffer, position)
+                byte = length << 1 if length >= 0 else 1
+                offset = position + size
+            if byte & 1:
+                raise _Irregular
+            end = offset + (byte >> 1)
+            if end > available:
+                return position, index, end - position
+
+            # attributes, then the timestamp and offset deltas: skipped.
+            offset += 1
+            if buffer[offset] < 0x80:
+                offset += 1
+            elif buffer[offset + 1] < 0x80:
+                offset += 2
+            else:
+                offset += read_signed_varlong(buffer, offset)[1]
+            if buffer[offset] < 0x80:
+                offset += 1
+            elif buffer[offset + 1] < 0x80:
+                offset += 2
+            else:
+                offset += read_signed_varint(buffer, offset)[1]
+            # the key: skipped. Zigzag: an odd varint is negative, 1 is null.
+            byte = buffer[offset]
+            if byte < 0x80:
+                offset += 1
+            elif (high := buffer[offset + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset += 2
+            else:
+                offset = _skip_bytes(buffer, offset)
+                byte = 0
+            if byte & 1:
+                if byte != 1:
+                    raise _Irregular
+            else:
+                offset += byte >> 1
+            # the value: kept.
+            byte = buffer[offset]
+            if byte < 0x80:
+                offset += 1
+            elif (high := buffer[offset + 1]) < 0x80:
+                byte = (byte & 0x7F) | (high << 7)
+                offset += 2
+            else:
+                value_size, size = read_signed_varint(buffer, offset)
+                offset += size
+                byte = value_size << 1 if value_size >= 0 else (1 if value_size == -1 else 3)
+            if byte & 1:
+                if byte != 1:
+                    raise _Irregular
+                append(None)
+            else:
+                value_end = offset + (byte >> 1)
+                if value_end > end:
+                    raise _Irregular
+                append(buffer[offset:value_end])
+                offset = value_end
+            # the header count: 0 and the record ends here, or what is left can hold them.
+            byte = buffer[offset]
+            if byte == 0:
+                if offset + 1 != end:
+                    raise _Irregular
+            else:
+                header_count, size = read_signed_varint(buffer, offset)
+                if header_count < 0 or offset + size + 2 * header_count > end:
+                    raise _Irregular
             position = end
     except (BufferUnderflow, IndexError, ValueError) as exc:
         raise _Irregular from exc

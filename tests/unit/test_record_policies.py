@@ -28,6 +28,7 @@ from policies.records import (
     RequiredHeadersOnly,
     SchemaIdCheck,
     UsesSchemaLookup,
+    ValueRulesOnly,
     parse_record_validation_policy,
 )
 from tests.unit.test_records import CODECS, batch_with, reframe
@@ -864,6 +865,128 @@ def test_the_gateways_header_shortcut_reports_a_corrupt_batch_as_the_record_loop
         )
         expected = RecordValidator(_OneByOne(policy), dry_run=False).validate_partition(
             "orders", 0, "trace-id", broken
+        )
+        assert outcome == expected
+        assert outcome.error is not None and outcome.error.error_code == 2
+
+
+# --- value rules alone: the gateway's other shortcut --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "offered"),
+    [
+        ("json", True),
+        ("json-schema:orders-v1", True),
+        ("schema-id", True),
+        ("schema-id;json-schema:orders-v1", True),
+        ("json;tombstones-allowed", True),
+        ("json;trace-id", False),
+        ("json;key-required", False),
+        ("json;max-bytes:100", False),
+        ("trace-id", False),
+        ("tombstones-allowed", False),
+        ("json-schema:unknown", False),
+        ("jsn", False),
+    ],
+)
+def test_value_checks_are_offered_only_for_value_rules_alone(
+    policy: BuiltinRecordValidationPolicy, value: str, offered: bool
+) -> None:
+    assert isinstance(policy, ValueRulesOnly)
+    assert (policy.value_check_for(value) is not None) is offered
+
+
+SAMPLE_VALUES: list[bytes | None] = [
+    None,
+    b"",
+    b"{}",
+    b'{"id": "a", "amount": 1}',
+    b'{"id": "a", "amount": -1}',
+    b'{"id": 1, "amount": 1}',
+    b"not json",
+    b"\xff\xfe",
+    b'"\\ud800"',
+    b"123456789012345678901234567890",
+    b"\x00\x00",
+    schema_id(7, b'{"id": "a", "amount": 2}'),
+    schema_id(7, b"{}"),
+]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["json", "json-schema:orders-v1", "schema-id", "schema-id;json", "json;tombstones-allowed"],
+)
+def test_a_value_check_answers_as_validate_does(
+    policy: BuiltinRecordValidationPolicy, value: str
+) -> None:
+    """The contract the gateway relies on to hand values alone to the check."""
+    check = policy.value_check_for(value)
+    assert check is not None
+
+    def answer(run: Callable[[bytes | None], None], sample: bytes | None) -> str | None:
+        try:
+            run(sample)
+        except InvalidRecord as exc:
+            return exc.message
+        return None
+
+    def validate(sample: bytes | None) -> None:
+        policy.validate(topic(value), record(value=sample))
+
+    answers = set()
+    for sample in SAMPLE_VALUES:
+        expected = answer(validate, sample)
+        assert answer(check, sample) == expected, sample
+        answers.add(expected is None)
+    assert answers == {True, False}
+
+
+def partition_of_values(codec: str) -> bytes:
+    """Two batches of JSON values, good and bad, keys and headers that the rules ignore."""
+    first = [
+        batch_record(0, b"k", b'{"id": "a", "amount": 1}', ((b"trace-id", b"1"),)),
+        batch_record(1, None, b"not json", ()),
+        batch_record(2, b"", None, ()),
+        batch_record(3, b"k", b'{"id": "b"}', ((b"x", None),)),
+    ]
+    second = [
+        batch_record(0, b"k", b'{"id": "c", "amount": 0}', ()),
+        batch_record(1, b"k", b'{"id": "d", "amount": "1"}', ()),
+    ]
+    return batch_with(codec, tuple(first)) + batch_with(codec, tuple(second))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("value", ["json", "json-schema:orders-v1", "json;tombstones-allowed"])
+def test_the_gateways_value_shortcut_answers_as_validating_each_record(
+    policy: BuiltinRecordValidationPolicy, codec: str, value: str
+) -> None:
+    data = partition_of_values(codec)
+    shortcut = RecordValidator(policy, dry_run=False)
+    one_by_one = RecordValidator(_OneByOne(policy), dry_run=False)
+    assert shortcut.value_check(value) is not None
+    assert one_by_one.value_check(value) is None
+
+    outcome = shortcut.validate_partition("orders", 3, value, data)
+
+    assert outcome == one_by_one.validate_partition("orders", 3, value, data)
+    assert outcome.error is not None and outcome.error.record_errors
+
+
+def test_the_gateways_value_shortcut_reports_a_corrupt_batch_as_the_record_loop_does(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    data = partition_of_values("none")
+    data = data[:-1] + bytes([data[-1] ^ 1])  # the second batch's CRC no longer matches
+    corrupt = reframe(batch_with("none"), record_count=6)
+    for broken in (data, partition_of_values("zstd") + corrupt):
+        outcome = RecordValidator(policy, dry_run=False).validate_partition(
+            "orders", 0, "json", broken
+        )
+        expected = RecordValidator(_OneByOne(policy), dry_run=False).validate_partition(
+            "orders", 0, "json", broken
         )
         assert outcome == expected
         assert outcome.error is not None and outcome.error.error_code == 2

@@ -27,6 +27,7 @@ from protocol.records import (
     check_headers,
     read_batches,
     read_records,
+    read_values,
 )
 
 pytestmark = pytest.mark.unit
@@ -601,3 +602,90 @@ def test_check_headers_stops_a_zstd_bomb_near_the_cap() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
+
+
+# --- read_values: the same values as reading every record, for less -----------------------------
+
+
+def values_and_size(buffer: bytes) -> tuple[list[bytes | None], int] | str:
+    """What read_values should give, from read_records: (values, size) or the error text."""
+    try:
+        records = read_all(buffer, headers=False, key_bytes=0, value_bytes=-1)
+    except CorruptBatch as exc:
+        return str(exc)
+    return [r.value for r in records], sum(r.size_in_bytes for r in records)
+
+
+def read_values_or_error(buffer: bytes) -> tuple[list[bytes | None], int] | str:
+    (batch,) = read_batches(buffer)
+    try:
+        read = read_values(batch)
+    except CorruptBatch as exc:
+        return str(exc)
+    return read.values, read.size_in_bytes
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_read_values_finds_what_reading_every_record_finds(codec: str) -> None:
+    for records in (FIVE_RECORDS, varied_records()):
+        buffer = batch_with(codec, records)
+
+        assert read_values_or_error(buffer) == values_and_size(buffer)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_read_values_reads_a_sound_batch_without_the_full_reader(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (batch,) = read_batches(batch_with(codec, varied_records()))
+    monkeypatch.setattr(records_module, "_iter_records", None)
+
+    assert len(read_values(batch).values) == 150
+
+
+@pytest.mark.parametrize(
+    ("name", "buffer"), corrupt_batches(), ids=[n for n, _ in corrupt_batches()]
+)
+def test_read_values_answers_a_corrupt_batch_as_the_full_reader(name: str, buffer: bytes) -> None:
+    """Corrupt for the full reader with headers=False too (all but a header key overrun,
+    which that reader does not look at): the same words."""
+    assert read_values_or_error(buffer) == values_and_size(buffer)
+
+
+def test_read_values_agrees_with_the_full_reader_on_damaged_records() -> None:
+    """Every byte of a records section set in turn to values that upset varints and sizes
+    (CRC fixed, so the records themselves are what is wrong): read_values reads a record
+    exactly as the full reader does, or fails in its words; never a third answer, since
+    what it lets through is what the broker is sent."""
+    plain = uncompressed_batch(
+        (
+            record(0, None, b'{"a": 1}', ((b"trace-id", b"x"),)),
+            record(1, b"k" * 70, b"v" * 200),
+            record(2, b"", None),
+            record(3, b"key", b"w" * 9000, ((b"h", None), (b"g", b"1"))),
+        )
+    )
+    section = plain[HEADER_SIZE:]
+    compared = 0
+    for position in range(0, len(section), 7 if len(section) > 2000 else 1):
+        for byte in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF):
+            damaged = bytearray(section)
+            damaged[position] = byte
+            buffer = reframe(plain, records_section=bytes(damaged))
+            assert read_values_or_error(buffer) == values_and_size(buffer), (position, byte)
+            compared += 1
+    assert compared > 5000
+
+
+def test_read_values_stops_a_zstd_bomb_near_the_cap() -> None:
+    plain = uncompressed_batch((record(0, b"bomb", bytes(32 * 1024 * 1024)),))
+    buffer = reframe(
+        plain,
+        records_section=zstandard.compress(plain[HEADER_SIZE:]),
+        attributes=int(CompressionType.ZSTD),
+    )
+    del plain
+    (batch,) = read_batches(buffer)
+
+    with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
+        read_values(batch, max_decompressed_bytes=1024 * 1024)
