@@ -2,9 +2,14 @@
 
 Runs the embedded Tansu broker and `kpg run` as a separate process, then, per scenario,
 alternates runs of one confluent-kafka producer (fixed record count and size) directly to the
-broker and through the gateway. Prints the medians per mode and the gateway/direct ratios,
-and writes everything as JSON under bench/results/. Machines are noisy: compare the ratios of
-one run, not absolute numbers across runs.
+broker and through the gateway, in ABBA order. Prints each pair's gateway/direct ratio and
+their median, the gateway's own CPU time per record (from /proc, steadier than any rate on a
+shared machine), and writes everything as JSON under bench/results/. Machines are noisy:
+compare the ratios of one run, not absolute numbers across runs.
+
+Runs are sized to last a few seconds each: throughput is a steady-state figure, and runs of
+half a second measure the producer's start and final drain more than the path in between
+(they gave ratios 0.2 lower on this project's 2-core machine). A run under 2 s is flagged.
 
 Scenarios:
   passthrough  topic without record validation: the gateway forwards the client's bytes
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import statistics
@@ -105,7 +111,7 @@ SCENARIOS = {
             compression="none",
             value=_binary(512),
             headers=None,
-            default_records=500_000,
+            default_records=1_000_000,
         ),
         Scenario(
             name="header",
@@ -113,7 +119,7 @@ SCENARIOS = {
             compression="none",
             value=_binary(512),
             headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
-            default_records=200_000,
+            default_records=1_000_000,
         ),
         Scenario(
             name="header-zstd",
@@ -121,7 +127,7 @@ SCENARIOS = {
             compression="zstd",
             value=_binary(512),
             headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
-            default_records=200_000,
+            default_records=1_500_000,
         ),
         Scenario(
             name="json-schema",
@@ -129,7 +135,7 @@ SCENARIOS = {
             compression="none",
             value=_json_1k(1024),
             headers=None,
-            default_records=50_000,
+            default_records=400_000,
         ),
     )
 }
@@ -169,6 +175,12 @@ def create_topic(admin_bootstrap: str, policy: str | None) -> str:
     for future in admin.create_topics([NewTopic(topic, 1, 1, config=configs)]).values():
         future.result(30)
     return topic
+
+
+def delete_topic(admin_bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    for future in admin.delete_topics([topic]).values():
+        future.result(30)
 
 
 def run_once(
@@ -231,8 +243,28 @@ def run_once(
     }
 
 
+def warm_up(broker: str, gateway: str) -> None:
+    """One unmeasured run each way: the first run after start-up was up to 1.6 times slower
+    than the rest (the broker's and the gateway's first allocations), which skewed pair 1."""
+    scenario = SCENARIOS["header"]
+    for bootstrap in (broker, gateway):
+        topic = create_topic(gateway, scenario.policy)
+        run_once(bootstrap, topic, scenario, 300_000)
+        delete_topic(gateway, topic)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SHORT_RUN_S = 2.0
+
+
 def bench_scenario(
-    scenario: Scenario, broker: str, gateway: str, args: argparse.Namespace
+    scenario: Scenario, broker: str, gateway: str, gateway_pid: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     records = args.records or scenario.default_records
     runs: dict[str, list[dict[str, float]]] = {"direct": [], "gateway": []}
@@ -244,23 +276,41 @@ def bench_scenario(
             # Created through the gateway, so the gateway knows the topic's policy; the
             # direct run writes the same kind of topic with no one checking.
             topic = create_topic(gateway, scenario.policy)
+            cpu_before = cpu_seconds(gateway_pid)
             result = run_once(bootstrap, topic, scenario, records)
+            if mode == "gateway":
+                result["gateway_cpu_us_per_record"] = (
+                    (cpu_seconds(gateway_pid) - cpu_before) / records * 1e6
+                )
             paced = run_once(
                 bootstrap, topic, scenario, args.latency_records, rate=args.latency_rate
             )
+            # Through the gateway, which forgets the topic's policy; the broker keeps its
+            # records in memory otherwise (gigabytes over a whole run).
+            delete_topic(gateway, topic)
             result["paced_latency_p50_ms"] = paced["latency_p50_ms"]
             result["paced_latency_p99_ms"] = paced["latency_p99_ms"]
             runs[mode].append(result)
+            cpu = (
+                f" | gateway CPU {result['gateway_cpu_us_per_record']:5.2f} us/rec"
+                if mode == "gateway"
+                else ""
+            )
+            short = " (short run: raise --records)" if result["elapsed_s"] < SHORT_RUN_S else ""
             print(
                 f"{scenario.name:12s} pair {pair + 1} {mode:8s} "
-                f"{result['records_per_s']:10.0f} rec/s {result['mb_per_s']:7.1f} MB/s | "
-                f"at {args.latency_rate:.0f} rec/s: p50 {paced['latency_p50_ms']:6.2f} ms "
-                f"p99 {paced['latency_p99_ms']:6.2f} ms",
+                f"{result['records_per_s']:10.0f} rec/s {result['mb_per_s']:7.1f} MB/s "
+                f"in {result['elapsed_s']:5.2f} s{short} | at {args.latency_rate:.0f} rec/s: "
+                f"p50 {paced['latency_p50_ms']:6.2f} ms p99 {paced['latency_p99_ms']:6.2f} ms{cpu}",
                 flush=True,
             )
     medians = {
         mode: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for mode, rs in runs.items()
     }
+    pair_ratios = [
+        g["records_per_s"] / d["records_per_s"]
+        for d, g in zip(runs["direct"], runs["gateway"], strict=True)
+    ]
     return {
         "records": records,
         "compression": scenario.compression,
@@ -268,8 +318,9 @@ def bench_scenario(
         "value_bytes": len(scenario.value(0)),
         "runs": runs,
         "medians": medians,
-        "ratio_records_per_s": medians["gateway"]["records_per_s"]
-        / medians["direct"]["records_per_s"],
+        "pair_ratios": pair_ratios,
+        "ratio_records_per_s": statistics.median(pair_ratios),
+        "gateway_cpu_us_per_record": medians["gateway"]["gateway_cpu_us_per_record"],
         "added_latency_p50_ms": medians["gateway"]["paced_latency_p50_ms"]
         - medians["direct"]["paced_latency_p50_ms"],
         "added_latency_p99_ms": medians["gateway"]["paced_latency_p99_ms"]
@@ -286,7 +337,7 @@ def main() -> int:
         help="repeatable; default: every scenario",
     )
     parser.add_argument("--records", type=int, help="records per run (default per scenario)")
-    parser.add_argument("--pairs", type=int, default=3, help="direct/gateway pairs (>= 3)")
+    parser.add_argument("--pairs", type=int, default=4, help="direct/gateway pairs (default 4)")
     parser.add_argument(
         "--latency-rate",
         type=float,
@@ -296,14 +347,19 @@ def main() -> int:
     parser.add_argument("--latency-records", type=int, default=25_000)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     names = args.scenario or list(SCENARIOS)
 
     results: dict[str, Any] = {}
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
         process, gateway = start_gateway(str(broker.address), Path(workdir))
         try:
+            warm_up(str(broker.address), gateway)
             for name in names:
-                results[name] = bench_scenario(SCENARIOS[name], str(broker.address), gateway, args)
+                results[name] = bench_scenario(
+                    SCENARIOS[name], str(broker.address), gateway, process.pid, args
+                )
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
@@ -311,11 +367,13 @@ def main() -> int:
     print()
     for name, result in results.items():
         m = result["medians"]
+        spread = ", ".join(f"{r:.2f}" for r in result["pair_ratios"])
         print(
             f"{name:12s} median direct {m['direct']['records_per_s']:9.0f} rec/s, gateway "
             f"{m['gateway']['records_per_s']:9.0f} rec/s: ratio "
-            f"{result['ratio_records_per_s']:.3f}; added latency at {args.latency_rate:.0f} "
-            f"rec/s p50 {result['added_latency_p50_ms']:+.2f} ms, "
+            f"{result['ratio_records_per_s']:.3f} (median of pairs {spread}); gateway CPU "
+            f"{result['gateway_cpu_us_per_record']:.2f} us/record; added latency at "
+            f"{args.latency_rate:.0f} rec/s p50 {result['added_latency_p50_ms']:+.2f} ms, "
             f"p99 {result['added_latency_p99_ms']:+.2f} ms"
         )
     summary = {
