@@ -801,7 +801,10 @@ def _values_window(
     """As :func:`_scan_window`, appending each record's value to ``values`` instead of
     looking at headers, and as strict as _read_record with headers=False: the key and value
     must lie within the record, the header count must fit it, and a record without headers
-    must end where its value does (headers that are there are counted, not read)."""
+    must end where its value does (headers that are there are counted, not read).
+
+    The record's length, deltas and key are read as there, in line, not through a helper
+    both share: a call per record would cost a sixth of the loop."""
     available = len(buffer)
     append = values.append
     try:

@@ -16,9 +16,13 @@ import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import uvloop
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.types import TopicName
+from kio.static.primitive import i8, i32, i64
 
 from gateway.config import GatewayConfig, HostPort, from_mapping
 from gateway.server import Gateway
@@ -229,3 +233,33 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: flo
             return True
         time.sleep(interval)
     return predicate()
+
+
+def fetch_request(topic: str, *, max_wait: timedelta, min_bytes: int = 1) -> FetchRequest:
+    """A Fetch v12 of partition 0 of ``topic`` from offset 0, up to 1 MiB."""
+    return FetchRequest(
+        replica_id=i32(-1),
+        max_wait=max_wait,
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(
+            FetchTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )

@@ -156,39 +156,10 @@ def test_delete_prefix(broker: HostPort, state_topic: str) -> None:
 
 def record_batches(broker: HostPort, topic: str) -> list[list[bytes | None]]:
     """The state topic's record batches as the broker stores them: the keys of each."""
-    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-    from kio.schema.types import TopicName
-    from kio.static.primitive import i8, i32, i64
-
     from protocol.records import read_batches, read_records
-    from tests.support import RawClient
+    from tests.support import RawClient, fetch_request
 
-    request = FetchRequest(
-        replica_id=i32(-1),
-        max_wait=timedelta(milliseconds=200),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=TopicName(topic),
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(0),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    request = fetch_request(topic, max_wait=timedelta(milliseconds=200))
     client = RawClient(broker)
     try:
         answer = client.request(1, 12, request)

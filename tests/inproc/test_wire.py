@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
@@ -14,7 +15,6 @@ from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
@@ -25,7 +25,14 @@ from protocol.codec import decode_response
 from protocol.framing import SIZE
 from protocol.versions import DECODABLE
 from tests.inproc.test_clients import create_topic
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, wait_for
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    fetch_request,
+    gateway_config,
+    wait_for,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -319,32 +326,7 @@ def test_shutdown_lets_in_flight_requests_finish(gateway: GatewayThread, topic_n
     client = RawClient(gateway.bootstrap)
     meta = client.request(3, 12, metadata_request(topic_name))
     leader = RawClient(f"{meta.brokers[0].host}:{meta.brokers[0].port}")
-    fetch = FetchRequest(
-        replica_id=i32(-1),
-        max_wait=i32Timedelta.parse(__import__("datetime").timedelta(seconds=2)),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(
-            FetchTopic(
-                topic=topic_name,
-                partitions=(
-                    FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(0),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    fetch = fetch_request(topic_name, max_wait=datetime.timedelta(seconds=2))
     bootstrap = gateway.bootstrap
     started = time.monotonic()
     cid = leader.send(1, 12, fetch)

@@ -853,18 +853,23 @@ def test_the_gateways_header_shortcut_answers_as_validating_each_record(
     assert outcome.error is not None and outcome.error.record_errors
 
 
-def test_the_gateways_header_shortcut_reports_a_corrupt_batch_as_the_record_loop_does(
-    policy: BuiltinRecordValidationPolicy,
+@pytest.mark.parametrize(
+    ("value", "data"),
+    [("trace-id", partition_data), ("json", lambda codec: partition_of_values(codec))],
+    ids=["headers", "values"],
+)
+def test_the_gateways_shortcuts_report_a_corrupt_batch_as_the_record_loop_does(
+    policy: BuiltinRecordValidationPolicy, value: str, data: Callable[[str], bytes]
 ) -> None:
-    data = partition_data("none")
-    data = data[:-1] + bytes([data[-1] ^ 1])  # the second batch's CRC no longer matches
-    corrupt = reframe(batch_with("none"), record_count=6)
-    for broken in (data, batch_with("zstd") + corrupt):
+    sound = data("none")
+    crc_broken = sound[:-1] + bytes([sound[-1] ^ 1])  # the second batch's CRC no longer matches
+    too_few = reframe(batch_with("none"), record_count=6)
+    for broken in (crc_broken, data("zstd") + too_few):
         outcome = RecordValidator(policy, dry_run=False).validate_partition(
-            "orders", 0, "trace-id", broken
+            "orders", 0, value, broken
         )
         expected = RecordValidator(_OneByOne(policy), dry_run=False).validate_partition(
-            "orders", 0, "trace-id", broken
+            "orders", 0, value, broken
         )
         assert outcome == expected
         assert outcome.error is not None and outcome.error.error_code == 2
@@ -973,23 +978,6 @@ def test_the_gateways_value_shortcut_answers_as_validating_each_record(
 
     assert outcome == one_by_one.validate_partition("orders", 3, value, data)
     assert outcome.error is not None and outcome.error.record_errors
-
-
-def test_the_gateways_value_shortcut_reports_a_corrupt_batch_as_the_record_loop_does(
-    policy: BuiltinRecordValidationPolicy,
-) -> None:
-    data = partition_of_values("none")
-    data = data[:-1] + bytes([data[-1] ^ 1])  # the second batch's CRC no longer matches
-    corrupt = reframe(batch_with("none"), record_count=6)
-    for broken in (data, partition_of_values("zstd") + corrupt):
-        outcome = RecordValidator(policy, dry_run=False).validate_partition(
-            "orders", 0, "json", broken
-        )
-        expected = RecordValidator(_OneByOne(policy), dry_run=False).validate_partition(
-            "orders", 0, "json", broken
-        )
-        assert outcome == expected
-        assert outcome.error is not None and outcome.error.error_code == 2
 
 
 # --- JSON: what the fast libraries must not change ---------------------------------------------
