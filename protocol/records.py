@@ -148,6 +148,9 @@ class BatchView:
     record_count: int
     payload: memoryview
     """The records section as sent (compressed or not), a view into the caller's buffer."""
+    payload_start: int | None = None
+    """Where payload starts in ``payload.obj``, when read_batches was given ``bytes``: the
+    fast readers then scan those bytes in place instead of copying the payload out."""
 
 
 RecordHeaders: TypeAlias = tuple[tuple[str, bytes | None], ...]
@@ -214,7 +217,7 @@ def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
     batches: list[BatchView] = []
     start = 0
     while start < len(view):
-        batch = _read_batch(view, start)
+        batch = _read_batch(view, start, in_place=isinstance(records, bytes))
         batches.append(batch)
         start += _LOG_OVERHEAD + batch.batch_length
     return tuple(batches)
@@ -376,7 +379,7 @@ def _raw_keys(keys: frozenset[str]) -> frozenset[bytes] | None:
         return None
 
 
-def _read_batch(view: memoryview, start: int) -> BatchView:
+def _read_batch(view: memoryview, start: int, *, in_place: bool = False) -> BatchView:
     remaining = len(view) - start
     if remaining > _MAGIC_OFFSET:
         # The magic byte sits at the same offset in the legacy (magic 0 and 1) formats.
@@ -442,6 +445,7 @@ def _read_batch(view: memoryview, start: int) -> BatchView:
         base_sequence=read_int32(view, start + _BASE_SEQUENCE_OFFSET)[0],
         record_count=record_count,
         payload=view[start + _RECORDS_OFFSET : end],
+        payload_start=start + _RECORDS_OFFSET if in_place else None,
     )
 
 
@@ -640,9 +644,9 @@ def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> Hea
     return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
 
 
-_Window: TypeAlias = Callable[[bytes, int, int, int], tuple[int, int, int]]
-"""(buffer, position, first record, record count) -> (position, index, bytes needed): reads
-the records that lie whole in the buffer, as :func:`_scan_window` does."""
+_Window: TypeAlias = Callable[[bytes, int, int, int, int], tuple[int, int, int]]
+"""(buffer, position, first record, record count, stop) -> (position, index, bytes needed):
+reads the records that lie whole in buffer[:stop], as :func:`_scan_window` does."""
 
 
 def _scan(batch: BatchView, limit: int, window: _Window) -> int:
@@ -652,11 +656,16 @@ def _scan(batch: BatchView, limit: int, window: _Window) -> int:
     source = _open_inflater(batch, limit)
     count = batch.record_count
     if source is None:
-        buffer = bytes(batch.payload)
-        position, index, _ = window(buffer, 0, 0, count)
-        if index < count or position != len(buffer):
+        payload = batch.payload
+        start = batch.payload_start
+        whole = payload.obj
+        if start is None or not isinstance(whole, bytes):
+            whole, start = bytes(payload), 0
+        stop = start + len(payload)
+        position, index, _ = window(whole, start, 0, count, stop)
+        if index < count or position != stop:
             raise _Irregular
-        return position
+        return position - start
     buffer = b""
     position = index = size = 0
     needed = _MAX_VARINT_SIZE
@@ -666,7 +675,7 @@ def _scan(batch: BatchView, limit: int, window: _Window) -> int:
         if len(buffer) == kept:  # the stream ended before the records did
             raise _Irregular
         start = position
-        position, index, needed = window(buffer, position, index, count)
+        position, index, needed = window(buffer, position, index, count, len(buffer))
         size += position - start
     if position != len(buffer) or source.read(1):
         raise _Irregular
@@ -678,12 +687,15 @@ def _scan_window(
     position: int,
     first: int,
     count: int,
+    stop: int,
     *,
     wanted: frozenset[bytes],
     missing: list[int],
 ) -> tuple[int, int, int]:
-    """Check the records that lie whole in buffer from `position` (record `first`) on, up to
-    record `count`, adding to `missing` those that lack a wanted key.
+    """Check the records that lie whole in buffer[:stop] from `position` (record `first`) on,
+    up to record `count`, adding to `missing` those that lack a wanted key. (What follows
+    stop in buffer, the next batch of the request, is never taken for this one's: a record
+    whose length runs past stop is left to the caller.)
 
     Returns where it stopped: (position, index, bytes the record there needs from position
     on). Raises _Irregular for whatever read_records would take exception to, and for what
@@ -699,7 +711,7 @@ def _scan_window(
     # The one header's count (1), key size and key, as they would be encoded.
     expected = b"\x02" + bytes([len(single) << 1]) + single if 0 < len(single) < 64 else None
     expected_size = len(expected or b"")
-    available = len(buffer)
+    available = stop
     try:
         for index in range(first, count):
             if available - position < _MAX_VARINT_SIZE:
@@ -796,7 +808,13 @@ def _scan_window(
 
 
 def _values_window(
-    buffer: bytes, position: int, first: int, count: int, *, values: list[bytes | None]
+    buffer: bytes,
+    position: int,
+    first: int,
+    count: int,
+    stop: int,
+    *,
+    values: list[bytes | None],
 ) -> tuple[int, int, int]:
     """As :func:`_scan_window`, appending each record's value to ``values`` instead of
     looking at headers, and as strict as _read_record with headers=False: the key and value
@@ -805,7 +823,7 @@ def _values_window(
 
     The record's length, deltas and key are read as there, in line, not through a helper
     both share: a call per record would cost a sixth of the loop."""
-    available = len(buffer)
+    available = stop
     append = values.append
     try:
         for index in range(first, count):

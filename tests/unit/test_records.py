@@ -686,3 +686,30 @@ def test_read_values_agrees_with_the_full_reader_on_damaged_records() -> None:
             assert read_values_or_error(buffer) == values_and_size(buffer), (position, byte)
             compared += 1
     assert compared > 5000
+
+
+def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds() -> None:
+    """Given the request's bytes, the fast readers scan them where they are, from the batch's
+    payload_start up to its end: records lying beyond (the next batch) are never read as
+    this batch's, even when its record_count asks for more."""
+    first, second = batch_with("none"), batch_with("none", varied_records())
+    batches = read_batches(first + second)
+    assert [b.payload_start for b in batches] == [HEADER_SIZE, len(first) + HEADER_SIZE]
+    assert read_values(batches[1]).values == [r.value for r in read_all(second, headers=False)]
+
+    # The window itself: two records sections back to back, a stop between them.
+    sections = first[HEADER_SIZE:] + second[HEADER_SIZE:]
+    values: list[bytes | None] = []
+    position, index, _ = records_module._values_window(
+        sections, 0, 0, 155, len(first) - HEADER_SIZE, values=values
+    )
+    assert (position, index) == (len(first) - HEADER_SIZE, 5)
+    assert values == [r.value for r in read_all(first, headers=False)]
+
+
+def test_a_memoryview_is_copied_not_scanned_in_place() -> None:
+    """Offsets into a memoryview are not offsets into the bytes beneath it."""
+    buffer = b"\x00" * 7 + batch_with("none")
+    (batch,) = read_batches(memoryview(buffer)[7:])
+    assert batch.payload_start is None
+    assert read_values(batch).values == [r.value for r in read_all(buffer[7:], headers=False)]
