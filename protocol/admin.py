@@ -18,12 +18,11 @@ from kio.schema.metadata.v12.request import MetadataRequestTopic as MetadataTopi
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
+from .addresses import METADATA
 from .codec import Payload, decode_response, encode_request
-from .describe_configs import DescribedResource, described_resources
+from .describe_configs import DESCRIBE_CONFIGS, DescribedResource, described_resources
 
-METADATA: Final = 3
-DESCRIBE_CONFIGS: Final = 32
-UNKNOWN_TOPIC_OR_PARTITION: Final = 3
+DESCRIBE_CONFIGS_VERSION: Final = 4
 
 # Config sources (DescribeConfigs v1+) besides the dynamic ones of protocol.describe_configs.
 SOURCE_STATIC_BROKER: Final = 4
@@ -94,16 +93,24 @@ def broker_ids(payload: Payload) -> tuple[int, ...]:
     return tuple(int(b.node_id) for b in payload.brokers)
 
 
-def describe_configs(resources: Sequence[tuple[int, str]]) -> InternalRequest:
+def describe_configs(
+    resources: Sequence[tuple[int, str]],
+    *,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
+) -> InternalRequest:
+    """A DescribeConfigs v4 request for every config of each ``(resource type, name)``."""
     payload = DescribeConfigsV4(
         resources=tuple(
             ResourceV4(resource_type=i8(t), resource_name=n, configuration_keys=None)
             for t, n in resources
         ),
-        include_synonyms=False,
-        include_documentation=False,
+        include_synonyms=include_synonyms,
+        include_documentation=include_documentation,
     )
-    return InternalRequest(api_key=DESCRIBE_CONFIGS, api_version=4, payload=payload)
+    return InternalRequest(
+        api_key=DESCRIBE_CONFIGS, api_version=DESCRIBE_CONFIGS_VERSION, payload=payload
+    )
 
 
 def read_configs(payload: Payload) -> dict[tuple[int, str], ResourceConfigs]:

@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kio.schema.describe_configs.v4.request import DescribeConfigsRequest as DescribeRequestV4
-from kio.schema.describe_configs.v4.request import DescribeConfigsResource as DescribeResourceV4
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import (
     AlterableConfig as AlterableConfigV1,
@@ -26,14 +24,13 @@ from kio.schema.incremental_alter_configs.v1.request import (
 )
 from kio.static.primitive import i8
 
+from .admin import DESCRIBE_CONFIGS_VERSION, describe_configs
+from .alter_configs import INCREMENTAL_ALTER_CONFIGS
 from .codec import decode_response, encode_request
+from .describe_configs import DESCRIBE_CONFIGS, described_resources
 from .describe_configs import DescribedConfig as DescribedConfig  # re-exported for the CLI
 from .describe_configs import DescribedResource as DescribedResource
-from .describe_configs import described_resources
 
-DESCRIBE_CONFIGS: Final = 32
-DESCRIBE_VERSION: Final = 4
-INCREMENTAL_ALTER_CONFIGS: Final = 44
 INCREMENTAL_VERSION: Final = 1
 
 
@@ -55,15 +52,12 @@ def describe_request(
 ) -> bytes:
     """A DescribeConfigs v4 request frame (size prefix included) for every config of each
     ``(resource type, resource name)``."""
-    payload = DescribeRequestV4(
-        resources=tuple(
-            DescribeResourceV4(resource_type=i8(t), resource_name=n, configuration_keys=None)
-            for t, n in resources
-        ),
-        include_synonyms=include_synonyms,
-        include_documentation=include_documentation,
+    request = describe_configs(
+        resources, include_synonyms=include_synonyms, include_documentation=include_documentation
     )
-    return encode_request(DESCRIBE_CONFIGS, DESCRIBE_VERSION, correlation_id, client_id, payload)
+    return encode_request(
+        request.api_key, request.api_version, correlation_id, client_id, request.payload
+    )
 
 
 def read_describe_response(frame: bytes) -> tuple[DescribedResource, ...]:
@@ -71,7 +65,7 @@ def read_describe_response(frame: bytes) -> tuple[DescribedResource, ...]:
 
     :raises Undecodable:
     """
-    return described_resources(decode_response(DESCRIBE_CONFIGS, DESCRIBE_VERSION, frame))
+    return described_resources(decode_response(DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, frame))
 
 
 def incremental_alter_request(

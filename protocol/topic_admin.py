@@ -28,7 +28,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 from kio.static.primitive import i32Timedelta
 
-from .admin import METADATA, InternalRequest
+from .addresses import METADATA
+from .admin import InternalRequest
 from .codec import (
     Payload,
     Undecodable,
@@ -46,7 +47,6 @@ CREATE_PARTITIONS_VERSIONS: Final[VersionRange] = DECODABLE[CREATE_PARTITIONS]
 DELETE_TOPICS_VERSIONS: Final[VersionRange] = DECODABLE[DELETE_TOPICS]
 DELETE_TOPICS_ERROR_MESSAGE_VERSION: Final = 5
 DELETE_TOPICS_TOPIC_ID_VERSION: Final = 6
-UNKNOWN_TOPIC_ID: Final = int(ErrorCode.unknown_topic_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,7 +327,6 @@ __all__ = [
     "DeleteTarget",
     "DeleteTopics",
     "PartitionsIncrease",
-    "UNKNOWN_TOPIC_ID",
     "TopicResult",
     "create_partitions_answer",
     "create_partitions_for_broker",

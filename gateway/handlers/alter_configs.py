@@ -60,7 +60,13 @@ from typing import TYPE_CHECKING
 from policies.api import ConfigResource, ConfigResourceType, TopicState
 from protocol import admin
 from protocol import alter_configs as ac
-from protocol.errors import INVALID_REQUEST, POLICY_VIOLATION, ErrorCode
+from protocol.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
+    POLICY_VIOLATION,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode,
+)
 from protocol.framing import RequestHeader
 
 from .. import client_configs, config_changes
@@ -279,7 +285,7 @@ async def _client_config_change(
     admins = ctx.client_configs.admin_principals
     if admins is not None and ctx.principal not in admins:
         return ac.ResourceResult(
-            error_code=CLUSTER_AUTHORIZATION_FAILED,
+            error_code=int(CLUSTER_AUTHORIZATION_FAILED),
             error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not alter dynamic client "
             "configs (client_configs.admin_principals)",
         )
@@ -330,9 +336,6 @@ async def _client_config_change(
             f"{entity.resource_name!r}: {exc}",
         )
     return _OK
-
-
-CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 def _gateway_resource(name: str) -> ConfigResource:
@@ -399,8 +402,8 @@ def _unreadable(
 
 
 def _missing_topic(name: str, topic: admin.TopicDescription | None) -> ac.ResourceResult:
-    code = topic.error_code if topic is not None else admin.UNKNOWN_TOPIC_OR_PARTITION
-    if code == admin.UNKNOWN_TOPIC_OR_PARTITION:
+    code = topic.error_code if topic is not None else int(UNKNOWN_TOPIC_OR_PARTITION)
+    if code == int(UNKNOWN_TOPIC_OR_PARTITION):
         message = f"The topic '{name}' does not exist."
     else:
         message = f"Cannot read the state of topic '{name}': Metadata answered error {code}."

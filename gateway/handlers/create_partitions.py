@@ -26,7 +26,7 @@ from policies.api import ConfigResourceType, TopicState
 from policies.chain import Decision, Mode, Verdict
 from protocol import admin
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST
+from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION
 from protocol.framing import RequestHeader
 
 from . import Answer, Forward, Outcome
@@ -101,7 +101,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
 
 def undescribed_topic(name: str, code: int) -> ta.TopicResult:
     """The answer for a topic Metadata does not describe: its error, in words."""
-    if code == admin.UNKNOWN_TOPIC_OR_PARTITION:
+    if code == int(UNKNOWN_TOPIC_OR_PARTITION):
         message = f"The topic '{name}' does not exist."
     else:
         message = (
@@ -165,7 +165,7 @@ async def current_topics(
     for name in wanted:
         found = described.get(name)
         if found is None:
-            errors[name] = admin.UNKNOWN_TOPIC_OR_PARTITION
+            errors[name] = int(UNKNOWN_TOPIC_OR_PARTITION)
         elif not found.exists:
             errors[name] = found.error_code
         else:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from protocol import admin
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST
+from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 
 from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
@@ -72,7 +72,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
                 local[target] = ta.TopicResult(
                     name=None,
                     topic_id=target.topic_id,
-                    error_code=ta.UNKNOWN_TOPIC_ID,
+                    error_code=int(UNKNOWN_TOPIC_ID),
                     error_message="This server does not host this topic ID.",
                 )
             else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from protocol import describe_configs as dc
-from protocol.errors import INVALID_REQUEST
+from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST
 from protocol.framing import RequestHeader
 
 from .. import client_configs
@@ -72,9 +72,6 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     return Forward(frame=for_broker, on_response=merge)
 
 
-CLUSTER_AUTHORIZATION_FAILED = 31
-
-
 def _client_configs(
     ctx: ConnectionContext, request: dc.DescribeConfigs
 ) -> dict[int, dc.LocalResult]:
@@ -97,7 +94,7 @@ def _client_configs(
         own = entity.user == client_configs.user_of(ctx.principal)
         if admins is not None and not own and ctx.principal not in admins:
             local[index] = dc.LocalResult(
-                error_code=CLUSTER_AUTHORIZATION_FAILED,
+                error_code=int(CLUSTER_AUTHORIZATION_FAILED),
                 error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not describe another "
                 "user's dynamic client configs (client_configs.admin_principals)",
             )

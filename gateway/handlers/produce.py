@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from policies.chain import Decision, Verdict
 from policies.rules import Mode
-from protocol.errors import INVALID_RECORD
+from protocol.errors import INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import FrameRejected, RequestHeader
 from protocol.produce import VERSIONS as PRODUCE_VERSIONS
 from protocol.produce import (
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 API_KEY = 0
 VERSIONS = PRODUCE_VERSIONS
 _ALL_REPLICAS = frozenset({"-1", "all"})
-TOPIC_AUTHORIZATION_FAILED = 29
 
 
 async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
@@ -75,7 +74,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
     view = read_produce(header, frame)
     local: dict[tuple[str, int], PartitionError] = {
         (p.topic, p.partition): PartitionError(
-            error_code=TOPIC_AUTHORIZATION_FAILED,
+            error_code=int(TOPIC_AUTHORIZATION_FAILED),
             error_message=f"Topic '{p.topic}' is written by the gateway only.",
         )
         for p in view.partitions
