@@ -111,7 +111,7 @@ SCENARIOS = {
             compression="none",
             value=_binary(512),
             headers=None,
-            default_records=1_000_000,
+            default_records=1_500_000,
         ),
         Scenario(
             name="header",
@@ -119,7 +119,7 @@ SCENARIOS = {
             compression="none",
             value=_binary(512),
             headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
-            default_records=1_000_000,
+            default_records=1_500_000,
         ),
         Scenario(
             name="header-zstd",
@@ -127,7 +127,7 @@ SCENARIOS = {
             compression="zstd",
             value=_binary(512),
             headers=[("trace-id", b"0af7651916cd43dd8448eb211c80319c")],
-            default_records=1_500_000,
+            default_records=2_000_000,
         ),
         Scenario(
             name="json-schema",
@@ -135,7 +135,7 @@ SCENARIOS = {
             compression="none",
             value=_json_1k(1024),
             headers=None,
-            default_records=400_000,
+            default_records=800_000,
         ),
     )
 }
