@@ -48,7 +48,12 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     run.add_argument(
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here (overrides metrics)"
     )
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log lines at this level and above go to stderr (default: INFO)",
+    )
     run.set_defaults(func=_cmd_run)
 
 

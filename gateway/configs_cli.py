@@ -174,7 +174,9 @@ def add_configs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
             "dynamic_client_source, dynamic_default_client_source"
         ),
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for each answer (default: 30)"
+    )
     parser.set_defaults(func=cmd_configs)
 
 

@@ -78,7 +78,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         type=Path,
         help="YAML manifest: topics: [{name, partitions, replication_factor, configs}]",
     )
-    dry.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    dry.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the answer (default: 30)"
+    )
     dry.set_defaults(func=cmd_dry_run)
 
     policy = sub.add_parser("policy", help="policy tools that need no cluster")

@@ -25,18 +25,27 @@ def add_audit_commands(
     commands = audit.add_subparsers(dest="audit_command", required=True)
 
     report = commands.add_parser(
-        "report", help="build summary.json, CSV files and index.html from audit events"
+        "report",
+        help="build summary.json, CSV files and index.html from audit events",
+        description="Build the audit reports (summary.json, one CSV per report, index.html "
+        "with charts) from a spool directory or the Parquet audit table, in one Spark batch.",
     )
     report.add_argument(
         "--input", required=True, help="a spool directory or a Parquet audit table directory"
     )
     report.add_argument("--out", required=True, help="directory to write the report into")
-    report.add_argument("--top", type=int, default=10, help="rows in the top offenders report")
+    report.add_argument(
+        "--top", type=int, default=10, help="rows in the top offenders report (default: 10)"
+    )
     report.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     report.set_defaults(func=report_command)
 
     stream = commands.add_parser(
-        "stream", help="append audit events from the spool (or Kafka) to the Parquet table"
+        "stream",
+        help="append audit events from the spool (or Kafka) to the Parquet table",
+        description="Spark Structured Streaming: read audit events from the gateway's spool "
+        "(or its audit topic) and append each event once to the Parquet audit table, "
+        "partitioned by date; a checkpoint makes a restart lose and repeat nothing.",
     )
     add_stream_arguments(stream)
     stream.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
@@ -46,7 +55,12 @@ def add_audit_commands(
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     """The stream's command-line options; shared by ``kpg audit stream`` and spark-submit."""
-    parser.add_argument("--source", choices=("spool", "kafka"), default="spool")
+    parser.add_argument(
+        "--source",
+        choices=("spool", "kafka"),
+        default="spool",
+        help="where the events come from (default: spool)",
+    )
     parser.add_argument("--spool", help="spool directory the gateway writes (source spool)")
     parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (source kafka)")
     parser.add_argument("--topic", help="Kafka audit topic (source kafka)")
@@ -57,7 +71,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="process what is there, then stop (default: run until stopped)",
     )
-    parser.add_argument("--processing-time", default="30 seconds", help="micro-batch interval")
+    parser.add_argument(
+        "--processing-time",
+        default="30 seconds",
+        help="micro-batch interval (default: 30 seconds)",
+    )
     parser.add_argument("--max-files-per-trigger", type=int, help="cap segments per batch")
 
 
