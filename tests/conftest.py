@@ -10,6 +10,7 @@ import pytest
 
 from gateway.config import HostPort
 from gateway.embedded import EmbeddedBroker, free_port
+from tests.scripted import ScriptedCluster
 from tests.support import BrokerTap, GatewayThread, gateway_config
 
 
@@ -78,3 +79,13 @@ def tap(tapped_broker: BrokerTap) -> BrokerTap:
     """The tapped broker, with what earlier tests sent through it forgotten."""
     tapped_broker.requests.clear()
     return tapped_broker
+
+
+@pytest.fixture
+def scripted_cluster() -> Iterator[ScriptedCluster]:
+    """An empty scripted cluster (``tests/scripted.py``), closed after the test."""
+    cluster = ScriptedCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

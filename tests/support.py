@@ -1,4 +1,5 @@
-"""Test support: the real gateway in a background thread, raw Kafka requests, a broker tap.
+"""Test support: the real gateway in a background thread, raw Kafka requests, a broker tap,
+admin-client and TLS helpers, audit events.
 
 Nothing here mocks the gateway's sockets or the broker: the gateway runs its real listeners
 on loopback ports, in front of a real broker (or, where a test says so, a scripted upstream).
@@ -7,27 +8,39 @@ on loopback ports, in front of a real broker (or, where a test says so, a script
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import os
 import socket
 import struct
+import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine
+import uuid
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import uvloop
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i8, i32, i64
 
 from gateway.config import GatewayConfig, HostPort, from_mapping
 from gateway.server import Gateway
-from protocol.codec import decode_response, encode_request
-from protocol.framing import SIZE
+from protocol.codec import decode_request, decode_response, encode_request
+from protocol.framing import SIZE, parse_request_header
+from spark_audit.event import AuditEvent
+
+KAFKA_LIKE_UPSTREAM = {"ignores_validate_only": False, "topic_config_source_unreliable": False}
+"""``gateway_config(..., upstream=KAFKA_LIKE_UPSTREAM)``: for a scripted upstream that, like a
+Kafka broker and unlike the test broker, honours validate_only and reports config sources
+truly."""
 
 
 def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> GatewayConfig:
@@ -218,6 +231,14 @@ class BrokerTap:
     def api_keys(self) -> set[int]:
         return {r.api_key for r in self.requests}
 
+    def forwarded(self, api_key: int) -> list[Any]:
+        """The decoded requests of ``api_key`` that reached the broker."""
+        return [
+            decode_request(parse_request_header(r.frame), r.frame)
+            for r in self.requests
+            if r.api_key == api_key
+        ]
+
     def stop(self) -> None:
         if self._loop is not None and self._server is not None:
             self._loop.call_soon_threadsafe(self._server.close)
@@ -263,3 +284,130 @@ def fetch_request(topic: str, *, max_wait: timedelta, min_bytes: int = 1) -> Fet
         forgotten_topics_data=(),
         rack_id="",
     )
+
+
+def legacy_alter_configs_request(
+    version: int, resources: list[tuple[int, str, dict[str, str]]], validate_only: bool = False
+) -> Any:
+    """An AlterConfigs (API 33) request of ``version``: (resource type, name, configs) each."""
+    module = importlib.import_module(f"kio.schema.alter_configs.v{version}.request")
+    return module.AlterConfigsRequest(
+        resources=tuple(
+            module.AlterConfigsResource(
+                resource_type=i8(t),
+                resource_name=n,
+                configs=tuple(module.AlterableConfig(name=k, value=v) for k, v in configs.items()),
+            )
+            for t, n, configs in resources
+        ),
+        validate_only=validate_only,
+    )
+
+
+# --- admin-client helpers ------------------------------------------------------------------
+
+
+def unique_name(prefix: str) -> str:
+    """``prefix`` with a random suffix: a topic name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def outcome(future: Any) -> tuple[int, str] | None:
+    """A confluent-kafka admin future's outcome: None on success, else (error code, message)."""
+    try:
+        future.result(15)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        return error.code(), error.str()
+    return None
+
+
+def existing_topics(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    """The topic's configs as ``bootstrap`` describes them, those without a value left out
+    (Tansu lists only those set)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource("topic", topic)
+    entries = admin.describe_configs([resource])[resource].result(15)
+    return {key: entry.value for key, entry in entries.items() if entry.value is not None}
+
+
+# --- TLS ---------------------------------------------------------------------------------------
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(directory: Path, clients: Mapping[str, str]) -> Path:
+    """In ``directory``, made with openssl: a CA (``ca.pem``), a server certificate for
+    127.0.0.1 and localhost (``server.pem``/``.key``) and a client certificate for each of
+    ``clients`` (file stem -> subject; ``<stem>.pem``/``.key``). Over TLS the client
+    certificate is the principal."""
+    ca = ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test-ca"]
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", *ca, cwd=directory)
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    certificates: list[tuple[str, str, list[str]]] = [
+        ("server", "/CN=localhost", ["-extfile", "san.ext"])
+    ]
+    certificates += [(stem, subject, []) for stem, subject in clients.items()]
+    for stem, subject, ext in certificates:
+        key = ["-keyout", f"{stem}.key", "-out", f"{stem}.csr", "-subj", subject]
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", *key, cwd=directory)
+        sign = ["-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", *ext]
+        _openssl("x509", "-req", "-in", f"{stem}.csr", "-out", f"{stem}.pem", *sign, cwd=directory)
+    return directory
+
+
+def tls_listener(pki: Path) -> dict[str, str]:
+    """The gateway's ``tls:`` section for ``make_pki``'s server certificate, client
+    certificates required."""
+    return {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "ca_file": str(pki / "ca.pem"),
+        "client_auth": "required",
+    }
+
+
+def ssl_client(bootstrap: str, pki: Path, who: str | None) -> dict[str, str]:
+    """A confluent-kafka config for TLS to ``bootstrap``, with the client certificate
+    ``who`` of ``make_pki`` (None: no client certificate)."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki / "ca.pem"),
+    }
+    if who is not None:
+        config["ssl.certificate.location"] = str(pki / f"{who}.pem")
+        config["ssl.key.location"] = str(pki / f"{who}.key")
+    return config
+
+
+# --- audit events ------------------------------------------------------------------------------
+
+
+def audit_event(**overrides: Any) -> AuditEvent:
+    """An audit event: User:alice's CreateTopics of ``orders`` denied by
+    min-replication-factor, unless ``overrides`` say otherwise."""
+    fields: dict[str, Any] = {
+        "time": "2026-11-21T09:00:00.123Z",
+        "gateway_instance": "kpg-1",
+        "client_address": "10.0.0.7:53122",
+        "principal": "User:alice",
+        "client_id": "app",
+        "api": "CreateTopics",
+        "api_version": 7,
+        "resource_type": "topic",
+        "resource_name": "orders",
+        "action": "create",
+        "policy": "min-replication-factor",
+        "mode": "enforce",
+        "verdict": "denied",
+        "error_code": 87,
+    }
+    fields.update(overrides)
+    return AuditEvent(**fields)

@@ -22,7 +22,14 @@ from gateway.config import HostPort
 from protocol import client_configs as wire
 from protocol.framing import SIZE
 from tests.e2e.test_gateway_process import KPG
-from tests.support import GatewayThread, RawClient, gateway_config, wait_for
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    tls_listener,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -33,27 +40,10 @@ CERT_USER = "CN=alice,OU=eng,O=Acme,C=US"
 """The user of principal ``User:CN=alice,OU=eng,O=Acme,C=US``: the whole DN."""
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (as in
-    tests/inproc/test_principal.py)."""
-    d = tmp_path_factory.mktemp("pki")
-    ca = ["-days", "2", "-subj", "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem"]
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", *ca, cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, subject, ext in (
-        ("server", "/CN=localhost", ["-extfile", "san.ext"]),
-        ("client", CERT_SUBJECT, []),
-    ):
-        key = ["-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject]
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", *key, cwd=d)
-        sign = ["-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", *ext]
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-out", f"{name}.pem", *sign, cwd=d)
-    return d
+    """A client certificate (``client``) for ``CERT_SUBJECT``."""
+    return make_pki(tmp_path_factory.mktemp("pki"), {"client": CERT_SUBJECT})
 
 
 @pytest.fixture
@@ -61,15 +51,9 @@ def gateways(
     broker: HostPort, pki: Path, tmp_path: Path
 ) -> Iterator[tuple[GatewayThread, GatewayThread]]:
     state = {"path": str(tmp_path / "state.db"), "refresh_interval_s": 0.2}
-    tls = {
-        "cert_file": str(pki / "server.pem"),
-        "key_file": str(pki / "server.key"),
-        "ca_file": str(pki / "ca.pem"),
-        "client_auth": "required",
-    }
     plain = GatewayThread(gateway_config(broker, state=state)).start()
     try:
-        secure = GatewayThread(gateway_config(broker, state=state, tls=tls)).start()
+        secure = GatewayThread(gateway_config(broker, state=state, tls=tls_listener(pki))).start()
         try:
             yield plain, secure
         finally:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -26,26 +24,35 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
-from kio.index import load_response_schema
-from kio.schema.describe_configs.v4.response import (
-    DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
-)
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i8, i32Timedelta
+from kio.static.primitive import i8
 
 from gateway.config import HostPort
 from policies.api import TopicAction, TopicState
-from protocol.codec import decode_request, encode_request
-from protocol.framing import parse_request_header
+from protocol.codec import encode_request
 from tests.plugins.kafka_test_policies import (
     MinInsyncAlterConfigPolicy,
     RecordingAlterConfigV2Policy,
     RecordingTopicActionPolicy,
 )
-from tests.scripted import ScriptedBroker, ScriptedCluster
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+from tests.scripted import (
+    ScriptedBroker,
+    ScriptedCluster,
+    alter_configs_response,
+    describe_configs_response,
+    describe_configs_result,
+)
+from tests.support import (
+    KAFKA_LIKE_UPSTREAM,
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    legacy_alter_configs_request,
+    outcome,
+    topic_configs,
+    unique_name,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -56,24 +63,11 @@ MIN_INSYNC = {"alter.config.policy.class.name": f"{PLUGINS}.MinInsyncAlterConfig
 V2 = {"alter.config.v2.policy.class.name": f"{PLUGINS}.RecordingAlterConfigV2Policy"}
 TOPIC_ACTION = {"topic.action.policy.class.name": f"{PLUGINS}.RecordingTopicActionPolicy"}
 MIN_INSYNC_MESSAGE = "Changing min.insync.replicas is not allowed"
-ZERO = i32Timedelta.parse(timedelta(0))
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def create_topic(bootstrap: str, topic: str, configs: dict[str, str], partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(15)
-
-
-def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
-    """The topic's configs as the broker reports them (Tansu lists only those set)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    resource = ConfigResource("topic", topic)
-    entries = admin.describe_configs([resource])[resource].result(15)
-    return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
 
 def op(key: str, value: str | None, kind: AlterConfigOpType) -> ConfigEntry:
@@ -87,25 +81,7 @@ def alter(
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resources = [ConfigResource("topic", t, incremental_configs=e) for t, e in changes.items()]
     futures = admin.incremental_alter_configs(resources, validate_only=validate_only)
-    results: dict[str, tuple[int, str] | None] = {}
-    for resource, future in futures.items():
-        try:
-            future.result(15)
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            results[resource.name] = (error.code(), error.str())
-        else:
-            results[resource.name] = None
-    return results
-
-
-def forwarded(tap: BrokerTap, api_key: int) -> list[Any]:
-    """The requests of ``api_key`` that reached the broker, decoded."""
-    return [
-        decode_request(parse_request_header(r.frame), r.frame)
-        for r in tap.requests
-        if r.api_key == api_key
-    ]
+    return {resource.name: outcome(future) for resource, future in futures.items()}
 
 
 Tapped = tuple[GatewayThread, BrokerTap]
@@ -147,9 +123,13 @@ def tapped(start_tapped: Any) -> Tapped:
 # --- IncrementalAlterConfigs against the real broker ------------------------------------------
 
 
-def test_min_insync_change_fails_only_its_resource(broker: HostPort, tapped: Tapped) -> None:
-    gw, _ = tapped
-    guarded, free = name("guarded"), name("free")
+def alter_guarded_and_free(
+    broker: HostPort, gw: GatewayThread, validate_only: bool = False
+) -> tuple[str, str]:
+    """Makes two topics with retention.ms=1000 and, in one request through ``gw``, changes
+    min.insync.replicas of the first ("guarded": the policy refuses) and retention.ms of the
+    second ("free") to 12345. Checks that only the guarded one was refused."""
+    guarded, free = unique_name("guarded"), unique_name("free")
     for topic in (guarded, free):
         create_topic(str(broker), topic, {"retention.ms": "1000"})
     results = alter(
@@ -158,8 +138,15 @@ def test_min_insync_change_fails_only_its_resource(broker: HostPort, tapped: Tap
             guarded: [op("min.insync.replicas", "2", AlterConfigOpType.SET)],
             free: [op("retention.ms", "12345", AlterConfigOpType.SET)],
         },
+        validate_only=validate_only,
     )
     assert results == {guarded: (KafkaError.POLICY_VIOLATION, MIN_INSYNC_MESSAGE), free: None}
+    return guarded, free
+
+
+def test_min_insync_change_fails_only_its_resource(broker: HostPort, tapped: Tapped) -> None:
+    gw, _ = tapped
+    guarded, free = alter_guarded_and_free(broker, gw)
     assert topic_configs(gw.bootstrap, guarded) == {"retention.ms": "1000"}
     assert topic_configs(gw.bootstrap, free) == {"retention.ms": "12345"}
     assert (
@@ -177,25 +164,14 @@ def test_validate_only_runs_the_policy_and_changes_nothing(
     broker: HostPort, tapped: Tapped
 ) -> None:
     gw, _ = tapped
-    guarded, free = name("dry-guarded"), name("dry-free")
-    for topic in (guarded, free):
-        create_topic(str(broker), topic, {"retention.ms": "1000"})
-    results = alter(
-        gw.bootstrap,
-        {
-            guarded: [op("min.insync.replicas", "2", AlterConfigOpType.SET)],
-            free: [op("retention.ms", "12345", AlterConfigOpType.SET)],
-        },
-        validate_only=True,
-    )
-    assert results == {guarded: (KafkaError.POLICY_VIOLATION, MIN_INSYNC_MESSAGE), free: None}
+    guarded, free = alter_guarded_and_free(broker, gw, validate_only=True)
     assert topic_configs(gw.bootstrap, guarded) == {"retention.ms": "1000"}
     assert topic_configs(gw.bootstrap, free) == {"retention.ms": "1000"}
 
 
 def test_validate_only_on_a_missing_topic(tapped: Tapped) -> None:
     gw, _ = tapped
-    missing = name("missing")
+    missing = unique_name("missing")
     results = alter(gw.bootstrap, {missing: [op("retention.ms", "5", AlterConfigOpType.SET)]}, True)
     assert results == {
         missing: (KafkaError.UNKNOWN_TOPIC_OR_PART, f"The topic '{missing}' does not exist.")
@@ -205,7 +181,7 @@ def test_validate_only_on_a_missing_topic(tapped: Tapped) -> None:
 def test_the_test_broker_applies_validate_only_config_changes(broker: HostPort) -> None:
     """Why the test gateway runs with ``upstream.ignores_validate_only``: Tansu changes the
     config of a validate_only IncrementalAlterConfigs. Once this fails, Tansu honours it."""
-    topic = name("tansu-dry")
+    topic = unique_name("tansu-dry")
     create_topic(str(broker), topic, {"retention.ms": "1000"})
     assert alter(str(broker), {topic: [op("retention.ms", "7", AlterConfigOpType.SET)]}, True) == {
         topic: None
@@ -263,7 +239,7 @@ def test_v2_policy_sees_before_and_after(
     broker: HostPort, start_tapped: Any, entries: list[ConfigEntry], after: dict[str, str]
 ) -> None:
     gw, _ = start_tapped(V2)
-    topic = name("v2")
+    topic = unique_name("v2")
     create_topic(str(broker), topic, BEFORE)
     assert alter(gw.bootstrap, {topic: entries}) == {topic: None}
     seen = [m for m in RecordingAlterConfigV2Policy.seen if m.resource.name == topic]
@@ -274,7 +250,7 @@ def test_v2_policy_sees_before_and_after(
 
 def test_topic_action_policy_sees_a_modify(broker: HostPort, start_tapped: Any) -> None:
     gw, _ = start_tapped(TOPIC_ACTION)
-    topic, forbidden, missing = name("modify"), name("forbidden"), name("gone")
+    topic, forbidden, missing = unique_name("modify"), unique_name("forbidden"), unique_name("gone")
     for t in (topic, forbidden):
         create_topic(str(broker), t, {"retention.ms": "1000"}, partitions=3)
     metadata = AdminClient({"bootstrap.servers": str(broker)}).list_topics(topic, timeout=10)
@@ -343,7 +319,7 @@ def test_answered_here_in_the_clients_version(
     broker: HostPort, tapped: Tapped, version: int
 ) -> None:
     gw, tap = tapped
-    guarded, twice = name("raw-guarded"), name("raw-twice")
+    guarded, twice = unique_name("raw-guarded"), unique_name("raw-twice")
     for topic in (guarded, twice):
         create_topic(str(broker), topic, {})
     payload = _incremental_payload(
@@ -369,7 +345,7 @@ def test_answered_here_in_the_clients_version(
     single = _incremental_payload(version, [(2, guarded, [("min.insync.replicas", 0, "2")])])
     answer = RawClient(gw.bootstrap).request(44, version, single)
     assert _results(answer) == [(2, guarded, 44, MIN_INSYNC_MESSAGE)]
-    assert forwarded(tap, 44) == []
+    assert tap.forwarded(44) == []
 
 
 @pytest.mark.parametrize("validate_only", [False, True])
@@ -379,7 +355,7 @@ def test_mixed_request_sends_the_broker_only_the_allowed_resources(
     """On one connection (the tap sees the bootstrap connection only; confluent-kafka may
     use the broker's own listener)."""
     gw, tap = tapped
-    guarded, free = name("mix-guarded"), name("mix-free")
+    guarded, free = unique_name("mix-guarded"), unique_name("mix-free")
     for topic in (guarded, free):
         create_topic(str(broker), topic, {"retention.ms": "1000"})
     payload = dataclasses.replace(
@@ -394,7 +370,7 @@ def test_mixed_request_sends_the_broker_only_the_allowed_resources(
     )
     answer = RawClient(gw.bootstrap).request(44, 1, payload)
     assert [(n, code) for _, n, code, _ in _results(answer)] == [(guarded, 44), (free, 0)]
-    sent = forwarded(tap, 44)
+    sent = tap.forwarded(44)
     if validate_only:
         # The broker applies validate_only changes, so the dry run never reaches it.
         assert sent == []
@@ -408,7 +384,7 @@ def test_mixed_request_sends_the_broker_only_the_allowed_resources(
 
 def test_all_allowed_forwards_the_clients_bytes(broker: HostPort, tapped: Tapped) -> None:
     gw, tap = tapped
-    topic = name("bytes")
+    topic = unique_name("bytes")
     create_topic(str(broker), topic, {})
     payload = _incremental_payload(1, [(2, topic, [("retention.ms", 0, "5")])])
     client = RawClient(gw.bootstrap)
@@ -435,62 +411,23 @@ class ScriptedConfigs:
 
     async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
         if header.api_key == 32:
-            return DescribeConfigsResponse(
-                throttle_time=ZERO,
-                results=tuple(
-                    self._describe(int(r.resource_type), r.resource_name) for r in request.resources
-                ),
+            return describe_configs_response(
+                self._describe(int(r.resource_type), r.resource_name) for r in request.resources
             )
         if header.api_key in (33, 44):
-            schema: Any = load_response_schema(header.api_key, header.api_version)
-            module = importlib.import_module(schema.__module__)
-            return schema(
-                throttle_time=ZERO,
-                responses=tuple(
-                    module.AlterConfigsResourceResponse(
-                        error_code=ErrorCode.none,
-                        error_message=None,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                    )
-                    for r in request.resources
-                ),
+            return alter_configs_response(
+                header, ((r, ErrorCode.none, None) for r in request.resources)
             )
         raise AssertionError(f"unexpected API {header.api_key}")
 
-    def _describe(self, resource_type: int, resource_name: str) -> DescribeConfigsResult:
+    def _describe(self, resource_type: int, resource_name: str) -> Any:
         found = self.configs.get((resource_type, resource_name), [])
-        error, message, entries = ErrorCode.none, None, found
         if isinstance(found, tuple):
-            (code, message), entries = found, []
-            error = ErrorCode(code)
-        return DescribeConfigsResult(
-            error_code=error,
-            error_message=message,
-            resource_type=i8(resource_type),
-            resource_name=resource_name,
-            configs=tuple(
-                DescribeConfigsResourceResult(
-                    name=k,
-                    value=v,
-                    read_only=False,
-                    config_source=i8(source),
-                    is_sensitive=False,
-                    synonyms=(),
-                    documentation=None,
-                )
-                for k, v, source in entries
-            ),
-        )
-
-
-@pytest.fixture
-def scripted() -> Iterator[ScriptedCluster]:
-    cluster = ScriptedCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+            code, message = found
+            return describe_configs_result(
+                resource_type, resource_name, [], ErrorCode(code), message
+            )
+        return describe_configs_result(resource_type, resource_name, found)
 
 
 def scripted_gateway(upstream: ScriptedBroker, *policies: dict[str, str]) -> GatewayThread:
@@ -498,40 +435,24 @@ def scripted_gateway(upstream: ScriptedBroker, *policies: dict[str, str]) -> Gat
     section: dict[str, str] = {}
     for p in policies:
         section.update(p)
-    config = gateway_config(upstream.address, policies=section)
-    # A Kafka-like broker: it honours validate_only and reports config sources truly.
-    # (gateway_config's own ``upstream=`` override clashes with its first parameter.)
-    kafka_like = dataclasses.replace(
-        config.upstream, ignores_validate_only=False, topic_config_source_unreliable=False
-    )
-    return GatewayThread(dataclasses.replace(config, upstream=kafka_like)).start()
-
-
-def _legacy_payload(
-    version: int, resources: list[tuple[int, str, dict[str, str]]], validate_only: bool
-) -> Any:
-    module = importlib.import_module(f"kio.schema.alter_configs.v{version}.request")
-    return module.AlterConfigsRequest(
-        resources=tuple(
-            module.AlterConfigsResource(
-                resource_type=i8(t),
-                resource_name=n,
-                configs=tuple(module.AlterableConfig(name=k, value=v) for k, v in configs.items()),
-            )
-            for t, n, configs in resources
-        ),
-        validate_only=validate_only,
-    )
+    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=section)
+    return GatewayThread(config).start()
 
 
 @pytest.mark.parametrize("validate_only", [False, True])
 @pytest.mark.parametrize("version", [0, 1, 2])
-def test_legacy_alter_configs(scripted: ScriptedCluster, version: int, validate_only: bool) -> None:
+def test_legacy_alter_configs(
+    scripted_cluster: ScriptedCluster, version: int, validate_only: bool
+) -> None:
     """Scripted upstream: the test broker has no AlterConfigs (API key 33), so a broker that
     answers DescribeConfigs with the current configs and accepts AlterConfigs is scripted."""
-    guarded, replaced, emptied = name("l-guarded"), name("l-replaced"), name("l-emptied")
+    guarded, replaced, emptied = (
+        unique_name("l-guarded"),
+        unique_name("l-replaced"),
+        unique_name("l-emptied"),
+    )
     default_entry = ("segment.bytes", "1073741824", DEFAULT)
-    upstream = scripted.add(
+    upstream = scripted_cluster.add(
         ScriptedConfigs(
             {
                 (2, guarded): [("min.insync.replicas", "1", DYNAMIC_TOPIC), default_entry],
@@ -555,7 +476,7 @@ def test_legacy_alter_configs(scripted: ScriptedCluster, version: int, validate_
         len(MinInsyncAlterConfigPolicy.seen),
     )
     try:
-        payload = _legacy_payload(
+        payload = legacy_alter_configs_request(
             version,
             [
                 (2, guarded, {"min.insync.replicas": "2"}),
@@ -600,11 +521,13 @@ def test_legacy_alter_configs(scripted: ScriptedCluster, version: int, validate_
     ]
 
 
-def test_resource_whose_state_cannot_be_read_is_refused(scripted: ScriptedCluster) -> None:
+def test_resource_whose_state_cannot_be_read_is_refused(
+    scripted_cluster: ScriptedCluster,
+) -> None:
     """Scripted upstream: the test broker describes every resource without error, even a
     topic that does not exist, so a DescribeConfigs error is scripted here."""
-    secret, open_topic = name("secret"), name("open")
-    upstream = scripted.add(
+    secret, open_topic = unique_name("secret"), unique_name("open")
+    upstream = scripted_cluster.add(
         ScriptedConfigs(
             {
                 (2, secret): (29, "Topic authorization failed."),

@@ -36,7 +36,7 @@ from gateway.embedded import broker_binary, free_port
 from policies.api import AlterConfigV2Policy, AlterConfigV2RequestMetadata, PolicyViolation
 from protocol import client_configs as wire
 from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT
-from protocol.codec import decode_request, encode_request
+from protocol.codec import encode_request
 from protocol.framing import parse_request_header
 from protocol.join_group import session_timeout_ms
 from protocol.produce import read_produce
@@ -112,14 +112,6 @@ def stored(gw: GatewayThread) -> Mapping[str, str]:
     return gw.gateway.state.items(cc.STATE_NAMESPACE)
 
 
-def forwarded(tap: BrokerTap, api_key: int) -> list[Any]:
-    return [
-        decode_request(parse_request_header(r.frame), r.frame)
-        for r in tap.requests
-        if r.api_key == api_key
-    ]
-
-
 def new_topic(bootstrap: str, configs: dict[str, str]) -> str:
     topic = f"cc-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -173,7 +165,7 @@ def test_mixed_describe_returns_both_in_order(tapped: tuple[GatewayThread, Broke
     }
     # The broker was asked about the topic only.
     assert [
-        [(int(r.resource_type), r.resource_name) for r in d.resources] for d in forwarded(tap, 32)
+        [(int(r.resource_type), r.resource_name) for r in d.resources] for d in tap.forwarded(32)
     ] == [[(TOPIC, topic)]]
 
 
@@ -191,7 +183,7 @@ def test_the_gateways_resources_alone_never_reach_the_broker(
             (),
         ),
     ]
-    assert forwarded(tap, 32) == []
+    assert tap.forwarded(32) == []
 
 
 def test_client_resource_is_the_connections_own_user(gateway: GatewayThread) -> None:
@@ -235,7 +227,7 @@ def test_mixed_alter_is_split_and_merged_in_order(
         (USER_CLIENT, "carol:app", INVALID_REQUEST),
     ]
     assert [
-        [(int(r.resource_type), r.resource_name) for r in a.resources] for a in forwarded(tap, 44)
+        [(int(r.resource_type), r.resource_name) for r in a.resources] for a in tap.forwarded(44)
     ] == [[(TOPIC, topic)]]
     assert dict(stored(gw)) == {"carol/<default>/acks": "1"}
     (described,) = describe(gw.bootstrap, [(TOPIC, topic)])

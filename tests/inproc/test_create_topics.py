@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.create_topics.v2.request import (
     CreatableReplicaAssignment,
@@ -21,7 +20,15 @@ from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway.config import HostPort
 from protocol.create_topics import encode_legacy_request
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    existing_topics,
+    gateway_config,
+    outcome,
+    unique_name,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -47,28 +54,11 @@ def tapped(tap: BrokerTap) -> Iterator[tuple[GatewayThread, BrokerTap]]:
         gw.stop()
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def existing_topics(bootstrap: str) -> set[str]:
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
-
-
-def outcome(future: object) -> tuple[int, str] | None:
-    try:
-        future.result(15)  # type: ignore[attr-defined]
-    except KafkaException as exc:
-        error: KafkaError = exc.args[0]
-        return error.code(), error.str()
-    return None
-
-
 def test_confluent_violations_fail_only_their_topic(
     tapped: tuple[GatewayThread, BrokerTap],
 ) -> None:
     gw, _ = tapped
-    ok, few, many = name("ok"), name("few"), name("many")
+    ok, few, many = unique_name("ok"), unique_name("few"), unique_name("many")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     futures = admin.create_topics(
         [
@@ -94,7 +84,7 @@ def test_validate_only_runs_policies_and_creates_nothing(
     tapped: tuple[GatewayThread, BrokerTap],
 ) -> None:
     gw, tap = tapped
-    good, bad = name("dry-good"), name("dry-bad")
+    good, bad = unique_name("dry-good"), unique_name("dry-bad")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     futures = admin.create_topics([NewTopic(good, 6, 1), NewTopic(bad, 1, 1)], validate_only=True)
     assert outcome(futures[good]) is None
@@ -110,7 +100,7 @@ def test_validate_only_runs_policies_and_creates_nothing(
 
 def test_validate_only_reports_existing_topic(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     gw, _ = tapped
-    topic = name("exists")
+    topic = unique_name("exists")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     assert outcome(admin.create_topics([NewTopic(topic, 5, 1)])[topic]) is None
     again = admin.create_topics([NewTopic(topic, 5, 1)], validate_only=True)[topic]
@@ -119,7 +109,7 @@ def test_validate_only_reports_existing_topic(tapped: tuple[GatewayThread, Broke
 
 def test_all_allowed_forwards_the_clients_bytes(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     gw, tap = tapped
-    topic = name("bytes")
+    topic = unique_name("bytes")
     payload = CreateTopicsRequest(
         topics=(
             CreatableTopic(
@@ -147,7 +137,7 @@ def test_all_allowed_forwards_the_clients_bytes(tapped: tuple[GatewayThread, Bro
 def test_all_denied_is_answered_without_the_broker(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     gw, tap = tapped
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-    topic = name("denied")
+    topic = unique_name("denied")
     assert outcome(admin.create_topics([NewTopic(topic, 2, 1)])[topic])[0] == 44  # type: ignore[index]
     assert not any(r.api_key == 19 for r in tap.requests)
 
@@ -199,7 +189,11 @@ def _read_legacy(frame: bytes, version: int) -> list[tuple[str, int, str | None]
 @pytest.mark.parametrize("version", [0, 1])
 def test_raw_legacy_versions(tapped: tuple[GatewayThread, BrokerTap], version: int) -> None:
     gw, tap = tapped
-    ok, bad, assigned = name(f"v{version}-ok"), name(f"v{version}-bad"), name(f"v{version}-as")
+    ok, bad, assigned = (
+        unique_name(f"v{version}-ok"),
+        unique_name(f"v{version}-bad"),
+        unique_name(f"v{version}-as"),
+    )
     client = RawClient(gw.bootstrap)
     client.send_bytes(
         encode_legacy_request(
@@ -227,7 +221,7 @@ def test_raw_legacy_versions(tapped: tuple[GatewayThread, BrokerTap], version: i
 
 def test_raw_v1_validate_only(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     gw, _ = tapped
-    topic = name("v1-dry")
+    topic = unique_name("v1-dry")
     client = RawClient(gw.bootstrap)
     client.send_bytes(
         encode_legacy_request(1, 5, "legacy", _v2_payload([_topic(topic, 7)], validate_only=True))
@@ -242,7 +236,7 @@ def test_kafka_python_admin(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     from kafka.errors import PolicyViolationError
 
     gw, _ = tapped
-    ok, bad = name("kp-ok"), name("kp-bad")
+    ok, bad = unique_name("kp-ok"), unique_name("kp-bad")
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     try:
         with pytest.raises(PolicyViolationError, match="at least 5 partitions, received 4"):
@@ -259,7 +253,7 @@ def test_failing_policy_denies_and_gateway_keeps_serving(broker: HostPort, polic
         gateway_config(broker, policies=policy_section(policy, **{"policy.timeout.ms": 300}))
     ).start()
     try:
-        topic = name("hang" if "Hanging" in policy else "crash")
+        topic = unique_name("hang" if "Hanging" in policy else "crash")
         admin = AdminClient({"bootstrap.servers": gw.bootstrap})
         code, message = outcome(admin.create_topics([NewTopic(topic, 5, 1)])[topic])  # type: ignore[misc]
         assert code == KafkaError.POLICY_VIOLATION

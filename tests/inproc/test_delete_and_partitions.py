@@ -6,9 +6,7 @@ TEST_BROKER.md), so the CreatePartitions tests put a scripted upstream behind th
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,29 +15,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.describe_configs.v4.response import (
-    DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
-)
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v12.response import (
-    MetadataResponse,
-    MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
-)
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i32Timedelta
+from kio.static.primitive import i32, i32Timedelta
 
 from gateway.config import HostPort
-from protocol.codec import decode_request, encode_request
-from protocol.framing import parse_request_header
+from protocol.codec import encode_request
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
-from tests.scripted import ScriptedBroker, ScriptedCluster
-from tests.support import BrokerTap, GatewayThread, RawClient, TapRecord, gateway_config
+from tests.scripted import (
+    ZERO,
+    ScriptedBroker,
+    ScriptedCluster,
+    describe_configs_response,
+    describe_configs_result,
+    metadata_response,
+)
+from tests.support import (
+    KAFKA_LIKE_UPSTREAM,
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    existing_topics,
+    gateway_config,
+    make_pki,
+    outcome,
+    ssl_client,
+    tls_listener,
+    unique_name,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -50,7 +55,6 @@ TOPIC_ACTION = {
     ),
 }
 ADMIN = "User:CN=platform-admin"
-ZERO = i32Timedelta.parse(timedelta(0))
 TIMEOUT = i32Timedelta.parse(timedelta(seconds=10))
 
 
@@ -66,27 +70,22 @@ def protected(mode: str = "enforce", principals: tuple[str, ...] = ()) -> dict[s
     return {"rules": [rule]}
 
 
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
 def create(bootstrap: str, *topics: NewTopic) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(list(topics)).values():
         future.result(15)
 
 
-def existing_topics(bootstrap: str) -> set[str]:
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+def keep_and_gone(bootstrap: str) -> tuple[str, str]:
+    """Creates a ``keep-`` topic (protected by ``protected()``) and a ``gone-`` one (not)."""
+    kept, gone = unique_name("keep"), unique_name("gone")
+    create(bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    return kept, gone
 
 
-def outcome(future: Any) -> tuple[int, str] | None:
-    try:
-        future.result(15)
-    except KafkaException as exc:
-        error: KafkaError = exc.args[0]
-        return error.code(), error.str()
-    return None
+def assert_only_gone_deleted(bootstrap: str, kept: str, gone: str) -> None:
+    topics = existing_topics(bootstrap)
+    assert kept in topics and gone not in topics
 
 
 def request_schema(api: str, version: int, cls: str) -> Any:
@@ -95,15 +94,6 @@ def request_schema(api: str, version: int, cls: str) -> Any:
 
 def response_schema(api: str, version: int, cls: str) -> Any:
     return getattr(importlib.import_module(f"kio.schema.{api}.v{version}.response"), cls)
-
-
-def forwarded(records: list[TapRecord], api_key: int) -> list[Any]:
-    """The decoded requests of ``api_key`` that reached the broker."""
-    return [
-        decode_request(parse_request_header(r.frame), r.frame)
-        for r in records
-        if r.api_key == api_key
-    ]
 
 
 # --- DeleteTopics against the real broker -------------------------------------------------------
@@ -124,15 +114,13 @@ def test_confluent_protected_topic_is_kept_and_the_other_deleted(
     tapped: tuple[GatewayThread, BrokerTap],
 ) -> None:
     gw, _ = tapped
-    kept, gone = name("keep"), name("gone")
-    create(gw.bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    kept, gone = keep_and_gone(gw.bootstrap)
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     futures = admin.delete_topics([kept, gone], operation_timeout=10)
     # librdkafka speaks DeleteTopics v4, which has no error_message: only the code reaches it.
     assert outcome(futures[kept]) == (KafkaError.POLICY_VIOLATION, "Broker: Policy violation")
     assert outcome(futures[gone]) is None
-    topics = existing_topics(gw.bootstrap)
-    assert kept in topics and gone not in topics
+    assert_only_gone_deleted(gw.bootstrap, kept, gone)
 
 
 def test_kafka_python_gets_the_policy_message(tapped: tuple[GatewayThread, BrokerTap]) -> None:
@@ -140,8 +128,7 @@ def test_kafka_python_gets_the_policy_message(tapped: tuple[GatewayThread, Broke
     from kafka.errors import PolicyViolationError
 
     gw, _ = tapped
-    kept, gone = name("keep"), name("gone")
-    create(gw.bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    kept, gone = keep_and_gone(gw.bootstrap)
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     try:
         with pytest.raises(PolicyViolationError) as raised:
@@ -151,8 +138,7 @@ def test_kafka_python_gets_the_policy_message(tapped: tuple[GatewayThread, Broke
     assert f"topic {kept} is protected: no one may delete it (rule keep-topics)" in str(
         raised.value
     )
-    topics = existing_topics(gw.bootstrap)
-    assert kept in topics and gone not in topics
+    assert_only_gone_deleted(gw.bootstrap, kept, gone)
 
 
 def _delete_request(version: int, topics: list[str | uuid.UUID]) -> Any:
@@ -180,8 +166,8 @@ def _names(version: int, request: Any) -> list[str | None]:
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_raw_delete_every_version(tapped: tuple[GatewayThread, BrokerTap], version: int) -> None:
     gw, tap = tapped
-    kept, gone, missing = name("keep"), name("gone"), name("missing")
-    create(gw.bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    kept, gone = keep_and_gone(gw.bootstrap)
+    missing = unique_name("missing")
     answer = RawClient(gw.bootstrap).request(
         20, version, _delete_request(version, [kept, gone, missing])
     )
@@ -198,16 +184,15 @@ def test_raw_delete_every_version(tapped: tuple[GatewayThread, BrokerTap], versi
         assert answer.responses[2].error_message == f"The topic '{missing}' does not exist."
     # Only the allowed topic went to the broker, in the client's version; the unknown one was
     # answered by the gateway, which has no state to judge it by.
-    (sent,) = forwarded(tap.requests, 20)
+    (sent,) = tap.forwarded(20)
     assert [r.api_version for r in tap.requests if r.api_key == 20] == [version]
     assert _names(version, sent) == [gone]
-    topics = existing_topics(gw.bootstrap)
-    assert kept in topics and gone not in topics
+    assert_only_gone_deleted(gw.bootstrap, kept, gone)
 
 
 def test_all_allowed_forwards_the_clients_bytes(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     gw, tap = tapped
-    gone = name("gone")
+    gone = unique_name("gone")
     create(gw.bootstrap, NewTopic(gone, 1, 1))
     payload = _delete_request(5, [gone])
     answer = RawClient(gw.bootstrap).request(20, 5, payload)
@@ -222,7 +207,7 @@ def test_all_denied_is_answered_without_the_broker(
     tapped: tuple[GatewayThread, BrokerTap],
 ) -> None:
     gw, tap = tapped
-    kept = name("keep")
+    kept = unique_name("keep")
     create(gw.bootstrap, NewTopic(kept, 1, 1))
     answer = RawClient(gw.bootstrap).request(20, 6, _delete_request(6, [kept]))
     assert [(r.name, int(r.error_code)) for r in answer.responses] == [(kept, 44)]
@@ -236,8 +221,7 @@ def test_v6_topic_ids_are_resolved_and_unknown_ids_never_forwarded(
     from kafka.admin import KafkaAdminClient
 
     gw, tap = tapped
-    kept, gone = name("keep"), name("gone")
-    create(gw.bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    kept, gone = keep_and_gone(gw.bootstrap)
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     try:
         ids = {t["name"]: uuid.UUID(t["topic_id"]) for t in admin.describe_topics([kept, gone])}
@@ -257,18 +241,16 @@ def test_v6_topic_ids_are_resolved_and_unknown_ids_never_forwarded(
     )
     assert by_id[ids[gone]][1] == 0
     assert by_id[unknown] == (None, 100, "This server does not host this topic ID.")
-    (sent,) = forwarded(tap.requests, 20)
+    (sent,) = tap.forwarded(20)
     assert [(t.name, t.topic_id) for t in sent.topics] == [(None, ids[gone])]
-    topics = existing_topics(gw.bootstrap)
-    assert kept in topics and gone not in topics
+    assert_only_gone_deleted(gw.bootstrap, kept, gone)
 
 
 def test_kafka_python_deletes_by_topic_id(tapped: tuple[GatewayThread, BrokerTap]) -> None:
     from kafka.admin import KafkaAdminClient
 
     gw, _ = tapped
-    kept, gone = name("keep"), name("gone")
-    create(gw.bootstrap, NewTopic(kept, 1, 1), NewTopic(gone, 1, 1))
+    kept, gone = keep_and_gone(gw.bootstrap)
     admin = KafkaAdminClient(bootstrap_servers=gw.bootstrap)
     try:
         ids = {t["name"]: uuid.UUID(t["topic_id"]) for t in admin.describe_topics([kept, gone])}
@@ -277,15 +259,18 @@ def test_kafka_python_deletes_by_topic_id(tapped: tuple[GatewayThread, BrokerTap
         admin.close()
     codes = {uuid.UUID(t["topic_id"]): t["error_code"] for t in result["topics"]}
     assert codes == {ids[kept]: 44, ids[gone]: 0}
-    topics = existing_topics(gw.bootstrap)
-    assert kept in topics and gone not in topics
+    assert_only_gone_deleted(gw.bootstrap, kept, gone)
 
 
 def test_topic_action_policy_sees_the_delete(broker: HostPort) -> None:
     RecordingTopicActionPolicy.seen.clear()
     gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION)).start()
     try:
-        gone, forbidden, missing = name("gone"), name("forbidden"), name("missing")
+        gone, forbidden, missing = (
+            unique_name("gone"),
+            unique_name("forbidden"),
+            unique_name("missing"),
+        )
         # Straight on the broker: the policy would refuse to create the "forbidden-" one.
         create(
             str(broker),
@@ -323,7 +308,7 @@ def test_topic_action_policy_sees_the_delete(broker: HostPort) -> None:
 def test_dry_run_rule_lets_the_delete_through_and_counts_it(broker: HostPort) -> None:
     gw = GatewayThread(gateway_config(broker, policies=protected(mode="dry-run"))).start()
     try:
-        kept = name("keep")
+        kept = unique_name("keep")
         create(gw.bootstrap, NewTopic(kept, 1, 1))
         admin = AdminClient({"bootstrap.servers": gw.bootstrap})
         futures = admin.delete_topics([kept], operation_timeout=10)
@@ -336,59 +321,24 @@ def test_dry_run_rule_lets_the_delete_through_and_counts_it(broker: HostPort) ->
         gw.stop()
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and client certificates for CN=platform-admin
-    and CN=alice: over TLS the client certificate is the principal."""
-    d = tmp_path_factory.mktemp("pki")
-    key = ["-newkey", "rsa:2048", "-nodes"]
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-             "-subj", "/CN=test-ca", cwd=d)  # fmt: skip
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for who, subject, ext in (
-        ("server", "/CN=localhost", ["-extfile", "san.ext"]),
-        ("platform-admin", "/CN=platform-admin", []),
-        ("alice", "/CN=alice", []),
-    ):
-        _openssl("req", *key, "-keyout", f"{who}.key", "-out", f"{who}.csr", "-subj", subject,
-                 cwd=d)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", *ext, cwd=d)  # fmt: skip
-    return d
+    """Client certificates for CN=platform-admin and CN=alice: over TLS the client
+    certificate is the principal."""
+    return make_pki(
+        tmp_path_factory.mktemp("pki"),
+        {"platform-admin": "/CN=platform-admin", "alice": "/CN=alice"},
+    )
 
 
 def test_only_the_allowed_principal_deletes_a_protected_topic(broker: HostPort, pki: Path) -> None:
     gw = GatewayThread(
-        gateway_config(
-            broker,
-            policies=protected(principals=(ADMIN,)),
-            tls={
-                "cert_file": str(pki / "server.pem"),
-                "key_file": str(pki / "server.key"),
-                "ca_file": str(pki / "ca.pem"),
-                "client_auth": "required",
-            },
-        )
+        gateway_config(broker, policies=protected(principals=(ADMIN,)), tls=tls_listener(pki))
     ).start()
-
-    def admin_as(who: str) -> AdminClient:
-        return AdminClient(
-            {
-                "bootstrap.servers": gw.bootstrap,
-                "security.protocol": "SSL",
-                "ssl.ca.location": str(pki / "ca.pem"),
-                "ssl.certificate.location": str(pki / f"{who}.pem"),
-                "ssl.key.location": str(pki / f"{who}.key"),
-            }
-        )
-
     try:
-        kept = name("keep")
-        alice, platform = admin_as("alice"), admin_as("platform-admin")
+        kept = unique_name("keep")
+        alice = AdminClient(ssl_client(gw.bootstrap, pki, "alice"))
+        platform = AdminClient(ssl_client(gw.bootstrap, pki, "platform-admin"))
         for future in alice.create_topics([NewTopic(kept, 1, 1)]).values():
             future.result(15)
         assert outcome(alice.delete_topics([kept], operation_timeout=10)[kept]) == (
@@ -417,82 +367,25 @@ class PartitionsCluster:
     async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
         if header.api_key == 3:
             assert header.api_version == 12, "only the gateway's own Metadata is expected"
-            return self._metadata(me, request)
+            topics = [(t.name, self.replicas.get(t.name)) for t in request.topics or ()]
+            return metadata_response(me, topics, brokers=(1, 2, 3))
         if header.api_key == 32:
-            return self._describe_configs(request)
+            return describe_configs_response(
+                self._describe_configs(r.resource_type, r.resource_name) for r in request.resources
+            )
         if header.api_key == 37:
             return self._create_partitions(header.api_version, request)
         raise AssertionError(f"unexpected API {header.api_key}")
 
-    def _metadata(self, me: ScriptedBroker, request: Any) -> Any:
-        assert me.address is not None
-        wanted = [t.name for t in request.topics] if request.topics is not None else []
-        return MetadataResponse(
-            throttle_time=ZERO,
-            brokers=tuple(
-                MetadataResponseBroker(
-                    node_id=BrokerId(n), host=me.address.host, port=i32(me.address.port)
-                )
-                for n in (1, 2, 3)
-            ),
-            cluster_id="scripted",
-            controller_id=BrokerId(1),
-            topics=tuple(self._topic(t) for t in wanted),
-        )
-
-    def _topic(self, topic: str) -> Any:
-        if topic not in self.replicas:
-            return MetadataResponseTopic(
-                error_code=ErrorCode.unknown_topic_or_partition,
-                name=TopicName(topic),
-                topic_id=None,
-                partitions=(),
+    def _describe_configs(self, resource_type: int, topic: str) -> Any:
+        entries = [
+            (key, value, source) for key, (value, source) in self.configs.get(topic, {}).items()
+        ]
+        if topic in self.unreadable_configs:
+            return describe_configs_result(
+                resource_type, topic, entries, ErrorCode.topic_authorization_failed, "not for you"
             )
-        return MetadataResponseTopic(
-            error_code=ErrorCode.none,
-            name=TopicName(topic),
-            topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, topic),
-            partitions=tuple(
-                MetadataResponsePartition(
-                    error_code=ErrorCode.none,
-                    partition_index=i32(p),
-                    leader_id=BrokerId(replicas[0]),
-                    replica_nodes=tuple(BrokerId(r) for r in replicas),
-                    isr_nodes=tuple(BrokerId(r) for r in replicas),
-                )
-                for p, replicas in enumerate(self.replicas[topic])
-            ),
-        )
-
-    def _describe_configs(self, request: Any) -> Any:
-        return DescribeConfigsResponse(
-            throttle_time=ZERO,
-            results=tuple(
-                DescribeConfigsResult(
-                    error_code=ErrorCode.topic_authorization_failed
-                    if r.resource_name in self.unreadable_configs
-                    else ErrorCode.none,
-                    error_message="not for you"
-                    if r.resource_name in self.unreadable_configs
-                    else None,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                    configs=tuple(
-                        DescribeConfigsResourceResult(
-                            name=key,
-                            value=value,
-                            read_only=False,
-                            config_source=i8(source),
-                            is_sensitive=False,
-                            synonyms=(),
-                            documentation=None,
-                        )
-                        for key, (value, source) in self.configs.get(r.resource_name, {}).items()
-                    ),
-                )
-                for r in request.resources
-            ),
-        )
+        return describe_configs_result(resource_type, topic, entries)
 
     def _create_partitions(self, version: int, request: Any) -> Any:
         result = response_schema("create_partitions", version, "CreatePartitionsTopicResult")
@@ -521,7 +414,9 @@ class ScriptedGateway:
 
 
 @pytest.fixture
-def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedGateway]:
+def scripted(
+    request: pytest.FixtureRequest, scripted_cluster: ScriptedCluster
+) -> Iterator[ScriptedGateway]:
     """A scripted upstream with CreatePartitions, which the test broker lacks.
 
     ``request.param`` is the ``policies:`` section (default: partitions max 8, protected
@@ -544,24 +439,14 @@ def scripted(request: pytest.FixtureRequest) -> Iterator[ScriptedGateway]:
             "small": {"retention.ms": ("7200000", 1), "cleanup.policy": ("delete", 5)},
         },
     )
-    cluster = ScriptedCluster()
-    upstream = cluster.add(state.respond, "partitions-broker")
+    upstream = scripted_cluster.add(state.respond, "partitions-broker")
     assert upstream.address is not None
-    config = gateway_config(upstream.address, policies=policies)
-    # gateway_config cannot take upstream overrides (its first parameter is named upstream),
-    # and this upstream honours validate_only and reports config sources truthfully.
-    config = dataclasses.replace(
-        config,
-        upstream=dataclasses.replace(
-            config.upstream, ignores_validate_only=False, topic_config_source_unreliable=False
-        ),
-    )
+    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=policies)
     gw = GatewayThread(config).start()
     try:
         yield ScriptedGateway(gateway=gw, upstream=upstream, state=state)
     finally:
         gw.stop()
-        cluster.close()
 
 
 def _partitions_request(

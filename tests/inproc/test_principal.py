@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -24,7 +23,14 @@ from gateway.config import HostPort
 from gateway.principal import ssl_principal
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.scripted import ScriptedCluster
-from tests.support import GatewayThread, RawClient, gateway_config
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    ssl_client,
+    tls_listener,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -36,104 +42,23 @@ TOPIC_ACTION = {
 }
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name, subject, ext in (
-        ("server", "/CN=localhost", ["-extfile", "san.ext"]),
-        ("client", "/C=US/O=Acme/OU=eng/CN=alice", []),
-    ):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            "-subj",
-            subject,
-            cwd=d,
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "2",
-            *ext,
-            cwd=d,
-        )
-    return d
+    """A client certificate (``client``) with a full distinguished name."""
+    return make_pki(tmp_path_factory.mktemp("pki"), {"client": "/C=US/O=Acme/OU=eng/CN=alice"})
 
 
 def test_tls_client_certificate_is_the_principal(broker: HostPort, pki: Path) -> None:
     RecordingTopicActionPolicy.seen.clear()
-    gw = GatewayThread(
-        gateway_config(
-            broker,
-            policies=TOPIC_ACTION,
-            tls={
-                "cert_file": str(pki / "server.pem"),
-                "key_file": str(pki / "server.key"),
-                "ca_file": str(pki / "ca.pem"),
-                "client_auth": "required",
-            },
-        )
-    ).start()
+    gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION, tls=tls_listener(pki))).start()
     try:
-        admin = AdminClient(
-            {
-                "bootstrap.servers": gw.bootstrap,
-                "security.protocol": "SSL",
-                "ssl.ca.location": str(pki / "ca.pem"),
-                "ssl.certificate.location": str(pki / "client.pem"),
-                "ssl.key.location": str(pki / "client.key"),
-            }
-        )
+        admin = AdminClient(ssl_client(gw.bootstrap, pki, "client"))
         topic = f"tls-{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
         (seen,) = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]
         assert seen.principal == "User:CN=alice,OU=eng,O=Acme,C=US"
         # Without a client certificate the TLS handshake fails: nothing gets through.
-        anonymous = AdminClient(
-            {
-                "bootstrap.servers": gw.bootstrap,
-                "security.protocol": "SSL",
-                "ssl.ca.location": str(pki / "ca.pem"),
-            }
-        )
+        anonymous = AdminClient(ssl_client(gw.bootstrap, pki, None))
         other = f"tls-{uuid.uuid4().hex[:8]}"
         with pytest.raises(Exception):  # noqa: B017 - librdkafka reports a transport failure
             anonymous.create_topics([NewTopic(other, 1, 1)], request_timeout=5)[other].result(10)

@@ -9,15 +9,12 @@ from then on.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -25,30 +22,30 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
-from kio.index import load_response_schema
-from kio.schema.describe_configs.v4.response import (
-    DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
-)
 from kio.schema.errors import ErrorCode
-from kio.schema.metadata.v12.response import (
-    MetadataResponse,
-    MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
-)
-from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i32Timedelta
 
 from gateway.record_validation import STATE_NAMESPACE
 from protocol import client_configs as wire
 from protocol.alter_configs import DELETE, SET
-from protocol.codec import decode_request
-from protocol.framing import parse_request_header
 from tests.plugins.kafka_test_policies import RecordingAlterConfigV2Policy
-from tests.scripted import ScriptedBroker, ScriptedCluster
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+from tests.scripted import (
+    ScriptedBroker,
+    ScriptedCluster,
+    alter_configs_response,
+    describe_configs_response,
+    describe_configs_result,
+    metadata_response,
+)
+from tests.support import (
+    KAFKA_LIKE_UPSTREAM,
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    legacy_alter_configs_request,
+    outcome,
+    topic_configs,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -59,7 +56,6 @@ V2 = {
         "tests.plugins.kafka_test_policies.RecordingAlterConfigV2Policy"
     )
 }
-ZERO = i32Timedelta.parse(timedelta(0))
 
 
 @pytest.fixture
@@ -94,13 +90,9 @@ def alter(
     """IncrementalAlterConfigs on one topic with confluent-kafka: None or (code, message)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource("topic", topic, incremental_configs=entries)
-    future = admin.incremental_alter_configs([resource], validate_only=validate_only)[resource]
-    try:
-        future.result(15)
-    except KafkaException as exc:
-        error: KafkaError = exc.args[0]
-        return error.code(), error.str()
-    return None
+    return outcome(
+        admin.incremental_alter_configs([resource], validate_only=validate_only)[resource]
+    )
 
 
 def raw_alter(
@@ -130,22 +122,6 @@ def described(bootstrap: str, topic: str) -> dict[str, tuple[str | None, int]]:
     return {k: (e.value, int(e.source)) for k, e in entries.items()}
 
 
-def at_broker(tap: BrokerTap, topic: str) -> dict[str, str]:
-    """The topic's configs as the broker itself holds them (asked past the gateway)."""
-    admin = AdminClient({"bootstrap.servers": str(tap.address)})
-    resource = ConfigResource("topic", topic)
-    entries = admin.describe_configs([resource])[resource].result(15)
-    return {k: e.value for k, e in entries.items() if e.value is not None}
-
-
-def forwarded(tap: BrokerTap, api_key: int) -> list[Any]:
-    return [
-        decode_request(parse_request_header(r.frame), r.frame)
-        for r in tap.requests
-        if r.api_key == api_key
-    ]
-
-
 def set_policy(value: str) -> ConfigEntry:
     return ConfigEntry(KEY, value, incremental_operation=AlterConfigOpType.SET)
 
@@ -160,13 +136,13 @@ def test_set_then_delete_turns_validation_on_and_off(
 
     assert raw_alter(gw.bootstrap, topic, [(KEY, SET, POLICY)]) == (0, None)
     # A change of the gateway's key alone never reaches the broker.
-    assert forwarded(tap, 44) == []
+    assert tap.forwarded(44) == []
     assert gw.gateway.state.get(STATE_NAMESPACE, topic) == POLICY
     assert produce_without_header(gw.bootstrap, topic) == KafkaError.INVALID_RECORD
     assert described(gw.bootstrap, topic)[KEY] == (POLICY, 1)  # DYNAMIC_TOPIC_CONFIG
 
     assert raw_alter(gw.bootstrap, topic, [(KEY, DELETE, None)]) == (0, None)
-    assert forwarded(tap, 44) == []
+    assert tap.forwarded(44) == []
     assert gw.gateway.state.get(STATE_NAMESPACE, topic) is None
     assert produce_without_header(gw.bootstrap, topic) == 0
     assert KEY not in described(gw.bootstrap, topic)
@@ -184,12 +160,13 @@ def test_mixed_change_sends_the_broker_the_rest_and_policies_see_the_key(
     ops = [("retention.ms", SET, "2000"), (KEY, SET, POLICY)]
     assert raw_alter(gw.bootstrap, topic, ops)[0] == 0  # Tansu's message on success is ""
 
-    sent = forwarded(tap, 44)
+    sent = tap.forwarded(44)
     assert [
         [(r.resource_name, [(c.name, c.value) for c in r.configs]) for r in s.resources]
         for s in sent
     ] == [[(topic, [("retention.ms", "2000")])]]
-    assert at_broker(tap, topic) == {"retention.ms": "2000"}
+    # The configs as the broker itself holds them (asked past the gateway).
+    assert topic_configs(str(tap.address), topic) == {"retention.ms": "2000"}
     assert gw.gateway.state.get(STATE_NAMESPACE, topic) == POLICY
     seen = [m for m in RecordingAlterConfigV2Policy.seen[start:] if m.resource.name == topic]
     assert [(m.configs_before, m.configs_after) for m in seen] == [
@@ -220,7 +197,7 @@ def test_validate_only_and_refusals_store_nothing(
         f"The topic '{missing}' does not exist.",
     )
     assert gw.gateway.state.get(STATE_NAMESPACE, missing) is None
-    assert forwarded(tap, 44) == []
+    assert tap.forwarded(44) == []
 
 
 def test_deleting_the_topic_forgets_its_policy(tapped: tuple[GatewayThread, BrokerTap]) -> None:
@@ -250,131 +227,54 @@ class LegacyConfigsBroker:
 
     async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
         if header.api_key == 3:
-            return self._metadata(me, request)
+            # Every topic exists, with one partition on broker 1.
+            return metadata_response(me, ((t.name, [(1,)]) for t in request.topics or ()))
         if header.api_key == 32:
-            return DescribeConfigsResponse(
-                throttle_time=ZERO,
-                results=tuple(
-                    DescribeConfigsResult(
-                        error_code=ErrorCode.none,
-                        error_message=None,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                        configs=tuple(
-                            DescribeConfigsResourceResult(
-                                name=k,
-                                value=v,
-                                read_only=False,
-                                config_source=i8(DYNAMIC_TOPIC),
-                                is_sensitive=False,
-                                synonyms=(),
-                                documentation=None,
-                            )
-                            for k, v in self.configs.get(r.resource_name, {}).items()
-                        ),
-                    )
-                    for r in request.resources
-                ),
+            return describe_configs_response(
+                describe_configs_result(
+                    r.resource_type,
+                    r.resource_name,
+                    (
+                        (k, v, DYNAMIC_TOPIC)
+                        for k, v in self.configs.get(r.resource_name, {}).items()
+                    ),
+                )
+                for r in request.resources
             )
         if header.api_key == 33:
-            schema: Any = load_response_schema(33, header.api_version)
-            module = importlib.import_module(schema.__module__)
             results = []
             for r in request.resources:
                 unknown = [c.name for c in r.configs if c.name in (KEY, "no.such.config")]
                 if not unknown and not request.validate_only:
                     self.configs[r.resource_name] = {c.name: c.value for c in r.configs}
-                results.append(
-                    module.AlterConfigsResourceResponse(
-                        error_code=ErrorCode.invalid_config if unknown else ErrorCode.none,
-                        error_message=f"Unknown topic config name: {unknown[0]}"
-                        if unknown
-                        else None,
-                        resource_type=r.resource_type,
-                        resource_name=r.resource_name,
-                    )
-                )
-            return schema(throttle_time=ZERO, responses=tuple(results))
+                if unknown:
+                    message = f"Unknown topic config name: {unknown[0]}"
+                    results.append((r, ErrorCode.invalid_config, message))
+                else:
+                    results.append((r, ErrorCode.none, None))
+            return alter_configs_response(header, results)
         raise AssertionError(f"unexpected API {header.api_key}")
-
-    def _metadata(self, me: ScriptedBroker, request: Any) -> Any:
-        assert me.address is not None
-        return MetadataResponse(
-            throttle_time=ZERO,
-            brokers=(
-                MetadataResponseBroker(
-                    node_id=BrokerId(1), host=me.address.host, port=i32(me.address.port)
-                ),
-            ),
-            cluster_id="scripted",
-            controller_id=BrokerId(1),
-            topics=tuple(
-                MetadataResponseTopic(
-                    error_code=ErrorCode.none,
-                    name=TopicName(t.name),
-                    topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, t.name),
-                    partitions=(
-                        MetadataResponsePartition(
-                            error_code=ErrorCode.none,
-                            partition_index=i32(0),
-                            leader_id=BrokerId(1),
-                            replica_nodes=(BrokerId(1),),
-                            isr_nodes=(BrokerId(1),),
-                        ),
-                    ),
-                )
-                for t in request.topics or ()
-            ),
-        )
-
-
-@pytest.fixture
-def scripted() -> Iterator[ScriptedCluster]:
-    cluster = ScriptedCluster()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def legacy(
     client: RawClient, topic: str, configs: dict[str, str], validate_only: bool = False
 ) -> tuple[int, str | None]:
-    from kio.schema.alter_configs.v1.request import (
-        AlterableConfig,
-        AlterConfigsRequest,
-        AlterConfigsResource,
-    )
-
-    request = AlterConfigsRequest(
-        resources=(
-            AlterConfigsResource(
-                resource_type=i8(2),
-                resource_name=topic,
-                configs=tuple(AlterableConfig(name=k, value=v) for k, v in configs.items()),
-            ),
-        ),
-        validate_only=validate_only,
-    )
+    request = legacy_alter_configs_request(1, [(2, topic, configs)], validate_only)
     (result,) = client.request(33, 1, request).responses
     return int(result.error_code), result.error_message
 
 
-def test_legacy_alter_configs_sets_and_implicitly_deletes(scripted: ScriptedCluster) -> None:
+def test_legacy_alter_configs_sets_and_implicitly_deletes(
+    scripted_cluster: ScriptedCluster,
+) -> None:
     """Scripted upstream: the test broker has no AlterConfigs (API key 33), and accepts
     config names it does not know. The scripted one refuses unknown names as a Kafka broker
     does, so a success shows the gateway's key was taken out."""
     topic, bare = f"rvc-l-{uuid.uuid4().hex[:6]}", f"rvc-b-{uuid.uuid4().hex[:6]}"
     broker = LegacyConfigsBroker({topic: {"retention.ms": "100"}})
-    upstream = scripted.add(broker.respond, "legacy")
+    upstream = scripted_cluster.add(broker.respond, "legacy")
     assert upstream.address is not None
-    # A Kafka-like broker: it honours validate_only and reports config sources truly.
-    kafka_like = {"ignores_validate_only": False, "topic_config_source_unreliable": False}
-    config = gateway_config(upstream.address)
-    config = dataclasses.replace(
-        config, upstream=dataclasses.replace(config.upstream, **kafka_like)
-    )
-    gw = GatewayThread(config).start()
+    gw = GatewayThread(gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM)).start()
     try:
         client = RawClient(gw.bootstrap)
         state = gw.gateway.state

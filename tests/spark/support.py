@@ -12,32 +12,21 @@ from pyspark.sql import DataFrame, SparkSession
 from gateway.audit import SpoolSink
 from spark_audit.event import AuditEvent, spark_schema
 from spark_audit.transforms import prepare_events
+from tests.support import audit_event
 
 _numbers = itertools.count()
 
 
 def event(**overrides: Any) -> AuditEvent:
-    """A denied CreateTopics by User:alice unless ``overrides`` say otherwise."""
+    """``audit_event``'s denied CreateTopics by User:alice, of a topic of its own, unless
+    ``overrides`` say otherwise; an allowed one names no policy and no error code."""
     fields: dict[str, Any] = {
         "time": "2026-11-21T09:15:00.000Z",
-        "gateway_instance": "kpg-1",
-        "client_address": "10.0.0.7:53122",
-        "principal": "User:alice",
-        "client_id": "app",
-        "api": "CreateTopics",
-        "api_version": 7,
-        "resource_type": "topic",
         "resource_name": f"topic-{next(_numbers)}",
-        "action": "create",
-        "policy": "min-replication-factor",
-        "mode": "enforce",
-        "verdict": "denied",
-        "error_code": 87,
     }
     if overrides.get("verdict") == "allowed":
         fields.update(policy=None, error_code=None)
-    fields.update(overrides)
-    return AuditEvent(**fields)
+    return audit_event(**(fields | overrides))
 
 
 def write_segment(spool: Path, events: Sequence[AuditEvent]) -> Path:

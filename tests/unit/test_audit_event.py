@@ -20,6 +20,7 @@ from spark_audit.event import (
     format_time,
     parse_time,
 )
+from tests.support import audit_event
 
 pytestmark = pytest.mark.unit
 
@@ -27,25 +28,13 @@ SCHEMA_DOC = Path(__file__).resolve().parents[2] / "spark_audit" / "SCHEMA.md"
 
 
 def make_event(**overrides: Any) -> AuditEvent:
+    """``audit_event``'s denied CreateTopics of ``orders``, by terraform, with a message."""
     fields: dict[str, Any] = {
-        "time": "2026-11-21T09:00:00.123Z",
-        "gateway_instance": "kpg-1",
-        "client_address": "10.0.0.7:53122",
-        "principal": "User:alice",
         "client_id": "terraform",
-        "api": "CreateTopics",
-        "api_version": 7,
-        "resource_type": "topic",
         "resource_name": "orders",
-        "action": "create",
-        "policy": "min-replication-factor",
-        "mode": "enforce",
-        "verdict": "denied",
-        "error_code": 87,
         "message": "replication_factor 1 is below the minimum 3",
     }
-    fields.update(overrides)
-    return AuditEvent(**fields)
+    return audit_event(**(fields | overrides))
 
 
 def test_json_line_round_trips_and_is_one_line() -> None:

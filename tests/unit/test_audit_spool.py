@@ -28,29 +28,14 @@ from gateway.audit import (
     SpoolSink,
 )
 from spark_audit.event import AuditEvent
+from tests.support import audit_event
 
 pytestmark = pytest.mark.unit
 
 
 def make_event(number: int = 0, **overrides: Any) -> AuditEvent:
-    fields: dict[str, Any] = {
-        "time": "2026-11-21T09:00:00.123Z",
-        "gateway_instance": "kpg-1",
-        "client_address": "10.0.0.7:53122",
-        "principal": "User:alice",
-        "client_id": "app",
-        "api": "CreateTopics",
-        "api_version": 7,
-        "resource_type": "topic",
-        "resource_name": f"topic-{number:04d}",
-        "action": "create",
-        "policy": "min-replication-factor",
-        "mode": "enforce",
-        "verdict": "denied",
-        "error_code": 87,
-    }
-    fields.update(overrides)
-    return AuditEvent(**fields)
+    """``audit_event`` of topic ``topic-<number, 4 digits>``: all as long as ``LINE_BYTES``."""
+    return audit_event(**({"resource_name": f"topic-{number:04d}"} | overrides))
 
 
 class FakeClock:

@@ -404,8 +404,9 @@ def test_bad_prefix_lengths_are_refused_before_iterating() -> None:
         read_records(batch, headers=False, key_bytes=-2, value_bytes=0)
 
 
-def test_a_zstd_bomb_is_stopped_near_the_cap() -> None:
-    """zstd cannot bound its output per call, so the reader bounds the input it feeds."""
+def assert_zstd_bomb_stopped_near_the_cap(scan: Callable[[BatchView, int], object]) -> None:
+    """``scan(batch, cap)`` of a zstd batch of one 32 MiB value, cap 1 MiB, refuses the batch
+    having used less than 8 MiB of memory."""
     plain = uncompressed_batch((record(0, b"bomb", bytes(32 * 1024 * 1024)),))
     buffer = reframe(
         plain,
@@ -418,19 +419,22 @@ def test_a_zstd_bomb_is_stopped_near_the_cap() -> None:
     tracemalloc.start()
     try:
         with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
-            list(
-                read_records(
-                    batch,
-                    headers=False,
-                    key_bytes=0,
-                    value_bytes=0,
-                    max_decompressed_bytes=1024 * 1024,
-                )
-            )
+            scan(batch, 1024 * 1024)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
+
+
+def test_a_zstd_bomb_is_stopped_near_the_cap() -> None:
+    """zstd cannot bound its output per call, so the reader bounds the input it feeds."""
+    assert_zstd_bomb_stopped_near_the_cap(
+        lambda batch, cap: list(
+            read_records(
+                batch, headers=False, key_bytes=0, value_bytes=0, max_decompressed_bytes=cap
+            )
+        )
+    )
 
 
 @pytest.mark.parametrize("compression", list(CompressionType), ids=lambda c: c.name.lower())
@@ -596,23 +600,7 @@ def test_check_headers_refuses_a_corrupt_batch_in_the_full_readers_words(
 def test_the_fast_readers_stop_a_zstd_bomb_near_the_cap(
     scan: Callable[[BatchView, int], object],
 ) -> None:
-    plain = uncompressed_batch((record(0, b"bomb", bytes(32 * 1024 * 1024)),))
-    buffer = reframe(
-        plain,
-        records_section=zstandard.compress(plain[HEADER_SIZE:]),
-        attributes=int(CompressionType.ZSTD),
-    )
-    del plain
-    (batch,) = read_batches(buffer)
-
-    tracemalloc.start()
-    try:
-        with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
-            scan(batch, 1024 * 1024)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert peak < 8 * 1024 * 1024
+    assert_zstd_bomb_stopped_near_the_cap(scan)
 
 
 # --- read_values: the same values as reading every record, for less -----------------------------
