@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py builds protocol/_recscan.c (the record scanners in C) into the checkout.
+$(STAMP): pyproject.toml setup.py protocol/_recscan.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -31,8 +32,8 @@ test-fast: install
 	$(PY) -m pytest -m "unit"
 
 lint: install
-	$(VENV)/bin/ruff check gateway protocol policies spark_audit tests bench
-	$(VENV)/bin/ruff format --check gateway protocol policies spark_audit tests bench
+	$(VENV)/bin/ruff check gateway protocol policies spark_audit tests bench setup.py
+	$(VENV)/bin/ruff format --check gateway protocol policies spark_audit tests bench setup.py
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
@@ -40,4 +41,4 @@ bench: install
 	$(PY) bench/produce_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so

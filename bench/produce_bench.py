@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gateway.embedded import EmbeddedBroker, free_port  # noqa: E402
+from protocol.records import record_scanner  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -364,7 +365,7 @@ def main() -> int:
             process.send_signal(signal.SIGTERM)
             process.wait(30)
 
-    print()
+    print(f"\nrecord scanner: {record_scanner()}")
     for name, result in results.items():
         m = result["medians"]
         spread = ", ".join(f"{r:.2f}" for r in result["pair_ratios"])
@@ -382,6 +383,8 @@ def main() -> int:
         "pairs": args.pairs,
         "latency_rate": args.latency_rate,
         "broker": "tansu (embedded, memory)",
+        # protocol/_recscan.c, or the Python scanners (KPG_RECORD_SCANNER=python)
+        "record_scanner": record_scanner(),
         "scenarios": results,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from prometheus_client import Counter
 from policies.chain import PolicyChain
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from policies.rules import ProtectedTopicsRule
+from protocol.records import record_scanner
 from protocol.versions import VersionRange
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
@@ -122,9 +123,10 @@ class Gateway:
                 self.config.metrics.host, self.config.metrics.port
             )
         log.info(
-            "bootstrap listener on %s, upstream %s",
+            "bootstrap listener on %s, upstream %s, record scanner %s",
             self.bootstrap_address,
             ", ".join(map(str, self.config.upstream.bootstrap_servers)),
+            record_scanner(),
         )
 
     def _bootstrap_targets(self) -> Sequence[HostPort]:

@@ -35,10 +35,12 @@ Contracts, stated once:
 """
 
 import enum
+import os
 import zlib
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import partial
+from types import ModuleType
 from typing import Final, TypeAlias
 
 import lz4.frame
@@ -72,7 +74,19 @@ __all__ = (
     "read_record_fields",
     "read_records",
     "read_values",
+    "record_scanner",
 )
+
+_native: ModuleType | None
+try:
+    from . import _recscan as _native
+except ImportError:  # built without a C compiler: the Python scanners answer alike, slower
+    _native = None
+_SCANNER_ENV: Final = "KPG_RECORD_SCANNER"
+if os.environ.get(_SCANNER_ENV) == "python":
+    _native = None
+elif os.environ.get(_SCANNER_ENV) == "native" and _native is None:
+    raise ImportError(f"{_SCANNER_ENV}=native, but protocol._recscan was not built")
 
 MAX_DECOMPRESSED_BYTES: Final = 100 * 1024 * 1024
 """Default cap on what one batch's records section may decompress to."""
@@ -349,7 +363,8 @@ def read_values(
         raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
     values: list[bytes | None] = []
     try:
-        size = _scan(batch, max_decompressed_bytes, partial(_values_window, values=values))
+        reader = _values_window if _native is None else _native_values_window
+        size = _scan(batch, max_decompressed_bytes, partial(reader, values=values))
         return RecordValues(values=values, size_in_bytes=size)
     except (_Irregular, CorruptBatch):
         pass  # the full reader below says what is wrong, in its own words
@@ -365,6 +380,12 @@ def read_values(
         values.append(value)
         size += size_in_bytes
     return RecordValues(values=values, size_in_bytes=size)
+
+
+def record_scanner() -> str:
+    """Which scanners check_headers and read_values use: "native" (protocol/_recscan.c) or
+    "python" (when that was not built, or KPG_RECORD_SCANNER=python asks for them)."""
+    return "python" if _native is None else "native"
 
 
 def _raw_keys(keys: frozenset[str]) -> frozenset[bytes] | None:
@@ -640,8 +661,49 @@ def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> Hea
     """check_headers for a batch as it should be: raises _Irregular, or CorruptBatch from
     decompression, at the first thing out of the ordinary."""
     missing: list[int] = []
-    size = _scan(batch, limit, partial(_scan_window, wanted=wanted, missing=missing))
+    window: _Window
+    if _native is not None and len(wanted) <= _NATIVE_MAX_WANTED:
+        window = partial(_native_header_window, wanted=tuple(wanted), missing=missing)
+    else:
+        window = partial(_scan_window, wanted=wanted, missing=missing)
+    size = _scan(batch, limit, window)
     return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
+
+
+_NATIVE_MAX_WANTED: Final = 64
+
+
+def _native_header_window(
+    buffer: bytes,
+    position: int,
+    first: int,
+    count: int,
+    stop: int,
+    *,
+    wanted: tuple[bytes, ...],
+    missing: list[int],
+) -> tuple[int, int, int]:
+    """_scan_window, by protocol._recscan."""
+    assert _native is not None
+    answer: tuple[int, int, int] | None = _native.header_window(
+        buffer, position, first, count, stop, wanted, missing
+    )
+    if answer is None:
+        raise _Irregular
+    return answer
+
+
+def _native_values_window(
+    buffer: bytes, position: int, first: int, count: int, stop: int, *, values: list[bytes | None]
+) -> tuple[int, int, int]:
+    """_values_window, by protocol._recscan."""
+    assert _native is not None
+    answer: tuple[int, int, int] | None = _native.values_window(
+        buffer, position, first, count, stop, values
+    )
+    if answer is None:
+        raise _Irregular
+    return answer
 
 
 _Window: TypeAlias = Callable[[bytes, int, int, int, int], tuple[int, int, int]]
@@ -903,6 +965,8 @@ def _values_window(
             else:
                 header_count, size = read_signed_varint(buffer, offset)
                 if header_count < 0 or offset + size + 2 * header_count > end:
+                    raise _Irregular
+                if header_count == 0 and offset + size != end:  # 0 written in two bytes
                     raise _Irregular
             position = end
     except (BufferUnderflow, IndexError, ValueError) as exc:

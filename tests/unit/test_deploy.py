@@ -65,8 +65,12 @@ def test_compose_gateway_writes_where_its_user_may() -> None:
 
 def test_dockerfile_copies_what_exists() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
-    for source in re.findall(r"^COPY (\S+)", dockerfile, flags=re.M):
-        assert (ROOT / source).exists(), source
+    copied = re.findall(r"^COPY (?!--from=)(.+) \S+$", dockerfile, flags=re.M)
+    for sources in copied:
+        for source in sources.split():
+            assert (ROOT / source).exists(), source
+    # setup.py builds the C record scanners; the image's build stage needs it.
+    assert any("setup.py" in sources.split() for sources in copied)
     for pkg in ("gateway", "protocol", "policies", "spark_audit"):
         assert f"COPY {pkg} " in dockerfile
     assert 'ENTRYPOINT ["kpg"]' in dockerfile

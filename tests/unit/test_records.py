@@ -33,6 +33,19 @@ from protocol.records import (
 
 pytestmark = pytest.mark.unit
 
+NATIVE = records_module._native
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with the C scanners (protocol/_recscan.c) and with the Python
+    ones: the same answers are asked of both."""
+    if request.param == "python":
+        monkeypatch.setattr(records_module, "_native", None)
+    assert records_module.record_scanner() == request.param, "protocol._recscan is not built"
+    return str(request.param)
+
+
 HEADER_SIZE = 61  # a magic 2 batch header, up to and including record_count
 TIMESTAMP = TZAwareMicros.parse(datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC))
 
@@ -676,7 +689,125 @@ def test_read_values_agrees_with_the_full_reader_on_damaged_records() -> None:
     assert compared > 5000
 
 
-def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds() -> None:
+def check_headers_or_error(buffer: bytes, keys: tuple[str, ...]) -> tuple[object, int] | str:
+    (batch,) = read_batches(buffer)
+    try:
+        checked = check_headers(batch, keys)
+    except CorruptBatch as exc:
+        return str(exc)
+    return checked.missing, checked.size_in_bytes
+
+
+def lacking_or_error(buffer: bytes, keys: tuple[str, ...]) -> tuple[object, int] | str:
+    try:
+        return lacking(buffer, keys)
+    except CorruptBatch as exc:
+        return str(exc)
+
+
+def damaged_section() -> tuple[bytes, bytes]:
+    """A batch whose records use every field (null and empty, long and short, headers with
+    null values), and its records section."""
+    plain = uncompressed_batch(
+        (
+            record(0, None, b'{"a": 1}', ((b"trace-id", b"x"),)),
+            record(1, b"k" * 70, b"v" * 200),
+            record(2, b"", None),
+            record(3, b"key", b"w" * 9000, ((b"h", None), (b"trace-id", b"1"))),
+            record(4, b"k", b"v", ((b"trace-id", b"y"), (b"g", b""))),
+        )
+    )
+    return plain, plain[HEADER_SIZE:]
+
+
+def test_check_headers_agrees_with_the_full_reader_on_damaged_records() -> None:
+    """As below for read_values: each byte of a records section set in turn to values that
+    upset varints and sizes, and check_headers finds what reading every record finds, or
+    fails in the same words."""
+    plain, section = damaged_section()
+    compared = 0
+    for position in range(0, len(section), 7 if len(section) > 2000 else 1):
+        for byte in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF):
+            damaged = bytearray(section)
+            damaged[position] = byte
+            buffer = reframe(plain, records_section=bytes(damaged))
+            for keys in (("trace-id",), ("trace-id", "h")):
+                expected = lacking_or_error(buffer, keys)
+                assert check_headers_or_error(buffer, keys) == expected, (position, byte, keys)
+                compared += 1
+    assert compared > 3000
+
+
+def test_the_fast_readers_agree_with_the_full_reader_on_random_damage() -> None:
+    """Several bytes at once set to random values, in a thousand copies (a fixed seed, so a
+    failure reproduces): no answer of the fast readers differs from the full reader's."""
+    plain, section = damaged_section()
+    rng = random.Random(20261121)
+    for attempt in range(1000):
+        damaged = bytearray(section)
+        for _ in range(rng.choice([2, 3, 8])):
+            damaged[rng.randrange(len(damaged))] = rng.choice(
+                [0x00, 0x80, 0xFF, rng.randrange(256)]
+            )
+        buffer = reframe(plain, records_section=bytes(damaged))
+        assert check_headers_or_error(buffer, ("trace-id",)) == lacking_or_error(
+            buffer, ("trace-id",)
+        ), attempt
+        assert read_values_or_error(buffer) == values_and_size(buffer), attempt
+
+
+def varint(value: int) -> bytes:
+    """A zigzag varint, as records carry their sizes."""
+    raw, out = (value << 1) ^ (value >> 63), bytearray()
+    while raw >= 0x80:
+        out.append(raw & 0x7F | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def raw_record(body: bytes) -> bytes:
+    return varint(len(body)) + body
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        # attributes, timestamp delta, offset delta, key, value, header count, headers
+        ("plain", b"\x00\x00\x00" + varint(1) + b"k" + varint(1) + b"v" + b"\x00"),
+        # a header count of 0 written in two bytes, then a byte that belongs to no field
+        ("overlong-zero-headers", b"\x00\x00\x00" + varint(-1) + varint(-1) + b"\x80\x00\x00"),
+        ("overlong-zero-headers-at-end", b"\x00\x00\x00" + varint(-1) + varint(-1) + b"\x80\x00"),
+        # a value size in five bytes, the last using bits an int32 has no room for
+        ("wide-varint", b"\x00\x00\x00" + varint(-1) + b"\x82\x80\x80\x80\x10" + b"\x00"),
+        ("five-byte-size", b"\x00\x00\x00" + varint(-1) + b"\x82\x80\x80\x80\x00v\x00"),
+        ("ten-byte-timestamp", b"\x00" + b"\x80" * 9 + b"\x01\x00" + varint(-1) * 2 + b"\x00"),
+        ("eleven-byte-timestamp", b"\x00" + b"\x80" * 10 + b"\x00\x00" + varint(-1) * 2 + b"\x00"),
+        ("null-header-key", b"\x00\x00\x00" + varint(-1) * 2 + varint(1) + varint(-1) * 2),
+        (
+            "header",
+            b"\x00\x00\x00" + varint(-1) * 2 + varint(1) + varint(8) + b"trace-id" + varint(-1),
+        ),
+    ],
+)
+def test_hand_written_records_read_alike(name: str, body: bytes) -> None:
+    """Encodings a client would not write but a crafted request can: read as the full
+    reader reads them, or refused in its words."""
+    buffer = reframe(uncompressed_batch((record(0, b"k", b"v"),)), records_section=raw_record(body))
+    assert read_values_or_error(buffer) == values_and_size(buffer)
+    assert check_headers_or_error(buffer, ("trace-id",)) == lacking_or_error(buffer, ("trace-id",))
+
+
+def test_the_overlong_zero_header_count_is_refused_as_the_broker_would() -> None:
+    """Kafka's reader checks that a record's fields end where its length says; so does the
+    full reader here, and so must read_values, which once took a header count of 0 written in
+    two bytes as "the record may go on"."""
+    body = b"\x00\x00\x00" + varint(-1) + varint(3) + b"abc" + b"\x80\x00" + b"\x00"
+    buffer = reframe(uncompressed_batch((record(0, b"k", b"v"),)), records_section=raw_record(body))
+    assert read_values_or_error(buffer) == "record 0: length is 11 but its fields take 10 bytes"
+
+
+def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds(scanner: str) -> None:
     """Given the request's bytes, the fast readers scan them where they are, from the batch's
     payload_start up to its end: records lying beyond (the next batch) are never read as
     this batch's, even when its record_count asks for more."""
@@ -687,12 +818,35 @@ def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds() -> 
 
     # The window itself: two records sections back to back, a stop between them.
     sections = first[HEADER_SIZE:] + second[HEADER_SIZE:]
+    window = records_module._values_window
+    if scanner == "native":
+        window = records_module._native_values_window
     values: list[bytes | None] = []
-    position, index, _ = records_module._values_window(
-        sections, 0, 0, 155, len(first) - HEADER_SIZE, values=values
-    )
+    position, index, _ = window(sections, 0, 0, 155, len(first) - HEADER_SIZE, values=values)
     assert (position, index) == (len(first) - HEADER_SIZE, 5)
     assert values == [r.value for r in read_all(first, headers=False)]
+
+
+def test_the_native_scanners_refuse_windows_outside_their_buffer() -> None:
+    """The C scanners read only buffer[position:stop]; arguments that point elsewhere are an
+    error, not a read out of bounds."""
+    assert NATIVE is not None, "protocol._recscan is not built"
+    section = batch_with("none")[HEADER_SIZE:]
+    for position, first, count, stop in [
+        (0, 0, 5, len(section) + 1),
+        (-1, 0, 5, len(section)),
+        (10, 0, 5, 9),
+        (0, 3, 2, len(section)),
+        (0, -1, 5, len(section)),
+    ]:
+        with pytest.raises(ValueError):
+            NATIVE.values_window(section, position, first, count, stop, [])
+        with pytest.raises(ValueError):
+            NATIVE.header_window(section, position, first, count, stop, (b"h",), [])
+    with pytest.raises(ValueError):
+        NATIVE.header_window(section, 0, 0, 5, len(section), (b"h",) * 65, [])
+    with pytest.raises(TypeError):
+        NATIVE.header_window(section, 0, 0, 5, len(section), ("h",), [])
 
 
 def test_a_memoryview_is_copied_not_scanned_in_place() -> None:
