@@ -5,6 +5,7 @@ JSON Schema loading, and the schema registry lookup."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -978,13 +979,47 @@ def test_a_value_check_answers_as_validate_does(
 # --- JSON: what the fast libraries must not change ---------------------------------------------
 
 
-def test_integers_beyond_64_bits_keep_every_digit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("digit_run", ["native", "python"])
+def test_integers_beyond_64_bits_keep_every_digit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digit_run: str
+) -> None:
+    if digit_run == "python":
+        monkeypatch.setattr(records_module, "_has_digit_run", records_module._has_digit_run_python)
     big = 123456789012345678901234567890
     policy = BuiltinRecordValidationPolicy()
     policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", big={"const": big}))})
-    policy.validate(topic("json-schema:big"), record(value=str(big).encode()))
-    with pytest.raises(InvalidRecord, match="was expected"):
-        policy.validate(topic("json-schema:big"), record(value=str(big + 1).encode()))
+    check = policy.value_check_for("json-schema:big")
+    assert check is not None
+    for validate in (
+        lambda value: policy.validate(topic("json-schema:big"), record(value=value)),
+        check,  # what the gateway calls for value rules alone
+    ):
+        validate(str(big).encode())
+        with pytest.raises(InvalidRecord, match="was expected"):
+            validate(str(big + 1).encode())
+        # orjson would round both to the same float
+        with pytest.raises(InvalidRecord, match="was expected"):
+            validate(str(2**64).encode() + b"0" * 10)
+
+
+def test_the_digit_run_check_in_c_answers_as_python() -> None:
+    """policies/_digits.c skips ahead a window at a time; the Python version reads every
+    byte. Random texts of digits and not, every run length from 1 to 24."""
+    from policies._digits import has_digit_run  # built by setup.py, as make test installs
+
+    rng = random.Random(20261121)
+    runs = 0
+    for _ in range(100_000):
+        alphabet = rng.choice([b"0123456789", b"0123456789a", b"09a\x00\xff/:", b"1a"])
+        value = bytes(rng.choice(alphabet) for _ in range(rng.randrange(60)))
+        n = rng.randrange(1, 25)
+        expected = records_module._has_digit_run_python(value, n)
+        assert has_digit_run(value, n) == expected, (value, n)
+        runs += expected
+    assert 10_000 < runs < 90_000  # both answers were asked for, many times
+    assert records_module._has_digit_run is has_digit_run
+    with pytest.raises(ValueError):
+        has_digit_run(b"1", 0)
 
 
 @pytest.mark.parametrize("value", [b'"\\ud800"', b"1e400", b'{"n": -1e400}'])

@@ -1,0 +1,3 @@
+# policies/_digits.c: has_digit_run in C.
+
+def has_digit_run(value: bytes, n: int, /) -> bool: ...
