@@ -8,8 +8,8 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-# setup.py builds protocol/_recscan.c (the record scanners in C) into the checkout.
-$(STAMP): pyproject.toml setup.py protocol/_recscan.c
+# setup.py builds the C extensions (protocol/_recscan.c, policies/_digits.c) into the checkout.
+$(STAMP): pyproject.toml setup.py protocol/_recscan.c policies/_digits.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -41,4 +41,4 @@ bench: install
 	$(PY) bench/produce_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so
