@@ -153,6 +153,9 @@ def test_embedded_broker_by_default_and_sigterm_stops_cleanly() -> None:
     assert process.stdout is not None
     out = process.stdout.read()
     assert "shutting down" in out
+    # The installed gateway reads records with the C scanners, and says so.
+    assert process.stderr is not None
+    assert "record scanner native" in process.stderr.read()
     # The embedded broker went with it: its port no longer accepts connections.
     embedded = re.search(r"embedded Tansu broker on 127.0.0.1:(\d+)", process.embedded_line)
     assert embedded is not None
