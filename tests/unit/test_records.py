@@ -544,6 +544,18 @@ def test_check_headers_reads_a_sound_batch_without_the_full_reader(
     assert check_headers(batch, ("trace-id",)).missing
 
 
+@pytest.mark.parametrize("extra", [63, 64])
+def test_check_headers_takes_any_number_of_keys(extra: int) -> None:
+    """The C scanner tracks up to 64 keys per record; with more, the Python one answers."""
+    keys = ("trace-id", *(f"k{n}" for n in range(extra)))
+    headers = tuple((key.encode(), b"") for key in keys)
+    records = (record(0, b"k", b"v", headers), record(1, b"k", b"v", headers[:-1]))
+    buffer = batch_with("none", records)
+    (batch,) = read_batches(buffer)
+
+    assert check_headers(batch, keys).missing == (1,) == lacking(buffer, keys)[0]
+
+
 def test_check_headers_matches_keys_as_decoded() -> None:
     """A header key that is not UTF-8 decodes with U+FFFD, and matches a key written so."""
     buffer = batch_with("none", (record(0, b"k", b"v", ((b"bad-\xff", b"x"),)),))
