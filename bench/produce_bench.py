@@ -383,7 +383,7 @@ def main() -> int:
         "pairs": args.pairs,
         "latency_rate": args.latency_rate,
         "broker": "tansu (embedded, memory)",
-        # protocol/_recscan.c, or the Python scanners (KPG_RECORD_SCANNER=python)
+        # protocol/_recscan.c, or the full Python reader alone (KPG_RECORD_SCANNER=python)
         "record_scanner": record_scanner(),
         "scenarios": results,
     }

@@ -1,22 +1,21 @@
 /*
- * protocol._recscan: the two record scanners of protocol/records.py, in C.
+ * protocol._recscan: the fast record scanners behind protocol.records.check_headers and
+ * protocol.records.read_values.
  *
- * header_window and values_window do what records._scan_window and records._values_window
- * do, over the same arguments, and give the same answers wherever those give one. They
- * are the gateway's hot loop: a Produce request's records are read here, once, before the
- * gateway decides to forward them. Python remains the reference: records.py keeps its own
- * scanners (used when this module is not built) and the full reader, which says what is
- * wrong with a batch in words; the tests hold all three to the same answers.
- *
- * Both scanners return None ("irregular") for anything out of the ordinary and let the
- * full reader have the last word, so they need only be right about what they accept. They
- * accept less than the Python scanners in one respect: a varint that uses bits Kafka's
- * own reader would drop (a fifth byte above 0x0F, a tenth above 0x01) is irregular here.
+ * They are the gateway's hot loop: a Produce request's records are read here, once, before
+ * the gateway decides to forward them. The reference is the full reader in
+ * protocol/records.py (_iter_records), which also says in words what is wrong with a batch.
+ * A scanner either reads a record exactly as that reader does, or calls it irregular (the
+ * window functions return None) and leaves the whole batch to that reader, so it needs only
+ * be right about what it accepts; tests/unit/test_records.py holds it to the reader's
+ * answers. It accepts less in one respect: a varint that uses bits Kafka's own reader would
+ * drop (a fifth byte above 0x0F, a tenth above 0x01) is irregular here.
  *
  * Memory safety: the untrusted bytes are read only through read_uvarint and the size
  * checks in front of each skip. Every read is bounded by the record's end, itself checked
  * against `stop`, and `stop` against the buffer's length. Sizes are compared as
- * differences (`size > end - offset`) so that no sum can overflow.
+ * differences (`size > end - offset`) so that no sum can overflow. tests/fuzz/recscan_fuzz.c
+ * runs scan_record under AddressSanitizer.
  */
 #ifndef RECSCAN_NO_PYTHON
 #define PY_SSIZE_T_CLEAN
@@ -109,7 +108,7 @@ enum { RECORD_IRREGULAR = -1, RECORD_READ = 0, RECORD_CUT = 1 };
  * does not (*needed: how many bytes from position it needs), RECORD_IRREGULAR for anything
  * the full reader should look at. With read_headers, every header is read and its key
  * matched against keys; without, the header count must fit what is left of the record and
- * a count of 0 must end it (records._values_window). */
+ * a count of 0 must end it, as the full reader has it. */
 static int
 scan_record(const uint8_t *b, Py_ssize_t position, Py_ssize_t stop, int read_headers,
             const wanted_key *keys, Py_ssize_t key_count, scanned_record *record,
@@ -165,107 +164,49 @@ scan_record(const uint8_t *b, Py_ssize_t position, Py_ssize_t stop, int read_hea
 
 #ifndef RECSCAN_NO_PYTHON
 
-/* Shared argument checks: 0 <= position <= stop <= len(buffer), 0 <= first <= count. */
-static int
-check_window(const Py_buffer *view, Py_ssize_t position, Py_ssize_t first, Py_ssize_t count,
-             Py_ssize_t stop)
-{
-    if (position < 0 || stop < position || stop > view->len || first < 0 || count < first) {
-        PyErr_SetString(PyExc_ValueError,
-                        "need 0 <= position <= stop <= len(buffer) and 0 <= first <= count");
-        return -1;
-    }
-    return 0;
-}
-
-PyDoc_STRVAR(header_window_doc,
-"header_window(buffer, position, first, count, stop, wanted, missing, /)\n"
-"--\n\n"
-"records._scan_window in C: check the records lying whole in buffer[:stop] from\n"
-"position (record first) up to record count, appending to the list missing the index\n"
-"of each that lacks a header key of the tuple wanted (bytes, at most 64). Returns\n"
-"(position, index, bytes needed) where it stopped, or None when irregular.");
-
+/* The records lying whole in buffer[:stop], from position (record `first`) up to record
+ * `count`. With read_headers, the index of each record that lacks one of the wanted keys is
+ * appended to `out`; without, each record's value (bytes, or None for a null one). Returns
+ * (position, index, bytes the record there needs from position on) where it stopped, None
+ * when a record is irregular, NULL with an exception set. */
 static PyObject *
-header_window(PyObject *Py_UNUSED(module), PyObject *args)
+scan_window(PyObject *buffer, Py_ssize_t position, Py_ssize_t first, Py_ssize_t count,
+            Py_ssize_t stop, int read_headers, PyObject *wanted, PyObject *out)
 {
     Py_buffer view;
-    Py_ssize_t position, first, count, stop, needed;
-    PyObject *wanted, *missing, *result = NULL;
+    Py_ssize_t needed, key_count = 0;
+    PyObject *result = NULL;
     wanted_key keys[MAX_WANTED];
     scanned_record record;
-    if (!PyArg_ParseTuple(args, "y*nnnnO!O!:header_window", &view, &position, &first, &count,
-                          &stop, &PyTuple_Type, &wanted, &PyList_Type, &missing)) {
+    uint64_t all = 0;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    Py_ssize_t key_count = PyTuple_GET_SIZE(wanted);
-    if (check_window(&view, position, first, count, stop) < 0) {
+    if (position < 0 || stop < position || stop > view.len || first < 0 || count < first) {
+        PyErr_SetString(PyExc_ValueError,
+                        "need 0 <= position <= stop <= len(buffer) and 0 <= first <= count");
         goto done;
     }
-    if (key_count > MAX_WANTED) {
-        PyErr_SetString(PyExc_ValueError, "at most 64 wanted keys");
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < key_count; k++) {
-        PyObject *key = PyTuple_GET_ITEM(wanted, k);
-        if (!PyBytes_Check(key)) {
-            PyErr_SetString(PyExc_TypeError, "wanted keys must be bytes");
+    if (read_headers) {
+        key_count = PyTuple_GET_SIZE(wanted);
+        if (key_count > MAX_WANTED) {
+            PyErr_SetString(PyExc_ValueError, "at most 64 wanted keys");
             goto done;
         }
-        keys[k].data = PyBytes_AS_STRING(key);
-        keys[k].size = PyBytes_GET_SIZE(key);
-    }
-    const uint64_t all = key_count == MAX_WANTED ? UINT64_MAX : ((uint64_t)1 << key_count) - 1;
-    for (Py_ssize_t index = first; index < count; index++) {
-        switch (scan_record(view.buf, position, stop, 1, keys, key_count, &record, &needed)) {
-        case RECORD_CUT:
-            result = Py_BuildValue("(nnn)", position, index, needed);
-            goto done;
-        case RECORD_IRREGULAR:
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
-        if (record.found != all) {
-            PyObject *number = PyLong_FromSsize_t(index);
-            int appended = number == NULL ? -1 : PyList_Append(missing, number);
-            Py_XDECREF(number);
-            if (appended < 0) {
+        for (Py_ssize_t k = 0; k < key_count; k++) {
+            PyObject *key = PyTuple_GET_ITEM(wanted, k);
+            if (!PyBytes_Check(key)) {
+                PyErr_SetString(PyExc_TypeError, "wanted keys must be bytes");
                 goto done;
             }
+            keys[k].data = PyBytes_AS_STRING(key);
+            keys[k].size = PyBytes_GET_SIZE(key);
         }
-        position = record.end;
+        all = key_count == MAX_WANTED ? UINT64_MAX : ((uint64_t)1 << key_count) - 1;
     }
-    result = Py_BuildValue("(nnn)", position, count, (Py_ssize_t)0);
-done:
-    PyBuffer_Release(&view);
-    return result;
-}
-
-PyDoc_STRVAR(values_window_doc,
-"values_window(buffer, position, first, count, stop, values, /)\n"
-"--\n\n"
-"records._values_window in C: append to the list values each value (bytes, or None\n"
-"for a null one) of the records lying whole in buffer[:stop] from position (record\n"
-"first) up to record count. Headers are counted, not read. Returns (position, index,\n"
-"bytes needed) where it stopped, or None when irregular.");
-
-static PyObject *
-values_window(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    Py_buffer view;
-    Py_ssize_t position, first, count, stop, needed;
-    PyObject *values, *result = NULL;
-    scanned_record record;
-    if (!PyArg_ParseTuple(args, "y*nnnnO!:values_window", &view, &position, &first, &count,
-                          &stop, &PyList_Type, &values)) {
-        return NULL;
-    }
-    if (check_window(&view, position, first, count, stop) < 0) {
-        goto done;
-    }
-    const char *b = view.buf;
+    const uint8_t *b = view.buf;
     for (Py_ssize_t index = first; index < count; index++) {
-        switch (scan_record(view.buf, position, stop, 0, NULL, 0, &record, &needed)) {
+        switch (scan_record(b, position, stop, read_headers, keys, key_count, &record, &needed)) {
         case RECORD_CUT:
             result = Py_BuildValue("(nnn)", position, index, needed);
             goto done;
@@ -273,12 +214,20 @@ values_window(PyObject *Py_UNUSED(module), PyObject *args)
             result = Py_NewRef(Py_None);
             goto done;
         }
-        PyObject *value = record.value_size < 0
-                              ? Py_NewRef(Py_None)
-                              : PyBytes_FromStringAndSize(b + record.value_start,
-                                                          (Py_ssize_t)record.value_size);
-        int appended = value == NULL ? -1 : PyList_Append(values, value);
-        Py_XDECREF(value);
+        PyObject *item = NULL;
+        if (!read_headers) {
+            item = record.value_size < 0
+                       ? Py_NewRef(Py_None)
+                       : PyBytes_FromStringAndSize((const char *)b + record.value_start,
+                                                   (Py_ssize_t)record.value_size);
+        } else if (record.found != all) {
+            item = PyLong_FromSsize_t(index);
+        } else {
+            position = record.end;
+            continue;
+        }
+        int appended = item == NULL ? -1 : PyList_Append(out, item);
+        Py_XDECREF(item);
         if (appended < 0) {
             goto done;
         }
@@ -290,6 +239,46 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(header_window_doc,
+"header_window(wanted, missing, buffer, position, first, count, stop, /)\n"
+"--\n\n"
+"Check the records lying whole in buffer[:stop] from position (record first) up to\n"
+"record count, appending to the list missing the index of each that lacks a header key\n"
+"of the tuple wanted (bytes, at most 64). Returns (position, index, bytes needed) where\n"
+"it stopped, or None when a record is irregular.");
+
+static PyObject *
+header_window(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *wanted, *missing, *buffer;
+    Py_ssize_t position, first, count, stop;
+    if (!PyArg_ParseTuple(args, "O!O!Onnnn:header_window", &PyTuple_Type, &wanted,
+                          &PyList_Type, &missing, &buffer, &position, &first, &count, &stop)) {
+        return NULL;
+    }
+    return scan_window(buffer, position, first, count, stop, 1, wanted, missing);
+}
+
+PyDoc_STRVAR(values_window_doc,
+"values_window(values, buffer, position, first, count, stop, /)\n"
+"--\n\n"
+"Append to the list values each value (bytes, or None for a null one) of the records\n"
+"lying whole in buffer[:stop] from position (record first) up to record count. Headers\n"
+"are counted, not read. Returns (position, index, bytes needed) where it stopped, or\n"
+"None when a record is irregular.");
+
+static PyObject *
+values_window(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *values, *buffer;
+    Py_ssize_t position, first, count, stop;
+    if (!PyArg_ParseTuple(args, "O!Onnnn:values_window", &PyList_Type, &values, &buffer,
+                          &position, &first, &count, &stop)) {
+        return NULL;
+    }
+    return scan_window(buffer, position, first, count, stop, 0, NULL, values);
+}
+
 static PyMethodDef recscan_methods[] = {
     {"header_window", header_window, METH_VARARGS, header_window_doc},
     {"values_window", values_window, METH_VARARGS, values_window_doc},
@@ -299,7 +288,7 @@ static PyMethodDef recscan_methods[] = {
 static struct PyModuleDef recscan_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "protocol._recscan",
-    .m_doc = "The record scanners of protocol.records, in C (see protocol/_recscan.c).",
+    .m_doc = "The fast record scanners of protocol.records (see protocol/_recscan.c).",
     .m_size = -1,
     .m_methods = recscan_methods,
 };

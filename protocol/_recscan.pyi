@@ -1,21 +1,15 @@
-# protocol/_recscan.c: the record scanners of protocol/records.py in C.
+# protocol/_recscan.c: the fast record scanners of protocol/records.py.
 
 def header_window(
+    wanted: tuple[bytes, ...],
+    missing: list[int],
     buffer: bytes,
     position: int,
     first: int,
     count: int,
     stop: int,
-    wanted: tuple[bytes, ...],
-    missing: list[int],
     /,
 ) -> tuple[int, int, int] | None: ...
 def values_window(
-    buffer: bytes,
-    position: int,
-    first: int,
-    count: int,
-    stop: int,
-    values: list[bytes | None],
-    /,
+    values: list[bytes | None], buffer: bytes, position: int, first: int, count: int, stop: int, /
 ) -> tuple[int, int, int] | None: ...

@@ -26,11 +26,14 @@ Contracts, stated once:
 - Reading a compressed batch stops with `CorruptBatch` as soon as its records pass
   `max_decompressed_bytes` (zstd may hold up to 2 MiB more for a moment; see
   `_ZstdInflater`). A raw snappy block is refused before it is decompressed.
-- `check_headers` answers "which records lack one of these header keys" for a whole
-  batch without building a value per record. It reads every record, a compressed batch
-  in windows of 256 KiB of decompressed bytes (more if one record is larger), an
-  uncompressed one from a copy, and raises `CorruptBatch` exactly where reading the
-  batch with `read_records(headers=True)` to the end would, with the same text.
+- `check_headers` ("which records lack one of these header keys") and `read_values`
+  (every record's value) answer for a whole batch what reading it with `read_records` to
+  the end would, `CorruptBatch` with the same text included, without an object per record.
+  Their fast path is C (protocol/_recscan.c): it reads a compressed batch in windows of
+  256 KiB of decompressed bytes (more if one record is larger), an uncompressed one in
+  place when read_batches was given `bytes`, and leaves any record out of the ordinary to
+  the full reader. Without that module (not built, or KPG_RECORD_SCANNER=python) the full
+  reader answers alone: the same answers, the header check some 200 times slower.
 - Every problem in the data raises `CorruptBatch`, whose text says what is wrong.
 """
 
@@ -80,7 +83,7 @@ __all__ = (
 _native: ModuleType | None
 try:
     from . import _recscan as _native
-except ImportError:  # built without a C compiler: the Python scanners answer alike, slower
+except ImportError:  # built without a C compiler: the full reader answers alike, slower
     _native = None
 _SCANNER_ENV: Final = "KPG_RECORD_SCANNER"
 if os.environ.get(_SCANNER_ENV) == "python":
@@ -329,12 +332,15 @@ def check_headers(
         raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
     wanted = frozenset(keys)
     raw = _raw_keys(wanted)
-    if raw is not None:
+    if _native is not None and raw is not None and len(raw) <= _NATIVE_MAX_KEYS:
+        missing: list[int] = []
+        window = partial(_native.header_window, tuple(raw), missing)
         try:
-            return _scan_headers(batch, raw, max_decompressed_bytes)
+            size = _scan(batch, max_decompressed_bytes, window)
+            return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
         except (_Irregular, CorruptBatch):
             pass  # the full reader below says what is wrong, in its own words
-    missing: list[int] = []
+    missing = []
     size = 0
     for index, _, _, record_headers, _, _, size_in_bytes in _iter_records(
         batch,
@@ -362,13 +368,13 @@ def read_values(
     if max_decompressed_bytes < 1:
         raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
     values: list[bytes | None] = []
-    try:
-        reader = _values_window if _native is None else _native_values_window
-        size = _scan(batch, max_decompressed_bytes, partial(reader, values=values))
-        return RecordValues(values=values, size_in_bytes=size)
-    except (_Irregular, CorruptBatch):
-        pass  # the full reader below says what is wrong, in its own words
-    values = []
+    if _native is not None:
+        try:
+            size = _scan(batch, max_decompressed_bytes, partial(_native.values_window, values))
+            return RecordValues(values=values, size_in_bytes=size)
+        except (_Irregular, CorruptBatch):
+            pass  # the full reader below says what is wrong, in its own words
+        values = []
     size = 0
     for _, _, value, _, _, _, size_in_bytes in _iter_records(
         batch,
@@ -383,8 +389,9 @@ def read_values(
 
 
 def record_scanner() -> str:
-    """Which scanners check_headers and read_values use: "native" (protocol/_recscan.c) or
-    "python" (when that was not built, or KPG_RECORD_SCANNER=python asks for them)."""
+    """How check_headers and read_values read records: "native" (protocol/_recscan.c, the
+    full reader only for what it leaves) or "python" (the full reader alone: the module was
+    not built, or KPG_RECORD_SCANNER=python asks for it)."""
     return "python" if _native is None else "native"
 
 
@@ -650,71 +657,29 @@ def _read_headers(body: memoryview, offset: int, count: int) -> tuple[RecordHead
     return tuple(parsed), offset
 
 
+# The fast path of check_headers and read_values: protocol/_recscan.c reads the records a
+# window at a time (the whole section in place when uncompressed, else up to _SCAN_WINDOW of
+# decompressed bytes), and gives up on the first record out of the ordinary (_Irregular),
+# leaving the batch to _iter_records.
+
+
 class _Irregular(Exception):
-    """The header scan met something it leaves to the full reader to name."""
+    """The fast scan met something it leaves to the full reader to name."""
 
 
 _SCAN_WINDOW: Final = 256 * 1024
+_NATIVE_MAX_KEYS: Final = 64  # protocol._recscan tracks up to 64 wanted header keys
 
-
-def _scan_headers(batch: BatchView, wanted: frozenset[bytes], limit: int) -> HeaderCheck:
-    """check_headers for a batch as it should be: raises _Irregular, or CorruptBatch from
-    decompression, at the first thing out of the ordinary."""
-    missing: list[int] = []
-    window: _Window
-    if _native is not None and len(wanted) <= _NATIVE_MAX_WANTED:
-        window = partial(_native_header_window, wanted=tuple(wanted), missing=missing)
-    else:
-        window = partial(_scan_window, wanted=wanted, missing=missing)
-    size = _scan(batch, limit, window)
-    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
-
-
-_NATIVE_MAX_WANTED: Final = 64
-
-
-def _native_header_window(
-    buffer: bytes,
-    position: int,
-    first: int,
-    count: int,
-    stop: int,
-    *,
-    wanted: tuple[bytes, ...],
-    missing: list[int],
-) -> tuple[int, int, int]:
-    """_scan_window, by protocol._recscan."""
-    assert _native is not None
-    answer: tuple[int, int, int] | None = _native.header_window(
-        buffer, position, first, count, stop, wanted, missing
-    )
-    if answer is None:
-        raise _Irregular
-    return answer
-
-
-def _native_values_window(
-    buffer: bytes, position: int, first: int, count: int, stop: int, *, values: list[bytes | None]
-) -> tuple[int, int, int]:
-    """_values_window, by protocol._recscan."""
-    assert _native is not None
-    answer: tuple[int, int, int] | None = _native.values_window(
-        buffer, position, first, count, stop, values
-    )
-    if answer is None:
-        raise _Irregular
-    return answer
-
-
-_Window: TypeAlias = Callable[[bytes, int, int, int, int], tuple[int, int, int]]
-"""(buffer, position, first record, record count, stop) -> (position, index, bytes needed):
-reads the records that lie whole in buffer[:stop], as :func:`_scan_window` does."""
+_Window: TypeAlias = Callable[[bytes, int, int, int, int], tuple[int, int, int] | None]
+"""(buffer, position, first record, record count, stop) -> (position, index, bytes the
+record at position needs from there on) after the records lying whole in buffer[:stop], or
+None for an irregular record: protocol._recscan's windows, their output list bound."""
 
 
 def _scan(batch: BatchView, limit: int, window: _Window) -> int:
-    """Run ``window`` over every record of a batch, decompressing the records section a
-    window at a time; returns the records' size in bytes. Raises _Irregular when the records
-    and the section do not end together, CorruptBatch from decompression."""
+    """Run ``window`` over every record of a batch; returns the records' size in bytes.
+    Raises _Irregular when a record is irregular or the records and the section do not end
+    together, CorruptBatch from decompression."""
     source = _open_inflater(batch, limit)
     count = batch.record_count
     if source is None:
@@ -724,10 +689,10 @@ def _scan(batch: BatchView, limit: int, window: _Window) -> int:
         if start is None or not isinstance(whole, bytes):
             whole, start = bytes(payload), 0
         stop = start + len(payload)
-        position, index, _ = window(whole, start, 0, count, stop)
-        if index < count or position != stop:
+        answer = window(whole, start, 0, count, stop)
+        if answer is None or answer[1] < count or answer[0] != stop:
             raise _Irregular
-        return position - start
+        return stop - start
     buffer = b""
     position = index = size = 0
     needed = _MAX_VARINT_SIZE
@@ -737,270 +702,14 @@ def _scan(batch: BatchView, limit: int, window: _Window) -> int:
         if len(buffer) == kept:  # the stream ended before the records did
             raise _Irregular
         start = position
-        position, index, needed = window(buffer, position, index, count, len(buffer))
+        answer = window(buffer, position, index, count, len(buffer))
+        if answer is None:
+            raise _Irregular
+        position, index, needed = answer
         size += position - start
     if position != len(buffer) or source.read(1):
         raise _Irregular
     return size
-
-
-def _scan_window(
-    buffer: bytes,
-    position: int,
-    first: int,
-    count: int,
-    stop: int,
-    *,
-    wanted: frozenset[bytes],
-    missing: list[int],
-) -> tuple[int, int, int]:
-    """Check the records that lie whole in buffer[:stop] from `position` (record `first`) on,
-    up to record `count`, adding to `missing` those that lack a wanted key. (What follows
-    stop in buffer, the next batch of the request, is never taken for this one's: a record
-    whose length runs past stop is left to the caller.)
-
-    Returns where it stopped: (position, index, bytes the record there needs from position
-    on). Raises _Irregular for whatever read_records would take exception to, and for what
-    it leaves to read_records to look at (a size below -1). Reads are bounded only by the
-    last test, that the fields end where the record does: a read past the record's end
-    leaves the offset past it, since the offset never goes back.
-
-    Varints of one and two bytes (up to 13 bits: every size and delta in a batch of records
-    under 8 KiB) are decoded in line, kio decodes longer ones; and a record whose only
-    header is the one wanted key takes a single comparison.
-    """
-    (single,) = wanted if len(wanted) == 1 else (b"",)
-    # The one header's count (1), key size and key, as they would be encoded.
-    expected = b"\x02" + bytes([len(single) << 1]) + single if 0 < len(single) < 64 else None
-    expected_size = len(expected or b"")
-    available = stop
-    try:
-        for index in range(first, count):
-            if available - position < _MAX_VARINT_SIZE:
-                # A record takes at least 7 bytes: let the caller bring more, or give up.
-                return position, index, _MAX_VARINT_SIZE
-            byte = buffer[position]
-            if byte < 0x80:
-                offset = position + 1
-            elif (high := buffer[position + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset = position + 2
-            else:
-                length, size = read_signed_varint(buffer, position)
-                byte = length << 1 if length >= 0 else 1
-                offset = position + size
-            if byte & 1:
-                raise _Irregular
-            end = offset + (byte >> 1)
-            if end > available:
-                return position, index, end - position
-
-            # attributes, then the timestamp and offset deltas: skipped.
-            offset += 1
-            if buffer[offset] < 0x80:
-                offset += 1
-            elif buffer[offset + 1] < 0x80:
-                offset += 2
-            else:
-                offset += read_signed_varlong(buffer, offset)[1]
-            if buffer[offset] < 0x80:
-                offset += 1
-            elif buffer[offset + 1] < 0x80:
-                offset += 2
-            else:
-                offset += read_signed_varint(buffer, offset)[1]
-            # key, then value: skipped. Zigzag: an odd varint is negative, 1 is null.
-            byte = buffer[offset]
-            if byte < 0x80:
-                offset += 1
-            elif (high := buffer[offset + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset += 2
-            else:
-                offset = _skip_bytes(buffer, offset)
-                byte = 0
-            if byte & 1:
-                if byte != 1:
-                    raise _Irregular
-            else:
-                offset += byte >> 1
-            byte = buffer[offset]
-            if byte < 0x80:
-                offset += 1
-            elif (high := buffer[offset + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset += 2
-            else:
-                offset = _skip_bytes(buffer, offset)
-                byte = 0
-            if byte & 1:
-                if byte != 1:
-                    raise _Irregular
-            else:
-                offset += byte >> 1
-
-            if expected is not None and buffer.startswith(expected, offset):
-                # One header, the wanted key: only its value is left to skip.
-                offset += expected_size
-                byte = buffer[offset]
-                if byte < 0x80:
-                    offset += 1
-                elif (high := buffer[offset + 1]) < 0x80:
-                    byte = (byte & 0x7F) | (high << 7)
-                    offset += 2
-                else:
-                    offset = _skip_bytes(buffer, offset)
-                    byte = 0
-                if byte & 1:
-                    if byte != 1:
-                        raise _Irregular
-                else:
-                    offset += byte >> 1
-                found = True
-            else:
-                offset, found = _scan_record_headers(buffer, offset, end, wanted)
-            if offset != end:
-                raise _Irregular
-            if not found:
-                missing.append(index)
-            position = end
-    except (BufferUnderflow, IndexError, ValueError) as exc:
-        raise _Irregular from exc
-    return position, count, 0
-
-
-def _values_window(
-    buffer: bytes,
-    position: int,
-    first: int,
-    count: int,
-    stop: int,
-    *,
-    values: list[bytes | None],
-) -> tuple[int, int, int]:
-    """As :func:`_scan_window`, appending each record's value to ``values`` instead of
-    looking at headers, and as strict as _read_record with headers=False: the key and value
-    must lie within the record, the header count must fit it, and a record without headers
-    must end where its value does (headers that are there are counted, not read).
-
-    The record's length, deltas and key are read as there, in line, not through a helper
-    both share: a call per record would cost a sixth of the loop."""
-    available = stop
-    append = values.append
-    try:
-        for index in range(first, count):
-            if available - position < _MAX_VARINT_SIZE:
-                return position, index, _MAX_VARINT_SIZE
-            byte = buffer[position]
-            if byte < 0x80:
-                offset = position + 1
-            elif (high := buffer[position + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset = position + 2
-            else:
-                length, size = read_signed_varint(buffer, position)
-                byte = length << 1 if length >= 0 else 1
-                offset = position + size
-            if byte & 1:
-                raise _Irregular
-            end = offset + (byte >> 1)
-            if end > available:
-                return position, index, end - position
-
-            # attributes, then the timestamp and offset deltas: skipped.
-            offset += 1
-            if buffer[offset] < 0x80:
-                offset += 1
-            elif buffer[offset + 1] < 0x80:
-                offset += 2
-            else:
-                offset += read_signed_varlong(buffer, offset)[1]
-            if buffer[offset] < 0x80:
-                offset += 1
-            elif buffer[offset + 1] < 0x80:
-                offset += 2
-            else:
-                offset += read_signed_varint(buffer, offset)[1]
-            # the key: skipped. Zigzag: an odd varint is negative, 1 is null.
-            byte = buffer[offset]
-            if byte < 0x80:
-                offset += 1
-            elif (high := buffer[offset + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset += 2
-            else:
-                offset = _skip_bytes(buffer, offset)
-                byte = 0
-            if byte & 1:
-                if byte != 1:
-                    raise _Irregular
-            else:
-                offset += byte >> 1
-            # the value: kept.
-            byte = buffer[offset]
-            if byte < 0x80:
-                offset += 1
-            elif (high := buffer[offset + 1]) < 0x80:
-                byte = (byte & 0x7F) | (high << 7)
-                offset += 2
-            else:
-                value_size, size = read_signed_varint(buffer, offset)
-                offset += size
-                byte = value_size << 1 if value_size >= 0 else (1 if value_size == -1 else 3)
-            if byte & 1:
-                if byte != 1:
-                    raise _Irregular
-                append(None)
-            else:
-                value_end = offset + (byte >> 1)
-                if value_end > end:
-                    raise _Irregular
-                append(buffer[offset:value_end])
-                offset = value_end
-            # the header count: 0 and the record ends here, or what is left can hold them.
-            byte = buffer[offset]
-            if byte == 0:
-                if offset + 1 != end:
-                    raise _Irregular
-            else:
-                header_count, size = read_signed_varint(buffer, offset)
-                if header_count < 0 or offset + size + 2 * header_count > end:
-                    raise _Irregular
-                if header_count == 0 and offset + size != end:  # 0 written in two bytes
-                    raise _Irregular
-            position = end
-    except (BufferUnderflow, IndexError, ValueError) as exc:
-        raise _Irregular from exc
-    return position, count, 0
-
-
-def _scan_record_headers(
-    buffer: bytes, offset: int, end: int, wanted: frozenset[bytes]
-) -> tuple[int, bool]:
-    """A record's headers, from their count on: (the offset after them, whether every wanted
-    key is among them)."""
-    header_count, size = read_signed_varint(buffer, offset)
-    offset += size
-    # Each header takes at least two bytes (its two length varints).
-    if header_count < 0 or 2 * header_count > end - offset:
-        raise _Irregular
-    present: set[bytes] = set()
-    for _ in range(header_count):
-        key_size, size = read_signed_varint(buffer, offset)
-        if key_size < 0:
-            raise _Irregular
-        offset += size
-        present.add(buffer[offset : offset + key_size])
-        offset = _skip_bytes(buffer, offset + key_size)
-    return offset, wanted.issubset(present)
-
-
-def _skip_bytes(buffer: bytes, offset: int) -> int:
-    """Past a nullable byte field (its size as a varint, then the bytes)."""
-    size_of, size = read_signed_varint(buffer, offset)
-    if size_of < -1:
-        raise _Irregular
-    return offset + size + max(size_of, 0)
 
 
 # Decompression. Each codec is wrapped as an _Inflater: read(n) returns up to n bytes,

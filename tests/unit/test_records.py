@@ -33,17 +33,9 @@ from protocol.records import (
 
 pytestmark = pytest.mark.unit
 
+# The C scanners (protocol/_recscan.c): check_headers and read_values read with them here,
+# and are held to the full reader's answers; tests/unit/test_recscan.py checks they are built.
 NATIVE = records_module._native
-
-
-@pytest.fixture(autouse=True, params=["native", "python"])
-def scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs with the C scanners (protocol/_recscan.c) and with the Python
-    ones: the same answers are asked of both."""
-    if request.param == "python":
-        monkeypatch.setattr(records_module, "_native", None)
-    assert records_module.record_scanner() == request.param, "protocol._recscan is not built"
-    return str(request.param)
 
 
 HEADER_SIZE = 61  # a magic 2 batch header, up to and including record_count
@@ -819,7 +811,7 @@ def test_the_overlong_zero_header_count_is_refused_as_the_broker_would() -> None
     assert read_values_or_error(buffer) == "record 0: length is 11 but its fields take 10 bytes"
 
 
-def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds(scanner: str) -> None:
+def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds() -> None:
     """Given the request's bytes, the fast readers scan them where they are, from the batch's
     payload_start up to its end: records lying beyond (the next batch) are never read as
     this batch's, even when its record_count asks for more."""
@@ -829,36 +821,32 @@ def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds(scann
     assert read_values(batches[1]).values == [r.value for r in read_all(second, headers=False)]
 
     # The window itself: two records sections back to back, a stop between them.
+    assert NATIVE is not None
     sections = first[HEADER_SIZE:] + second[HEADER_SIZE:]
-    window = records_module._values_window
-    if scanner == "native":
-        window = records_module._native_values_window
     values: list[bytes | None] = []
-    position, index, _ = window(sections, 0, 0, 155, len(first) - HEADER_SIZE, values=values)
-    assert (position, index) == (len(first) - HEADER_SIZE, 5)
+    answer = NATIVE.values_window(values, sections, 0, 0, 155, len(first) - HEADER_SIZE)
+    assert answer is not None and answer[:2] == (len(first) - HEADER_SIZE, 5)
     assert values == [r.value for r in read_all(first, headers=False)]
 
 
-def test_the_native_scanners_refuse_windows_outside_their_buffer() -> None:
-    """The C scanners read only buffer[position:stop]; arguments that point elsewhere are an
-    error, not a read out of bounds."""
-    assert NATIVE is not None, "protocol._recscan is not built"
-    section = batch_with("none")[HEADER_SIZE:]
-    for position, first, count, stop in [
-        (0, 0, 5, len(section) + 1),
-        (-1, 0, 5, len(section)),
-        (10, 0, 5, 9),
-        (0, 3, 2, len(section)),
-        (0, -1, 5, len(section)),
-    ]:
-        with pytest.raises(ValueError):
-            NATIVE.values_window(section, position, first, count, stop, [])
-        with pytest.raises(ValueError):
-            NATIVE.header_window(section, position, first, count, stop, (b"h",), [])
-    with pytest.raises(ValueError):
-        NATIVE.header_window(section, 0, 0, 5, len(section), (b"h",) * 65, [])
-    with pytest.raises(TypeError):
-        NATIVE.header_window(section, 0, 0, 5, len(section), ("h",), [])
+@pytest.mark.parametrize("codec", CODECS)
+def test_without_the_c_scanners_the_full_reader_answers_alone(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """protocol._recscan not built (or KPG_RECORD_SCANNER=python): the same answers, from
+    the full reader, for sound and corrupt batches."""
+    sound = batch_with(codec, varied_records())
+    cases = [sound, *(buffer for _, buffer in corrupt_batches())]
+    expected = [(check_headers_or_error(b, ("trace-id",)), read_values_or_error(b)) for b in cases]
+    monkeypatch.setattr(records_module, "_native", None)
+    monkeypatch.setattr(records_module, "_scan", None)  # the fast path is not taken
+
+    assert records_module.record_scanner() == "python"
+    for buffer, answers in zip(cases, expected, strict=True):
+        assert (check_headers_or_error(buffer, ("trace-id",)), read_values_or_error(buffer)) == (
+            answers
+        )
+        assert answers[0] == lacking_or_error(buffer, ("trace-id",))
 
 
 def test_a_memoryview_is_copied_not_scanned_in_place() -> None:
