@@ -13,21 +13,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import datetime
-import io
 import json
 import pstats
-import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import zstandard
-from crc32c import crc32c
-from kio.records.schema import NewRecordBatch, Record, RecordHeader
-from kio.records.writers import write_new_batch
-from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,52 +26,20 @@ sys.path.insert(0, str(ROOT))
 from bench.produce_bench import SCENARIOS, SCHEMA, Scenario  # noqa: E402
 from gateway.record_validation import RecordValidator  # noqa: E402
 from policies.records import JSON_SCHEMA_DIR, BuiltinRecordValidationPolicy  # noqa: E402
+from tests.batches import batch_with, record  # noqa: E402
 
-_HEADER_SIZE = 61
 _BATCH_BYTES = 1_000_000  # librdkafka's batch.size default
 _BATCH_RECORDS = 10_000  # librdkafka's batch.num.messages default
-_ZSTD = 4
-_TIMESTAMP = TZAwareMicros.parse(datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC))
 
 
 def partition_records(scenario: Scenario) -> tuple[bytes, int]:
     """One batch as a producer at full speed sends it; (bytes, record count)."""
-    headers = tuple(RecordHeader(key=k.encode(), value=v) for k, v in (scenario.headers or ()))
+    headers = tuple((k.encode(), v) for k, v in (scenario.headers or ()))
     value = scenario.value(0)
-    per_record = len(value) + sum(len(h.key) + len(h.value or b"") for h in headers) + 20
+    per_record = len(value) + sum(len(k) + len(v or b"") for k, v in headers) + 20
     count = min(_BATCH_RECORDS, _BATCH_BYTES // per_record)
-    records = tuple(
-        Record(
-            attributes=i8(0),
-            timestamp=_TIMESTAMP,
-            offset=i64(i),
-            key=None,
-            value=scenario.value(i),
-            headers=headers,
-        )
-        for i in range(count)
-    )
-    buffer = io.BytesIO()
-    write_new_batch(
-        buffer,
-        NewRecordBatch(
-            producer_id=i64(-1),
-            producer_epoch=i16(-1),
-            base_sequence=i32(-1),
-            records=records,
-            attributes=i16(0),
-        ),
-    )
-    plain = buffer.getvalue()
-    if scenario.compression == "none":
-        return plain, count
-    assert scenario.compression == "zstd", scenario.compression
-    header = bytearray(plain[:_HEADER_SIZE])
-    section = zstandard.ZstdCompressor().compress(plain[_HEADER_SIZE:])
-    struct.pack_into(">h", header, 21, _ZSTD)
-    struct.pack_into(">i", header, 8, _HEADER_SIZE - 12 + len(section))
-    struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
-    return bytes(header) + section, count
+    records = tuple(record(i, None, scenario.value(i), headers) for i in range(count))
+    return batch_with(scenario.compression, records, idempotent=False), count
 
 
 def make_validator(schema_dir: Path) -> RecordValidator:

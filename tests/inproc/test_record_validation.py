@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,16 +11,14 @@ from datetime import timedelta
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from kio.records.schema import NewRecordBatch
-from kio.records.writers import write_new_batch
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32, i32Timedelta, i64
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway.config import HostPort
 from protocol.codec import decode_response
+from tests.batches import batch_with, record
 from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
-from tests.unit.test_records import CODECS, HEADER_SIZE, record, reframe
 
 pytestmark = pytest.mark.inproc
 
@@ -136,22 +133,7 @@ def _batch(codec: str, values: list[tuple[bytes, bool]]) -> bytes:
         record(i, f"k{i}".encode(), v, ((b"trace-id", b"t"),) if with_header else ())
         for i, (v, with_header) in enumerate(values)
     )
-    buffer = io.BytesIO()
-    write_new_batch(
-        buffer,
-        NewRecordBatch(
-            producer_id=i64(-1),
-            producer_epoch=i16(-1),
-            base_sequence=i32(-1),
-            records=records,
-            attributes=i16(0),
-        ),
-    )
-    plain = buffer.getvalue()
-    compression, compress = CODECS[codec]
-    return reframe(
-        plain, records_section=compress(plain[HEADER_SIZE:]), attributes=int(compression)
-    )
+    return batch_with(codec, records, idempotent=False)
 
 
 def _produce(

@@ -32,8 +32,9 @@ from policies.records import (
     ValueRulesOnly,
     parse_record_validation_policy,
 )
-from tests.unit.test_records import CODECS, batch_with, reframe
-from tests.unit.test_records import record as batch_record
+from tests.batches import CODECS, reframe
+from tests.batches import record as batch_record
+from tests.unit.test_records import batch_with
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,6 @@
 """Record batch reading: real batches built with kio's writers, compressed with every codec."""
 
-import datetime
 import gzip
-import io
 import itertools
 import random
 import struct
@@ -12,12 +10,8 @@ from collections.abc import Callable
 
 import lz4.frame
 import pytest
-import snappy
 import zstandard
-from crc32c import crc32c
-from kio.records.schema import NewRecordBatch, Record, RecordHeader
-from kio.records.writers import write_new_batch
-from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+from kio.records.schema import Record
 
 import protocol.records as records_module
 from protocol.records import (
@@ -30,6 +24,8 @@ from protocol.records import (
     read_records,
     read_values,
 )
+from tests import batches
+from tests.batches import CODECS, HEADER_SIZE, Compress, record, reframe
 
 pytestmark = pytest.mark.unit
 
@@ -38,47 +34,8 @@ pytestmark = pytest.mark.unit
 NATIVE = records_module._native
 
 
-HEADER_SIZE = 61  # a magic 2 batch header, up to and including record_count
-TIMESTAMP = TZAwareMicros.parse(datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC))
-
-
-def xerial(data: bytes, block_size: int = 32 * 1024) -> bytes:
-    """Snappy in the xerial framing the Java client writes."""
-    framed = [b"\x82SNAPPY\x00", struct.pack(">ii", 1, 1)]
-    for start in range(0, len(data), block_size):
-        block = snappy.compress(data[start : start + block_size])
-        framed += [struct.pack(">i", len(block)), block]
-    return b"".join(framed)
-
-
-Compress = Callable[[bytes], bytes]
-CODECS: dict[str, tuple[CompressionType, Compress]] = {
-    "none": (CompressionType.NONE, lambda data: data),
-    "gzip": (CompressionType.GZIP, gzip.compress),
-    "snappy-raw": (CompressionType.SNAPPY, snappy.compress),
-    "snappy-xerial": (CompressionType.SNAPPY, xerial),
-    "lz4": (CompressionType.LZ4, lz4.frame.compress),
-    "zstd": (CompressionType.ZSTD, zstandard.ZstdCompressor().compress),
-}
 COMPRESSED = [name for name in CODECS if name != "none"]
 STREAMING = ["gzip", "snappy-xerial", "lz4", "zstd"]
-
-
-def record(
-    offset: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: tuple[tuple[bytes, bytes | None], ...] = (),
-) -> Record:
-    return Record(
-        attributes=i8(0),
-        timestamp=TIMESTAMP,
-        offset=i64(offset),
-        key=key,
-        value=value,
-        headers=tuple(RecordHeader(key=k, value=v) for k, v in headers),
-    )
-
 
 FIVE_RECORDS = (
     record(0, b"key-0", b"value-0", ((b"trace-id", b"abc"),)),
@@ -90,48 +47,11 @@ FIVE_RECORDS = (
 
 
 def uncompressed_batch(records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
-    buffer = io.BytesIO()
-    write_new_batch(
-        buffer,
-        NewRecordBatch(
-            producer_id=i64(7),
-            producer_epoch=i16(1),
-            base_sequence=i32(0),
-            records=records,
-            attributes=i16(0),
-        ),
-    )
-    return buffer.getvalue()
-
-
-def reframe(
-    batch: bytes,
-    *,
-    records_section: bytes | None = None,
-    attributes: int | None = None,
-    magic: int | None = None,
-    record_count: int | None = None,
-) -> bytes:
-    """Change a batch's fields or records section and fix its batch_length and CRC."""
-    header = bytearray(batch[:HEADER_SIZE])
-    section = batch[HEADER_SIZE:] if records_section is None else records_section
-    if attributes is not None:
-        struct.pack_into(">h", header, 21, attributes)
-    if magic is not None:
-        header[16] = magic
-    if record_count is not None:
-        struct.pack_into(">i", header, 57, record_count)
-    struct.pack_into(">i", header, 8, HEADER_SIZE - 12 + len(section))
-    struct.pack_into(">I", header, 17, crc32c(bytes(header[21:]) + section))
-    return bytes(header) + section
+    return batches.uncompressed_batch(records)
 
 
 def batch_with(codec: str, records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
-    compression, compress = CODECS[codec]
-    plain = uncompressed_batch(records)
-    return reframe(
-        plain, records_section=compress(plain[HEADER_SIZE:]), attributes=int(compression)
-    )
+    return batches.batch_with(codec, records)
 
 
 def read_all(
