@@ -7,7 +7,8 @@ leak broker addresses.
 - No topic of the request validated: the client's bytes are forwarded, records unread.
 - Per partition, one rejected record fails the whole batch: INVALID_RECORD (87) with
   ``record_errors`` and ``error_message`` (v8 and later; the bare code before). A batch that
-  does not parse gets CORRUPT_MESSAGE (2). The other partitions are forwarded and the
+  does not parse gets CORRUPT_MESSAGE (2), in dry-run mode too: the gateway cannot say what
+  it would carry, so it never forwards it. The other partitions are forwarded and the
   broker's answers merged in request order.
 - Transactional requests (transactional_id set): one rejection fails every partition, so a
   transaction is never half written.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from policies.chain import Decision, Verdict
 from policies.rules import Mode
-from protocol.errors import INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import FrameRejected, RequestHeader
 from protocol.produce import VERSIONS as PRODUCE_VERSIONS
 from protocol.produce import (
@@ -97,13 +98,15 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
         if outcome.error is None:
             ctx.record_allowed_produce(outcome, header)
             continue
+        # dry-run passes what the policy rejects, never what cannot be read (fail closed)
+        dry_run = validator.dry_run and outcome.error.error_code != CORRUPT_MESSAGE
         decision = Decision(
-            allowed=validator.dry_run,
+            allowed=dry_run,
             verdicts=(
                 Verdict(
                     policy=validator.name,
-                    mode=Mode.DRY_RUN if validator.dry_run else Mode.ENFORCE,
-                    outcome="would_deny" if validator.dry_run else "denied",
+                    mode=Mode.DRY_RUN if dry_run else Mode.ENFORCE,
+                    outcome="would_deny" if dry_run else "denied",
                     message=outcome.error.error_message,
                 ),
             ),
@@ -124,7 +127,7 @@ async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) ->
             decision,
             outcome.error.error_code,
         )
-        if not validator.dry_run:
+        if not dry_run:
             local[key] = outcome.error
 
     if not local:

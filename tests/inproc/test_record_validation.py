@@ -253,6 +253,33 @@ def test_corrupt_batch_is_refused_and_not_forwarded(
     assert not [r for r in tap.requests if r.api_key == 0]
 
 
+def test_dry_run_writes_rejected_records_but_never_a_corrupt_batch(tap: BrokerTap) -> None:
+    """record.validation.policy.mode: dry-run. A record the policy rejects is written and
+    counted as would_deny; a batch that does not parse is refused all the same."""
+    policies = {"record.validation.policy.mode": "dry-run"}
+    gw = GatewayThread(gateway_config(tap.address, policies=policies)).start()
+    try:
+        topic = create_validated_topic(gw.bootstrap)
+        leader = _leader(gw, topic)
+        answer = leader.request(0, 9, _produce(topic, {0: _batch("none", [(b"bad", False)])}))
+        assert answer.responses[0].partition_responses[0].error_code == 0
+        assert [v for v, _ in consume(gw.bootstrap, topic, 1, 1)] == [b"bad"]
+        labels = {"api": "Produce", "policy": "BuiltinRecordValidationPolicy"}
+        assert gw.metric("kpg_policy_decisions_total", outcome="would_deny", **labels) == 1
+
+        produced = len(tap.forwarded(0))
+        corrupt = bytearray(_batch("none", [(b"fine", True)]))
+        corrupt[-3] ^= 0xFF
+        answer = leader.request(0, 9, _produce(topic, {0: bytes(corrupt)}))
+        partition = answer.responses[0].partition_responses[0]
+        assert partition.error_code == 2  # CORRUPT_MESSAGE
+        assert "crc" in (partition.error_message or "").lower()
+        assert len(tap.forwarded(0)) == produced
+        assert gw.metric("kpg_policy_decisions_total", outcome="denied", **labels) == 1
+    finally:
+        gw.stop()
+
+
 def test_unvalidated_topics_are_forwarded_byte_for_byte(
     tapped: tuple[GatewayThread, BrokerTap],
 ) -> None:
