@@ -7,14 +7,16 @@ Kafka broker would refuse a config it does not know. The policy class comes from
 :mod:`policies.records`), configured once with the ``policies:`` section.
 
 Validation reads no more than the policy's hints ask for (per topic when the policy offers
-``hints_for``), runs off the event loop, and fails closed: a policy that raises anything but
-InvalidRecord, or a request whose validation outlasts ``policy.timeout.ms``, rejects. Where
-the policy says a topic's rules are header keys alone (``required_headers_for``, see
+``hints_for``) and fails closed: a policy that raises anything but InvalidRecord rejects.
+The built-in policies do bounded work and run on the event loop; a plug-in (or any policy
+once a schema registry is configured) runs on a worker thread, and a request whose
+validation there outlasts ``policy.timeout.ms`` rejects. Where the policy says a topic's
+rules are header keys alone (``required_headers_for``, see
 :class:`policies.records.RequiredHeadersOnly`), the gateway looks for the keys in the
 batches itself and calls ``validate`` only for the records that lack one: same answers,
 without a RecordProxy per record. Likewise where they are value rules alone
-(``value_check_for``, :class:`policies.records.ValueRulesOnly`): the gateway reads the values
-alone and hands each to the policy's check.
+(``value_check_for``, :class:`policies.records.ValueRulesOnly`): the gateway reads each
+value whole and hands it to the policy's check.
 """
 
 from __future__ import annotations

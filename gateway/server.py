@@ -128,6 +128,12 @@ class Gateway:
             ", ".join(map(str, self.config.upstream.bootstrap_servers)),
             record_scanner(),
         )
+        if record_scanner() != "native" and self.record_validator is not None:
+            log.warning(
+                "record validation reads records with the full Python reader (protocol._recscan "
+                "is not built, or KPG_RECORD_SCANNER=python): the same answers, at a fraction "
+                "of the throughput"
+            )
 
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers

@@ -27,3 +27,9 @@ def scanner_with(value: str | None) -> subprocess.CompletedProcess[str]:
 def test_the_environment_picks_the_scanners(value: str | None, expected: str) -> None:
     run = scanner_with(value)
     assert (run.returncode, run.stdout.strip()) == (0, expected), run.stderr
+
+
+def test_a_value_it_does_not_know_stops_the_import() -> None:
+    run = scanner_with("c")
+    assert run.returncode != 0
+    assert "KPG_RECORD_SCANNER='c': expected native or python" in run.stderr
