@@ -12,6 +12,7 @@ import importlib
 import itertools
 import os
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -104,11 +105,16 @@ class GatewayThread:
 
 
 class RawClient:
-    """A plain socket speaking Kafka frames; for requests a test builds itself."""
+    """A socket speaking Kafka frames, plain or over ``tls``; for requests a test builds
+    itself."""
 
-    def __init__(self, address: str | HostPort, timeout: float = 10.0) -> None:
+    def __init__(
+        self, address: str | HostPort, timeout: float = 10.0, tls: ssl.SSLContext | None = None
+    ) -> None:
         host, _, port = str(address).rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self._correlation = itertools.count(1)
 
     def send(
@@ -371,6 +377,14 @@ def tls_listener(pki: Path) -> dict[str, str]:
         "ca_file": str(pki / "ca.pem"),
         "client_auth": "required",
     }
+
+
+def tls_context(pki: Path, who: str) -> ssl.SSLContext:
+    """A client TLS context trusting ``make_pki``'s CA, with the client certificate ``who``
+    (for RawClient)."""
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(str(pki / f"{who}.pem"), str(pki / f"{who}.key"))
+    return context
 
 
 def ssl_client(bootstrap: str, pki: Path, who: str | None) -> dict[str, str]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,11 +90,14 @@ def test_every_broker_connection_comes_from_the_gateway(
                 # ss lists the processes' sockets before it lists connections, so one opened
                 # in between has no owner yet: look again straight away.
                 again = dict(broker_peers(broker))
-                vanished.update(local for local, pid in peers if pid is None and local not in again)
+                gone = {local for local, pid in peers if pid is None and local not in again}
+                vanished.update(gone)
+                # Only this sample's ownerless entry of a vanished socket is set aside; the
+                # address stays judged wherever else it is seen.
                 peers = [
                     (local, pid if pid is not None else again.get(local))
                     for local, pid in peers
-                    if local not in vanished
+                    if not (pid is None and local in gone)
                 ]
             seen.extend(peers)
             time.sleep(0.05)
@@ -129,7 +133,9 @@ def test_every_broker_connection_comes_from_the_gateway(
     # Gone before the second look: too short-lived to be a client that learned a broker
     # address (a client keeps that connection), and unattributable; reported, not judged.
     if vanished - gateway_sockets:
-        print(f"broker connections too short-lived to attribute: {sorted(vanished)}")
+        warnings.warn(
+            f"broker connections too short-lived to attribute: {sorted(vanished)}", stacklevel=1
+        )
 
 
 def test_bad_config_names_the_key(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ tests/e2e/test_client_configs_cli.py.
 from __future__ import annotations
 
 import socket
+import ssl
 import subprocess
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -40,7 +40,17 @@ from protocol.codec import encode_request
 from protocol.framing import parse_request_header
 from protocol.join_group import session_timeout_ms
 from protocol.produce import read_produce
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, wait_for
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    tls_context,
+    tls_listener,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -56,9 +66,10 @@ Op = tuple[str, int, str | None]
 # --- requests the tests build ------------------------------------------------------------------
 
 
-def exchange(bootstrap: str, frame: bytes) -> bytes:
-    """One request frame (size prefix included) on a new plain connection; the answer frame."""
-    client = RawClient(bootstrap)
+def exchange(bootstrap: str, frame: bytes, tls: ssl.SSLContext | None = None) -> bytes:
+    """One request frame (size prefix included) on a new connection (plain, or over ``tls``);
+    the answer frame."""
+    client = RawClient(bootstrap, tls=tls)
     try:
         client.send_bytes(frame)
         return client.recv_frame()
@@ -67,21 +78,25 @@ def exchange(bootstrap: str, frame: bytes) -> bytes:
 
 
 def describe(
-    bootstrap: str, resources: Sequence[tuple[int, str]], client_id: str = "raw-test"
+    bootstrap: str,
+    resources: Sequence[tuple[int, str]],
+    client_id: str = "raw-test",
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[wire.DescribedResource, ...]:
     frame = wire.describe_request(resources, correlation_id=7, client_id=client_id)
-    return wire.read_describe_response(exchange(bootstrap, frame))
+    return wire.read_describe_response(exchange(bootstrap, frame, tls))
 
 
 def alter(
     bootstrap: str,
     resources: Sequence[tuple[int, str, Sequence[Op]]],
     validate_only: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> list[tuple[int, str, int, str | None]]:
     frame = wire.incremental_alter_request(
         resources, validate_only=validate_only, correlation_id=9, client_id="raw-test"
     )
-    answer = wire.read_incremental_alter_response(exchange(bootstrap, frame))
+    answer = wire.read_incremental_alter_response(exchange(bootstrap, frame, tls))
     return [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in answer]
 
 
@@ -113,7 +128,7 @@ def stored(gw: GatewayThread) -> Mapping[str, str]:
 
 
 def new_topic(bootstrap: str, configs: dict[str, str]) -> str:
-    topic = f"cc-{uuid.uuid4().hex[:8]}"
+    topic = unique_name("cc")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(15)
     return topic
@@ -488,7 +503,7 @@ def test_session_timeout_enforcement(relayed: BrokerTap, enforce: bool) -> None:
     try:
         set_configs(gw.bootstrap, {"ANONYMOUS:group-app": {"session.timeout.ms": "11000"}})
         request = JoinGroupRequest(
-            group_id=f"g-{uuid.uuid4().hex[:6]}",
+            group_id=unique_name("g"),
             session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
             rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
             member_id="",
@@ -562,5 +577,36 @@ def test_admin_principals_guard_alters_and_other_users(broker: HostPort) -> None
         )
         assert other.error_code == 31
         assert own_user.error_code == 0 and own_client.error_code == 0
+    finally:
+        gw.stop()
+
+
+def test_an_admin_principal_alters_and_reads_every_users_configs(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """The other half: over TLS the client certificate is the principal, and the one named in
+    admin_principals alters any user's configs and reads them back; another is refused."""
+    pki = make_pki(tmp_path, {"platform-admin": "/CN=platform-admin", "alice": "/CN=alice"})
+    gw = GatewayThread(
+        gateway_config(
+            broker,
+            tls=tls_listener(pki),
+            client_configs={"admin_principals": ["User:CN=platform-admin"]},
+        )
+    ).start()
+    try:
+        admin, alice = tls_context(pki, "platform-admin"), tls_context(pki, "alice")
+        change = [(USER_CLIENT, "bob:", [("acks", SET, "1")])]
+        [(_, _, code, message)] = alter(gw.bootstrap, change, tls=alice)
+        assert code == 31 and message is not None and "admin_principals" in message
+        assert not stored(gw)
+
+        [(_, _, code, message)] = alter(gw.bootstrap, change, tls=admin)
+        assert (code, message) == (0, None)
+        assert stored(gw)
+        [bob] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=admin)
+        assert values(bob)["acks"][0] == "1"
+        [bob_for_alice] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=alice)
+        assert bob_for_alice.error_code == 31
     finally:
         gw.stop()

@@ -284,8 +284,8 @@ def test_topic_action_policy_sees_the_delete(broker: HostPort) -> None:
             KafkaError.POLICY_VIOLATION,
             "Broker: Policy violation",
         )
-        # A topic the cluster does not describe is answered by the gateway, unjudged and
-        # never forwarded: a delete nobody judged cannot reach the broker.
+        # A topic the cluster does not describe is answered by the gateway, and the policy
+        # never sees it (that it is not forwarded either: test_raw_delete_every_version).
         assert outcome(futures[missing])[0] == KafkaError.UNKNOWN_TOPIC_OR_PART  # type: ignore[index]
         deletes = {m.topic: m for m in RecordingTopicActionPolicy.seen if m.action.name == "DELETE"}
         assert set(deletes) == {gone, forbidden}

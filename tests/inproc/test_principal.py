@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
@@ -30,6 +30,7 @@ from tests.support import (
     make_pki,
     ssl_client,
     tls_listener,
+    unique_name,
 )
 
 pytestmark = pytest.mark.inproc
@@ -53,14 +54,14 @@ def test_tls_client_certificate_is_the_principal(broker: HostPort, pki: Path) ->
     gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION, tls=tls_listener(pki))).start()
     try:
         admin = AdminClient(ssl_client(gw.bootstrap, pki, "client"))
-        topic = f"tls-{uuid.uuid4().hex[:8]}"
+        topic = unique_name("tls")
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
         (seen,) = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]
         assert seen.principal == "User:CN=alice,OU=eng,O=Acme,C=US"
         # Without a client certificate the TLS handshake fails: nothing gets through.
         anonymous = AdminClient(ssl_client(gw.bootstrap, pki, None))
-        other = f"tls-{uuid.uuid4().hex[:8]}"
-        with pytest.raises(Exception):  # noqa: B017 - librdkafka reports a transport failure
+        other = unique_name("tls")
+        with pytest.raises(KafkaException):  # librdkafka reports a transport failure
             anonymous.create_topics([NewTopic(other, 1, 1)], request_timeout=5)[other].result(10)
         assert not [m for m in RecordingTopicActionPolicy.seen if m.topic == other]
     finally:
@@ -71,7 +72,7 @@ def test_plain_connection_has_no_principal(broker: HostPort) -> None:
     RecordingTopicActionPolicy.seen.clear()
     gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION)).start()
     try:
-        topic = f"anon-{uuid.uuid4().hex[:8]}"
+        topic = unique_name("anon")
         admin = AdminClient({"bootstrap.servers": gw.bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
         assert [m.principal for m in RecordingTopicActionPolicy.seen if m.topic == topic] == [None]
@@ -146,7 +147,7 @@ def _exchange(mechanism: str, messages: list[bytes], outcomes: list[bool]) -> st
         assert client.request(17, 1, SaslHandshakeRequest(mechanism=mechanism)).error_code == 0
         for message in messages:
             client.request(36, 2, SaslAuthenticateRequest(auth_bytes=message))
-        topic = f"sasl-{uuid.uuid4().hex[:6]}"
+        topic = unique_name("sasl")
         client.request(
             19,
             7,

@@ -18,7 +18,7 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from gateway.config import HostPort
 from protocol.codec import decode_response
 from tests.batches import batch_with, record
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, unique_name
 
 pytestmark = pytest.mark.inproc
 
@@ -36,7 +36,7 @@ def tapped(tap: BrokerTap) -> Iterator[tuple[GatewayThread, BrokerTap]]:
 
 
 def create_validated_topic(bootstrap: str, partitions: int = 1, policy: str = POLICY) -> str:
-    topic = f"rv-{uuid.uuid4().hex[:8]}"
+    topic = unique_name("rv")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics(
         [NewTopic(topic, partitions, 1, config={"record.validation.policy": policy})]
@@ -285,7 +285,7 @@ def test_unvalidated_topics_are_forwarded_byte_for_byte(
 ) -> None:
     gw, tap = tapped
     create_validated_topic(gw.bootstrap)  # validation is on for some topic
-    plain = f"plain-{uuid.uuid4().hex[:8]}"
+    plain = unique_name("plain")
     admin = AdminClient({"bootstrap.servers": gw.bootstrap})
     admin.create_topics([NewTopic(plain, 1, 1)])[plain].result(15)
     request = _produce(plain, {0: _batch("none", [(b"anything", False)])})

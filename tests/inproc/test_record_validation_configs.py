@@ -9,7 +9,6 @@ from then on.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +44,7 @@ from tests.support import (
     legacy_alter_configs_request,
     outcome,
     topic_configs,
+    unique_name,
 )
 
 pytestmark = pytest.mark.inproc
@@ -68,7 +68,7 @@ def tapped(tap: BrokerTap) -> Iterator[tuple[GatewayThread, BrokerTap]]:
 
 
 def new_topic(bootstrap: str, configs: dict[str, str] | None = None) -> str:
-    topic = f"rvc-{uuid.uuid4().hex[:8]}"
+    topic = unique_name("rvc")
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config=configs or {})])[topic].result(15)
     return topic
@@ -191,7 +191,7 @@ def test_validate_only_and_refusals_store_nothing(
         f"Can't APPEND to key {KEY} because its type is not LIST.",
     )
 
-    missing = f"rvc-missing-{uuid.uuid4().hex[:6]}"
+    missing = unique_name("rvc-missing")
     assert alter(gw.bootstrap, missing, [set_policy(POLICY)]) == (
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         f"The topic '{missing}' does not exist.",
@@ -270,7 +270,7 @@ def test_legacy_alter_configs_sets_and_implicitly_deletes(
     """Scripted upstream: the test broker has no AlterConfigs (API key 33), and accepts
     config names it does not know. The scripted one refuses unknown names as a Kafka broker
     does, so a success shows the gateway's key was taken out."""
-    topic, bare = f"rvc-l-{uuid.uuid4().hex[:6]}", f"rvc-b-{uuid.uuid4().hex[:6]}"
+    topic, bare = unique_name("rvc-l"), unique_name("rvc-b")
     broker = LegacyConfigsBroker({topic: {"retention.ms": "100"}})
     upstream = scripted_cluster.add(broker.respond, "legacy")
     assert upstream.address is not None

@@ -882,6 +882,51 @@ def test_the_gateways_shortcuts_answer_as_validating_each_record(
     assert outcome.error is not None and outcome.error.record_errors
 
 
+def test_the_shortcuts_are_taken(
+    policy: BuiltinRecordValidationPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of the shortcuts is what they skip: for header rules, records that carry
+    the keys are never read one by one nor handed to validate(); for value rules, no record
+    is. (Answers alike either way; only this test sees the shortcut lost.)"""
+    import gateway.record_validation as validation_module
+
+    read_one_by_one: list[object] = []
+    validated: list[int] = []
+    real_reader, real_validate = validation_module.read_record_fields, policy.validate
+
+    def reader(*args: object, **kwargs: object) -> object:
+        read_one_by_one.append(args)
+        return real_reader(*args, **kwargs)  # type: ignore[arg-type]
+
+    def validate(topic: TopicMetadata, record: RecordProxy) -> None:
+        validated.append(1)
+        real_validate(topic, record)
+
+    monkeypatch.setattr(validation_module, "read_record_fields", reader)
+    monkeypatch.setattr(policy, "validate", validate)
+    validator = RecordValidator(policy, dry_run=False)
+    with_header = tuple(batch_record(i, b"k", b"v", ((b"trace-id", b"1"),)) for i in range(5))
+
+    assert (
+        validator.validate_partition("t", 0, "trace-id", batch_with("none", with_header)).error
+        is None
+    )
+    assert (read_one_by_one, validated) == ([], [])
+
+    lacking = tuple(
+        batch_record(i, b"k", b"v", () if i == 2 else ((b"trace-id", b"1"),)) for i in range(5)
+    )
+    outcome = validator.validate_partition("t", 0, "trace-id", batch_with("none", lacking))
+    assert outcome.error is not None and [i for i, _ in outcome.error.record_errors] == [2]
+    assert validated == [1]  # record 2 alone went to validate()
+
+    read_one_by_one.clear()
+    validated.clear()
+    outcome = validator.validate_partition("t", 0, "json", partition_of_values("none"))
+    assert outcome.error is not None and outcome.error.record_errors
+    assert (read_one_by_one, validated) == ([], [])
+
+
 @pytest.mark.parametrize(
     ("value", "data"),
     [("trace-id", partition_data), ("json", partition_of_values)],

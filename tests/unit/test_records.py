@@ -458,7 +458,7 @@ def test_check_headers_reads_a_sound_batch_without_the_full_reader(
 
 @pytest.mark.parametrize("extra", [63, 64])
 def test_check_headers_takes_any_number_of_keys(extra: int) -> None:
-    """The C scanner tracks up to 64 keys per record; with more, the Python one answers."""
+    """The C scanner tracks up to 64 keys per record; with more, the full reader answers."""
     keys = ("trace-id", *(f"k{n}" for n in range(extra)))
     headers = tuple((key.encode(), b"") for key in keys)
     records = (record(0, b"k", b"v", headers), record(1, b"k", b"v", headers[:-1]))
