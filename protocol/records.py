@@ -557,9 +557,10 @@ def _refill(
     return b"".join((kept, more)), 0
 
 
-# Reading records is the gateway's hot loop, so the readers below decode a one-byte varint
-# (zigzag: (b >> 1) ^ -(b & 1)) in line and leave longer ones to kio, and build no value
-# per record beyond a tuple.
+# The full reader: the reference the C scanners are held to, and the loop behind plug-in
+# policies. It decodes a one-byte varint (zigzag: (b >> 1) ^ -(b & 1)) in line and leaves
+# longer ones to kio; every byte field (key, value, header key and value) goes through
+# _read_bytes, one place for what makes a field fit its record.
 
 
 def _read_record(
@@ -580,37 +581,8 @@ def _read_record(
         offset = 2 if body[1] < 0x80 else 1 + read_signed_varlong(body, 1)[1]
         offset += 1 if body[offset] < 0x80 else read_signed_varint(body, offset)[1]
 
-        byte = body[offset]
-        if byte < 0x80:
-            key_size = (byte >> 1) ^ -(byte & 1)
-            offset += 1
-        else:
-            key_size, size = read_signed_varint(body, offset)
-            offset += size
-        key: bytes | None = None
-        if key_size != -1:
-            end = offset + key_size
-            if key_size < -1 or end > len(body):
-                raise ValueError(f"key size {key_size} does not fit the record")
-            key = bytes(body[offset : end if key_bytes == -1 else min(end, offset + key_bytes)])
-            offset = end
-
-        byte = body[offset]
-        if byte < 0x80:
-            value_size = (byte >> 1) ^ -(byte & 1)
-            offset += 1
-        else:
-            value_size, size = read_signed_varint(body, offset)
-            offset += size
-        value: bytes | None = None
-        if value_size != -1:
-            end = offset + value_size
-            if value_size < -1 or end > len(body):
-                raise ValueError(f"value size {value_size} does not fit the record")
-            value = bytes(
-                body[offset : end if value_bytes == -1 else min(end, offset + value_bytes)]
-            )
-            offset = end
+        key_size, key, offset = _read_bytes(body, offset, key_bytes, "key")
+        value_size, value, offset = _read_bytes(body, offset, value_bytes, "value")
 
         byte = body[offset]
         if byte < 0x80:
@@ -634,35 +606,34 @@ def _read_record(
     return index, key, value, record_headers, key_size, value_size, size_in_bytes
 
 
+def _read_bytes(
+    body: memoryview, offset: int, prefix: int, what: str
+) -> tuple[int, bytes | None, int]:
+    """The nullable byte field at offset (a size varint, then the bytes): (its size, its
+    first ``prefix`` bytes (-1: all; None when null), the offset after it)."""
+    byte = body[offset]
+    if byte < 0x80:
+        size = (byte >> 1) ^ -(byte & 1)
+        offset += 1
+    else:
+        size, length = read_signed_varint(body, offset)
+        offset += length
+    if size == -1:
+        return -1, None, offset
+    end = offset + size
+    if size < -1 or end > len(body):
+        raise ValueError(f"{what} size {size} does not fit the record")
+    return size, bytes(body[offset : end if prefix == -1 else min(end, offset + prefix)]), end
+
+
 def _read_headers(body: memoryview, offset: int, count: int) -> tuple[RecordHeaders, int]:
     parsed: list[tuple[str, bytes | None]] = []
     for _ in range(count):
-        byte = body[offset]
-        if byte < 0x80:
-            key_size = (byte >> 1) ^ -(byte & 1)
-            offset += 1
-        else:
-            key_size, size = read_signed_varint(body, offset)
-            offset += size
-        end = offset + key_size
-        if key_size < 0 or end > len(body):
+        key_size, key, offset = _read_bytes(body, offset, -1, "header key")
+        if key is None:
             raise ValueError(f"header key size {key_size} does not fit the record")
-        key = str(body[offset:end], "utf-8", "replace")
-        byte = body[end]
-        if byte < 0x80:
-            value_size = (byte >> 1) ^ -(byte & 1)
-            offset = end + 1
-        else:
-            value_size, size = read_signed_varint(body, end)
-            offset = end + size
-        value: bytes | None = None
-        if value_size != -1:
-            end = offset + value_size
-            if value_size < -1 or end > len(body):
-                raise ValueError(f"header value size {value_size} does not fit the record")
-            value = bytes(body[offset:end])
-            offset = end
-        parsed.append((key, value))
+        _, value, offset = _read_bytes(body, offset, -1, "header value")
+        parsed.append((str(key, "utf-8", "replace"), value))
     return tuple(parsed), offset
 
 
