@@ -35,6 +35,7 @@ from kio.static.primitive import i8, i32, i32Timedelta
 from gateway.config import HostPort
 from protocol.codec import decode_request, encode_response
 from protocol.framing import SIZE, RequestHeader, parse_request_header
+from tests.support import close_loop
 
 Responder = Callable[["ScriptedBroker", RequestHeader, Any], Awaitable[Any | None]]
 """(broker, header, decoded request) -> response payload, or None for no answer."""
@@ -102,7 +103,7 @@ class ScriptedCluster:
     def close(self) -> None:
         for broker in self.brokers:
             broker.stop()
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        close_loop(self.loop, self._thread)
 
 
 # --- answers a scripted broker gives ---------------------------------------------------------

@@ -66,6 +66,18 @@ def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> Gate
     return from_mapping(raw, "<test>")
 
 
+def close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread | None) -> None:
+    """Stop ``loop``, running in ``thread``, and free what it holds: its executor's threads
+    and its file descriptors (half a dozen per uvloop loop; a test process that leaves them
+    open passes 1,024, where select()-based servers, py4j's among them, stop working)."""
+    if thread is not None and thread.is_alive():
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    if not loop.is_running() and not loop.is_closed():
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+
+
 class GatewayThread:
     """The real gateway, on its own uvloop event loop in a thread, for synchronous clients."""
 
@@ -93,8 +105,7 @@ class GatewayThread:
     def stop(self) -> None:
         if self._thread.is_alive():
             self.run(self.gateway.stop(), timeout=60)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
+        close_loop(self.loop, self._thread)
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.gateway.metrics.registry.get_sample_value(name, labels or None)
@@ -246,9 +257,10 @@ class BrokerTap:
         ]
 
     def stop(self) -> None:
-        if self._loop is not None and self._server is not None:
-            self._loop.call_soon_threadsafe(self._server.close)
-            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._loop is not None:
+            if self._server is not None:
+                self._loop.call_soon_threadsafe(self._server.close)
+            close_loop(self._loop, self._thread)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
