@@ -291,50 +291,64 @@ def parse_record_validation_policy(value: str) -> RecordRules:
     fields: dict[str, Any] = {}
     for item in _SEPARATORS.split(value):
         rule = item.strip()
-        if not rule:
-            raise ValueError("it has an empty rule (two separators in a row, or one at an end)")
-        name, colon, argument = rule.partition(":")
-        name, argument = name.strip(), argument.strip()
-        if name not in _KEYWORDS:
-            if colon:
-                raise ValueError(
-                    f"unknown rule {name!r} in {rule!r} (rules: {', '.join(sorted(_KEYWORDS))}; "
-                    "write header:<key> for a header key that contains ':')"
-                )
-            name, argument = "header", rule
-        elif name in _ARGUMENTS and not argument:
-            raise ValueError(f"rule {rule!r} needs {_ARGUMENTS[name]}: {name}:<{_ARGUMENTS[name]}>")
-        elif name in ("key-required", "json", "tombstones-allowed") and colon:
-            raise ValueError(f"rule {name} takes no argument, got {rule!r}")
+        name, colon, argument = _rule_parts(rule)
         identity = f"header:{argument}" if name == "header" else name
         if identity in seen:
             raise ValueError(f"rule {identity} is given more than once")
         seen.add(identity)
         if name == "header":
             headers.append(argument)
-        elif name == "key-required":
-            fields["key_required"] = True
-        elif name == "json":
-            fields["value_json"] = True
-        elif name == "json-schema":
-            fields["value_json"] = True
-            fields["value_json_schema"] = argument
-        elif name == "schema-id":
-            if colon and argument != "registry":
-                raise ValueError(
-                    f"rule {rule!r}: schema-id takes no argument or :registry, got {argument!r}"
-                )
-            fields["value_schema_id"] = SchemaIdCheck.REGISTERED if colon else SchemaIdCheck.PRESENT
-        elif name == "max-bytes":
-            if not _MAX_BYTES.fullmatch(argument) or not 1 <= int(argument) <= _INT_MAX:
-                raise ValueError(
-                    f"rule {rule!r} needs a whole number of bytes from 1 to {_INT_MAX}"
-                )
-            fields["max_record_bytes"] = int(argument)
         else:
-            assert name == "tombstones-allowed"
-            fields["tombstones_allowed"] = True
+            fields.update(_rule_fields(rule, name, colon, argument))
     return RecordRules(required_headers=tuple(headers), **fields)
+
+
+def _rule_parts(rule: str) -> tuple[str, str, str]:
+    """(keyword, ``:`` or "", argument) of one rule; a bare word is a header key.
+
+    :raises ValueError:
+    """
+    if not rule:
+        raise ValueError("it has an empty rule (two separators in a row, or one at an end)")
+    name, colon, argument = rule.partition(":")
+    name, argument = name.strip(), argument.strip()
+    if name not in _KEYWORDS:
+        if colon:
+            raise ValueError(
+                f"unknown rule {name!r} in {rule!r} (rules: {', '.join(sorted(_KEYWORDS))}; "
+                "write header:<key> for a header key that contains ':')"
+            )
+        return "header", "", rule
+    if name in _ARGUMENTS and not argument:
+        raise ValueError(f"rule {rule!r} needs {_ARGUMENTS[name]}: {name}:<{_ARGUMENTS[name]}>")
+    if name in ("key-required", "json", "tombstones-allowed") and colon:
+        raise ValueError(f"rule {name} takes no argument, got {rule!r}")
+    return name, colon, argument
+
+
+def _rule_fields(rule: str, name: str, colon: str, argument: str) -> dict[str, Any]:
+    """The :class:`RecordRules` fields one rule other than a header rule sets.
+
+    :raises ValueError:
+    """
+    if name == "key-required":
+        return {"key_required": True}
+    if name == "json":
+        return {"value_json": True}
+    if name == "json-schema":
+        return {"value_json": True, "value_json_schema": argument}
+    if name == "schema-id":
+        if colon and argument != "registry":
+            raise ValueError(
+                f"rule {rule!r}: schema-id takes no argument or :registry, got {argument!r}"
+            )
+        return {"value_schema_id": SchemaIdCheck.REGISTERED if colon else SchemaIdCheck.PRESENT}
+    if name == "max-bytes":
+        if not _MAX_BYTES.fullmatch(argument) or not 1 <= int(argument) <= _INT_MAX:
+            raise ValueError(f"rule {rule!r} needs a whole number of bytes from 1 to {_INT_MAX}")
+        return {"max_record_bytes": int(argument)}
+    assert name == "tombstones-allowed"
+    return {"tombstones_allowed": True}
 
 
 # --- the policy -------------------------------------------------------------------------------
@@ -570,60 +584,80 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
         self, rules: RecordRules, validator: _JsonSchema | None, where: str
     ) -> ValueCheck:
         schema_id = rules.value_schema_id
-        parse_json = rules.value_json
         tombstones_allowed = rules.tombstones_allowed
         schema = rules.value_json_schema
         json_rule = "json" if schema is None else f"json-schema:{schema}"
         first_rule = schema_id.value if schema_id is not None else json_rule
-        policy = self
+        check_schema_id = None if schema_id is None else self._schema_id_check(schema_id, where)
+        skip = 0 if schema_id is None else _SCHEMA_ID_BYTES
+        check_json = _json_check(validator, json_rule, where) if rules.value_json else None
 
         def check_value(value: bytes | None) -> None:
             if value is None:
                 if tombstones_allowed:
                     return
                 raise InvalidRecord(f"Record value is null; rule {first_rule} needs a value{where}")
-            document = value
-            if schema_id is not None:
-                if len(value) < _SCHEMA_ID_BYTES or value[0] != _MAGIC_BYTE:
-                    raise InvalidRecord(_no_schema_id(value, schema_id, where))
-                if schema_id is SchemaIdCheck.REGISTERED:
-                    lookup = policy._schema_lookup
-                    if lookup is None:
-                        raise InvalidRecord(
-                            f"Record cannot be checked: rule {schema_id.value} needs a schema "
-                            f"registry, and the gateway has none configured{where}"
-                        )
-                    number = int.from_bytes(value[1:_SCHEMA_ID_BYTES], "big", signed=True)
-                    if not lookup(number):
-                        raise InvalidRecord(
-                            f"Record value has schema id {number}, which the schema registry "
-                            f"does not have (rule {schema_id.value}){where}"
-                        )
-                if parse_json:
-                    document = value[_SCHEMA_ID_BYTES:]
-            if not parse_json:
-                return
-            instance = _decode_json(document, json_rule, where)
-            if validator is None:
-                return
-            fast = validator.fast
-            if fast is not None:
-                try:
-                    if fast.is_valid(instance):
-                        return
-                except ValueError:
-                    pass  # validator.problem says what to do with it
-            problem = validator.problem(instance)
-            if problem is not None:
-                message, path = problem
-                raise InvalidRecord(
-                    f"Record value does not match the JSON schema of rule {json_rule}: "
-                    f"{_cut(message)} at {path}{where}"
-                )
+            if check_schema_id is not None:
+                check_schema_id(value)
+            if check_json is not None:
+                check_json(value[skip:] if skip else value)
 
         if schema_id is None and validator is not None and validator.fast is not None:
             return _accepting_fast(validator.fast, check_value)
         return check_value
+
+    def _schema_id_check(self, schema_id: SchemaIdCheck, where: str) -> Callable[[bytes], None]:
+        """The check of a value's schema id prefix (and, for ``schema-id:registry``, that the
+        registry has the id; the lookup is the one set when a value is checked)."""
+        policy = self
+
+        def check_schema_id(value: bytes) -> None:
+            if len(value) < _SCHEMA_ID_BYTES or value[0] != _MAGIC_BYTE:
+                raise InvalidRecord(_no_schema_id(value, schema_id, where))
+            if schema_id is not SchemaIdCheck.REGISTERED:
+                return
+            lookup = policy._schema_lookup
+            if lookup is None:
+                raise InvalidRecord(
+                    f"Record cannot be checked: rule {schema_id.value} needs a schema "
+                    f"registry, and the gateway has none configured{where}"
+                )
+            number = int.from_bytes(value[1:_SCHEMA_ID_BYTES], "big", signed=True)
+            if not lookup(number):
+                raise InvalidRecord(
+                    f"Record value has schema id {number}, which the schema registry "
+                    f"does not have (rule {schema_id.value}){where}"
+                )
+
+        return check_schema_id
+
+
+def _json_check(
+    validator: _JsonSchema | None, json_rule: str, where: str
+) -> Callable[[bytes], Any]:
+    """The check of a value's JSON document: that it decodes and, with a ``validator``, that
+    its schema accepts it."""
+    if validator is None:
+        return functools.partial(_decode_json, json_rule=json_rule, where=where)
+    fast = validator.fast
+
+    def check_json(document: bytes) -> None:
+        instance = _decode_json(document, json_rule, where)
+        if fast is not None:
+            try:
+                if fast.is_valid(instance):
+                    return
+            except ValueError:
+                pass  # validator.problem says what to do with it
+        problem = validator.problem(instance)
+        if problem is not None:
+            message, path = problem
+            raise InvalidRecord(
+                f"Record value does not match the JSON schema of rule {json_rule}: "
+                f"{_cut(message)} at {path}{where}"
+            )
+
+    return check_json
 
 
 def _accepting_fast(fast: jsonschema_rs.Validator, check: ValueCheck) -> ValueCheck:
@@ -788,7 +822,7 @@ def _compile_fast(
     uris = [(uri if ":" in uri else _RS_BASE_URI + uri, r.contents) for uri, r in resources]
     try:
         registry = jsonschema_rs.Registry(uris)
-    except Exception as exc:  # any failure leaves every schema to jsonschema
+    except (ValueError, jsonschema_rs.ReferencingError) as exc:  # jsonschema decides alone
         log.warning(
             "%s: jsonschema-rs cannot take the schemas in %s: %s", JSON_SCHEMA_DIR, directory, exc
         )
@@ -799,7 +833,7 @@ def _compile_fast(
             compiled[name] = jsonschema_rs.validator_for(
                 schema, registry=registry, validate_formats=False, offline=True
             )
-        except Exception as exc:  # the jsonschema package checks this one
+        except (ValueError, jsonschema_rs.ReferencingError) as exc:  # jsonschema checks it
             first_line = str(exc).partition("\n")[0]
             log.warning(
                 "%s: %s/%s.json is checked by the slower jsonschema package alone: "
