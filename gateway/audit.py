@@ -667,24 +667,19 @@ class AuditEmitter:
         for sink in self._sinks:
             try:
                 sink.write(batch)
-                continue
-            except SinkWriteError as exc:
-                lost = len(batch) - exc.written
-                cause: BaseException = exc
-            except Exception as exc:
-                lost = len(batch)
-                cause = exc
-            lost_total += lost
-            logger.error(
-                "AUDIT EVENTS LOST: %d of %d events could not be written to %r "
-                "(first lost event_id=%s): %s",
-                lost,
-                len(batch),
-                sink,
-                batch[len(batch) - lost].event_id,
-                cause,
-                exc_info=cause,
-            )
+            except Exception as exc:  # whatever a sink raises, its loss is counted and logged
+                lost = len(batch) - exc.written if isinstance(exc, SinkWriteError) else len(batch)
+                lost_total += lost
+                logger.error(
+                    "AUDIT EVENTS LOST: %d of %d events could not be written to %r "
+                    "(first lost event_id=%s): %s",
+                    lost,
+                    len(batch),
+                    sink,
+                    batch[len(batch) - lost].event_id,
+                    exc,
+                    exc_info=exc,
+                )
         return lost_total
 
     def _maintain_sinks(self) -> None:

@@ -514,17 +514,34 @@ def apply_incremental(
         return {}, (INVALID_REQUEST, change.message)
     operation = {name: op for name, op, _ in ops}  # incremental() refused duplicate names
     for name, op in operation.items():
-        if op == DELETE and name in before:
-            continue
-        problem = _key_problem(name)
+        problem = _operation_problem(name, op, before)
         if problem is not None:
             return {}, (INVALID_REQUEST, problem)
-        if op in (APPEND, SUBTRACT) and not KEYS[name].is_list:
-            verb = "append" if op == APPEND else "subtract"
-            return {}, (
-                INVALID_REQUEST,
-                f"Config value {verb} is not allowed for config key: {name}",
-            )
+    after = _stored_after(change, operation)
+    if isinstance(after, str):
+        return {}, (INVALID_REQUEST, after)
+    writes: dict[str, str | None] = {
+        store_key(user, client_id, name): after.get(name)
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    }
+    return writes, None
+
+
+def _operation_problem(name: str, op: int, before: Mapping[str, str]) -> str | None:
+    """Why the gateway refuses operation ``op`` on key ``name``, or None."""
+    if op == DELETE and name in before:
+        return None
+    problem = _key_problem(name)
+    if problem is None and op in (APPEND, SUBTRACT) and not KEYS[name].is_list:
+        verb = "append" if op == APPEND else "subtract"
+        problem = f"Config value {verb} is not allowed for config key: {name}"
+    return problem
+
+
+def _stored_after(change: ConfigChange, operation: Mapping[str, int]) -> dict[str, str] | str:
+    """The entity's configs after ``change``, values normalized (a SUBTRACT that empties a
+    list deletes the key), or the problem with the first invalid value."""
     after = dict(change.after)
     for name, value in change.altered.items():
         if value is None:
@@ -534,10 +551,6 @@ def apply_incremental(
             continue
         problem = validate(name, value)
         if problem is not None:
-            return {}, (INVALID_REQUEST, problem)
+            return problem
         after[name] = normalize(name, value)
-    writes: dict[str, str | None] = {}
-    for name in sorted(before.keys() | after.keys()):
-        if before.get(name) != after.get(name):
-            writes[store_key(user, client_id, name)] = after.get(name)
-    return writes, None
+    return after

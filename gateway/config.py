@@ -287,34 +287,10 @@ def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
     )
 
 
-def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
-    """Build the config from parsed YAML.
-
-    :raises ConfigError: naming the offending key and ``source``.
-    """
-    for key in raw:
-        if key not in _TOP_KEYS:
-            raise ConfigError(
-                f"{source}: {key}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})"
-            )
-    listen = parse_host_port(raw.get("listen", "127.0.0.1:9092"), "listen", source)
-    advertised = raw.get("advertised_host")
-    if advertised is None:
-        if listen.host in ("0.0.0.0", "::"):
-            raise ConfigError(
-                f"{source}: advertised_host: required when listen is {listen}: clients need a "
-                "name or address they can reach"
-            )
-        advertised = listen.host
-    if not isinstance(advertised, str) or not advertised:
-        raise ConfigError(f"{source}: advertised_host: expected a host name, got {advertised!r}")
-    node_port_base = int(
-        _number(raw.get("node_port_base", 9100), "node_port_base", source, minimum=0)
-    )
-    if node_port_base > 65535:
-        raise ConfigError(f"{source}: node_port_base: must be a port number, got {node_port_base}")
+def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
+    """The ``upstream`` section."""
     up = _section(raw, "upstream", _UPSTREAM_KEYS, source)
-    upstream = UpstreamConfig(
+    return UpstreamConfig(
         bootstrap_servers=_servers(
             up.get("bootstrap_servers"), "upstream.bootstrap_servers", source
         ),
@@ -345,6 +321,10 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
             )
         ),
     )
+
+
+def _audit(raw: Mapping[str, Any], source: str) -> AuditConfig:
+    """The ``audit`` section."""
     au = _section(raw, "audit", _AUDIT_KEYS, source)
     fsync = au.get("fsync", "interval")
     if fsync not in ("always", "segment", "interval"):
@@ -359,7 +339,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
     audit_topic = au.get("topic")
     if audit_topic is not None and (not isinstance(audit_topic, str) or not audit_topic):
         raise ConfigError(f"{source}: audit.topic: expected a topic name, got {audit_topic!r}")
-    audit = AuditConfig(
+    return AuditConfig(
         spool_dir=spool_dir,
         topic=audit_topic,
         topic_replication_factor=int(
@@ -402,14 +382,17 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
         instance=str(au.get("instance", "kpg")),
     )
-    tls = _tls(raw, source)
+
+
+def _state(raw: Mapping[str, Any], source: str) -> StateConfig:
+    """The ``state`` section."""
     st = _section(raw, "state", _STATE_KEYS, source)
     if st.get("store", "sqlite") not in ("sqlite", "kafka"):
         raise ConfigError(f"{source}: state.store: expected sqlite or kafka, got {st['store']!r}")
     for key in ("path", "topic"):
         if key in st and (not isinstance(st[key], str) or not st[key]):
             raise ConfigError(f"{source}: state.{key}: expected a non-empty string")
-    state = StateConfig(
+    return StateConfig(
         store=st.get("store", "sqlite"),
         path=st.get("path", "var/kpg-state.db"),
         topic=st.get("topic", "_kpg_state"),
@@ -423,8 +406,12 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
             )
         ),
     )
+
+
+def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
+    """The ``limits`` section."""
     lim = _section(raw, "limits", _LIMIT_KEYS, source)
-    limits = LimitsConfig(
+    return LimitsConfig(
         max_frame_bytes=int(
             _number(
                 lim.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES),
@@ -442,6 +429,45 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
             )
         ),
     )
+
+
+def _advertised_host(raw: Mapping[str, Any], listen: HostPort, source: str) -> str:
+    """``advertised_host``, which defaults to the listen host unless that is a wildcard."""
+    advertised = raw.get("advertised_host")
+    if advertised is None:
+        if listen.host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"{source}: advertised_host: required when listen is {listen}: clients need a "
+                "name or address they can reach"
+            )
+        advertised = listen.host
+    if not isinstance(advertised, str) or not advertised:
+        raise ConfigError(f"{source}: advertised_host: expected a host name, got {advertised!r}")
+    return advertised
+
+
+def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
+    """Build the config from parsed YAML.
+
+    :raises ConfigError: naming the offending key and ``source``.
+    """
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(
+                f"{source}: {key}: unknown key (known: {', '.join(sorted(_TOP_KEYS))})"
+            )
+    listen = parse_host_port(raw.get("listen", "127.0.0.1:9092"), "listen", source)
+    advertised = _advertised_host(raw, listen, source)
+    node_port_base = int(
+        _number(raw.get("node_port_base", 9100), "node_port_base", source, minimum=0)
+    )
+    if node_port_base > 65535:
+        raise ConfigError(f"{source}: node_port_base: must be a port number, got {node_port_base}")
+    upstream = _upstream(raw, source)
+    audit = _audit(raw, source)
+    tls = _tls(raw, source)
+    state = _state(raw, source)
+    limits = _limits(raw, source)
     metrics_raw = raw.get("metrics")
     metrics = parse_host_port(metrics_raw, "metrics", source) if metrics_raw else None
     policies = raw.get("policies") or {}

@@ -201,32 +201,7 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
 
     :raises UsageError:
     """
-    named: dict[str, str | None] = {}
-    pending: str | None = None
-    for kind, value in entities:
-        if kind == "type":
-            if pending is not None:
-                raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
-            if value not in ("users", "clients"):
-                raise UsageError(
-                    f"--entity-type {value}: kpg configs handles dynamic client configs, "
-                    "entity types users and clients (use kafka-configs.sh for the others)"
-                )
-            if value in named:
-                raise UsageError(f"--entity-type {value} is given twice")
-            pending = value
-            continue
-        if pending is None:
-            option = "--entity-name" if kind == "name" else "--entity-default"
-            raise UsageError(f"{option} must follow an --entity-type")
-        named[pending] = value if kind == "name" else None
-        if kind == "name" and not value:
-            raise UsageError(f"--entity-type {pending}: the entity name is empty")
-        pending = None
-    if pending is not None:
-        raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
-    if not named:
-        raise UsageError("name the entity: --entity-type users --entity-name USER")
+    named = _named_entities(entities)
     if "users" in named:
         user = named["users"]
         if user is None:
@@ -247,6 +222,48 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
     return Target(
         resource_type=codes.client_type, resource_name=client, user=None, client_id=client
     )
+
+
+def _named_entities(entities: Sequence[tuple[str, str | None]]) -> dict[str, str | None]:
+    """Entity type -> entity name (None for --entity-default), each type paired with the
+    name or default option that follows it.
+
+    :raises UsageError:
+    """
+    named: dict[str, str | None] = {}
+    pending: str | None = None
+    for kind, value in entities:
+        if kind == "type":
+            _check_entity_type(value, pending, named)
+            pending = value
+            continue
+        if pending is None:
+            option = "--entity-name" if kind == "name" else "--entity-default"
+            raise UsageError(f"{option} must follow an --entity-type")
+        if kind == "name" and not value:
+            raise UsageError(f"--entity-type {pending}: the entity name is empty")
+        named[pending] = value if kind == "name" else None
+        pending = None
+    if pending is not None:
+        raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
+    if not named:
+        raise UsageError("name the entity: --entity-type users --entity-name USER")
+    return named
+
+
+def _check_entity_type(
+    value: str | None, pending: str | None, named: dict[str, str | None]
+) -> None:
+    """:raises UsageError: unless ``--entity-type value`` may come next."""
+    if pending is not None:
+        raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
+    if value not in ("users", "clients"):
+        raise UsageError(
+            f"--entity-type {value}: kpg configs handles dynamic client configs, "
+            "entity types users and clients (use kafka-configs.sh for the others)"
+        )
+    if value in named:
+        raise UsageError(f"--entity-type {value} is given twice")
 
 
 def parse_add_config(text: str) -> list[tuple[str, str]]:
@@ -337,39 +354,17 @@ def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         codes = parse_codes(args.client_codes)
         target = target_of(args.entities, codes)
         address = parse_host_port(args.bootstrap_server, "--bootstrap-server", "command line")
-        if args.describe and (args.add_config is not None or args.delete_config is not None):
-            raise UsageError("--add-config and --delete-config go with --alter")
-        operations: list[tuple[str, int, str | None]] = []
-        if args.alter:
-            if target.user is None:
-                raise UsageError(
-                    "--alter needs --entity-type users --entity-name USER: dynamic client "
-                    "configs are kept per user"
-                )
-            operations = alter_operations(args.add_config, args.delete_config)
+        frame = _request_frame(args, target)
     except (UsageError, ConfigError) as exc:
         print(f"kpg configs: {exc}", file=sys.stderr)
         return 2
-    if args.describe:
-        frame = wire.describe_request(
-            [(target.resource_type, target.resource_name)],
-            correlation_id=1,
-            client_id="kpg-configs",
-        )
-    else:
-        frame = wire.incremental_alter_request(
-            [(target.resource_type, target.resource_name, operations)],
-            validate_only=False,
-            correlation_id=1,
-            client_id="kpg-configs",
-        )
     try:
         answer = exchange(address.host, address.port, frame, args.timeout)
-        if args.describe:
-            described = wire.read_describe_response(answer)
-            results: Sequence[wire.DescribedResource | wire.AlteredResource] = described
-        else:
-            results = wire.read_incremental_alter_response(answer)
+        results: Sequence[wire.DescribedResource | wire.AlteredResource] = (
+            wire.read_describe_response(answer)
+            if args.describe
+            else wire.read_incremental_alter_response(answer)
+        )
     except (OSError, Undecodable, FrameRejected) as exc:
         print(f"kpg configs: no usable answer from {address}: {exc}", file=sys.stderr)
         return 2
@@ -395,3 +390,32 @@ def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     else:
         print(target.altered(), file=out)
     return 0
+
+
+def _request_frame(args: argparse.Namespace, target: Target) -> bytes:
+    """The DescribeConfigs (``--describe``) or IncrementalAlterConfigs (``--alter``) request.
+
+    :raises UsageError:
+    """
+    if args.describe:
+        if args.add_config is not None or args.delete_config is not None:
+            raise UsageError("--add-config and --delete-config go with --alter")
+        return wire.describe_request(
+            [(target.resource_type, target.resource_name)],
+            correlation_id=1,
+            client_id="kpg-configs",
+        )
+    operations: list[tuple[str, int, str | None]] = []
+    if args.alter:
+        if target.user is None:
+            raise UsageError(
+                "--alter needs --entity-type users --entity-name USER: dynamic client "
+                "configs are kept per user"
+            )
+        operations = alter_operations(args.add_config, args.delete_config)
+    return wire.incremental_alter_request(
+        [(target.resource_type, target.resource_name, operations)],
+        validate_only=False,
+        correlation_id=1,
+        client_id="kpg-configs",
+    )

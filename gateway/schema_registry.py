@@ -4,8 +4,8 @@ Used by record policies that check a record's schema id against the registry (th
 ``schema-id:registry`` rule). Calls come from the record-validation worker thread, so they
 block (urllib) with a timeout. Schema ids never change meaning, so a found id is cached for
 good; a missing id is cached for ``negative_ttl_s`` (it may be registered soon). Anything
-other than 200 or 404, or no answer in time, raises: the policy passes it on and the record
-is rejected (fail closed).
+other than 200 or 404, or no answer in time, raises :class:`SchemaRegistryError`, which the
+policy passes on (and a policy that raises denies: see :mod:`policies`).
 """
 
 from __future__ import annotations

@@ -191,7 +191,8 @@ def build_policy_chain(config: PolicyConfig) -> PolicyChain:
         for plugin in loaded.values():
             try:
                 plugin.policy.close()
-            except Exception as exc:
+            # A plug-in's close() may raise anything; the configuration error stays the answer.
+            except Exception as exc:  # noqa: BLE001
                 error.add_note(f"closing {plugin.name} also failed: {type(exc).__name__}: {exc}")
         raise
     return PolicyChain(
@@ -387,17 +388,7 @@ def _parse_rule(
             max=None if high is None else int(high),
         )
     if rule_type == "config":
-        config = entry.get("config")
-        if not isinstance(config, str) or not config:
-            raise errors.at(f"{at}.config", "expected the config's name, such as retention.ms")
-        has_bounds = "min" in entry or "max" in entry
-        if has_bounds == ("allowed" in entry):
-            raise errors.at(at, "a config rule sets min and/or max, or allowed (not both)")
-        if has_bounds:
-            low, high = _bounds(entry, at, errors, whole=False)
-            return ConfigRule(name=name, mode=mode, config=config, min=low, max=high)
-        allowed = _strings(entry["allowed"], f"{at}.allowed", errors, scalars=True)
-        return ConfigRule(name=name, mode=mode, config=config, allowed=frozenset(allowed))
+        return _config_rule(entry, at, name, mode, errors)
     if rule_type in ("required.configs", "forbidden.configs"):
         configs = _strings(entry.get("configs"), f"{at}.configs", errors)
         if rule_type == "required.configs":
@@ -409,6 +400,28 @@ def _parse_rule(
             raise errors.at(f"{at}.pattern", "expected a regular expression")
         return TopicNameRule(name=name, mode=mode, pattern=_regex(pattern, f"{at}.pattern", errors))
     assert rule_type == "protected.topics"
+    return _protected_topics_rule(entry, at, name, mode, errors)
+
+
+def _config_rule(
+    entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+) -> ConfigRule:
+    config = entry.get("config")
+    if not isinstance(config, str) or not config:
+        raise errors.at(f"{at}.config", "expected the config's name, such as retention.ms")
+    has_bounds = "min" in entry or "max" in entry
+    if has_bounds == ("allowed" in entry):
+        raise errors.at(at, "a config rule sets min and/or max, or allowed (not both)")
+    if has_bounds:
+        low, high = _bounds(entry, at, errors, whole=False)
+        return ConfigRule(name=name, mode=mode, config=config, min=low, max=high)
+    allowed = _strings(entry["allowed"], f"{at}.allowed", errors, scalars=True)
+    return ConfigRule(name=name, mode=mode, config=config, allowed=frozenset(allowed))
+
+
+def _protected_topics_rule(
+    entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+) -> ProtectedTopicsRule:
     topics = _strings(entry.get("topics"), f"{at}.topics", errors)
     principals = _strings(
         entry.get("allowed.principals", []), f"{at}.allowed.principals", errors, empty=True

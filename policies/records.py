@@ -46,9 +46,9 @@ and ``schema-id:registry`` count as one rule, and ``json`` may go with ``json-sc
 key with ``:`` write ``header:<key>``. To require a header key exactly as the whole value
 reads, use :class:`policies.builtin.RequireHeaderValidationPolicy`.
 
-Fail closed: a value that does not parse (an unknown rule such as ``jsn-schema:x``, a rule
-given twice, ``max-bytes:0``, a schema name with no file) rejects every record of the topic
-with a message that says the topic's ``record.validation.policy`` is invalid.
+A value that does not parse (an unknown rule such as ``jsn-schema:x``, a rule given twice,
+``max-bytes:0``, a schema name with no file) rejects every record of the topic with a
+message that says the topic's ``record.validation.policy`` is invalid.
 :func:`parse_record_validation_policy` is the parser, for checking a value before it is set.
 
 What the gateway calls

@@ -13,12 +13,17 @@ from typing import Final
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader
+from kio.serial.errors import SerialError
 
 from .versions import is_flexible, is_known_api, response_header_version
 
 SIZE: Final = struct.Struct(">i")
 _KEY_VERSION_CORRELATION: Final = struct.Struct(">hhi")
 _CORRELATION: Final = struct.Struct(">i")
+
+DECODE_ERRORS: Final = (SerialError, ValueError)
+"""What kio's readers raise for short or malformed input: its own errors, and ValueError for
+a varint longer than five bytes."""
 
 DEFAULT_MAX_FRAME_BYTES: Final = 104_857_600
 """Kafka's ``socket.request.max.bytes`` default (100 MiB)."""
@@ -77,7 +82,7 @@ def parse_request_header(frame: bytes | memoryview) -> RequestHeader:
     reader = _read_header_v2 if is_flexible(api_key, api_version) else _read_header_v1
     try:
         header, size = reader(frame, 0)
-    except Exception as exc:  # kio raises several types for short or malformed input
+    except DECODE_ERRORS as exc:
         raise FrameRejected("bad_header", f"request header does not parse: {exc}") from None
     return RequestHeader(
         api_key=api_key,

@@ -40,7 +40,7 @@ from .codec import (
     encode_request,
     encode_response,
 )
-from .framing import FrameRejected, RequestHeader
+from .framing import DECODE_ERRORS, FrameRejected, RequestHeader
 from .versions import VersionRange, is_flexible
 
 PRODUCE: Final = 0
@@ -126,7 +126,7 @@ def _acks_offset(header: RequestHeader, frame: bytes) -> int:
             else:
                 _, size = read_nullable_legacy_string(frame, offset)
             offset += size
-    except Exception as exc:  # short buffer or malformed string length
+    except DECODE_ERRORS as exc:
         raise FrameRejected("bad_body", f"produce request has no readable acks: {exc}") from None
     if offset + _ACKS.size > len(frame):
         raise FrameRejected("bad_body", "produce request has no readable acks: too short")

@@ -200,7 +200,7 @@ def test_sigkill_and_restarts_lose_nothing_and_count_nothing_twice(
                     answered.append(name)
                 else:
                     return  # the gateway is gone
-            except Exception:
+            except TimeoutError:  # from future.result: the gateway went mid-request
                 return
             i += 1
 
