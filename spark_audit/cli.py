@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
+
+from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
 
 logger = logging.getLogger(__name__)
 
@@ -53,62 +54,10 @@ def add_audit_commands(
     return audit
 
 
-def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    """The stream's command-line options; shared by ``kpg audit stream`` and spark-submit."""
-    parser.add_argument(
-        "--source",
-        choices=("spool", "kafka"),
-        default="spool",
-        help="where the events come from (default: spool)",
-    )
-    parser.add_argument("--spool", help="spool directory the gateway writes (source spool)")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (source kafka)")
-    parser.add_argument("--topic", help="Kafka audit topic (source kafka)")
-    parser.add_argument("--table", required=True, help="Parquet table directory to append to")
-    parser.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
-    parser.add_argument(
-        "--available-now",
-        action="store_true",
-        help="process what is there, then stop (default: run until stopped)",
-    )
-    parser.add_argument(
-        "--processing-time",
-        default="30 seconds",
-        help="micro-batch interval (default: 30 seconds)",
-    )
-    parser.add_argument("--max-files-per-trigger", type=int, help="cap segments per batch")
-
-
-def stream_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`start_stream` keyword arguments from :func:`add_stream_arguments` options."""
-    return {
-        "source": args.source,
-        "spool_dir": args.spool,
-        "bootstrap_servers": args.bootstrap_servers,
-        "topic": args.topic,
-        "table_dir": args.table,
-        "checkpoint_dir": args.checkpoint,
-        "available_now": args.available_now,
-        "processing_time": args.processing_time,
-        "max_files_per_trigger": args.max_files_per_trigger,
-    }
-
-
-def configure_logging() -> None:
-    """Progress lines from ``spark_audit`` at INFO; other libraries stay at WARNING.
-
-    A no-op for the root logger when the caller configured logging already.
-    """
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    logging.getLogger("spark_audit").setLevel(logging.INFO)
-
-
 def report_command(args: argparse.Namespace) -> int:
     """``kpg audit report --input DIR --out DIR``."""
-    from spark_audit.job import build_spark_session
     from spark_audit.report import build_report
+    from spark_audit.session import build_spark_session
 
     configure_logging()
     spark = build_spark_session("kpg-audit-report", master=args.master)
@@ -127,7 +76,8 @@ def report_command(args: argparse.Namespace) -> int:
 
 def stream_command(args: argparse.Namespace) -> int:
     """``kpg audit stream --spool DIR --table DIR --checkpoint DIR [--available-now]``."""
-    from spark_audit.job import KafkaConnectorMissingError, build_spark_session, run_stream
+    from spark_audit.job import KafkaConnectorMissingError, run_stream
+    from spark_audit.session import build_spark_session
 
     configure_logging()
     spark = build_spark_session("kpg-audit-stream", master=args.master)

@@ -99,15 +99,24 @@ class AuditEvent:
     event_count: int = 1
 
     def __post_init__(self) -> None:
+        self._check_keywords()
+        if self.schema_version < 1:
+            raise ValueError(f"schema_version must be >= 1, got {self.schema_version}")
+        parse_time(self.time)
+        self._check_interval()
+        if self.records_examined < 0 or self.bytes_examined < 0:
+            raise ValueError("records_examined and bytes_examined cannot be negative")
+
+    def _check_keywords(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
         if self.verdict == "would_deny" and self.mode != "dry-run":
             raise ValueError("verdict 'would_deny' is only possible in mode 'dry-run'")
-        if self.schema_version < 1:
-            raise ValueError(f"schema_version must be >= 1, got {self.schema_version}")
-        parse_time(self.time)
+
+    def _check_interval(self) -> None:
+        """A summary has both ends of its interval, in order; a single decision neither."""
         if (self.interval_start is None) != (self.interval_end is None):
             raise ValueError("interval_start and interval_end are set together or not at all")
         if self.interval_start is not None and self.interval_end is not None:
@@ -117,8 +126,6 @@ class AuditEvent:
             raise ValueError("event_count other than 1 needs a summary interval")
         if self.event_count < 1:
             raise ValueError(f"event_count must be >= 1, got {self.event_count}")
-        if self.records_examined < 0 or self.bytes_examined < 0:
-            raise ValueError("records_examined and bytes_examined cannot be negative")
 
     @property
     def is_summary(self) -> bool:

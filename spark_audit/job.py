@@ -34,8 +34,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_audit.cli import add_stream_arguments, configure_logging, stream_settings
 from spark_audit.event import SPARK_SCHEMA_DDL, SPOOL_SEGMENT_GLOB, spark_schema
+from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
+from spark_audit.session import build_spark_session, path_exists
 from spark_audit.transforms import (
     malformed_events,
     prepare_events,
@@ -51,35 +52,6 @@ QUERY_NAME: Final = "kpg-audit"
 
 class KafkaConnectorMissingError(RuntimeError):
     """``source='kafka'`` was asked for, but Spark's Kafka connector is not on the classpath."""
-
-
-def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) -> SparkSession:
-    """The session the audit job and reports need (UTC session time zone).
-
-    ``master`` is only set when given: under spark-submit the submitter chooses it, and a
-    plain ``python`` run defaults to ``local[*]``.
-    """
-    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
-    if master is not None:
-        builder = builder.master(master)
-    return builder.getOrCreate()
-
-
-def path_exists(spark: SparkSession, path: str) -> bool:
-    """Whether ``path`` exists, on whatever file system its URI names (local, HDFS, S3...)."""
-    jvm: Any = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return bool(fs.exists(hadoop_path))
-
-
-def glob_paths(spark: SparkSession, pattern: str) -> list[str]:
-    """Paths matching a Hadoop glob ``pattern``, on any file system."""
-    jvm: Any = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(pattern)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    statuses = fs.globStatus(hadoop_path) or []
-    return [str(status.getPath().toString()) for status in statuses]
 
 
 def read_spool_stream(

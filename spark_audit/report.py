@@ -27,7 +27,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_audit.event import SCHEMA_VERSION, SPOOL_SEGMENT_GLOB, spark_schema
-from spark_audit.job import glob_paths, path_exists
+from spark_audit.session import glob_paths, path_exists
 from spark_audit.transforms import (
     decisions_per_hour,
     denials_by,

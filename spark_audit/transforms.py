@@ -95,7 +95,7 @@ def with_date(events: DataFrame) -> DataFrame:
     if zone not in ("UTC", "Etc/UTC", "Z", "+00:00"):
         raise ValueError(
             f"spark.sql.session.timeZone is {zone!r}; the audit job needs UTC "
-            "(build the session with spark_audit.job.build_spark_session)"
+            "(build the session with spark_audit.session.build_spark_session)"
         )
     return events.withColumn("date", F.to_date("time"))
 

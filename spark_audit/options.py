@@ -1,0 +1,63 @@
+"""The stream's command-line options and logging, shared by ``kpg audit stream`` and the
+spark-submit entry point (``spark_audit/job.py``). No pyspark here: ``kpg --help`` mounts
+these options without starting Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    """The stream's command-line options; shared by ``kpg audit stream`` and spark-submit."""
+    parser.add_argument(
+        "--source",
+        choices=("spool", "kafka"),
+        default="spool",
+        help="where the events come from (default: spool)",
+    )
+    parser.add_argument("--spool", help="spool directory the gateway writes (source spool)")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (source kafka)")
+    parser.add_argument("--topic", help="Kafka audit topic (source kafka)")
+    parser.add_argument("--table", required=True, help="Parquet table directory to append to")
+    parser.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what is there, then stop (default: run until stopped)",
+    )
+    parser.add_argument(
+        "--processing-time",
+        default="30 seconds",
+        help="micro-batch interval (default: 30 seconds)",
+    )
+    parser.add_argument("--max-files-per-trigger", type=int, help="cap segments per batch")
+
+
+def stream_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """``spark_audit.job.start_stream`` keyword arguments from :func:`add_stream_arguments`
+    options."""
+    return {
+        "source": args.source,
+        "spool_dir": args.spool,
+        "bootstrap_servers": args.bootstrap_servers,
+        "topic": args.topic,
+        "table_dir": args.table,
+        "checkpoint_dir": args.checkpoint,
+        "available_now": args.available_now,
+        "processing_time": args.processing_time,
+        "max_files_per_trigger": args.max_files_per_trigger,
+    }
+
+
+def configure_logging() -> None:
+    """Progress lines from ``spark_audit`` at INFO; other libraries stay at WARNING.
+
+    A no-op for the root logger when the caller configured logging already.
+    """
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    logging.getLogger("spark_audit").setLevel(logging.INFO)

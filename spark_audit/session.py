@@ -1,0 +1,36 @@
+"""The Spark session and the file-system look-ups that the stream job and the reports share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) -> SparkSession:
+    """The session the audit job and reports need (UTC session time zone).
+
+    ``master`` is only set when given: under spark-submit the submitter chooses it, and a
+    plain ``python`` run defaults to ``local[*]``.
+    """
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    if master is not None:
+        builder = builder.master(master)
+    return builder.getOrCreate()
+
+
+def path_exists(spark: SparkSession, path: str) -> bool:
+    """Whether ``path`` exists, on whatever file system its URI names (local, HDFS, S3...)."""
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(hadoop_path))
+
+
+def glob_paths(spark: SparkSession, pattern: str) -> list[str]:
+    """Paths matching a Hadoop glob ``pattern``, on any file system."""
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(pattern)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    statuses = fs.globStatus(hadoop_path) or []
+    return [str(status.getPath().toString()) for status in statuses]
