@@ -65,9 +65,10 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from policies.api import ConfigResourceType
+from protocol.alter_configs import APPEND, DELETE, SUBTRACT, ConfigAlteration
 from protocol.describe_configs import LocalConfig, Synonym
 
-from .config_changes import APPEND, DELETE, SUBTRACT, ConfigChange, incremental
+from .config_changes import ConfigChange, incremental
 
 STATE_NAMESPACE: Final = "client.config"
 DEFAULT_CLIENT_ID_SEGMENT: Final = "<default>"
@@ -445,6 +446,21 @@ def parse_store_key(key: str) -> tuple[str, str, str]:
     return unquote(user), client_id, name
 
 
+def config_of(
+    items: Mapping[str, str], principal: str | None, client_id: str | None, name: str
+) -> str | None:
+    """The dynamic client config ``name`` for a connection's principal and a request's
+    client-id: the client-id entry, else the user's default, else None."""
+    if not items:
+        return None
+    user = user_of(principal)
+    if client_id:
+        value = items.get(store_key(user, client_id, name))
+        if value is not None:
+            return value
+    return items.get(store_key(user, "", name))
+
+
 def entity_configs(items: Mapping[str, str], user: str, client_id: str) -> dict[str, str]:
     """One entity's stored configs, name -> value (every stored key, known or not)."""
     prefix = entity_prefix(user, client_id)
@@ -490,12 +506,8 @@ def describe(
     return tuple(result)
 
 
-Operation = tuple[str, int, str | None]
-"""(config name, IncrementalAlterConfigs operation, value)."""
-
-
 def apply_incremental(
-    items: Mapping[str, str], user: str, client_id: str, ops: Sequence[Operation]
+    items: Mapping[str, str], user: str, client_id: str, ops: Sequence[ConfigAlteration]
 ) -> tuple[dict[str, str | None], tuple[int, str] | None]:
     """Apply one resource's IncrementalAlterConfigs operations to the stored entity.
 
@@ -512,7 +524,7 @@ def apply_incremental(
     change = incremental(before, ops)
     if not isinstance(change, ConfigChange):
         return {}, (INVALID_REQUEST, change.message)
-    operation = {name: op for name, op, _ in ops}  # incremental() refused duplicate names
+    operation = {c.name: c.operation for c in ops}  # incremental() refused duplicate names
     for name, op in operation.items():
         problem = _operation_problem(name, op, before)
         if problem is not None:

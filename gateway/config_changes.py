@@ -41,11 +41,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from policies.api import FrozenMap
+from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT, ConfigAlteration
 
-SET: Final = 0
-DELETE: Final = 1
-APPEND: Final = 2
-SUBTRACT: Final = 3
 OPERATIONS: Final = frozenset({SET, DELETE, APPEND, SUBTRACT})
 
 
@@ -70,26 +67,27 @@ class InvalidAlteration:
 
 def incremental(
     before: Mapping[str, str],
-    operations: Sequence[tuple[str, int, str | None]],
+    operations: Sequence[ConfigAlteration],
     defaults: Mapping[str, str] | None = None,
 ) -> ConfigChange | InvalidAlteration:
-    """Apply IncrementalAlterConfigs ``(name, operation, value)`` entries to ``before``.
+    """Apply IncrementalAlterConfigs entries to ``before``.
 
     ``defaults``: the value a key has when it is not set, where known (the start of an
     APPEND or SUBTRACT on a key that is not set).
     """
     invalid = _check(
-        [name for name, _, _ in operations],
-        [(name, value) for name, op, value in operations if op != DELETE],
+        [c.name for c in operations],
+        [(c.name, c.value) for c in operations if c.operation != DELETE],
     )
     if invalid is not None:
         return invalid
-    unknown = [op for _, op, _ in operations if op not in OPERATIONS]
+    unknown = [c.operation for c in operations if c.operation not in OPERATIONS]
     if unknown:
         return InvalidAlteration(message=f"Unknown operations type {unknown[0]}")
     after = dict(before)
     altered: dict[str, str | None] = {}
-    for name, op, value in operations:
+    for c in operations:
+        name, op, value = c.name, c.operation, c.value
         if op == DELETE:
             after.pop(name, None)
             altered[name] = None
@@ -114,13 +112,13 @@ def incremental(
 
 
 def legacy(
-    before: Mapping[str, str], configs: Sequence[tuple[str, str | None]]
+    before: Mapping[str, str], configs: Sequence[ConfigAlteration]
 ) -> ConfigChange | InvalidAlteration:
-    """Apply a legacy AlterConfigs ``(name, value)`` set to ``before``: it replaces it."""
-    invalid = _check([name for name, _ in configs], configs)
+    """Apply a legacy AlterConfigs set (every operation SET) to ``before``: it replaces it."""
+    invalid = _check([c.name for c in configs], [(c.name, c.value) for c in configs])
     if invalid is not None:
         return invalid
-    after = {name: value for name, value in configs if value is not None}
+    after = {c.name: c.value for c in configs if c.value is not None}
     altered: dict[str, str | None] = dict(after)
     for name in before:
         if name not in after:

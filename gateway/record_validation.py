@@ -37,7 +37,7 @@ from policies.api import (
 )
 from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.produce import PartitionError
+from protocol.results import ItemError
 from protocol.records import (
     BatchView,
     CorruptBatch,
@@ -64,7 +64,7 @@ _SHOWN_ERRORS: Final = 3
 class PartitionOutcome:
     topic: str
     partition: int
-    error: PartitionError | None
+    error: ItemError | None
     records: int
     bytes: int
     batches: int
@@ -91,7 +91,7 @@ def _outcome(
 ) -> PartitionOutcome:
     error = None
     if record_errors:
-        error = PartitionError(
+        error = ItemError(
             error_code=int(INVALID_RECORD),
             error_message=rejection_message(record_errors),
             record_errors=tuple(record_errors),
@@ -206,7 +206,7 @@ class RecordValidator:
                 records=count,
                 bytes=len(records),
                 batches=0,
-                error=PartitionError(
+                error=ItemError(
                     error_code=int(CORRUPT_MESSAGE),
                     error_message=f"Record batch for {topic}-{partition} is corrupt: {exc}",
                 ),

@@ -15,16 +15,19 @@ from policies.chain import PolicyChain
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from policies.rules import ProtectedTopicsRule
 from protocol.records import record_scanner
-from protocol.versions import VersionRange
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
 from .config import ConfigError, GatewayConfig, HostPort
 from .connection import ClientConnection
 from .decisions import DecisionRecorder
-from .handlers import Registration, build_table
+from .engine import Engine
+from .handlers import build_table
+from .handlers.base import Registration
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
+from .policy_runner import PolicyRunner
 from .record_validation import RecordValidator, load_record_validator
+from .services import Services
 from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
 
@@ -51,26 +54,34 @@ class Gateway:
             )
         self.audit = _audit_emitter(config, self.metrics)
         self.state: StateStore = _state_store(config)
-        self.record_validator: RecordValidator | None = load_record_validator(
+        self.record_validator: RecordValidator = load_record_validator(
             config.policies, flatten_configs(config.policies), config.source
         )
-        self.decisions = DecisionRecorder(self.metrics, self.audit, config.audit.instance)
-        # Here rather than in GatewayMetrics: the enforcement of dynamic client configs is
-        # the only user (see gateway.handlers.produce and gateway.handlers.join_group).
-        self.client_config_enforced = Counter(
-            "kpg_client_config_enforced",
-            "Requests rewritten to a dynamic client config (opt-in enforcement), by config",
-            ["config"],
-            registry=self.metrics.registry,
-        )
         self.tasks = TaskSet()
-        self.handlers: Mapping[int, Registration] = build_table()
-        self.version_caps: Mapping[int, VersionRange | None] = {
-            key: reg.versions for key, reg in self.handlers.items()
-        }
-        self.broker_versions: dict[int, VersionRange] = {}
         self.nodes = NodeListeners(
             config.listen.host, config.advertised_host, config.node_port_base, self._start_node
+        )
+        self.handlers: Mapping[int, Registration] = build_table(
+            Services(
+                engine=Engine(DecisionRecorder(self.metrics, self.audit, config.audit.instance)),
+                policies=PolicyRunner(self.policies),
+                state=self.state,
+                records=self.record_validator,
+                audit=self.audit,
+                metrics=self.metrics,
+                # Here rather than in GatewayMetrics: the enforcement of dynamic client configs
+                # is the only user (gateway.handlers.produce and gateway.handlers.join_group).
+                client_config_enforced=Counter(
+                    "kpg_client_config_enforced",
+                    "Requests rewritten to a dynamic client config (opt-in enforcement), by config",
+                    ["config"],
+                    registry=self.metrics.registry,
+                ),
+                nodes=self.nodes,
+                upstream=config.upstream,
+                client_configs=config.client_configs,
+                own_topics=self.own_topics,
+            )
         )
         self._bootstrap: asyncio.Server | None = None
         self._connections: set[ClientConnection] = set()
@@ -128,7 +139,7 @@ class Gateway:
             ", ".join(map(str, self.config.upstream.bootstrap_servers)),
             record_scanner(),
         )
-        if record_scanner() != "native" and self.record_validator is not None:
+        if record_scanner() != "native":
             log.warning(
                 "record validation reads records with the full Python reader (protocol._recscan "
                 "is not built, or KPG_RECORD_SCANNER=python): the same answers, at a fraction "
@@ -157,7 +168,16 @@ class Gateway:
         listener: str,
         targets: object,
     ) -> None:
-        connection = ClientConnection(self, reader, writer, listener, targets)  # type: ignore[arg-type]
+        connection = ClientConnection(
+            config=self.config,
+            table=self.handlers,
+            metrics=self.metrics,
+            tasks=self.tasks,
+            reader=reader,
+            writer=writer,
+            listener=listener,
+            targets=targets,  # type: ignore[arg-type]
+        )
         self._connections.add(connection)
         task = self.tasks.spawn(connection.run(), name=f"conn-{connection.peer}")
         task.add_done_callback(lambda _: self._connections.discard(connection))
@@ -175,8 +195,7 @@ class Gateway:
         if self.audit is not None:
             await self.audit.close()
         await self.state.close()
-        if self.record_validator is not None:
-            self.record_validator.close()
+        self.record_validator.close()
         closed_with_errors = self.policies.close()
         for problem in closed_with_errors:
             log.error("policy close failed: %s", problem)

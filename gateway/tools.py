@@ -182,7 +182,7 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     )
     try:
         answer = exchange(address.host, address.port, frame, args.timeout)
-        results = {r.name: r for r in ct.read_answer(4, answer)}
+        results = ct.read_answer(4, answer)
     except OSError as exc:
         print(f"kpg dry-run: cannot reach {address}: {exc}", file=sys.stderr)
         return 2

@@ -16,12 +16,18 @@ Everything that applies is consulted, even after a denial, so the verdicts show 
 plug-in that objects (dry-run ones included). The decision's message is the first enforced
 denial's.
 
-Plug-in calls run on the chain's own worker threads and are waited for at most ``timeout_s``.
-A call that does not return in time denies; its thread stays busy until the call returns, so
-the pool (``max_workers``) bounds how many hung calls there can be, and when every worker is
-busy the chain denies at once without calling the plug-in. The threads are daemons: a hung
-policy does not keep the process alive. A ``check_*`` call blocks its caller for up to
-``timeout_s`` per plug-in call (two at most), so the gateway calls it off its event loop.
+Each ``plan_*`` method runs the built-in rules at once and returns a :class:`Check`: their
+verdicts and the plug-in calls still to make, in order. The gateway makes those calls through
+its asynchronous runner (``gateway.policy_runner``), never blocking its event loop, and a
+check without plug-ins never leaves the caller's thread; :meth:`PolicyChain.run` makes them
+synchronously, and each ``check_*`` method is ``run(plan_*(...))`` for tools and tests.
+
+Every plug-in call, topic, config or record policy alike, runs on the one
+:class:`WorkerPool` and is waited for at most ``timeout_s``. A call that does not return in
+time denies; its thread stays busy until the call returns, so the pool (``max_workers``)
+bounds how many hung calls there can be, and when every worker is busy the call denies at
+once without calling the plug-in. The threads are daemons: a hung policy does not keep the
+process alive.
 
 Fail closed: a plug-in that raises anything other than :class:`PolicyViolation` denies with a
 message naming the plug-in class and the exception; so does a built-in rule that fails.
@@ -35,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from policies.api import (
     AlterConfigPolicy,
@@ -60,8 +66,11 @@ __all__ = [
     "Outcome",
     "Policy",
     "PolicyChain",
+    "Check",
+    "PluginCall",
     "PolicyPlugin",
     "Verdict",
+    "WorkerPool",
 ]
 
 Outcome = Literal["allowed", "denied", "would_deny"]
@@ -106,9 +115,39 @@ class PolicyPlugin:
 
 
 _Call = Callable[[], None]
+T = TypeVar("T")
 
 
-class _WorkerPool:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PluginCall:
+    """A plug-in's ``validate()`` still to be made; its verdict takes this step's place."""
+
+    plugin: PolicyPlugin
+    call: _Call
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One topic's or resource's check, planned: the rules' verdicts (already known) and the
+    plug-in calls still to make, in the order their verdicts count."""
+
+    steps: tuple[Verdict | PluginCall, ...]
+
+    @property
+    def calls(self) -> tuple[PluginCall, ...]:
+        return tuple(step for step in self.steps if isinstance(step, PluginCall))
+
+    def decide(self, verdicts: Mapping[int, Verdict]) -> Decision:
+        """The decision, given the verdict of each plug-in call (by its index in ``steps``)."""
+        return _decide(
+            [
+                verdicts[i] if isinstance(step, PluginCall) else step
+                for i, step in enumerate(self.steps)
+            ]
+        )
+
+
+class WorkerPool:
     """At most ``max_workers`` daemon threads running plug-in calls; refuses when all are busy.
 
     Not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at interpreter exit,
@@ -122,13 +161,15 @@ class _WorkerPool:
         self._lock = threading.Lock()
         self._busy = 0
         self._threads: list[threading.Thread] = []
-        self._queue: queue.SimpleQueue[tuple[Future[None], _Call] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
+            queue.SimpleQueue()
+        )
 
     @property
     def max_workers(self) -> int:
         return self._max_workers
 
-    def try_submit(self, call: _Call) -> Future[None] | None:
+    def try_submit(self, call: Callable[[], T]) -> Future[T] | None:
         """Start ``call`` on a free worker; None when every worker is busy."""
         with self._lock:
             if self._busy >= self._max_workers:
@@ -140,7 +181,7 @@ class _WorkerPool:
                 )
                 self._threads.append(thread)
                 thread.start()
-        future: Future[None] = Future()
+        future: Future[T] = Future()
         self._queue.put((future, call))
         return future
 
@@ -155,11 +196,11 @@ class _WorkerPool:
             try:
                 if future.set_running_or_notify_cancel():
                     try:
-                        call()
+                        result = call()
                     except BaseException as exc:  # handed to the waiting caller
                         future.set_exception(exc)
                     else:
-                        future.set_result(None)
+                        future.set_result(result)
             finally:
                 with self._lock:
                     self._busy -= 1
@@ -235,7 +276,7 @@ class PolicyChain:
             if p is not None
         )
         self._timeout_s = timeout_s
-        self._pool = _WorkerPool(max_workers)
+        self._pool = WorkerPool(max_workers)
         self._closed = False
 
     @property
@@ -261,15 +302,17 @@ class PolicyChain:
 
     # --- the checks ---------------------------------------------------------------------------
 
-    def check_create_topic(
+    def plan_create_topic(
         self, request: CreateTopicRequestMetadata, *, principal: str | None
-    ) -> Decision:
+    ) -> Check:
         """One topic of a CreateTopics request."""
-        verdicts = self._run_rules(TopicChange.create_topic(request, principal))
+        steps: list[Verdict | PluginCall] = list(
+            self._run_rules(TopicChange.create_topic(request, principal))
+        )
         if self._create_topic is not None:
             create_policy = cast(CreateTopicPolicy, self._create_topic.policy)
-            verdicts.append(
-                self._run_plugin(self._create_topic, lambda: create_policy.validate(request))
+            steps.append(
+                PluginCall(plugin=self._create_topic, call=lambda: create_policy.validate(request))
             )
         if self._topic_action is not None:
             metadata = TopicActionRequestMetadata(
@@ -279,10 +322,10 @@ class PolicyChain:
                 pre_request_state=None,
                 post_request_state=TopicState.requested_by(request),
             )
-            verdicts.append(self._run_topic_action(metadata))
-        return _decide(verdicts)
+            steps.append(self._topic_action_call(metadata))
+        return Check(steps=tuple(steps))
 
-    def check_alter_config(
+    def plan_alter_config(
         self,
         resource: ConfigResource,
         *,
@@ -291,7 +334,7 @@ class PolicyChain:
         after: Mapping[str, str],
         principal: str | None,
         topic_state: TopicState | None = None,
-    ) -> Decision:
+    ) -> Check:
         """A config change on one resource (AlterConfigs or IncrementalAlterConfigs).
 
         ``altered``: the keys the request alters, None for a deleted key (for the legacy
@@ -303,24 +346,28 @@ class PolicyChain:
         is_topic = resource.type is ConfigResourceType.TOPIC
         change = TopicChange.alter_configs(resource.name, altered, after, principal)
         # The rules judge topic configs only.
-        verdicts = self._run_rules(change if is_topic else None)
+        steps: list[Verdict | PluginCall] = list(self._run_rules(change if is_topic else None))
         if self._alter_config is not None:
             alter_policy = cast(AlterConfigPolicy, self._alter_config.policy)
             v1 = AlterConfigRequestMetadata(resource=resource, configs=altered)
-            verdicts.append(self._run_plugin(self._alter_config, lambda: alter_policy.validate(v1)))
+            steps.append(
+                PluginCall(plugin=self._alter_config, call=lambda: alter_policy.validate(v1))
+            )
         if self._alter_config_v2 is not None:
             v2_policy = cast(AlterConfigV2Policy, self._alter_config_v2.policy)
             v2 = AlterConfigV2RequestMetadata(
                 resource=resource, configs_before=before, configs_after=after
             )
-            verdicts.append(self._run_plugin(self._alter_config_v2, lambda: v2_policy.validate(v2)))
+            steps.append(
+                PluginCall(plugin=self._alter_config_v2, call=lambda: v2_policy.validate(v2))
+            )
         if is_topic and self._topic_action is not None:
             if topic_state is None:
                 plugin = self._topic_action
                 missing = (
                     f"policy {plugin.name} needs the state of topic {resource.name}: not known"
                 )
-                verdicts.append(_verdict(plugin.name, plugin.mode, missing))
+                steps.append(_verdict(plugin.name, plugin.mode, missing))
             else:
                 metadata = TopicActionRequestMetadata(
                     action=TopicAction.MODIFY,
@@ -329,8 +376,76 @@ class PolicyChain:
                     pre_request_state=_with_configs(topic_state, before),
                     post_request_state=_with_configs(topic_state, after),
                 )
-                verdicts.append(self._run_topic_action(metadata))
-        return _decide(verdicts)
+                steps.append(self._topic_action_call(metadata))
+        return Check(steps=tuple(steps))
+
+    def plan_create_partitions(
+        self,
+        topic: str,
+        *,
+        pre_state: TopicState,
+        post_state: TopicState,
+        principal: str | None,
+    ) -> Check:
+        """One topic of a CreatePartitions request: ``post_state`` has the new count."""
+        change = TopicChange.create_partitions(topic, post_state.num_partitions, principal)
+        steps: list[Verdict | PluginCall] = list(self._run_rules(change))
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.MODIFY,
+                topic=topic,
+                principal=principal,
+                pre_request_state=pre_state,
+                post_request_state=post_state,
+            )
+            steps.append(self._topic_action_call(metadata))
+        return Check(steps=tuple(steps))
+
+    def plan_delete_topic(
+        self, topic: str, *, pre_state: TopicState, principal: str | None
+    ) -> Check:
+        """One topic of a DeleteTopics request."""
+        steps: list[Verdict | PluginCall] = list(
+            self._run_rules(TopicChange.delete_topic(topic, principal))
+        )
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.DELETE,
+                topic=topic,
+                principal=principal,
+                pre_request_state=pre_state,
+                post_request_state=None,
+            )
+            steps.append(self._topic_action_call(metadata))
+        return Check(steps=tuple(steps))
+
+    def check_create_topic(
+        self, request: CreateTopicRequestMetadata, *, principal: str | None
+    ) -> Decision:
+        """:meth:`plan_create_topic`, run here (blocks up to ``timeout_s`` per plug-in)."""
+        return self.run(self.plan_create_topic(request, principal=principal))
+
+    def check_alter_config(
+        self,
+        resource: ConfigResource,
+        *,
+        altered: Mapping[str, str | None],
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+        principal: str | None,
+        topic_state: TopicState | None = None,
+    ) -> Decision:
+        """:meth:`plan_alter_config`, run here (blocks up to ``timeout_s`` per plug-in)."""
+        return self.run(
+            self.plan_alter_config(
+                resource,
+                altered=altered,
+                before=before,
+                after=after,
+                principal=principal,
+                topic_state=topic_state,
+            )
+        )
 
     def check_create_partitions(
         self,
@@ -340,35 +455,32 @@ class PolicyChain:
         post_state: TopicState,
         principal: str | None,
     ) -> Decision:
-        """One topic of a CreatePartitions request: ``post_state`` has the new count."""
-        change = TopicChange.create_partitions(topic, post_state.num_partitions, principal)
-        verdicts = self._run_rules(change)
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.MODIFY,
-                topic=topic,
-                principal=principal,
-                pre_request_state=pre_state,
-                post_request_state=post_state,
+        """:meth:`plan_create_partitions`, run here (blocks up to ``timeout_s`` per plug-in)."""
+        return self.run(
+            self.plan_create_partitions(
+                topic, pre_state=pre_state, post_state=post_state, principal=principal
             )
-            verdicts.append(self._run_topic_action(metadata))
-        return _decide(verdicts)
+        )
 
     def check_delete_topic(
         self, topic: str, *, pre_state: TopicState, principal: str | None
     ) -> Decision:
-        """One topic of a DeleteTopics request."""
-        verdicts = self._run_rules(TopicChange.delete_topic(topic, principal))
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.DELETE,
-                topic=topic,
-                principal=principal,
-                pre_request_state=pre_state,
-                post_request_state=None,
-            )
-            verdicts.append(self._run_topic_action(metadata))
-        return _decide(verdicts)
+        """:meth:`plan_delete_topic`, run here (blocks up to ``timeout_s`` per plug-in)."""
+        return self.run(self.plan_delete_topic(topic, pre_state=pre_state, principal=principal))
+
+    def run(self, check: Check) -> Decision:
+        """Make the plug-in calls of ``check`` one after the other, on the pool."""
+        return check.decide(
+            {
+                index: _verdict(
+                    step.plugin.name,
+                    step.plugin.mode,
+                    self._call(step.plugin.name, step.call, what="validate()"),
+                )
+                for index, step in enumerate(check.steps)
+                if isinstance(step, PluginCall)
+            }
+        )
 
     # --- shutdown -----------------------------------------------------------------------------
 
@@ -419,32 +531,51 @@ class PolicyChain:
             verdicts.append(_verdict(rule.name, rule.mode, denial))
         return verdicts
 
-    def _run_topic_action(self, metadata: TopicActionRequestMetadata) -> Verdict:
+    def _topic_action_call(self, metadata: TopicActionRequestMetadata) -> PluginCall:
         assert self._topic_action is not None
         policy = cast(TopicActionPolicy, self._topic_action.policy)
-        return self._run_plugin(self._topic_action, lambda: policy.validate(metadata))
+        return PluginCall(plugin=self._topic_action, call=lambda: policy.validate(metadata))
 
-    def _run_plugin(self, plugin: PolicyPlugin, call: _Call) -> Verdict:
-        denial = self._call(plugin.name, call, what="validate()")
-        return _verdict(plugin.name, plugin.mode, denial)
+    @property
+    def pool(self) -> WorkerPool:
+        """The one pool every plug-in call runs on (record validation plug-ins too)."""
+        return self._pool
 
     def _call(self, name: str, call: _Call, *, what: str) -> str | None:
         """Run ``call`` on a worker; the denial message, or None if it returned normally."""
         future = self._pool.try_submit(call)
         if future is None:
-            return (
-                f"policy {name} was not called: all {self._pool.max_workers} policy threads "
-                "are busy with earlier calls that have not returned"
-            )
+            return busy_message(name, self._pool)
         try:
             exc = future.exception(timeout=self._timeout_s)
         except TimeoutError:
-            return f"policy {name} did not return from {what} within {self._timeout_s:g} s"
-        if exc is None:
-            return None
-        if isinstance(exc, PolicyViolation):
-            return exc.message or f"denied by policy {name}"
-        return f"policy {name} failed in {what}: {type(exc).__name__}: {exc}"
+            return timeout_message(name, what, self._timeout_s)
+        return failure_message(name, what, exc)
+
+
+def busy_message(name: str, pool: WorkerPool) -> str:
+    return (
+        f"policy {name} was not called: all {pool.max_workers} policy threads "
+        "are busy with earlier calls that have not returned"
+    )
+
+
+def timeout_message(name: str, what: str, timeout_s: float) -> str:
+    return f"policy {name} did not return from {what} within {timeout_s:g} s"
+
+
+def failure_message(name: str, what: str, exc: BaseException | None) -> str | None:
+    """The denial for a call that ended with ``exc`` (None: it returned, and allows)."""
+    if exc is None:
+        return None
+    if isinstance(exc, PolicyViolation):
+        return exc.message or f"denied by policy {name}"
+    return f"policy {name} failed in {what}: {type(exc).__name__}: {exc}"
+
+
+def plugin_verdict(plugin: PolicyPlugin, denial: str | None) -> Verdict:
+    """A plug-in's verdict from its denial message (None: it allowed)."""
+    return _verdict(plugin.name, plugin.mode, denial)
 
 
 def _with_configs(state: TopicState, configs: Mapping[str, str]) -> TopicState:

@@ -25,6 +25,7 @@ from kio.static.primitive import i8, i32Timedelta
 
 from .codec import Payload, decode_request, decode_response, encode_body, encode_request
 from .framing import RequestHeader, response_header
+from .results import ItemError
 from .versions import VersionRange
 
 ALTER_CONFIGS: Final = 33
@@ -81,14 +82,6 @@ class AlterConfigs:
     @property
     def incremental(self) -> bool:
         return self.api_key == INCREMENTAL_ALTER_CONFIGS
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResourceResult:
-    """The result for one resource, decided here or by the broker."""
-
-    error_code: int
-    error_message: str | None
 
 
 def read_request(header: RequestHeader, frame: bytes) -> AlterConfigs:
@@ -181,7 +174,7 @@ def succeeded(broker: Payload) -> frozenset[ResourceKey]:
 def answer(
     request: AlterConfigs,
     correlation_id: int,
-    local: Mapping[ResourceKey, ResourceResult],
+    local: Mapping[ResourceKey, ItemError],
     broker: Payload | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
@@ -206,7 +199,7 @@ def answer(
             results.append(found)
             continue
         if decided is None:
-            decided = ResourceResult(
+            decided = ItemError(
                 error_code=int(ErrorCode.unknown_server_error),
                 error_message=f"the broker returned no result for resource {resource.key}",
             )

@@ -33,14 +33,6 @@ def decode_api_versions(request_version: int, frame: bytes) -> Payload:
     return decode_response(API_VERSIONS_KEY, 0, frame)
 
 
-def broker_ranges(payload: Payload) -> dict[int, VersionRange]:
-    """API key -> range, as the broker advertised it."""
-    return {
-        int(k.api_key): VersionRange(min_version=k.min_version, max_version=k.max_version)
-        for k in payload.api_keys
-    }
-
-
 def narrow(payload: Payload, caps: Mapping[int, VersionRange | None]) -> Payload:
     """The response with each API's range narrowed to what the gateway can carry.
 

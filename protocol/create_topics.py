@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
@@ -25,6 +25,7 @@ from kio.static.primitive import i16, i32, i32Timedelta
 
 from .codec import Payload, decode_request, decode_response, encode_body, encode_request
 from .framing import RequestHeader, frame_bytes, response_header
+from .results import ItemError
 from .versions import VersionRange
 
 CREATE_TOPICS: Final = 19
@@ -52,15 +53,6 @@ class CreateTopics:
     validate_only: bool
     timeout_ms: int
     payload: Payload
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicResult:
-    """A locally decided result for one topic."""
-
-    name: str
-    error_code: int
-    error_message: str | None
 
 
 def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
@@ -140,7 +132,7 @@ def read_broker_response(request: CreateTopics, frame: bytes) -> Payload:
 def answer(
     request: CreateTopics,
     correlation_id: int,
-    local: dict[str, TopicResult],
+    local: Mapping[str, ItemError],
     broker: Payload | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
@@ -161,7 +153,7 @@ def answer(
             continue
         seen.add(spec.name)
         if spec.name in local:
-            results.append(_local_result(topic_cls, version, local[spec.name]))
+            results.append(_local_result(topic_cls, version, spec.name, local[spec.name]))
         else:
             results.append(from_broker[spec.name])
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
@@ -180,9 +172,9 @@ def _result_class(version: int) -> type:
     return module.CreatableTopicResult  # type: ignore[no-any-return]
 
 
-def _local_result(cls: type, version: int, result: TopicResult) -> Payload:
+def _local_result(cls: type, version: int, name: str, result: ItemError) -> Payload:
     fields: dict[str, object] = {
-        "name": result.name,
+        "name": name,
         "error_code": ErrorCode(result.error_code),
         "error_message": result.error_message,
     }
@@ -258,13 +250,13 @@ def build_request(
     return encode_request(CREATE_TOPICS, version, correlation_id, client_id, payload)
 
 
-def read_answer(version: int, frame: bytes) -> tuple[TopicResult, ...]:
-    """The per-topic results of a CreateTopics answer (frame without size prefix).
+def read_answer(version: int, frame: bytes) -> dict[str, ItemError]:
+    """Topic -> its result, from a CreateTopics answer (frame without size prefix).
 
     :raises Undecodable:
     """
     payload = decode_response(CREATE_TOPICS, version, frame)
-    return tuple(
-        TopicResult(name=t.name, error_code=int(t.error_code), error_message=t.error_message)
+    return {
+        t.name: ItemError(error_code=int(t.error_code), error_message=t.error_message)
         for t in payload.topics
-    )
+    }

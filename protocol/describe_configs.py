@@ -20,6 +20,7 @@ from kio.static.primitive import i8, i32Timedelta
 
 from .codec import Payload, decode_request, decode_response, encode_body, encode_request
 from .framing import RequestHeader, response_header
+from .results import ItemError
 from .versions import VersionRange
 
 DESCRIBE_CONFIGS: Final = 32
@@ -138,15 +139,6 @@ class LocalConfig:
     documentation: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LocalResult:
-    """A whole resource the gateway answers itself."""
-
-    error_code: int
-    error_message: str | None
-    configs: tuple[LocalConfig, ...] = ()
-
-
 def read_request(header: RequestHeader, frame: bytes) -> DescribeConfigs:
     """:raises Undecodable:"""
     payload = decode_request(header, frame)
@@ -206,13 +198,15 @@ def _entry(module: Any, version: int, view: DescribeConfigs, config: LocalConfig
 def answer(
     view: DescribeConfigs,
     correlation_id: int,
-    local: Mapping[int, LocalResult],
+    local: Mapping[int, ItemError],
     broker_frame: bytes | None,
     extra: Mapping[tuple[int, str], Sequence[LocalConfig]] = {},  # noqa: B006 - read only
+    configs: Mapping[int, Sequence[LocalConfig]] = {},  # noqa: B006 - read only
 ) -> bytes:
     """The response frame (no size prefix) for the client.
 
-    ``local``: request index -> a resource the gateway answers; the other resources come from
+    ``local``: request index -> a resource the gateway answers, with ``configs`` (request
+    index -> the configs the gateway reports for it); the other resources come from
     ``broker_frame`` (the answer to :func:`request_keeping` of them), in order. ``extra``:
     configs the gateway adds to broker-answered resources (those the request asked for).
 
@@ -238,7 +232,7 @@ def answer(
                     resource_name=resource.resource_name,
                     configs=tuple(
                         _entry(module, view.version, view, c)
-                        for c in result.configs
+                        for c in configs.get(index, ())
                         if resource.wants(c.name)
                     ),
                 )

@@ -12,15 +12,23 @@ UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.unknown_topic_or_partition
 UNKNOWN_TOPIC_ID = ErrorCode.unknown_topic_id
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.topic_authorization_failed
 CLUSTER_AUTHORIZATION_FAILED = ErrorCode.cluster_authorization_failed
+TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists
+INVALID_TOPIC_EXCEPTION = ErrorCode.invalid_topic_exception
+INVALID_CONFIG = ErrorCode.invalid_config
+UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
     "CORRUPT_MESSAGE",
+    "INVALID_CONFIG",
     "INVALID_RECORD",
     "INVALID_REQUEST",
+    "INVALID_TOPIC_EXCEPTION",
     "NONE",
     "POLICY_VIOLATION",
+    "TOPIC_ALREADY_EXISTS",
     "TOPIC_AUTHORIZATION_FAILED",
+    "UNKNOWN_SERVER_ERROR",
     "UNKNOWN_TOPIC_ID",
     "UNKNOWN_TOPIC_OR_PARTITION",
     "UNSUPPORTED_VERSION",

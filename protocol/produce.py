@@ -41,6 +41,7 @@ from .codec import (
     encode_response,
 )
 from .framing import DECODE_ERRORS, FrameRejected, RequestHeader
+from .results import ItemError
 from .versions import VersionRange, is_flexible
 
 PRODUCE: Final = 0
@@ -75,20 +76,6 @@ class ProduceView:
     partitions: tuple[PartitionRecords, ...]
     """In request order, repeats included."""
     payload: Payload
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionError:
-    """The gateway's answer for one partition it did not forward.
-
-    ``error_message`` and ``record_errors`` reach v8+ clients only; older versions carry
-    the bare error code, as Kafka's do. ``record_errors`` are (batch_index,
-    batch_index_error_message) pairs, as Kafka sends with INVALID_RECORD (87).
-    """
-
-    error_code: int
-    error_message: str | None
-    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:
@@ -182,7 +169,7 @@ def produce_request_keeping(
 def produce_answer(
     view: ProduceView,
     correlation_id: int,
-    local: Mapping[tuple[str, int], PartitionError],
+    local: Mapping[tuple[str, int], ItemError],
     broker_frame: bytes | None,
 ) -> bytes:
     """The response frame for the client (no size prefix, response header included), in the
@@ -261,7 +248,7 @@ def _response_schema(version: int) -> _ResponseSchema:
 
 
 def _local_answer(
-    schema: _ResponseSchema, version: int, partition: int, error: PartitionError
+    schema: _ResponseSchema, version: int, partition: int, error: ItemError
 ) -> Payload:
     fields: dict[str, object] = {
         "index": i32(partition),

@@ -39,6 +39,7 @@ from .codec import (
     encode_response,
 )
 from .framing import RequestHeader
+from .results import ItemError
 from .versions import DECODABLE, VersionRange
 
 CREATE_PARTITIONS: Final = 37
@@ -47,16 +48,6 @@ CREATE_PARTITIONS_VERSIONS: Final[VersionRange] = DECODABLE[CREATE_PARTITIONS]
 DELETE_TOPICS_VERSIONS: Final[VersionRange] = DECODABLE[DELETE_TOPICS]
 DELETE_TOPICS_ERROR_MESSAGE_VERSION: Final = 5
 DELETE_TOPICS_TOPIC_ID_VERSION: Final = 6
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicResult:
-    """A locally decided result for one topic (DeleteTopics v6: ``topic_id`` too)."""
-
-    name: str | None
-    error_code: int
-    error_message: str | None
-    topic_id: uuid.UUID | None = None
 
 
 # --- CreatePartitions -------------------------------------------------------------------------
@@ -118,7 +109,7 @@ def read_create_partitions_response(request: CreatePartitions, frame: bytes) -> 
 def create_partitions_answer(
     request: CreatePartitions,
     correlation_id: int,
-    local: Mapping[str, TopicResult],
+    local: Mapping[str, ItemError],
     broker: Payload | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
@@ -207,11 +198,13 @@ def deleted(broker: Payload) -> tuple[frozenset[str], frozenset[uuid.UUID]]:
 def delete_topics_answer(
     request: DeleteTopics,
     correlation_id: int,
-    local: Mapping[DeleteTarget, TopicResult],
+    local: Mapping[DeleteTarget, ItemError],
     broker: Payload | None,
+    names: Mapping[DeleteTarget, str] = {},  # noqa: B006 - read only
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout: before v5
-    a local result carries only its error code, before v6 no topic id.
+    a local result carries only its error code, before v6 no topic id. ``names``: the topic
+    name each target given by id was resolved to, for the local results.
 
     :raises KeyError: when a target is neither in ``local`` nor in the broker's answer.
     """
@@ -228,7 +221,8 @@ def delete_topics_answer(
     results = []
     for target in dict.fromkeys(request.targets):
         if target in local:
-            results.append(_local_delete_result(result_cls, version, local[target]))
+            name = target.name if target.name is not None else names.get(target)
+            results.append(_local_delete_result(result_cls, version, target, name, local[target]))
         elif target.topic_id is not None:
             results.append(by_id[target.topic_id])
         else:
@@ -255,13 +249,15 @@ def _target(entry: Any) -> DeleteTarget:
     return DeleteTarget(name=entry.name, topic_id=None)
 
 
-def _local_delete_result(cls: type, version: int, result: TopicResult) -> Payload:
-    fields: dict[str, object] = {"name": result.name, "error_code": ErrorCode(result.error_code)}
+def _local_delete_result(
+    cls: type, version: int, target: DeleteTarget, name: str | None, result: ItemError
+) -> Payload:
+    fields: dict[str, object] = {"name": name, "error_code": ErrorCode(result.error_code)}
     if version >= DELETE_TOPICS_ERROR_MESSAGE_VERSION:
         fields["error_message"] = result.error_message
     if version >= DELETE_TOPICS_TOPIC_ID_VERSION:
-        fields["topic_id"] = result.topic_id
-    elif result.name is None:
+        fields["topic_id"] = target.topic_id
+    elif name is None:
         raise ValueError("DeleteTopics before v6 needs a topic name in every result")
     return cls(**fields)
 
@@ -327,7 +323,6 @@ __all__ = [
     "DeleteTarget",
     "DeleteTopics",
     "PartitionsIncrease",
-    "TopicResult",
     "create_partitions_answer",
     "create_partitions_for_broker",
     "delete_topics_answer",

@@ -1,125 +1,86 @@
 """One handler per intercepted Kafka API, registered in one explicit table.
 
-A handler turns a request into an :class:`Outcome` value. Denials are routine values, not
-exceptions. APIs absent from :data:`HANDLERS` but known to the gateway pass through as raw
-bytes; an API key the gateway does not know is refused before any handler runs.
+A handler turns a request into an :class:`gateway.outcomes.Outcome` value; the judged APIs are
+:class:`gateway.engine.Enforcement` s run by the one engine. APIs absent from the table but
+known to the gateway pass through as raw bytes; an API key the gateway does not know is
+refused before any handler runs. Handlers are built once with the gateway's
+:class:`gateway.services.Services` and never import the server or the connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
 
-from protocol.framing import RequestHeader
 from protocol.versions import VersionRange
 
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from ..services import Services
+from . import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    find_coordinator,
+    join_group,
+    metadata,
+    produce,
+    sasl_authenticate,
+    sasl_handshake,
+)
+from .base import Registration, refuse
 
+_MODULES = (
+    metadata,
+    find_coordinator,
+    describe_cluster,
+    produce,
+    fetch,
+    create_topics,
+    sasl_handshake,
+    sasl_authenticate,
+    create_partitions,
+    delete_topics,
+    describe_configs,
+    join_group,
+)
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Forward:
-    """Send ``frame`` (the client's bytes, or a reduced request) upstream.
-
-    ``on_response`` turns the broker's response frame into the one the client gets (address
-    rewrite, merging local errors); None passes it through untouched.
-    """
-
-    frame: bytes
-    expect_response: bool = True
-    on_response: Callable[[bytes], Awaitable[bytes]] | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Answer:
-    """Answer locally with this response frame (no size prefix); nothing goes upstream."""
-
-    frame: bytes
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Drop:
-    """Nothing goes upstream and no answer is due (an acks=0 produce the gateway refused)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Close:
-    """Close the client connection, logging ``reason``; ``metric_reason`` labels the count."""
-
-    reason: str
-    metric_reason: str
-
-
-Outcome = Forward | Answer | Drop | Close
-
-
-class Handler(Protocol):
-    async def __call__(
-        self, ctx: ConnectionContext, header: RequestHeader, frame: bytes
-    ) -> Outcome: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Registration:
-    handler: Handler
-    versions: VersionRange | None
-    """The versions the gateway advertises and accepts for this API (intersected with the
-    broker's); None means the API is never forwarded."""
-
-
-def build_table() -> Mapping[int, Registration]:
-    """The explicit table: API key -> handler and the versions it takes."""
-    from . import (
-        alter_configs,
-        api_versions,
-        create_partitions,
-        create_topics,
-        delete_topics,
-        describe_cluster,
-        describe_configs,
-        fetch,
-        find_coordinator,
-        incremental_alter_configs,
-        join_group,
-        metadata,
-        produce,
-        sasl_authenticate,
-        sasl_handshake,
-    )
-
-    modules = (
-        api_versions,
-        metadata,
-        find_coordinator,
-        describe_cluster,
-        produce,
-        fetch,
-        create_topics,
-        sasl_handshake,
-        sasl_authenticate,
-        create_partitions,
-        delete_topics,
-        incremental_alter_configs,
-        alter_configs,
-        describe_configs,
-        join_group,
-    )
-    table = {m.API_KEY: Registration(handler=m.handle, versions=m.VERSIONS) for m in modules}
-    table.update(_NEVER_FORWARDED)
-    return table
-
-
-async def _refuse(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    return Close(
-        reason=f"API key {header.api_key} is not carried by the gateway",
-        metric_reason="refused_api",
-    )
-
-
-_NEVER_FORWARDED = {
+_NEVER_FORWARDED = (
     # Share-group fetches hand out leader endpoints (KIP-932 node_endpoints) that the gateway
     # does not rewrite yet, so they would leak broker addresses.
-    78: Registration(handler=_refuse, versions=None),
-    79: Registration(handler=_refuse, versions=None),
-}
+    78,
+    79,
+)
+
+
+def version_caps() -> dict[int, VersionRange | None]:
+    """API key -> the versions the gateway carries for it; None: never forwarded."""
+    caps: dict[int, VersionRange | None] = {m.API_KEY: m.VERSIONS for m in _MODULES}
+    caps[api_versions.API_KEY] = api_versions.VERSIONS
+    caps[alter_configs.LEGACY_API_KEY] = alter_configs.LEGACY_VERSIONS
+    caps[alter_configs.INCREMENTAL_API_KEY] = alter_configs.INCREMENTAL_VERSIONS
+    caps.update(dict.fromkeys(_NEVER_FORWARDED))
+    return caps
+
+
+def build_table(services: Services) -> Mapping[int, Registration]:
+    """The explicit table: API key -> handler and the versions it takes."""
+    caps = version_caps()
+    table = {
+        m.API_KEY: Registration(handler=m.handler(services), versions=m.VERSIONS) for m in _MODULES
+    }
+    table[api_versions.API_KEY] = Registration(
+        handler=api_versions.handler(caps), versions=api_versions.VERSIONS
+    )
+    table[alter_configs.LEGACY_API_KEY] = Registration(
+        handler=alter_configs.legacy_handler(services), versions=alter_configs.LEGACY_VERSIONS
+    )
+    table[alter_configs.INCREMENTAL_API_KEY] = Registration(
+        handler=alter_configs.incremental_handler(services),
+        versions=alter_configs.INCREMENTAL_VERSIONS,
+    )
+    for api_key in _NEVER_FORWARDED:
+        table[api_key] = Registration(handler=refuse, versions=None)
+    return table

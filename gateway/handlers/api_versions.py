@@ -7,35 +7,33 @@ gateway cannot decode gets the broker's own answer to that case: v0, UNSUPPORTED
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
-from protocol.api_versions import (
-    broker_ranges,
-    decode_api_versions,
-    narrow,
-    unsupported_version_answer,
-)
+from protocol.api_versions import decode_api_versions, narrow, unsupported_version_answer
 from protocol.codec import can_decode, encode_response
-from protocol.framing import RequestHeader
-from protocol.versions import API_VERSIONS_KEY, DECODABLE
+from protocol.versions import API_VERSIONS_KEY, DECODABLE, VersionRange
 
-from . import Answer, Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from ..engine import ClusterView, RequestContext
+from ..outcomes import Answer, Forward, Outcome
+from .base import Handler
 
 API_KEY = API_VERSIONS_KEY
 VERSIONS = DECODABLE[API_KEY]
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    if not can_decode(API_KEY, header.api_version):
-        return Answer(frame=unsupported_version_answer(header.correlation_id))
+def handler(version_caps: Mapping[int, VersionRange | None]) -> Handler:
+    """``version_caps``: API key -> the versions the gateway carries (None: refused)."""
 
-    async def on_response(response: bytes) -> bytes:
-        payload = decode_api_versions(header.api_version, response)
-        ctx.remember_broker_versions(broker_ranges(payload))
-        narrowed = narrow(payload, ctx.version_caps)
-        return encode_response(header.correlation_id, API_KEY, payload.__version__, narrowed)
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        if not can_decode(API_KEY, ctx.api_version):
+            return Answer(frame=unsupported_version_answer(ctx.correlation_id))
+        version = ctx.api_version
 
-    return Forward(frame=frame, on_response=on_response)
+        async def on_response(response: bytes) -> bytes:
+            payload = decode_api_versions(version, response)
+            narrowed = narrow(payload, version_caps)
+            return encode_response(ctx.correlation_id, API_KEY, payload.__version__, narrowed)
+
+        return Forward(frame=frame, on_response=on_response)
+
+    return handle

@@ -1,41 +1,38 @@
 """DeleteTopics, v1-v6: each topic's deletion through the policy chain as a KIP-201 DELETE,
-with the topic's current state from the cluster (the protected-topics rule runs inside it).
+with the topic's current state from the cluster.
 
-Per topic: denied -> POLICY_VIOLATION (44), with the policy's message from v5 on (older
-versions carry only the code). A topic the cluster does not describe (absent, not
-authorized) is answered here with the Metadata error, never forwarded blind: no policy can
-judge it, and a topic created a moment ago that the broker answering Metadata has not seen
-yet must not be deleted unjudged (the client's retry finds it). A v6 entry naming a topic id
-is resolved to its name through Metadata and judged by that name; an id the cluster does not
-know is answered here with UNKNOWN_TOPIC_ID. An entry given twice -> INVALID_REQUEST.
+Items are the request's entries (by name, or by topic id from v6). An entry given twice ->
+INVALID_REQUEST. A v6 entry naming a topic id is resolved to its name through Metadata and
+judged by that name; an id the cluster does not know -> UNKNOWN_TOPIC_ID. A topic the cluster
+does not describe (absent, not authorized) is answered here with the Metadata error, never
+forwarded blind: no policy can judge it, and a topic created a moment ago that the broker
+answering Metadata has not seen yet must not be deleted unjudged (the client's retry finds
+it). Denied -> POLICY_VIOLATION (44), with the policy's message from v5 on.
 
-All allowed: the client's bytes go to the broker untouched. None allowed: answered here.
-Mixed: the allowed entries are forwarded as the client wrote them and the local results
-merged into the broker's answer, in request order.
-
-A deleted topic's ``record.validation.policy`` (kept by the gateway, see
-:mod:`.alter_configs`) is forgotten once the broker reports the deletion, so a topic created
-later under the same name starts unvalidated, as its broker configs start from the defaults.
+A deleted topic's ``record.validation.policy`` (kept by the gateway) is forgotten once the
+broker reports the deletion, so a topic created later under the same name starts unvalidated,
+as its broker configs start from the defaults.
 """
 
 from __future__ import annotations
 
 import logging
-from functools import partial
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from protocol import admin
 from protocol import topic_admin as ta
+from protocol.admin import TopicDescription
 from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
+from protocol.results import ItemError
 
-from ..record_validation import STATE_NAMESPACE, VALIDATION_POLICY_KEY
+from ..cluster import current_topics
+from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..outcomes import Close
+from ..record_validation import VALIDATION_POLICY_KEY
+from ..services import Services
 from ..state import StateStoreError
-from . import Answer, Forward, Outcome
-from .create_partitions import current_topics, state_unreadable, undescribed_topic
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
 
@@ -43,120 +40,140 @@ API_KEY = ta.DELETE_TOPICS
 VERSIONS = ta.DELETE_TOPICS_VERSIONS
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    request = ta.read_delete_topics(header, frame)
-    targets = request.targets
-    local: dict[ta.DeleteTarget, ta.TopicResult] = {
-        target: ta.TopicResult(
-            name=target.name,
-            topic_id=target.topic_id,
+@dataclass(slots=True)
+class Deletion:
+    """One DeleteTopics request and the topic name each entry resolves to."""
+
+    request: ta.DeleteTopics
+    names: dict[ta.DeleteTarget, str] = field(default_factory=dict)
+
+
+class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
+    api_key = API_KEY
+    versions = VERSIONS
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    def read(self, header: RequestHeader, frame: bytes) -> Deletion:
+        return Deletion(request=ta.read_delete_topics(header, frame))
+
+    def keys(self, request: Deletion) -> Sequence[ta.DeleteTarget]:
+        return request.request.targets
+
+    def duplicate(self, key: ta.DeleteTarget) -> ItemError:
+        return ItemError(
             error_code=int(INVALID_REQUEST),
-            error_message="Duplicate topic id." if target.topic_id else "Duplicate topic name.",
+            error_message="Duplicate topic id." if key.topic_id else "Duplicate topic name.",
         )
-        for target in targets
-        if targets.count(target) > 1
-    }
-    pending = [t for t in dict.fromkeys(targets) if t not in local]
 
-    described: dict[str, admin.TopicDescription] | None = None
-    names: dict[ta.DeleteTarget, str] = {}
-    if any(t.topic_id is not None for t in pending):
-        everything = await ctx.send_internal(ta.describe_all_topics())
-        described = admin.read_topics(everything)
-        by_id = ta.read_topic_ids(everything)
-        for target in pending:
-            if target.topic_id is None:
+    async def judge(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: Deletion,
+        keys: Sequence[ta.DeleteTarget],
+    ) -> Mapping[ta.DeleteTarget, Ruling]:
+        services = self._services
+        chain = services.policies.chain
+        rulings: dict[ta.DeleteTarget, Ruling] = {}
+        described: Mapping[str, TopicDescription] | None = None
+        if any(t.topic_id is not None for t in keys):
+            described, by_id = await cluster.describe_all_topics()
+            for target in keys:
+                if target.topic_id is None:
+                    continue
+                name = by_id.get(target.topic_id)
+                if name is None:
+                    rulings[target] = ItemError(
+                        error_code=int(UNKNOWN_TOPIC_ID),
+                        error_message="This server does not host this topic ID.",
+                    )
+                else:
+                    request.names[target] = name
+        for target in keys:
+            if target.name is not None:
+                request.names[target] = target.name
+        known = await current_topics(
+            cluster,
+            list(request.names.values()),
+            with_configs=chain.needs_topic_state,
+            configs_unreliable=services.upstream.topic_config_source_unreliable,
+            described=described,
+        )
+        for target, name in request.names.items():
+            if name in known.errors:
+                rulings[target] = known.errors[name]
                 continue
-            name = by_id.get(target.topic_id)
-            if name is None:
-                local[target] = ta.TopicResult(
-                    name=None,
-                    topic_id=target.topic_id,
-                    error_code=int(UNKNOWN_TOPIC_ID),
-                    error_message="This server does not host this topic ID.",
-                )
+            pre = known.states.get(name)
+            if pre is None:
+                decision = services.policies.state_unreadable(name, known.unreadable[name])
             else:
-                names[target] = name
-    for target in pending:
-        if target.name is not None:
-            names[target] = target.name
+                check = chain.plan_delete_topic(name, pre_state=pre, principal=ctx.principal)
+                decision = await services.policies.decide(check)
+            rulings[target] = Judged(
+                decision=decision, resource_type="topic", resource_name=name, action="delete"
+            )
+        return rulings
 
-    known = await current_topics(ctx, list(names.values()), described)
-    for target, name in names.items():
-        if name in known.errors:
-            undescribed = undescribed_topic(name, known.errors[name])
-            local[target] = ta.TopicResult(
-                name=name,
-                topic_id=target.topic_id,
-                error_code=undescribed.error_code,
-                error_message=undescribed.error_message,
-            )
-            continue
-        pre = known.states.get(name)
-        if pre is None:
-            decision = state_unreadable(name, known.unreadable[name])
-        else:
-            decision = await ctx.decide(
-                partial(
-                    ctx.policies.check_delete_topic, name, pre_state=pre, principal=ctx.principal
-                )
-            )
-        error = await ctx.record_policy_decision(
-            header,
-            decision,
-            resource_type="topic",
-            resource_name=name,
-            action="delete",
+    async def settle(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: Deletion,
+        allowed: Sequence[ta.DeleteTarget],
+    ) -> Settlement[ta.DeleteTarget] | Close:
+        services = self._services
+        validated = {
+            target: request.names[target]
+            for target in allowed
+            if target in request.names
+            and services.validation_policy_of(request.names[target]) is not None
+        }
+        if not validated:
+            return Settlement()
+
+        async def forget_policies(response: bytes) -> Mapping[ta.DeleteTarget, ItemError]:
+            """Forget the record.validation.policy of each topic the broker reports deleted.
+
+            A store that cannot forget it is logged as an error and the broker's answer still
+            goes to the client: the topic is gone either way, and a retry would not get here.
+            """
+            names, ids = ta.deleted(ta.read_delete_topics_response(request.request, response))
+            for target, name in validated.items():
+                if name in names or (target.topic_id is not None and target.topic_id in ids):
+                    try:
+                        await services.store_validation_policies({name: None})
+                    except StateStoreError as exc:
+                        log.error(
+                            "topic %r was deleted, but its %s stays in the state store: %s",
+                            name,
+                            VALIDATION_POLICY_KEY,
+                            exc,
+                        )
+            return {}
+
+        return Settlement(after=forget_policies)
+
+    def for_broker(
+        self, request: Deletion, header: RequestHeader, allowed: Sequence[ta.DeleteTarget]
+    ) -> bytes:
+        return ta.delete_topics_for_broker(request.request, header, set(allowed))
+
+    def answer(
+        self,
+        request: Deletion,
+        correlation_id: int,
+        local: Mapping[ta.DeleteTarget, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        payload = (
+            None if broker is None else ta.read_delete_topics_response(request.request, broker)
         )
-        if error is not None:
-            local[target] = ta.TopicResult(
-                name=name,
-                topic_id=target.topic_id,
-                error_code=error,
-                error_message=decision.message,
-            )
-
-    allowed = [t for t in dict.fromkeys(targets) if t not in local]
-    if not allowed and targets:
-        return Answer(frame=ta.delete_topics_answer(request, header.correlation_id, local, None))
-    validated = {
-        target: names[target]
-        for target in allowed
-        if target in names and ctx.validation_policy_of(names[target]) is not None
-    }
-    if not local and not validated:
-        return Forward(frame=frame)
-
-    async def merge(response: bytes) -> bytes:
-        broker = ta.read_delete_topics_response(request, response)
-        if validated:
-            await _forget_policies(ctx, validated, broker)
-        if not local:
-            return response
-        return ta.delete_topics_answer(request, header.correlation_id, local, broker)
-
-    forwarded = frame if not local else ta.delete_topics_for_broker(request, header, set(allowed))
-    return Forward(frame=forwarded, on_response=merge)
+        return ta.delete_topics_answer(
+            request.request, correlation_id, local, payload, request.names
+        )
 
 
-async def _forget_policies(
-    ctx: ConnectionContext, validated: dict[ta.DeleteTarget, str], broker: object
-) -> None:
-    """Forget the record.validation.policy of each topic the broker reports deleted.
-
-    A store that cannot forget it is logged as an error and the broker's answer still goes
-    to the client: the topic is gone either way, and a retry would not reach this point.
-    """
-    names, ids = ta.deleted(broker)
-    for target, name in validated.items():
-        by_id = target.topic_id is not None and target.topic_id in ids
-        if name in names or by_id:
-            try:
-                await ctx.state_put(STATE_NAMESPACE, name, None)
-            except StateStoreError as exc:
-                log.error(
-                    "topic %r was deleted, but its %s stays in the state store: %s",
-                    name,
-                    VALIDATION_POLICY_KEY,
-                    exc,
-                )
+def handler(services: Services) -> Handler:
+    return enforced(services, DeleteTopics(services))

@@ -1,5 +1,7 @@
 """DescribeConfigs: the broker's answer, plus what the gateway keeps itself.
 
+Items are the request's resources, by position.
+
 - A topic's ``record.validation.policy`` lives in the gateway's state store (a broker would
   refuse it); it is shown with the source DYNAMIC_TOPIC_CONFIG, as the broker shows a topic's
   own configs.
@@ -10,100 +12,133 @@
   -> ``ANONYMOUS``); USER_CLIENT names ``user:client-id``. A malformed name gets
   INVALID_REQUEST with the reason.
 
-A request holding both kinds is split: the broker is asked about its resources only, and
-one answer goes back with every resource in request order. Only the gateway's resources:
-answered here.
+A request holding both kinds is split: the broker is asked about its resources only, and one
+answer goes back with every resource in request order.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from protocol import describe_configs as dc
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST
 from protocol.framing import RequestHeader
+from protocol.results import OK, ItemError
 
 from .. import client_configs
+from ..engine import BaseEnforcement, ClusterView, RequestContext, Ruling, Settlement
+from ..outcomes import Close
 from ..record_validation import VALIDATION_POLICY_KEY
-from . import Answer, Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from ..services import Services
+from .base import Handler, enforced
 
 API_KEY = dc.DESCRIBE_CONFIGS
 VERSIONS = dc.VERSIONS
-TOPIC = 2
-DYNAMIC_TOPIC_CONFIG = 1
+_TOPIC = 2
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    request = dc.read_request(header, frame)
-    local = _client_configs(ctx, request)
-    extra: dict[tuple[int, str], list[dc.LocalConfig]] = {}
-    for index, resource in enumerate(request.resources):
-        if resource.resource_type != TOPIC or index in local:
-            continue
-        value = ctx.validation_policy_of(resource.resource_name)
-        if value is not None:
-            extra[(TOPIC, resource.resource_name)] = [
-                dc.LocalConfig(
-                    name=VALIDATION_POLICY_KEY,
-                    value=value,
-                    source=DYNAMIC_TOPIC_CONFIG,
-                    synonyms=(
-                        dc.Synonym(
-                            name=VALIDATION_POLICY_KEY, value=value, source=DYNAMIC_TOPIC_CONFIG
-                        ),
-                    ),
-                )
-            ]
-    if len(local) == len(request.resources) and request.resources:
-        return Answer(frame=dc.answer(request, header.correlation_id, local, None))
-    if not extra and not local:
-        return Forward(frame=frame)
-    for_broker = frame
-    if local:
-        keep = [i for i in range(len(request.resources)) if i not in local]
-        for_broker = dc.request_keeping(request, header, keep)
+@dataclass(slots=True)
+class Description:
+    """One request, and what the gateway reports itself."""
 
-    async def merge(response: bytes) -> bytes:
-        return dc.answer(request, header.correlation_id, local, response, extra)
-
-    return Forward(frame=for_broker, on_response=merge)
+    request: dc.DescribeConfigs
+    configs: dict[int, tuple[dc.LocalConfig, ...]] = field(default_factory=dict)
+    """Request index -> the configs of a resource the gateway answers."""
+    extra: dict[tuple[int, str], list[dc.LocalConfig]] = field(default_factory=dict)
+    """Configs the gateway adds to a resource the broker answers."""
 
 
-def _client_configs(
-    ctx: ConnectionContext, request: dc.DescribeConfigs
-) -> dict[int, dc.LocalResult]:
-    """Request index -> the gateway's answer, for every CLIENT and USER_CLIENT resource."""
-    codes = ctx.client_configs.codes
-    local: dict[int, dc.LocalResult] = {}
-    items = None
-    for index, resource in enumerate(request.resources):
-        if resource.resource_type not in codes.resource_types:
-            continue
+class DescribeConfigs(BaseEnforcement[Description, int]):
+    api_key = API_KEY
+    versions = VERSIONS
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    def read(self, header: RequestHeader, frame: bytes) -> Description:
+        return Description(request=dc.read_request(header, frame))
+
+    def keys(self, request: Description) -> Sequence[int]:
+        return range(len(request.request.resources))
+
+    def duplicate(self, key: int) -> ItemError | None:
+        return None
+
+    async def judge(
+        self, ctx: RequestContext, cluster: ClusterView, request: Description, keys: Sequence[int]
+    ) -> Mapping[int, Ruling]:
+        codes = self._services.client_configs.codes
+        rulings: dict[int, Ruling] = {}
+        for index, resource in enumerate(request.request.resources):
+            if resource.resource_type in codes.resource_types:
+                rulings[index] = self._client_configs(ctx, request, index, resource)
+            elif resource.resource_type == _TOPIC:
+                value = self._services.validation_policy_of(resource.resource_name)
+                if value is not None:
+                    request.extra[(_TOPIC, resource.resource_name)] = [_policy_config(value)]
+        return rulings
+
+    def _client_configs(
+        self, ctx: RequestContext, request: Description, index: int, resource: dc.ResourceRequest
+    ) -> ItemError:
+        settings = self._services.client_configs
         try:
             entity = client_configs.entity_of(
-                resource.resource_type, resource.resource_name, ctx.principal, codes
+                resource.resource_type, resource.resource_name, ctx.principal, settings.codes
             )
         except ValueError as exc:
-            local[index] = dc.LocalResult(error_code=int(INVALID_REQUEST), error_message=str(exc))
-            continue
+            return ItemError(error_code=int(INVALID_REQUEST), error_message=str(exc))
         assert entity is not None  # one of the gateway's types
-        admins = ctx.client_configs.admin_principals
+        admins = settings.admin_principals
         own = entity.user == client_configs.user_of(ctx.principal)
         if admins is not None and not own and ctx.principal not in admins:
-            local[index] = dc.LocalResult(
+            return ItemError(
                 error_code=int(CLUSTER_AUTHORIZATION_FAILED),
                 error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not describe another "
                 "user's dynamic client configs (client_configs.admin_principals)",
             )
-            continue
-        if items is None:
-            items = ctx.client_config_items()
-        local[index] = dc.LocalResult(
-            error_code=0,
-            error_message=None,
-            configs=client_configs.describe(items, entity.user, entity.client_id, codes),
+        items = self._services.state.items(client_configs.STATE_NAMESPACE)
+        request.configs[index] = client_configs.describe(
+            items, entity.user, entity.client_id, settings.codes
         )
-    return local
+        return OK
+
+    async def settle(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: Description,
+        allowed: Sequence[int],
+    ) -> Settlement[int] | Close:
+        return Settlement(reencode_answer=bool(request.extra))
+
+    def for_broker(
+        self, request: Description, header: RequestHeader, allowed: Sequence[int]
+    ) -> bytes:
+        return dc.request_keeping(request.request, header, allowed)
+
+    def answer(
+        self,
+        request: Description,
+        correlation_id: int,
+        local: Mapping[int, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        return dc.answer(
+            request.request, correlation_id, local, broker, request.extra, request.configs
+        )
+
+
+def handler(services: Services) -> Handler:
+    return enforced(services, DescribeConfigs(services))
+
+
+def _policy_config(value: str) -> dc.LocalConfig:
+    source = dc.SOURCE_DYNAMIC_TOPIC
+    return dc.LocalConfig(
+        name=VALIDATION_POLICY_KEY,
+        value=value,
+        source=source,
+        synonyms=(dc.Synonym(name=VALIDATION_POLICY_KEY, value=value, source=source),),
+    )

@@ -5,14 +5,19 @@ leadership moved; decoding every fetch answer to rewrite them would cost the gat
 throughput, so the gateway does not advertise those versions and refuses them.
 """
 
-from protocol.framing import RequestHeader
 from protocol.versions import VersionRange
 
-from . import Forward, Outcome
+from ..engine import ClusterView, RequestContext
+from ..outcomes import Forward, Outcome
+from ..services import Services
+from .base import Handler
 
 API_KEY = 1
 VERSIONS = VersionRange(min_version=0, max_version=15)
 
 
-async def handle(ctx: object, header: RequestHeader, frame: bytes) -> Outcome:
-    return Forward(frame=frame)
+def handler(services: Services) -> Handler:
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        return Forward(frame=frame)
+
+    return handle

@@ -2,8 +2,13 @@
 
 from protocol.versions import DECODABLE
 
+from ..services import Services
 from ._addresses import address_rewriter
+from .base import Handler
 
 API_KEY = 10
 VERSIONS = DECODABLE[API_KEY]
-handle = address_rewriter(API_KEY)
+
+
+def handler(services: Services) -> Handler:
+    return address_rewriter(API_KEY, services)

@@ -13,15 +13,15 @@ carries the configured value is not counted.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from protocol import join_group as jg
-from protocol.framing import FrameRejected, RequestHeader
+from protocol.framing import FrameRejected
 
-from . import Close, Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from .. import client_configs
+from ..engine import ClusterView, RequestContext
+from ..outcomes import Close, Forward, Outcome
+from ..services import Services
+from .base import Handler
 
 log = logging.getLogger(__name__)
 
@@ -30,21 +30,29 @@ VERSIONS = jg.VERSIONS
 _CONFIG = "session.timeout.ms"
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    if not ctx.client_configs.enforce_session_timeout:
+def handler(services: Services) -> Handler:
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        if not services.client_configs.enforce_session_timeout:
+            return Forward(frame=frame)
+        configured = client_configs.config_of(
+            services.state.items(client_configs.STATE_NAMESPACE),
+            ctx.principal,
+            ctx.client_id,
+            _CONFIG,
+        )
+        if configured is None:
+            return Forward(frame=frame)
+        try:
+            timeout_ms = int(configured)
+        except ValueError:  # stored values are checked when written; this one was not
+            log.warning("ignoring %s=%r: not a number", _CONFIG, configured)
+            return Forward(frame=frame)
+        try:
+            if jg.session_timeout_ms(ctx.header, frame) != timeout_ms:
+                frame = jg.with_session_timeout(ctx.header, frame, timeout_ms)
+                services.client_config_enforced.labels(_CONFIG).inc()
+        except FrameRejected as exc:
+            return Close(reason=str(exc), metric_reason=exc.reason)
         return Forward(frame=frame)
-    configured = ctx.client_config_of(header.client_id, _CONFIG)
-    if configured is None:
-        return Forward(frame=frame)
-    try:
-        timeout_ms = int(configured)
-    except ValueError:  # stored values are checked when written; this one was not
-        log.warning("ignoring %s=%r: not a number", _CONFIG, configured)
-        return Forward(frame=frame)
-    try:
-        if jg.session_timeout_ms(header, frame) != timeout_ms:
-            frame = jg.with_session_timeout(header, frame, timeout_ms)
-            ctx.count_enforced(_CONFIG)
-    except FrameRejected as exc:
-        return Close(reason=str(exc), metric_reason=exc.reason)
-    return Forward(frame=frame)
+
+    return handle

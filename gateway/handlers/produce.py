@@ -4,157 +4,227 @@ Versions: 3 and later (magic 2 record batches; Kafka 4 brokers take nothing olde
 below v10, whose answers may carry leader endpoints (KIP-951 ``node_endpoints``) that would
 leak broker addresses.
 
-- No topic of the request validated: the client's bytes are forwarded, records unread.
-- Per partition, one rejected record fails the whole batch: INVALID_RECORD (87) with
-  ``record_errors`` and ``error_message`` (v8 and later; the bare code before). A batch that
-  does not parse gets CORRUPT_MESSAGE (2), in dry-run mode too: the gateway cannot say what
-  it would carry, so it never forwards it. The other partitions are forwarded and the
-  broker's answers merged in request order.
-- Transactional requests (transactional_id set): one rejection fails every partition, so a
-  transaction is never half written.
-- acks=0: no answer is due; a rejection writes nothing of the request and closes the
-  connection, as Kafka does.
+Items are partitions. No topic of the request validated and none of the gateway's own: the
+client's bytes are forwarded, records unread. Per partition, one rejected record fails the
+whole batch: INVALID_RECORD (87) with ``record_errors`` and ``error_message`` (v8 and later;
+the bare code before). A batch that does not parse gets CORRUPT_MESSAGE (2), in dry-run mode
+too: the gateway cannot say what it would carry, so it never forwards it. A partition of the
+gateway's own topics gets TOPIC_AUTHORIZATION_FAILED. Transactional requests: one rejection
+fails every partition, so a transaction is never half written. acks=0: no answer is due; a
+rejection writes nothing of the request and closes the connection, as Kafka does.
 
 Opt-in (``client_configs.enforce.acks``): a request with acks=1 from a user and client-id
 whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the broker with
 acks=-1, written in place (counted in ``kpg_client_config_enforced_total{config="acks"}``).
-The client still gets the answer it waits for, later and with the stronger guarantee.
-acks=0 requests are never changed: their client reads no answer, so the gateway would have
-to swallow the broker's, and an error in it (the one thing acks=-1 adds) would reach nobody;
-a configured acks=0 or 1 never lowers a request's acks either.
+acks=0 requests are never changed: their client reads no answer, so an error in it (the one
+thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a request's acks.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
-from policies.chain import Decision, Verdict
-from policies.rules import Mode
+from policies.chain import Decision, Mode, Verdict
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import FrameRejected, RequestHeader
-from protocol.produce import VERSIONS as PRODUCE_VERSIONS
 from protocol.produce import (
-    PartitionError,
+    VERSIONS,
+    PartitionRecords,
+    ProduceView,
     produce_acks,
     produce_answer,
     produce_request_keeping,
     read_produce,
     with_acks,
 )
+from protocol.results import ItemError
 
-from ..decisions import Subject
-from . import Answer, Close, Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from .. import client_configs
+from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..outcomes import Close, Forward, Outcome
+from ..policy_runner import PolicyUnavailable
+from ..record_validation import PartitionOutcome
+from ..services import Services
+from .base import Handler, enforced
 
 API_KEY = 0
-VERSIONS = PRODUCE_VERSIONS
+Key = tuple[str, int]
 _ALL_REPLICAS = frozenset({"-1", "all"})
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    try:
-        acks = produce_acks(header, frame)
-    except FrameRejected as exc:
-        return Close(reason=str(exc), metric_reason=exc.reason)
-    if (
-        acks == 1
-        and ctx.client_configs.enforce_acks
-        and ctx.client_config_of(header.client_id, "acks") in _ALL_REPLICAS
-    ):
-        frame = with_acks(header, frame, -1)
-        acks = -1
-        ctx.count_enforced("acks")
-    validator = ctx.record_validator
-    own = ctx.gateway_topics
-    # A topic name stands verbatim in the request: no match, no write to the gateway's topics.
-    writes_own = any(topic.encode() in frame for topic in own)
-    if not writes_own and (validator is None or not ctx.validated_topics()):
-        return Forward(frame=frame, expect_response=acks != 0)
-    view = read_produce(header, frame)
-    local: dict[tuple[str, int], PartitionError] = {
-        (p.topic, p.partition): PartitionError(
-            error_code=int(TOPIC_AUTHORIZATION_FAILED),
-            error_message=f"Topic '{p.topic}' is written by the gateway only.",
-        )
-        for p in view.partitions
-        if p.topic in own
-    }
-    checks = [
-        (p, policy)
-        for p in view.partitions
-        if (p.topic, p.partition) not in local
-        and (policy := ctx.validation_policy_of(p.topic)) is not None
-    ]
-    if not checks and not local:
-        return Forward(frame=frame, expect_response=acks != 0)
+class Produce(BaseEnforcement[ProduceView, Key]):
+    api_key = API_KEY
+    versions = VERSIONS
 
-    outcomes = await ctx.validate_records(checks) if checks else []
-    for outcome in outcomes:
-        assert validator is not None
-        key = (outcome.topic, outcome.partition)
-        ctx.count_validation(outcome, validator.name)
-        if outcome.error is None:
-            ctx.record_allowed_produce(outcome, header)
-            continue
-        # dry-run passes what the policy rejects, never what cannot be read (fail closed)
-        dry_run = validator.dry_run and outcome.error.error_code != CORRUPT_MESSAGE
-        decision = Decision(
-            allowed=dry_run,
-            verdicts=(
-                Verdict(
-                    policy=validator.name,
-                    mode=Mode.DRY_RUN if dry_run else Mode.ENFORCE,
-                    outcome="would_deny" if dry_run else "denied",
-                    message=outcome.error.error_message,
-                ),
-            ),
-        )
-        await ctx.record(
-            Subject(
-                client_address=ctx.client_address,
-                principal=ctx.principal,
-                client_id=header.client_id,
-                api_key=API_KEY,
-                api_version=header.api_version,
-                resource_type="topic",
-                resource_name=f"{outcome.topic}-{outcome.partition}",
-                action="produce",
-                records_examined=outcome.records,
-                bytes_examined=outcome.bytes,
-            ),
-            decision,
-            outcome.error.error_code,
-        )
-        if not dry_run:
-            local[key] = outcome.error
+    def __init__(self, services: Services) -> None:
+        self._services = services
 
-    if not local:
-        return Forward(frame=frame, expect_response=acks != 0)
-    if acks == 0:
-        rejected = ", ".join(f"{t}-{p}" for t, p in local)
-        return Close(
-            reason=f"acks=0 produce with rejected records ({rejected}): nothing written, "
-            "closing the connection as Kafka does",
-            metric_reason="rejected_acks0_produce",
-        )
-    if view.transactional_id is not None:
-        for p in view.partitions:
-            local.setdefault(
-                (p.topic, p.partition),
-                PartitionError(
-                    error_code=int(INVALID_RECORD),
-                    error_message="Not written: another partition of this transactional produce "
-                    "request has rejected records, so none of it is written.",
-                ),
+    def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        services = self._services
+        header = ctx.header
+        try:
+            acks = produce_acks(header, frame)
+            if acks == 1 and services.client_configs.enforce_acks:
+                configured = client_configs.config_of(
+                    services.state.items(client_configs.STATE_NAMESPACE),
+                    ctx.principal,
+                    header.client_id,
+                    "acks",
+                )
+                if configured in _ALL_REPLICAS:
+                    frame = with_acks(header, frame, -1)
+                    acks = -1
+                    services.client_config_enforced.labels("acks").inc()
+        except FrameRejected as exc:
+            return Close(reason=str(exc), metric_reason=exc.reason)
+        # A topic name stands verbatim in the request: no match, no write to the gateway's
+        # topics.
+        writes_own = any(topic.encode() in frame for topic in services.own_topics)
+        if not writes_own and not services.validated_topics():
+            return Forward(frame=frame, expect_response=acks != 0)
+        return frame
+
+    def read(self, header: RequestHeader, frame: bytes) -> ProduceView:
+        return read_produce(header, frame)
+
+    def keys(self, request: ProduceView) -> Sequence[Key]:
+        return [(p.topic, p.partition) for p in request.partitions]
+
+    def duplicate(self, key: Key) -> ItemError | None:
+        return None
+
+    def expects_response(self, request: ProduceView) -> bool:
+        return request.acks != 0
+
+    async def judge(
+        self, ctx: RequestContext, cluster: ClusterView, request: ProduceView, keys: Sequence[Key]
+    ) -> Mapping[Key, Ruling]:
+        services = self._services
+        rulings: dict[Key, Ruling] = {
+            (p.topic, p.partition): ItemError(
+                error_code=int(TOPIC_AUTHORIZATION_FAILED),
+                error_message=f"Topic '{p.topic}' is written by the gateway only.",
             )
-    keep = [(p.topic, p.partition) for p in view.partitions if (p.topic, p.partition) not in local]
-    if not keep:
-        return Answer(frame=produce_answer(view, header.correlation_id, local, None))
-    reduced = produce_request_keeping(view, header, keep)
+            for p in request.partitions
+            if p.topic in services.own_topics
+        }
+        checks = [
+            (p, policy)
+            for p in request.partitions
+            if (p.topic, p.partition) not in rulings
+            and (policy := services.validation_policy_of(p.topic)) is not None
+        ]
+        for outcome in await self._validate(checks) if checks else ():
+            ruling = self._ruling(ctx, outcome)
+            if ruling is not None:
+                rulings[(outcome.topic, outcome.partition)] = ruling
+        return rulings
 
-    async def merge(response: bytes) -> bytes:
-        return produce_answer(view, header.correlation_id, local, response)
+    async def _validate(
+        self, checks: Sequence[tuple[PartitionRecords, str]]
+    ) -> Sequence[PartitionOutcome]:
+        """Validate the partitions. The built-in policies run right here (bounded CPU work, no
+        thread hand-off); a plug-in runs on the policy pool, and one that does not finish in
+        time (or finds no free worker) rejects every partition (fail closed)."""
+        validator = self._services.records
 
-    return Forward(frame=reduced, on_response=merge)
+        def run() -> list[PartitionOutcome]:
+            return [
+                validator.validate_partition(p.topic, p.partition, policy, p.records)
+                for p, policy in checks
+            ]
+
+        if validator.inline:
+            return run()
+        try:
+            return await self._services.policies.call(validator.name, run, what="validate()")
+        except PolicyUnavailable as exc:
+            message = str(exc)
+            error = ItemError(
+                error_code=int(INVALID_RECORD), error_message=message, record_errors=((0, message),)
+            )
+            return [
+                PartitionOutcome(
+                    topic=p.topic, partition=p.partition, records=0, bytes=0, batches=0, error=error
+                )
+                for p, _ in checks
+            ]
+
+    def _ruling(self, ctx: RequestContext, outcome: PartitionOutcome) -> Judged | None:
+        """None for a partition whose records pass (counted in the produce summary)."""
+        services = self._services
+        name = services.records.name
+        services.metrics.count_validation(outcome, name)
+        if outcome.error is None:
+            if services.audit is not None:
+                services.audit.record_allowed_produce(
+                    topic=outcome.topic,
+                    principal=ctx.principal,
+                    client_id=ctx.client_id,
+                    api_version=ctx.api_version,
+                    records_examined=outcome.records,
+                    bytes_examined=outcome.bytes,
+                )
+            return None
+        # dry-run passes what the policy rejects, never what cannot be read (fail closed)
+        dry_run = services.records.dry_run and outcome.error.error_code != CORRUPT_MESSAGE
+        verdict = Verdict(
+            policy=name,
+            mode=Mode.DRY_RUN if dry_run else Mode.ENFORCE,
+            outcome="would_deny" if dry_run else "denied",
+            message=outcome.error.error_message,
+        )
+        return Judged(
+            decision=Decision(allowed=dry_run, verdicts=(verdict,)),
+            resource_type="topic",
+            resource_name=f"{outcome.topic}-{outcome.partition}",
+            action="produce",
+            denial=outcome.error,
+            records_examined=outcome.records,
+            bytes_examined=outcome.bytes,
+        )
+
+    async def settle(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: ProduceView,
+        allowed: Sequence[Key],
+    ) -> Settlement[Key] | Close:
+        kept = set(allowed)
+        refused = [key for key in self.keys(request) if key not in kept]
+        if not refused:
+            return Settlement()
+        if request.acks == 0:
+            rejected = ", ".join(f"{t}-{p}" for t, p in dict.fromkeys(refused))
+            return Close(
+                reason=f"acks=0 produce with rejected records ({rejected}): nothing written, "
+                "closing the connection as Kafka does",
+                metric_reason="rejected_acks0_produce",
+            )
+        if request.transactional_id is None:
+            return Settlement()
+        not_written = ItemError(
+            error_code=int(INVALID_RECORD),
+            error_message="Not written: another partition of this transactional produce "
+            "request has rejected records, so none of it is written.",
+        )
+        return Settlement(local=dict.fromkeys(allowed, not_written))
+
+    def for_broker(
+        self, request: ProduceView, header: RequestHeader, allowed: Sequence[Key]
+    ) -> bytes:
+        return produce_request_keeping(request, header, allowed)
+
+    def answer(
+        self,
+        request: ProduceView,
+        correlation_id: int,
+        local: Mapping[Key, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        return produce_answer(request, correlation_id, local, broker)
+
+
+def handler(services: Services) -> Handler:
+    return enforced(services, Produce(services))

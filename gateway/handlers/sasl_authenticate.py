@@ -4,29 +4,31 @@ success (see :mod:`gateway.principal`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from protocol.framing import RequestHeader
 from protocol.sasl import SASL_AUTHENTICATE, authenticate_result, read_auth_bytes
 from protocol.versions import DECODABLE
 
-from . import Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from ..engine import ClusterView, RequestContext
+from ..outcomes import Forward, Outcome
+from ..services import Services
+from .base import Handler
 
 API_KEY = SASL_AUTHENTICATE
 VERSIONS = DECODABLE[API_KEY]
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    ctx.sasl.client_message(read_auth_bytes(header, frame))
+def handler(services: Services) -> Handler:
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        session = ctx.session
+        session.sasl.client_message(read_auth_bytes(ctx.header, frame))
+        version = ctx.api_version
 
-    async def on_response(response: bytes) -> bytes:
-        code, _ = authenticate_result(header.api_version, response)
-        principal = ctx.sasl.broker_answered(code == 0)
-        if principal is not None:
-            ctx.principal = principal
-        return response
+        async def on_response(response: bytes) -> bytes:
+            code, _ = authenticate_result(version, response)
+            principal = session.sasl.broker_answered(code == 0)
+            if principal is not None:
+                session.principal = principal
+            return response
 
-    return Forward(frame=frame, on_response=on_response)
+        return Forward(frame=frame, on_response=on_response)
+
+    return handle

@@ -6,21 +6,21 @@ framing, which the gateway could not inspect.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from protocol.framing import RequestHeader
 from protocol.sasl import SASL_HANDSHAKE, read_mechanism
 from protocol.versions import VersionRange
 
-from . import Forward, Outcome
-
-if TYPE_CHECKING:
-    from gateway.connection import ConnectionContext
+from ..engine import ClusterView, RequestContext
+from ..outcomes import Forward, Outcome
+from ..services import Services
+from .base import Handler
 
 API_KEY = SASL_HANDSHAKE
 VERSIONS = VersionRange(min_version=1, max_version=1)
 
 
-async def handle(ctx: ConnectionContext, header: RequestHeader, frame: bytes) -> Outcome:
-    ctx.sasl.start(read_mechanism(header, frame))
-    return Forward(frame=frame)
+def handler(services: Services) -> Handler:
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        ctx.session.sasl.start(read_mechanism(ctx.header, frame))
+        return Forward(frame=frame)
+
+    return handle

@@ -15,7 +15,9 @@ from gateway.client_configs import ClientConfigCodes
 from protocol import alter_configs as ac
 from protocol import client_configs as wire
 from protocol import describe_configs as dc
+from protocol.alter_configs import ConfigAlteration
 from protocol.framing import parse_request_header
+from protocol.results import OK, ItemError
 
 pytestmark = pytest.mark.unit
 
@@ -364,10 +366,10 @@ def test_describe_of_a_client_id_with_no_entry_inherits_the_default() -> None:
 def test_apply_incremental(
     items: dict[str, str],
     client_id: str,
-    ops: list[cc.Operation],
+    ops: list[tuple[str, int, str | None]],
     writes: dict[str, str | None],
 ) -> None:
-    assert cc.apply_incremental(items, "alice", client_id, ops) == (writes, None)
+    assert cc.apply_incremental(items, "alice", client_id, _alterations(ops)) == (writes, None)
 
 
 @pytest.mark.parametrize(
@@ -398,9 +400,11 @@ def test_apply_incremental(
     ],
 )
 def test_apply_incremental_refuses_the_whole_resource(
-    ops: list[cc.Operation], message: str
+    ops: list[tuple[str, int, str | None]], message: str
 ) -> None:
-    writes, error = cc.apply_incremental(SEED_ITEMS, "alice", "clientid-override", ops)
+    writes, error = cc.apply_incremental(
+        SEED_ITEMS, "alice", "clientid-override", _alterations(ops)
+    )
     assert writes == {}
     assert error is not None
     assert error[0] == 42
@@ -413,7 +417,7 @@ def test_applied_writes_show_in_the_next_describe() -> None:
         items,
         "alice",
         "clientid-override",
-        [("acks", DELETE, None), ("max.poll.records", SET, "50")],
+        _alterations([("acks", DELETE, None), ("max.poll.records", SET, "50")]),
     )
     assert error is None
     for key, value in writes.items():
@@ -441,12 +445,8 @@ def _seed_answer(include_synonyms: bool = True) -> bytes:
         include_synonyms=include_synonyms,
     )[4:]
     view = dc.read_request(parse_request_header(frame), frame)
-    local = dc.LocalResult(
-        error_code=0,
-        error_message=None,
-        configs=cc.describe(SEED_ITEMS, "alice", "clientid-override", CODES),
-    )
-    return dc.answer(view, 7, {0: local}, None)
+    configs = cc.describe(SEED_ITEMS, "alice", "clientid-override", CODES)
+    return dc.answer(view, 7, {0: OK}, None, configs={0: configs})
 
 
 def test_describe_request_carries_the_gateway_type_code() -> None:
@@ -488,9 +488,7 @@ def test_incremental_alter_round_trip() -> None:
         ("acks", SET, "-1"),
         ("linger.ms", DELETE, None),
     ]
-    refused = ac.ResourceResult(
-        error_code=42, error_message="Invalid value 2 for configuration acks"
-    )
+    refused = ItemError(error_code=42, error_message="Invalid value 2 for configuration acks")
     answer = ac.answer(request, 5, {(121, "alice:"): refused}, None)
     assert wire.read_incremental_alter_response(answer) == (
         wire.AlteredResource(
@@ -731,3 +729,8 @@ def test_bad_input_exits_2_before_sending(
     assert message in captured.err
     assert "no usable answer" not in captured.err
     assert captured.out == ""
+
+
+def _alterations(ops: list[tuple[str, int, str | None]]) -> list[ConfigAlteration]:
+    """The tables write an operation as (name, op, value), as it stands on the wire."""
+    return [ConfigAlteration(name=n, operation=o, value=v) for n, o, v in ops]

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config_changes import (
-    APPEND,
-    DELETE,
-    SET,
-    SUBTRACT,
-    ConfigChange,
-    InvalidAlteration,
-    incremental,
-    legacy,
-)
+from gateway.config_changes import ConfigChange, InvalidAlteration
+from gateway.config_changes import incremental as _incremental
+from gateway.config_changes import legacy as _legacy
+from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT, ConfigAlteration
 
 pytestmark = pytest.mark.unit
+
+
+def incremental(
+    before: dict[str, str],
+    operations: list[tuple[str, int, str | None]],
+    defaults: dict[str, str] | None = None,
+) -> ConfigChange | InvalidAlteration:
+    """The tables below write an operation as (name, op, value), as it stands on the wire."""
+    return _incremental(
+        before, [ConfigAlteration(name=n, operation=o, value=v) for n, o, v in operations], defaults
+    )
+
+
+def legacy(
+    before: dict[str, str], configs: list[tuple[str, str | None]]
+) -> ConfigChange | InvalidAlteration:
+    return _legacy(before, [ConfigAlteration(name=n, operation=SET, value=v) for n, v in configs])
+
 
 BEFORE = {"cleanup.policy": "delete", "retention.ms": "1000"}
 

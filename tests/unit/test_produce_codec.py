@@ -17,7 +17,6 @@ from kio.static.primitive import TZAwareMicros, i8, i16, i32, i32Timedelta, i64
 from protocol.codec import Undecodable, decode_response, encode_request, encode_response
 from protocol.framing import parse_request_header, response_correlation_id
 from protocol.produce import (
-    PartitionError,
     PartitionRecords,
     ProduceView,
     produce_acks,
@@ -26,6 +25,7 @@ from protocol.produce import (
     read_produce,
 )
 from protocol.records import read_batches
+from protocol.results import ItemError
 
 pytestmark = pytest.mark.unit
 
@@ -165,14 +165,12 @@ def partition_answer(answer: Any, topic: str, index: int) -> Any:
     return found
 
 
-REJECTED = PartitionError(
+REJECTED = ItemError(
     error_code=ErrorCode.invalid_record,
     error_message="record policy 'no-pii' denied 2 records",
     record_errors=((0, "value matches a card number"), (1, None)),
 )
-DENIED = PartitionError(
-    error_code=ErrorCode.policy_violation, error_message="topic audit is closed"
-)
+DENIED = ItemError(error_code=ErrorCode.policy_violation, error_message="topic audit is closed")
 
 
 # --- read_produce ---------------------------------------------------------------------------

@@ -1,0 +1,291 @@
+"""The enforcement engine: one split / judge / merge path for every API the gateway judges.
+
+An :class:`Enforcement` knows one Kafka API: how to read its request, the items in it (topics,
+config resources, partitions), how to judge each item, and how to write a request holding only
+some items and an answer merging the gateway's own results with the broker's. The engine does
+the rest, the same way for every API:
+
+1. ``prepare``: a shortcut that may decide the request unread (Produce to topics nobody
+   validates is forwarded as sent).
+2. Dedupe: an item named twice gets the enforcement's ``duplicate`` error, as Kafka answers.
+3. ``judge``: each remaining item is either answered here (an :class:`ItemError`: the topic
+   does not exist, the request is invalid) or decided by the policies (a :class:`Judged`).
+4. Audit: every :class:`Judged` goes to the decision recorder (log, metrics, audit events)
+   before the client hears of it. A denied item gets its ``denial``.
+5. ``settle``: what happens to the allowed items besides forwarding them (a dry run answered
+   here, state written first, a request that must be re-encoded, a step after the broker's
+   answer).
+6. Route: nothing left to forward -> :class:`Answer`; everything allowed and nothing to
+   change -> the client's bytes, untouched; else a reduced request, and the local results
+   merged into the broker's answer in request order, in the client's version.
+
+Items absent from ``judge``'s result are allowed. Denials are values; a request that cannot
+be decoded raises :class:`protocol.codec.Undecodable` and the connection refuses it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+from uuid import UUID
+
+from policies.chain import Decision
+from protocol.admin import ResourceConfigs, TopicDescription
+from protocol.errors import POLICY_VIOLATION
+from protocol.framing import RequestHeader
+from protocol.results import ItemError
+from protocol.versions import VersionRange
+
+from .decisions import DecisionRecorder, Subject
+from .outcomes import Answer, Close, Forward, Outcome
+from .principal import SaslState
+
+K = TypeVar("K", bound=Hashable)
+R = TypeVar("R")
+
+
+@dataclass(slots=True)
+class Session:
+    """What one client connection has established: who it is."""
+
+    principal: str | None = None
+    """``User:<name>`` from the TLS client certificate or a completed SASL exchange; None on
+    an unauthenticated connection."""
+    sasl: SaslState = field(default_factory=SaslState)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestContext:
+    """One request: who sent it, from where, and its header."""
+
+    header: RequestHeader
+    client_address: str
+    session: Session
+
+    @property
+    def principal(self) -> str | None:
+        return self.session.principal
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def correlation_id(self) -> int:
+        return self.header.correlation_id
+
+
+class ClusterView(Protocol):
+    """What the cluster says, asked on the client's own connection (so the broker applies the
+    client's identity and ACLs to it).
+
+    Each method raises ``UpstreamClosed`` when the broker does not answer in time, and
+    ``Undecodable`` for an answer that does not decode.
+    """
+
+    async def describe_topics(self, names: Sequence[str]) -> Mapping[str, TopicDescription]: ...
+
+    async def broker_ids(self) -> Sequence[int]: ...
+
+    async def describe_all_topics(
+        self,
+    ) -> tuple[Mapping[str, TopicDescription], Mapping[UUID, str]]: ...
+
+    async def describe_configs(
+        self, resources: Sequence[tuple[int, str]]
+    ) -> Mapping[tuple[int, str], ResourceConfigs]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Judged:
+    """A policy decision about one item: audited, and ``denial`` for the client if it denies."""
+
+    decision: Decision
+    resource_type: str
+    resource_name: str
+    action: str
+    validate_only: bool = False
+    denial: ItemError | None = None
+    """What a denied item is answered; None: POLICY_VIOLATION with the decision's message."""
+    records_examined: int = 0
+    bytes_examined: int = 0
+
+    def error(self) -> ItemError:
+        if self.denial is not None:
+            return self.denial
+        return ItemError(error_code=int(POLICY_VIOLATION), error_message=self.decision.message)
+
+
+Ruling = ItemError | Judged
+"""What ``judge`` says of one item: answered here, or decided by the policies."""
+
+AfterStep = Callable[[bytes], Awaitable[Mapping[K, ItemError]]]
+"""Runs on the broker's answer (before the client sees it); its results replace the broker's
+for those items."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settlement(Generic[K]):
+    """What becomes of the allowed items besides being forwarded."""
+
+    local: Mapping[K, ItemError] = field(default_factory=dict)
+    """Allowed items answered here (a dry run, a change only the gateway keeps)."""
+    reencode_request: bool = False
+    """The broker gets a request written by the gateway even when every item is allowed."""
+    reencode_answer: bool = False
+    """The client gets an answer written by the gateway even when the broker answered all."""
+    after: AfterStep[K] | None = None
+
+
+class Enforcement(Protocol[R, K]):
+    """One judged Kafka API (see the module docstring for the flow)."""
+
+    api_key: int
+    versions: VersionRange
+
+    def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        """The frame to enforce (possibly rewritten), or an outcome decided unread."""
+        ...
+
+    def read(self, header: RequestHeader, frame: bytes) -> R:
+        """:raises Undecodable: for a body the gateway cannot read."""
+        ...
+
+    def keys(self, request: R) -> Sequence[K]:
+        """The request's items, in request order, repeats included."""
+        ...
+
+    def duplicate(self, key: K) -> ItemError | None:
+        """The answer for an item named twice; None where repeats are allowed."""
+        ...
+
+    def expects_response(self, request: R) -> bool:
+        """False for a request the client wants no answer to (Produce with acks=0)."""
+        ...
+
+    async def judge(
+        self, ctx: RequestContext, cluster: ClusterView, request: R, keys: Sequence[K]
+    ) -> Mapping[K, Ruling]: ...
+
+    async def settle(
+        self, ctx: RequestContext, cluster: ClusterView, request: R, allowed: Sequence[K]
+    ) -> Settlement[K] | Close: ...
+
+    def for_broker(self, request: R, header: RequestHeader, allowed: Sequence[K]) -> bytes:
+        """The request frame (no size prefix) carrying the ``allowed`` items only."""
+        ...
+
+    def answer(
+        self, request: R, correlation_id: int, local: Mapping[K, ItemError], broker: bytes | None
+    ) -> bytes:
+        """The response frame (no size prefix): ``local`` results where given, else the
+        broker's (``broker``: its answer to :meth:`for_broker`, None when nothing went)."""
+        ...
+
+
+class BaseEnforcement(Generic[R, K]):
+    """The defaults most enforcements keep: nothing decided unread, repeats refused as the
+    subclass words it, an answer expected, the allowed items simply forwarded."""
+
+    def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        return frame
+
+    def expects_response(self, request: R) -> bool:
+        return True
+
+    async def settle(
+        self, ctx: RequestContext, cluster: ClusterView, request: R, allowed: Sequence[K]
+    ) -> Settlement[K] | Close:
+        return Settlement()
+
+
+class Engine:
+    """Runs enforcements; the decision recorder is the one service it needs itself."""
+
+    def __init__(self, decisions: DecisionRecorder) -> None:
+        self._decisions = decisions
+
+    async def run(
+        self,
+        enforcement: Enforcement[R, K],
+        ctx: RequestContext,
+        cluster: ClusterView,
+        frame: bytes,
+    ) -> Outcome:
+        prepared = enforcement.prepare(ctx, frame)
+        if not isinstance(prepared, bytes):
+            return prepared
+        frame = prepared
+        header = ctx.header
+        request = enforcement.read(header, frame)
+        keys = enforcement.keys(request)
+        local: dict[K, ItemError] = {}
+        counts = Counter(keys)
+        for key, count in counts.items():
+            duplicate = enforcement.duplicate(key) if count > 1 else None
+            if duplicate is not None:
+                local[key] = duplicate
+        unique = [key for key in counts if key not in local]
+        rulings = await enforcement.judge(ctx, cluster, request, unique)
+        for key in unique:
+            ruling = rulings.get(key)
+            if isinstance(ruling, Judged):
+                error = ruling.error()
+                await self._audit(ctx, ruling, error)
+                if not ruling.decision.allowed:
+                    local[key] = error
+            elif ruling is not None:
+                local[key] = ruling
+        allowed = [key for key in unique if key not in local]
+        settlement = await enforcement.settle(ctx, cluster, request, allowed)
+        if isinstance(settlement, Close):
+            return settlement
+        local.update(settlement.local)
+        allowed = [key for key in allowed if key not in settlement.local]
+        if not allowed and keys:
+            return Answer(frame=enforcement.answer(request, header.correlation_id, local, None))
+        as_sent = not local and not settlement.reencode_request
+        if as_sent and not settlement.reencode_answer and settlement.after is None:
+            return Forward(frame=frame, expect_response=enforcement.expects_response(request))
+        forwarded = frame if as_sent else enforcement.for_broker(request, header, allowed)
+        after = settlement.after
+        reencode = settlement.reencode_answer or not as_sent
+
+        async def merge(response: bytes) -> bytes:
+            results = dict(local)
+            if after is not None:
+                results.update(await after(response))
+            if not results and not reencode:
+                return response
+            return enforcement.answer(request, header.correlation_id, results, response)
+
+        if not enforcement.expects_response(request):
+            return Forward(frame=forwarded, expect_response=False)
+        return Forward(frame=forwarded, on_response=merge)
+
+    async def _audit(self, ctx: RequestContext, judged: Judged, error: ItemError) -> None:
+        subject = Subject(
+            client_address=ctx.client_address,
+            principal=ctx.principal,
+            client_id=ctx.client_id,
+            api_key=ctx.api_key,
+            api_version=ctx.api_version,
+            resource_type=judged.resource_type,
+            resource_name=judged.resource_name,
+            action=judged.action,
+            validate_only=judged.validate_only,
+            records_examined=judged.records_examined,
+            bytes_examined=judged.bytes_examined,
+        )
+        code = None if judged.decision.allowed else error.error_code
+        await self._decisions.record(subject, judged.decision, code)
