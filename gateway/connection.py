@@ -6,10 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from protocol.codec import Undecodable
-from protocol.framing import SIZE, FrameRejected, check_frame_size, parse_request_header
-from protocol.versions import api_name
+from protocol.framing import (
+    SIZE,
+    FrameRejected,
+    RequestHeader,
+    check_frame_size,
+    parse_request_header,
+)
+from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
 from .config import GatewayConfig, HostPort
@@ -24,7 +31,6 @@ from .upstream import UpstreamClosed, UpstreamLink
 log = logging.getLogger(__name__)
 
 _END = object()
-Slot = Awaitable[bytes]
 
 
 class ClientConnection:
@@ -116,101 +122,112 @@ class ClientConnection:
             self._tasks.spawn(self._slots.put(_END), name=f"end-{self.peer}")
 
     async def _read_loop(self, upstream: UpstreamLink, session: Session) -> None:
-        reader, limits, metrics, table = self._reader, self._limits, self._metrics, self._table
         cluster = UpstreamCluster(upstream, self._config.upstream.request_timeout_s)
         while not self._closing:
-            try:
-                prefix = await reader.readexactly(4)
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    self._reject("truncated frame size", "truncated")
+            request = await self._read_request()
+            if request is None:
                 return
-            except ConnectionError:
+            header, frame = request
+            outcome = await self._outcome(header, frame, session, cluster)
+            if not await self._deliver(header, outcome, upstream):
                 return
-            size = SIZE.unpack(prefix)[0]
-            try:
-                check_frame_size(size, limits.max_frame_bytes)
-                frame = await reader.readexactly(size)
-                header = parse_request_header(frame)
-            except FrameRejected as exc:
-                self._reject(exc.detail, exc.reason)
-                return
-            except asyncio.IncompleteReadError as exc:
-                self._reject(f"truncated frame: {len(exc.partial)} of {size} bytes", "truncated")
-                return
-            except ConnectionError:
-                return
-            metrics.bytes_in.inc(size + 4)
-            metrics.count_request(header.api_key, header.api_version)
 
-            registration = table.get(header.api_key)
-            if registration is None:
-                outcome: Outcome = Forward(frame=frame)
-            else:
-                if (
-                    header.api_key != 18
-                    and registration.versions is not None
-                    and header.api_version not in registration.versions
-                ):
-                    self._reject(
-                        f"{api_name(header.api_key)} v{header.api_version} is not a version the "
-                        f"gateway advertises",
-                        "unsupported_version",
-                    )
-                    return
-                ctx = RequestContext(header=header, client_address=self.peer, session=session)
-                try:
-                    outcome = await registration.handler(ctx, cluster, frame)
-                except Undecodable as exc:
-                    outcome = Close(
-                        reason=f"{api_name(header.api_key)} v{header.api_version}: {exc}",
-                        metric_reason="undecodable",
-                    )
-                except UpstreamClosed as exc:
-                    outcome = Close(
-                        reason=f"{api_name(header.api_key)}: cannot learn the cluster's state: "
-                        f"{exc}",
-                        metric_reason="upstream_state",
-                    )
+    async def _read_request(self) -> tuple[RequestHeader, bytes] | None:
+        """The next request, its size checked before its body is read; None once the client
+        is gone or its frame was refused."""
+        reader = self._reader
+        try:
+            prefix = await reader.readexactly(4)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                self._reject("truncated frame size", "truncated")
+            return None
+        except ConnectionError:
+            return None
+        size = SIZE.unpack(prefix)[0]
+        try:
+            check_frame_size(size, self._limits.max_frame_bytes)
+            frame = await reader.readexactly(size)
+            header = parse_request_header(frame)
+        except FrameRejected as exc:
+            self._reject(exc.detail, exc.reason)
+            return None
+        except asyncio.IncompleteReadError as exc:
+            self._reject(f"truncated frame: {len(exc.partial)} of {size} bytes", "truncated")
+            return None
+        except ConnectionError:
+            return None
+        self._metrics.bytes_in.inc(size + 4)
+        self._metrics.count_request(header.api_key, header.api_version)
+        return header, frame
 
-            if isinstance(outcome, Forward):
-                try:
-                    future = upstream.send(
-                        header.api_key,
-                        header.correlation_id,
-                        outcome.frame,
-                        expect_response=outcome.expect_response,
-                    )
-                except UpstreamClosed:
-                    return
-                if future is not None:
-                    slot: Slot = future
-                    if outcome.on_response is not None:
-                        slot = self._tasks.spawn(
-                            _transform(future, outcome.on_response), name=f"rewrite-{self.peer}"
-                        )
-                    await self._slots.put(slot)
-                await upstream.drain()
-            elif isinstance(outcome, Answer):
-                done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-                done.set_result(outcome.frame)
-                await self._slots.put(done)
-            elif isinstance(outcome, Close):
-                self._reject(outcome.reason, outcome.metric_reason)
-                return
+    async def _outcome(
+        self, header: RequestHeader, frame: bytes, session: Session, cluster: UpstreamCluster
+    ) -> Outcome:
+        registration = self._table.get(header.api_key)
+        if registration is None:
+            return Forward(frame=frame)
+        name = api_name(header.api_key)
+        if (
+            header.api_key != API_VERSIONS_KEY
+            and registration.versions is not None
+            and header.api_version not in registration.versions
+        ):
+            return Close(
+                reason=f"{name} v{header.api_version} is not a version the gateway advertises",
+                metric_reason="unsupported_version",
+            )
+        ctx = RequestContext(header=header, client_address=self.peer, session=session)
+        try:
+            return await registration.handler(ctx, cluster, frame)
+        except Undecodable as exc:
+            return Close(reason=f"{name} v{header.api_version}: {exc}", metric_reason="undecodable")
+        except UpstreamClosed as exc:
+            return Close(
+                reason=f"{name}: cannot learn the cluster's state: {exc}",
+                metric_reason="upstream_state",
+            )
+
+    async def _deliver(
+        self, header: RequestHeader, outcome: Outcome, upstream: UpstreamLink
+    ) -> bool:
+        """Carry out ``outcome``; False when the connection must stop reading."""
+        if isinstance(outcome, Close):
+            self._reject(outcome.reason, outcome.metric_reason)
+            return False
+        if isinstance(outcome, Answer):
+            done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            done.set_result(outcome.frame)
+            await self._slots.put(_Pending(answer=done, on_response=None))
+            return True
+        try:
+            future = upstream.send(
+                header.api_key,
+                header.correlation_id,
+                outcome.frame,
+                expect_response=outcome.expect_response,
+            )
+        except UpstreamClosed:
+            return False
+        if future is not None:
+            await self._slots.put(_Pending(answer=future, on_response=outcome.on_response))
+        await upstream.drain()
+        return True
 
     async def _write_loop(self) -> None:
         writer, metrics = self._writer, self._metrics
         while True:
             slot = await self._slots.get()
-            if slot is _END:
-                return
+            if not isinstance(slot, _Pending):
+                return  # the end marker
             try:
-                response = await slot  # type: ignore[misc]
+                response = await slot.answer
+                if slot.on_response is not None:
+                    response = await slot.on_response(response)
             except UpstreamClosed:
                 self._writer.transport.abort()  # as a dead broker's connection would end
                 return
-            except Exception as exc:  # a rewrite that failed: never send the raw answer
+            except Exception as exc:  # noqa: BLE001 - whatever broke a rewrite, the raw answer never leaves
                 log.error(
                     "%s: closing connection: cannot process the broker's answer: %r", self.peer, exc
                 )
@@ -227,7 +244,11 @@ class ClientConnection:
                 return
 
 
-async def _transform(
-    future: Awaitable[bytes], on_response: Callable[[bytes], Awaitable[bytes]]
-) -> bytes:
-    return await on_response(await future)
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """One answer due to the client, in request order: the broker's (or the gateway's own),
+    and the rewrite it needs before it leaves. Rewrites run here, in the writer, so a broker
+    that drops the link fails the answers in order with nothing left behind."""
+
+    answer: Awaitable[bytes]
+    on_response: Callable[[bytes], Awaitable[bytes]] | None

@@ -225,10 +225,27 @@ class Engine:
         prepared = enforcement.prepare(ctx, frame)
         if not isinstance(prepared, bytes):
             return prepared
-        frame = prepared
-        header = ctx.header
-        request = enforcement.read(header, frame)
+        request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
+        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys)
+        settlement = await enforcement.settle(ctx, cluster, request, allowed)
+        if isinstance(settlement, Close):
+            return settlement
+        local.update(settlement.local)
+        allowed = [key for key in allowed if key not in settlement.local]
+        if not allowed and keys:
+            return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
+        return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
+
+    async def _judge(
+        self,
+        enforcement: Enforcement[R, K],
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: R,
+        keys: Sequence[K],
+    ) -> tuple[dict[K, ItemError], list[K]]:
+        """Dedupe, judge and audit: the items answered here, and the allowed ones in order."""
         local: dict[K, ItemError] = {}
         counts = Counter(keys)
         for key, count in counts.items():
@@ -246,32 +263,7 @@ class Engine:
                     local[key] = error
             elif ruling is not None:
                 local[key] = ruling
-        allowed = [key for key in unique if key not in local]
-        settlement = await enforcement.settle(ctx, cluster, request, allowed)
-        if isinstance(settlement, Close):
-            return settlement
-        local.update(settlement.local)
-        allowed = [key for key in allowed if key not in settlement.local]
-        if not allowed and keys:
-            return Answer(frame=enforcement.answer(request, header.correlation_id, local, None))
-        as_sent = not local and not settlement.reencode_request
-        if as_sent and not settlement.reencode_answer and settlement.after is None:
-            return Forward(frame=frame, expect_response=enforcement.expects_response(request))
-        forwarded = frame if as_sent else enforcement.for_broker(request, header, allowed)
-        after = settlement.after
-        reencode = settlement.reencode_answer or not as_sent
-
-        async def merge(response: bytes) -> bytes:
-            results = dict(local)
-            if after is not None:
-                results.update(await after(response))
-            if not results and not reencode:
-                return response
-            return enforcement.answer(request, header.correlation_id, results, response)
-
-        if not enforcement.expects_response(request):
-            return Forward(frame=forwarded, expect_response=False)
-        return Forward(frame=forwarded, on_response=merge)
+        return local, [key for key in unique if key not in local]
 
     async def _audit(self, ctx: RequestContext, judged: Judged, error: ItemError) -> None:
         subject = Subject(
@@ -289,3 +281,35 @@ class Engine:
         )
         code = None if judged.decision.allowed else error.error_code
         await self._decisions.record(subject, judged.decision, code)
+
+
+def _route(
+    enforcement: Enforcement[R, K],
+    header: RequestHeader,
+    frame: bytes,
+    request: R,
+    local: Mapping[K, ItemError],
+    allowed: Sequence[K],
+    settlement: Settlement[K],
+) -> Forward:
+    """Forward the allowed items: the client's bytes when nothing changes, else a request the
+    gateway writes, with the local results merged into the broker's answer."""
+    expect_response = enforcement.expects_response(request)
+    as_sent = not local and not settlement.reencode_request
+    if as_sent and not settlement.reencode_answer and settlement.after is None:
+        return Forward(frame=frame, expect_response=expect_response)
+    forwarded = frame if as_sent else enforcement.for_broker(request, header, allowed)
+    if not expect_response:
+        return Forward(frame=forwarded, expect_response=False)
+    after = settlement.after
+    reencode = settlement.reencode_answer or not as_sent
+
+    async def merge(response: bytes) -> bytes:
+        results = dict(local)
+        if after is not None:
+            results.update(await after(response))
+        if not results and not reencode:
+            return response
+        return enforcement.answer(request, header.correlation_id, results, response)
+
+    return Forward(frame=forwarded, on_response=merge)

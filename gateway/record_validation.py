@@ -37,7 +37,6 @@ from policies.api import (
 )
 from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.results import ItemError
 from protocol.records import (
     BatchView,
     CorruptBatch,
@@ -46,6 +45,7 @@ from protocol.records import (
     read_record_fields,
     read_values,
 )
+from protocol.results import ItemError
 
 from .config import ConfigError
 from .schema_registry import SchemaRegistryClient

@@ -197,7 +197,7 @@ class WorkerPool:
                 if future.set_running_or_notify_cancel():
                     try:
                         result = call()
-                    except BaseException as exc:  # handed to the waiting caller
+                    except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
                         future.set_exception(exc)
                     else:
                         future.set_result(result)
@@ -526,7 +526,7 @@ class PolicyChain:
                 continue
             try:
                 denial = rule.check(change)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a rule that fails denies, named
                 denial = f"rule {rule.name} failed: {type(exc).__name__}: {exc}"
             verdicts.append(_verdict(rule.name, rule.mode, denial))
         return verdicts

@@ -56,7 +56,7 @@ def _writer(entity_type: type) -> Any:
 def _decode(reader: Any, frame: bytes, offset: int, what: str) -> Payload:
     try:
         payload, size = reader(frame, offset)
-    except Exception as exc:  # kio raises several types for malformed input
+    except Exception as exc:  # noqa: BLE001 - kio raises many types for malformed input
         raise Undecodable(f"{what} does not decode: {exc}") from None
     if offset + size != len(frame):
         raise Undecodable(f"{what} has {len(frame) - offset - size} trailing bytes")

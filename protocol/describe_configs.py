@@ -32,10 +32,11 @@ class ResourceRequest:
     resource_type: int
     resource_name: str
     configuration_keys: tuple[str, ...] | None
-    """None: every config."""
+    """None or empty: every config."""
 
     def wants(self, name: str) -> bool:
-        return self.configuration_keys is None or name in self.configuration_keys
+        """Kafka reads a null and an empty key list alike: every config."""
+        return not self.configuration_keys or name in self.configuration_keys
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

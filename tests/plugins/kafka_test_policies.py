@@ -19,8 +19,12 @@ from policies.api import (
     CreateTopicPolicy,
     CreateTopicRequestMetadata,
     PolicyViolation,
+    RecordIntrospectionHints,
+    RecordProxy,
+    RecordValidationPolicy,
     TopicActionPolicy,
     TopicActionRequestMetadata,
+    TopicMetadata,
 )
 
 
@@ -93,3 +97,28 @@ class RecordingTopicActionPolicy(TopicActionPolicy):
             raise PolicyViolation(
                 f"{request_metadata.action.name} of {request_metadata.topic} is not allowed"
             )
+
+
+class HangingAlterConfigPolicy(AlterConfigPolicy):
+    """Never returns (until released) for a resource whose name starts with ``hang``."""
+
+    release = threading.Event()
+
+    def validate(self, request_metadata: AlterConfigRequestMetadata) -> None:
+        if request_metadata.resource.name.startswith("hang"):
+            self.release.wait(60)
+
+
+class HangingRecordValidationPolicy(RecordValidationPolicy):
+    """Never returns (until released) for records of a topic whose name starts with ``hang``."""
+
+    release = threading.Event()
+
+    def get_hints(self) -> RecordIntrospectionHints:
+        return RecordIntrospectionHints(
+            access_headers=False, access_key_bytes=0, access_value_bytes=0
+        )
+
+    def validate(self, topic_metadata: TopicMetadata, record: RecordProxy) -> None:
+        if topic_metadata.topic.startswith("hang"):
+            self.release.wait(60)
