@@ -25,7 +25,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from policies.api import CreateTopicRequestMetadata, FrozenMap
 
@@ -62,11 +62,20 @@ class Mode(enum.StrEnum):
     DRY_RUN = "dry-run"
 
 
+UNCLEAN_LEADER_ELECTION: Final = "unclean.leader.election.enable"
+
+
 class TopicOperation(enum.Enum):
     CREATE_TOPIC = "create_topic"
     ALTER_CONFIGS = "alter_configs"
     CREATE_PARTITIONS = "create_partitions"
     DELETE_TOPIC = "delete_topic"
+    DELETE_RECORDS = "delete_records"
+    DELETE_OFFSETS = "delete_offsets"
+    """OffsetDelete: a consumer group's committed offsets of the topic."""
+    REASSIGN_PARTITIONS = "reassign_partitions"
+    ELECT_LEADERS = "elect_leaders"
+    """An unclean leader election: judged as setting unclean.leader.election.enable=true."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +147,38 @@ class TopicChange:
     def delete_topic(cls, topic: str, principal: str | None) -> TopicChange:
         return cls(operation=TopicOperation.DELETE_TOPIC, topic=topic, principal=principal)
 
+    @classmethod
+    def on_data(cls, operation: TopicOperation, topic: str, principal: str | None) -> TopicChange:
+        """DeleteRecords or OffsetDelete on the topic: who may, is all the rules ask."""
+        return cls(operation=operation, topic=topic, principal=principal)
+
+    @classmethod
+    def reassign_partitions(
+        cls, topic: str, replication_factors: tuple[int, ...], principal: str | None
+    ) -> TopicChange:
+        """The replica counts the reassigned partitions will have."""
+        return cls(
+            operation=TopicOperation.REASSIGN_PARTITIONS,
+            topic=topic,
+            principal=principal,
+            replication_factors=replication_factors,
+        )
+
+    @classmethod
+    def unclean_election(
+        cls, topic: str, configs: Mapping[str, str], principal: str | None
+    ) -> TopicChange:
+        """An unclean leader election, as the config that permits one: a rule that forbids
+        ``unclean.leader.election.enable=true`` forbids the election too."""
+        permits = {UNCLEAN_LEADER_ELECTION: "true"}
+        return cls(
+            operation=TopicOperation.ELECT_LEADERS,
+            topic=topic,
+            principal=principal,
+            set_configs=FrozenMap(permits),
+            configs_after=FrozenMap({**configs, **permits}),
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rule(ABC):
@@ -190,12 +231,13 @@ class PartitionsRule(Rule):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicationFactorRule(Rule):
-    """Bounds on the replication factor of a new topic (every partition's replica count)."""
+    """Bounds on the replication factor of a new topic (every partition's replica count), and
+    of the partitions a reassignment moves."""
 
     min: int | None = None
     max: int | None = None
 
-    operations = frozenset({TopicOperation.CREATE_TOPIC})
+    operations = frozenset({TopicOperation.CREATE_TOPIC, TopicOperation.REASSIGN_PARTITIONS})
 
     def check(self, change: TopicChange) -> str | None:
         for factor in sorted(set(change.replication_factors)):
@@ -233,7 +275,9 @@ class ConfigRule(Rule):
     max: float | None = None
     allowed: frozenset[str] | None = None
 
-    operations = frozenset({TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS})
+    operations = frozenset(
+        {TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS, TopicOperation.ELECT_LEADERS}
+    )
 
     def check(self, change: TopicChange) -> str | None:
         value = change.set_configs.get(self.config)
@@ -277,7 +321,9 @@ class ForbiddenConfigsRule(Rule):
 
     configs: tuple[str, ...]
 
-    operations = frozenset({TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS})
+    operations = frozenset(
+        {TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS, TopicOperation.ELECT_LEADERS}
+    )
 
     def check(self, change: TopicChange) -> str | None:
         present = [key for key in self.configs if key in change.set_configs]
@@ -306,6 +352,10 @@ _PROTECTED_VERBS = {
     TopicOperation.ALTER_CONFIGS: "change its configs",
     TopicOperation.CREATE_PARTITIONS: "add partitions to it",
     TopicOperation.DELETE_TOPIC: "delete it",
+    TopicOperation.DELETE_RECORDS: "delete records from it",
+    TopicOperation.DELETE_OFFSETS: "delete a consumer group's offsets of it",
+    TopicOperation.REASSIGN_PARTITIONS: "move its replicas",
+    TopicOperation.ELECT_LEADERS: "elect an unclean leader for it",
 }
 
 
