@@ -58,7 +58,7 @@ from policies.api import (
     TopicActionRequestMetadata,
     TopicState,
 )
-from policies.rules import Mode, Rule, TopicChange
+from policies.rules import Mode, Rule, TopicChange, TopicOperation
 
 __all__ = [
     "Decision",
@@ -418,6 +418,50 @@ class PolicyChain:
             )
             steps.append(self._topic_action_call(metadata))
         return Check(steps=tuple(steps))
+
+    def plan_data_operation(
+        self, operation: TopicOperation, topic: str, *, principal: str | None
+    ) -> Check:
+        """DeleteRecords or OffsetDelete on one topic: the rules (protected topics) decide;
+        no Kafka policy interface is asked about them."""
+        return Check(steps=tuple(self._run_rules(TopicChange.on_data(operation, topic, principal))))
+
+    def plan_reassign_partitions(
+        self,
+        topic: str,
+        *,
+        pre_state: TopicState,
+        post_state: TopicState,
+        principal: str | None,
+    ) -> Check:
+        """AlterPartitionReassignments on one topic: a KIP-201 MODIFY whose state after has
+        the new replicas of the partitions it moves."""
+        assignments = post_state.replicas_assignments or {}
+        moved = tuple(
+            len(replicas)
+            for partition, replicas in assignments.items()
+            if (pre_state.replicas_assignments or {}).get(partition) != replicas
+        )
+        change = TopicChange.reassign_partitions(topic, moved, principal)
+        steps: list[Verdict | PluginCall] = list(self._run_rules(change))
+        if self._topic_action is not None:
+            metadata = TopicActionRequestMetadata(
+                action=TopicAction.MODIFY,
+                topic=topic,
+                principal=principal,
+                pre_request_state=pre_state,
+                post_request_state=post_state,
+            )
+            steps.append(self._topic_action_call(metadata))
+        return Check(steps=tuple(steps))
+
+    def plan_unclean_election(
+        self, topic: str, *, configs: Mapping[str, str], principal: str | None
+    ) -> Check:
+        """An unclean leader election on one topic (``configs``: the topic's own), judged as
+        setting unclean.leader.election.enable=true."""
+        change = TopicChange.unclean_election(topic, configs, principal)
+        return Check(steps=tuple(self._run_rules(change)))
 
     def check_create_topic(
         self, request: CreateTopicRequestMetadata, *, principal: str | None
