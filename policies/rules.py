@@ -13,6 +13,8 @@ when the change breaks it, None otherwise. What each operation shows the rules:
 * partition increase: the new partition count against the maximum;
 * delete: nothing but protected topics.
 
+A denial says what was refused and why, never who would have been allowed.
+
 Rules see topic configs only; config changes on other resources (brokers, groups, ...) are
 left to the plug-ins.
 """
@@ -349,6 +351,7 @@ class TopicNameRule(Rule):
 
 
 _PROTECTED_VERBS = {
+    TopicOperation.CREATE_TOPIC: "create it",
     TopicOperation.ALTER_CONFIGS: "change its configs",
     TopicOperation.CREATE_PARTITIONS: "add partitions to it",
     TopicOperation.DELETE_TOPIC: "delete it",
@@ -361,8 +364,11 @@ _PROTECTED_VERBS = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProtectedTopicsRule(Rule):
-    """Topics matching one of ``topics`` (whole-name patterns) can be deleted, modified or
-    reconfigured only by the principals in ``allowed_principals`` (``"User:alice"``)."""
+    """Topics matching one of ``topics`` (whole-name patterns) can be created, deleted,
+    modified or reconfigured only by the principals in ``allowed_principals``
+    (``"User:alice"``); an unauthenticated client never.
+
+    The denial names the operation and who asked, never who is allowed."""
 
     topics: tuple[re.Pattern[str], ...]
     allowed_principals: frozenset[str] = frozenset()
@@ -374,9 +380,16 @@ class ProtectedTopicsRule(Rule):
             return None
         if change.principal is not None and change.principal in self.allowed_principals:
             return None
-        verb = _PROTECTED_VERBS[change.operation]
-        if self.allowed_principals:
-            who = "only " + ", ".join(sorted(self.allowed_principals)) + " may"
-        else:
-            who = "no one may"
-        return self._deny(f"topic {change.topic} is protected: {who} {verb}")
+        refusal = _refusal(
+            change.principal, self.allowed_principals, _PROTECTED_VERBS[change.operation]
+        )
+        return self._deny(f"topic {change.topic} is protected: {refusal}")
+
+
+def _refusal(principal: str | None, allowed_principals: frozenset[str], verb: str) -> str:
+    """Who may not do what, for a denial: the one who asked (or no one at all, when nobody
+    is allowed); never the principals who are allowed."""
+    if not allowed_principals:
+        return f"no one may {verb}"
+    who = principal if principal is not None else "an unauthenticated client"
+    return f"{who} may not {verb}"

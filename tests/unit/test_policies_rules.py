@@ -315,11 +315,12 @@ CASES = [
         NAMING, create(topic="orders.v1.old"), "does not match the pattern", id="naming-full-match"
     ),
     pytest.param(NAMING, Delete(topic="Legacy"), None, id="naming-not-on-delete"),
-    # protected topics: no delete, no partition increase, no config change but by the allow-list
+    # protected topics: no create, delete, partition increase or config change but by the
+    # allow-list; the message names who asked, never who is allowed
     pytest.param(
         PROTECTED,
         Delete(topic="__consumer_offsets"),
-        "topic __consumer_offsets is protected: only User:admin may delete it",
+        "topic __consumer_offsets is protected: User:bob may not delete it",
         id="protected-delete",
     ),
     pytest.param(
@@ -331,14 +332,14 @@ CASES = [
     pytest.param(
         PROTECTED,
         Delete(topic="audit", principal=None),
-        "protected",
+        "topic audit is protected: an unauthenticated client may not delete it",
         id="protected-unauthenticated",
     ),
     pytest.param(PROTECTED, Delete(topic="auditlog"), None, id="protected-full-match"),
     pytest.param(
         PROTECTED,
         Alter({"retention.ms": "1"}, topic="audit"),
-        "may change its configs",
+        "User:bob may not change its configs",
         id="protected-alter",
     ),
     pytest.param(
@@ -350,10 +351,16 @@ CASES = [
     pytest.param(
         PROTECTED,
         CreatePartitions(total=3, topic="audit"),
-        "may add partitions to it",
+        "User:bob may not add partitions to it",
         id="protected-partitions",
     ),
-    pytest.param(PROTECTED, create(topic="audit"), None, id="protected-create"),
+    pytest.param(
+        PROTECTED,
+        create(topic="__evil"),
+        "topic __evil is protected: User:bob may not create it",
+        id="protected-create",
+    ),
+    pytest.param(PROTECTED, create(topic="auditlog"), None, id="protected-create-full-match"),
 ]
 
 
@@ -393,6 +400,37 @@ def test_a_rule_gives_a_verdict_only_for_the_operations_it_judges(rule: Rule) ->
         }[type(request)]
         judged = operation in {o.value for o in rule.operations}
         assert [v.policy for v in verdicts] == ([rule.name] if judged else [])
+
+
+@pytest.mark.parametrize(
+    ("principal", "allowed"),
+    [(None, False), ("User:bob", False), ("User:admin", True)],
+)
+def test_protected_topics_are_created_only_by_the_allowed_principals(
+    principal: str | None, allowed: bool
+) -> None:
+    with PolicyChain(rules=[PROTECTED]) as chain:
+        decision = chain.check_create_topic(create(topic="__evil"), principal=principal)
+    assert decision.allowed is allowed
+    if not allowed:
+        who = principal or "an unauthenticated client"
+        assert decision.message == (
+            f"topic __evil is protected: {who} may not create it (rule platform)"
+        )
+
+
+def test_a_protected_topics_denial_never_names_the_allowed_principals() -> None:
+    requests: list[Request] = [
+        create(topic="__x"),
+        Alter({"retention.ms": "1"}, topic="__x", principal=None),
+        CreatePartitions(total=3, topic="__x", principal=None),
+        Delete(topic="__x", principal=None),
+        Delete(topic="__x"),
+    ]
+    for request in requests:
+        decision = decide(PROTECTED, request)
+        assert decision.message is not None and "is protected" in decision.message
+        assert "User:admin" not in decision.message
 
 
 def test_rules_leave_config_changes_on_other_resources_alone() -> None:
