@@ -65,6 +65,11 @@ class UpstreamCluster:
     ) -> Mapping[tuple[int, str], ResourceConfigs]:
         return admin.read_configs(await self.send(admin.describe_configs(resources)))
 
+    async def authorize_alter_configs(
+        self, resources: Sequence[tuple[int, str]]
+    ) -> Mapping[tuple[int, str], ItemError]:
+        return admin.read_alter_results(await self.send(admin.authorize_alter_configs(resources)))
+
 
 # --- the state of topics before a request, as the policies need it ---------------------------
 

@@ -105,6 +105,14 @@ class ClusterView(Protocol):
         self, resources: Sequence[tuple[int, str]]
     ) -> Mapping[tuple[int, str], ResourceConfigs]: ...
 
+    async def authorize_alter_configs(
+        self, resources: Sequence[tuple[int, str]]
+    ) -> Mapping[tuple[int, str], ItemError]:
+        """The broker's answer, per resource, to a validate_only IncrementalAlterConfigs with
+        no entries: its authorization error (Kafka authorizes ALTER_CONFIGS before anything
+        else) or OK. It changes nothing."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Judged:

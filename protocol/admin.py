@@ -13,16 +13,25 @@ from typing import Final
 
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest as DescribeConfigsV4
 from kio.schema.describe_configs.v4.request import DescribeConfigsResource as ResourceV4
+from kio.schema.incremental_alter_configs.v1.request import (
+    AlterConfigsResource as AlterResourceV1,
+)
+from kio.schema.incremental_alter_configs.v1.request import (
+    IncrementalAlterConfigsRequest as IncrementalAlterConfigsV1,
+)
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
 from kio.schema.metadata.v12.request import MetadataRequestTopic as MetadataTopicV12
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
 from .addresses import METADATA
+from .alter_configs import INCREMENTAL_ALTER_CONFIGS
 from .codec import Payload, decode_response, encode_request
 from .describe_configs import DESCRIBE_CONFIGS, DescribedResource, described_resources
+from .results import ItemError
 
 DESCRIBE_CONFIGS_VERSION: Final = 4
+INCREMENTAL_ALTER_CONFIGS_VERSION: Final = 1
 
 # Config sources (DescribeConfigs v1+) besides the dynamic ones of protocol.describe_configs.
 SOURCE_STATIC_BROKER: Final = 4
@@ -115,3 +124,32 @@ def describe_configs(
 
 def read_configs(payload: Payload) -> dict[tuple[int, str], ResourceConfigs]:
     return {(r.resource_type, r.resource_name): r for r in described_resources(payload)}
+
+
+def authorize_alter_configs(resources: Sequence[tuple[int, str]]) -> InternalRequest:
+    """A validate_only IncrementalAlterConfigs (v1) of each ``(resource type, name)`` with no
+    config entries: it changes nothing, and a Kafka broker answers it only after authorizing
+    ALTER_CONFIGS on each resource (TOPIC_AUTHORIZATION_FAILED for a topic the client may
+    not alter), so its answer says whether the client may change the resources' configs."""
+    payload = IncrementalAlterConfigsV1(
+        resources=tuple(
+            AlterResourceV1(resource_type=i8(t), resource_name=n, configs=()) for t, n in resources
+        ),
+        validate_only=True,
+    )
+    return InternalRequest(
+        api_key=INCREMENTAL_ALTER_CONFIGS,
+        api_version=INCREMENTAL_ALTER_CONFIGS_VERSION,
+        payload=payload,
+    )
+
+
+def read_alter_results(payload: Payload) -> dict[tuple[int, str], ItemError]:
+    """``(resource type, name)`` -> the broker's result for it, from an AlterConfigs or
+    IncrementalAlterConfigs answer; an empty message is read as none."""
+    return {
+        (int(r.resource_type), r.resource_name): ItemError(
+            error_code=int(r.error_code), error_message=r.error_message or None
+        )
+        for r in payload.responses
+    }
