@@ -58,7 +58,7 @@ from policies.api import (
     TopicActionRequestMetadata,
     TopicState,
 )
-from policies.rules import Mode, Rule, TopicChange, TopicOperation
+from policies.rules import Mode, ResourceConfigChange, Rule, TopicChange, TopicOperation
 
 __all__ = [
     "Decision",
@@ -344,9 +344,17 @@ class PolicyChain:
         :attr:`needs_topic_state`), and denies when it is missing.
         """
         is_topic = resource.type is ConfigResourceType.TOPIC
-        change = TopicChange.alter_configs(resource.name, altered, after, principal)
-        # The rules judge topic configs only.
-        steps: list[Verdict | PluginCall] = list(self._run_rules(change if is_topic else None))
+        # The rules judge topic configs, and broker-side resources (BROKER: the topics'
+        # defaults and who asks; BROKER_LOGGER, CLIENT_METRICS: who asks); the plug-ins see
+        # every resource type, as Kafka's AlterConfigPolicy does.
+        change: TopicChange | ResourceConfigChange | None = (
+            TopicChange.alter_configs(resource.name, altered, after, principal)
+            if is_topic
+            else ResourceConfigChange.alter_configs(
+                resource, altered=altered, before=before, after=after, principal=principal
+            )
+        )
+        steps: list[Verdict | PluginCall] = list(self._run_rules(change))
         if self._alter_config is not None:
             alter_policy = cast(AlterConfigPolicy, self._alter_config.policy)
             v1 = AlterConfigRequestMetadata(resource=resource, configs=altered)
@@ -558,7 +566,7 @@ class PolicyChain:
 
     # --- running ------------------------------------------------------------------------------
 
-    def _run_rules(self, change: TopicChange | None) -> list[Verdict]:
+    def _run_rules(self, change: TopicChange | ResourceConfigChange | None) -> list[Verdict]:
         """Run the rules; every check starts here, so this also refuses a closed chain."""
         if self._closed:
             raise RuntimeError("the policy chain is closed")
@@ -569,7 +577,10 @@ class PolicyChain:
             if change.operation not in rule.operations:
                 continue
             try:
-                denial = rule.check(change)
+                if isinstance(change, TopicChange):
+                    denial = rule.check(change)
+                else:
+                    denial = rule.check_resource(change)
             except Exception as exc:  # noqa: BLE001 - a rule that fails denies, named
                 denial = f"rule {rule.name} failed: {type(exc).__name__}: {exc}"
             verdicts.append(_verdict(rule.name, rule.mode, denial))

@@ -40,6 +40,7 @@ from policies.api import (
 )
 from policies.chain import Policy, PolicyChain, PolicyPlugin
 from policies.rules import (
+    BrokerConfigsRule,
     ConfigRule,
     ForbiddenConfigsRule,
     Mode,
@@ -339,6 +340,7 @@ _RULE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "forbidden.configs": frozenset({"configs"}),
     "topic.name": frozenset({"pattern"}),
     "protected.topics": frozenset({"topics", "allowed.principals"}),
+    "broker.configs": frozenset({"allowed.principals"}),
 }
 _COMMON_RULE_KEYS: Final = frozenset({"name", "type", "mode"})
 
@@ -399,6 +401,9 @@ def _parse_rule(
         if not isinstance(pattern, str):
             raise errors.at(f"{at}.pattern", "expected a regular expression")
         return TopicNameRule(name=name, mode=mode, pattern=_regex(pattern, f"{at}.pattern", errors))
+    if rule_type == "broker.configs":
+        principals = _principals(entry, at, errors)
+        return BrokerConfigsRule(name=name, mode=mode, allowed_principals=principals)
     assert rule_type == "protected.topics"
     return _protected_topics_rule(entry, at, name, mode, errors)
 
@@ -423,21 +428,22 @@ def _protected_topics_rule(
     entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
 ) -> ProtectedTopicsRule:
     topics = _strings(entry.get("topics"), f"{at}.topics", errors)
-    principals = _strings(
-        entry.get("allowed.principals", []), f"{at}.allowed.principals", errors, empty=True
-    )
-    for principal in principals:
-        if not re.fullmatch(r"[^:\s]+:.+", principal):
-            raise errors.at(
-                f"{at}.allowed.principals",
-                f"expected principals such as User:alice, got {principal!r}",
-            )
     return ProtectedTopicsRule(
         name=name,
         mode=mode,
         topics=tuple(_regex(t, f"{at}.topics", errors) for t in topics),
-        allowed_principals=frozenset(principals),
+        allowed_principals=_principals(entry, at, errors),
     )
+
+
+def _principals(entry: Mapping[str, object], at: str, errors: _Errors) -> frozenset[str]:
+    """``allowed.principals``: Kafka principals (``User:alice``); none when left out."""
+    key = f"{at}.allowed.principals"
+    principals = _strings(entry.get("allowed.principals", []), key, errors, empty=True)
+    for principal in principals:
+        if not re.fullmatch(r"[^:\s]+:.+", principal):
+            raise errors.at(key, f"expected principals such as User:alice, got {principal!r}")
+    return frozenset(principals)
 
 
 def _bounds(

@@ -11,12 +11,18 @@ when the change breaks it, None otherwise. What each operation shows the rules:
   change for required configs. Values the request does not touch are not judged, so an
   existing topic that predates a rule can still be changed in other ways;
 * partition increase: the new partition count against the maximum;
-* delete: nothing but protected topics.
+* delete: nothing but protected topics;
+* config change on a BROKER resource (a broker id, or ``""`` for the cluster default): the
+  ``config`` and ``forbidden.configs`` rules judge the broker configs that are the topics'
+  defaults, found through Kafka's synonym table (:data:`BROKER_SYNONYMS`): a ``config`` rule
+  on ``retention.ms`` judges the value ``log.retention.ms``, ``.minutes`` or ``.hours`` gives
+  it after the change, in milliseconds; ``broker.configs`` judges who asks;
+* config change on a BROKER_LOGGER or CLIENT_METRICS resource: ``broker.configs`` only.
+
+GROUP resources and the gateway's own dynamic client configs are left to the plug-ins, which
+see every resource type.
 
 A denial says what was refused and why, never who would have been allowed.
-
-Rules see topic configs only; config changes on other resources (brokers, groups, ...) are
-left to the plug-ins.
 """
 
 from __future__ import annotations
@@ -24,22 +30,31 @@ from __future__ import annotations
 import enum
 import math
 import re
-from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from policies.api import CreateTopicRequestMetadata, FrozenMap
+from policies.api import (
+    ConfigResource,
+    ConfigResourceType,
+    CreateTopicRequestMetadata,
+    FrozenMap,
+)
 
 __all__ = [
+    "BROKER_SYNONYMS",
     "LIST_CONFIGS",
+    "BrokerConfigsRule",
+    "BrokerSetting",
     "ConfigRule",
+    "ConfigSynonym",
     "ForbiddenConfigsRule",
     "Mode",
     "PartitionsRule",
     "ProtectedTopicsRule",
     "ReplicationFactorRule",
     "RequiredConfigsRule",
+    "ResourceConfigChange",
     "Rule",
     "TopicChange",
     "TopicNameRule",
@@ -78,6 +93,10 @@ class TopicOperation(enum.Enum):
     REASSIGN_PARTITIONS = "reassign_partitions"
     ELECT_LEADERS = "elect_leaders"
     """An unclean leader election: judged as setting unclean.leader.election.enable=true."""
+    ALTER_BROKER_CONFIGS = "alter_broker_configs"
+    """A config change on a BROKER resource: a broker id, or "" for the cluster default."""
+    ALTER_BROKER_LOGGER_CONFIGS = "alter_broker_logger_configs"
+    ALTER_CLIENT_METRICS_CONFIGS = "alter_client_metrics_configs"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -182,18 +201,226 @@ class TopicChange:
         )
 
 
+# --- broker configs: the topics' defaults -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """A broker config that gives topics their default for a topic config (Kafka's
+    ``ConfigSynonym``). ``to_ms``: the factor that turns its value, in hours or minutes, into
+    the topic config's milliseconds; None when the value is the topic config's as it is."""
+
+    name: str
+    to_ms: int | None = None
+
+
+_HOUR_MS: Final = 3_600_000
+_MINUTE_MS: Final = 60_000
+
+
+def _log(*names: str) -> tuple[ConfigSynonym, ...]:
+    return tuple(ConfigSynonym(f"log.{name}") for name in names)
+
+
+BROKER_SYNONYMS: Final[Mapping[str, tuple[ConfigSynonym, ...]]] = FrozenMap(
+    {
+        "segment.bytes": _log("segment.bytes"),
+        "segment.ms": (ConfigSynonym("log.roll.ms"), ConfigSynonym("log.roll.hours", _HOUR_MS)),
+        "segment.jitter.ms": (
+            ConfigSynonym("log.roll.jitter.ms"),
+            ConfigSynonym("log.roll.jitter.hours", _HOUR_MS),
+        ),
+        "segment.index.bytes": _log("index.size.max.bytes"),
+        "flush.messages": _log("flush.interval.messages"),
+        "flush.ms": _log("flush.interval.ms", "flush.scheduler.interval.ms"),
+        "retention.bytes": _log("retention.bytes"),
+        "retention.ms": (
+            ConfigSynonym("log.retention.ms"),
+            ConfigSynonym("log.retention.minutes", _MINUTE_MS),
+            ConfigSynonym("log.retention.hours", _HOUR_MS),
+        ),
+        "max.message.bytes": (ConfigSynonym("message.max.bytes"),),
+        "index.interval.bytes": _log("index.interval.bytes"),
+        "delete.retention.ms": _log("cleaner.delete.retention.ms"),
+        "min.compaction.lag.ms": _log("cleaner.min.compaction.lag.ms"),
+        "max.compaction.lag.ms": _log("cleaner.max.compaction.lag.ms"),
+        "file.delete.delay.ms": _log("segment.delete.delay.ms"),
+        "min.cleanable.dirty.ratio": _log("cleaner.min.cleanable.ratio"),
+        "cleanup.policy": _log("cleanup.policy"),
+        "unclean.leader.election.enable": (ConfigSynonym("unclean.leader.election.enable"),),
+        "min.insync.replicas": (ConfigSynonym("min.insync.replicas"),),
+        "compression.type": (ConfigSynonym("compression.type"),),
+        "compression.gzip.level": (ConfigSynonym("compression.gzip.level"),),
+        "compression.lz4.level": (ConfigSynonym("compression.lz4.level"),),
+        "compression.zstd.level": (ConfigSynonym("compression.zstd.level"),),
+        "preallocate": _log("preallocate"),
+        "message.format.version": _log("message.format.version"),
+        "message.timestamp.type": _log("message.timestamp.type"),
+        "message.timestamp.before.max.ms": _log("message.timestamp.before.max.ms"),
+        "message.timestamp.after.max.ms": _log("message.timestamp.after.max.ms"),
+        "local.retention.ms": _log("local.retention.ms"),
+        "local.retention.bytes": _log("local.retention.bytes"),
+        # Removed in Kafka 4.0; brokers before it still take them.
+        "message.timestamp.difference.max.ms": _log("message.timestamp.difference.max.ms"),
+        "message.downconversion.enable": _log("message.downconversion.enable"),
+    }
+)
+"""Topic config -> the broker configs that are its default for topics that do not set it.
+
+Kafka's table (``ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS``, apache/kafka
+``server-common``), in its order: where several synonyms of one topic config are set, the
+broker uses the first (``log.retention.ms`` over ``.minutes`` over ``.hours``), with the same
+conversions (a whole number of hours or minutes, times 3,600,000 or 60,000), plus the two
+entries brokers before 4.0 have."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Rule(ABC):
-    """A built-in rule. ``operations`` are those it has something to say about."""
+class BrokerSetting:
+    """The default a broker config gives topics for one topic config."""
+
+    topic_config: str
+    broker_config: str
+    broker_value: str
+    value: str
+    """In the topic config's terms: hours and minutes converted to milliseconds."""
+
+    def describe(self) -> str:
+        """``log.retention.hours=1 (retention.ms=3600000)``; the name alone when it is the
+        topic config's and nothing was converted."""
+        shown = f"{self.broker_config}={self.broker_value}"
+        if (self.broker_config, self.broker_value) == (self.topic_config, self.value):
+            return shown
+        return f"{shown} ({self.topic_config}={self.value})"
+
+
+def _in_ms(synonym: ConfigSynonym, value: str) -> str:
+    """A synonym's value in the topic config's terms. A value that is not a whole number is
+    left as it is (a bounds rule then calls it no number; Kafka refuses it anyway)."""
+    if synonym.to_ms is None:
+        return value
+    try:
+        count = int(value.strip())
+    except ValueError:
+        return value
+    return str(count * synonym.to_ms)
+
+
+def _broker_setting(topic_config: str, configs: Mapping[str, str]) -> BrokerSetting | None:
+    """What ``configs`` (a broker resource's) give topics for ``topic_config``: the first of
+    its synonyms that is set, as Kafka picks it; None when none is."""
+    for synonym in BROKER_SYNONYMS[topic_config]:
+        value = configs.get(synonym.name)
+        if value is not None:
+            return BrokerSetting(
+                topic_config=topic_config,
+                broker_config=synonym.name,
+                broker_value=value,
+                value=_in_ms(synonym, value),
+            )
+    return None
+
+
+def broker_settings(
+    altered: Mapping[str, str | None], before: Mapping[str, str], after: Mapping[str, str]
+) -> FrozenMap[str, BrokerSetting]:
+    """The topic defaults a change on a BROKER resource sets or changes, by topic config.
+
+    A topic config counts when the request alters one of its synonyms and, after the change,
+    the synonym the broker uses is one the request sets, or gives another value than before
+    (deleting ``log.retention.ms`` hands the default to ``log.retention.hours``). A synonym
+    set under one that wins (``log.retention.hours`` while ``log.retention.ms`` is set) is
+    not used yet; it is judged when it would be. When no synonym is left set, the default
+    goes back to the broker's static or built-in one and is not judged, as a deleted topic
+    config is not.
+    """
+    settings: dict[str, BrokerSetting] = {}
+    for topic_config, synonyms in BROKER_SYNONYMS.items():
+        if not any(s.name in altered for s in synonyms):
+            continue
+        now = _broker_setting(topic_config, after)
+        if now is None:
+            continue
+        if now.broker_config in altered or now != _broker_setting(topic_config, before):
+            settings[topic_config] = now
+    return FrozenMap(settings)
+
+
+_RESOURCE_OPERATIONS: Final = {
+    ConfigResourceType.BROKER: TopicOperation.ALTER_BROKER_CONFIGS,
+    ConfigResourceType.BROKER_LOGGER: TopicOperation.ALTER_BROKER_LOGGER_CONFIGS,
+    ConfigResourceType.CLIENT_METRICS: TopicOperation.ALTER_CLIENT_METRICS_CONFIGS,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceConfigChange:
+    """What the rules see of a config change on a BROKER, BROKER_LOGGER or CLIENT_METRICS
+    resource; build it with :meth:`alter_configs`."""
+
+    operation: TopicOperation
+    resource: ConfigResource
+    principal: str | None
+    set_configs: Mapping[str, str] = FrozenMap()
+    """The values the request sets, by the resource's own config names."""
+    topic_settings: Mapping[str, BrokerSetting] = FrozenMap()
+    """BROKER only: the topic defaults the change sets (:func:`broker_settings`)."""
+
+    @classmethod
+    def alter_configs(
+        cls,
+        resource: ConfigResource,
+        *,
+        altered: Mapping[str, str | None],
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+        principal: str | None,
+    ) -> ResourceConfigChange | None:
+        """The change, or None for a resource type no built-in rule judges (GROUP, and the
+        gateway's own dynamic client config types)."""
+        operation = _RESOURCE_OPERATIONS.get(resource.type)
+        if operation is None:
+            return None
+        is_broker = resource.type is ConfigResourceType.BROKER
+        return cls(
+            operation=operation,
+            resource=resource,
+            principal=principal,
+            set_configs=FrozenMap((k, after[k]) for k in altered if k in after),
+            topic_settings=broker_settings(altered, before, after) if is_broker else FrozenMap(),
+        )
+
+    @property
+    def label(self) -> str:
+        """The resource, as a denial names it."""
+        name = self.resource.name
+        if self.resource.type is ConfigResourceType.BROKER_LOGGER:
+            return f"the loggers of broker {name}"
+        if self.resource.type is ConfigResourceType.CLIENT_METRICS:
+            return f"client metrics subscription {name}"
+        return f"broker {name}" if name else "the cluster-wide broker default"
+
+
+# --- the rules --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """A built-in rule. ``operations`` are those it has something to say about; it overrides
+    :meth:`check` for topic operations and :meth:`check_resource` for config changes on other
+    resources."""
 
     name: str
     mode: Mode = Mode.ENFORCE
 
     operations: ClassVar[frozenset[TopicOperation]]
 
-    @abstractmethod
     def check(self, change: TopicChange) -> str | None:
         """The message for the client if ``change`` breaks the rule, else None."""
+        return None
+
+    def check_resource(self, change: ResourceConfigChange) -> str | None:
+        """The message for the client if ``change`` breaks the rule, else None."""
+        return None
 
     def _deny(self, problem: str) -> str:
         return f"{problem} (rule {self.name})"
@@ -269,7 +496,8 @@ class ConfigRule(Rule):
     """One topic config: numeric bounds (``min``/``max``) or a set of ``allowed`` values.
 
     Only a value the request sets is checked. For a LIST-typed config (``cleanup.policy``)
-    each comma-separated item must be allowed.
+    each comma-separated item must be allowed. On a BROKER resource, the default its broker
+    synonyms give topics is checked, in the topic config's units.
     """
 
     config: str
@@ -278,14 +506,27 @@ class ConfigRule(Rule):
     allowed: frozenset[str] | None = None
 
     operations = frozenset(
-        {TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS, TopicOperation.ELECT_LEADERS}
+        {
+            TopicOperation.CREATE_TOPIC,
+            TopicOperation.ALTER_CONFIGS,
+            TopicOperation.ELECT_LEADERS,
+            TopicOperation.ALTER_BROKER_CONFIGS,
+        }
     )
 
     def check(self, change: TopicChange) -> str | None:
         value = change.set_configs.get(self.config)
         if value is None:
             return None
-        what = f"topic {change.topic}: {self.config}={value}"
+        return self._judge(f"topic {change.topic}: {self.config}={value}", value)
+
+    def check_resource(self, change: ResourceConfigChange) -> str | None:
+        setting = change.topic_settings.get(self.config)
+        if setting is None:
+            return None
+        return self._judge(f"{change.label}: {setting.describe()}", setting.value)
+
+    def _judge(self, what: str, value: str) -> str | None:
         if self.allowed is not None:
             items = value.split(",") if self.config in LIST_CONFIGS else [value]
             for item in items:
@@ -319,12 +560,18 @@ class RequiredConfigsRule(Rule):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForbiddenConfigsRule(Rule):
-    """Configs a request may not set (deleting one, back to the default, is allowed)."""
+    """Configs a request may not set (deleting one, back to the default, is allowed); on a
+    BROKER resource, their broker synonyms."""
 
     configs: tuple[str, ...]
 
     operations = frozenset(
-        {TopicOperation.CREATE_TOPIC, TopicOperation.ALTER_CONFIGS, TopicOperation.ELECT_LEADERS}
+        {
+            TopicOperation.CREATE_TOPIC,
+            TopicOperation.ALTER_CONFIGS,
+            TopicOperation.ELECT_LEADERS,
+            TopicOperation.ALTER_BROKER_CONFIGS,
+        }
     )
 
     def check(self, change: TopicChange) -> str | None:
@@ -332,6 +579,17 @@ class ForbiddenConfigsRule(Rule):
         if not present:
             return None
         return self._deny(f"topic {change.topic}: config {', '.join(present)} may not be set")
+
+    def check_resource(self, change: ResourceConfigChange) -> str | None:
+        present = [
+            synonym.name if synonym.name == key else f"{synonym.name} (the default of {key})"
+            for key in self.configs
+            for synonym in BROKER_SYNONYMS.get(key, ())
+            if synonym.name in change.set_configs
+        ]
+        if not present:
+            return None
+        return self._deny(f"{change.label}: config {', '.join(present)} may not be set")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,6 +642,30 @@ class ProtectedTopicsRule(Rule):
             change.principal, self.allowed_principals, _PROTECTED_VERBS[change.operation]
         )
         return self._deny(f"topic {change.topic} is protected: {refusal}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfigsRule(Rule):
+    """Who may change the configs Kafka guards with ALTER_CONFIGS on the CLUSTER: BROKER
+    resources (a broker id, or the cluster-wide default), BROKER_LOGGER and CLIENT_METRICS.
+    Only the principals in ``allowed_principals``; an unauthenticated client never; with none
+    listed, no one. The denial names who asked, never who is allowed."""
+
+    allowed_principals: frozenset[str] = frozenset()
+
+    operations = frozenset(
+        {
+            TopicOperation.ALTER_BROKER_CONFIGS,
+            TopicOperation.ALTER_BROKER_LOGGER_CONFIGS,
+            TopicOperation.ALTER_CLIENT_METRICS_CONFIGS,
+        }
+    )
+
+    def check_resource(self, change: ResourceConfigChange) -> str | None:
+        if change.principal is not None and change.principal in self.allowed_principals:
+            return None
+        refusal = _refusal(change.principal, self.allowed_principals, "change its configs")
+        return self._deny(f"{change.label}: {refusal}")
 
 
 def _refusal(principal: str | None, allowed_principals: frozenset[str], verb: str) -> str:

@@ -25,7 +25,14 @@ from policies.api import (
     TopicState,
 )
 from policies.chain import Decision, PolicyChain, PolicyPlugin
-from policies.rules import Mode, PartitionsRule, Rule, TopicChange, TopicOperation
+from policies.rules import (
+    BrokerConfigsRule,
+    Mode,
+    PartitionsRule,
+    Rule,
+    TopicChange,
+    TopicOperation,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -173,6 +180,45 @@ def test_alter_config_v2_policy_sees_before_and_after() -> None:
             resource=BROKER, configs_before={}, configs_after={"log.cleaner.threads": "2"}
         ),
     ]
+
+
+@pytest.mark.parametrize(
+    "resource_type",
+    [
+        ConfigResourceType.BROKER,
+        ConfigResourceType.BROKER_LOGGER,
+        ConfigResourceType.CLIENT_METRICS,
+        ConfigResourceType.GROUP,
+    ],
+    ids=lambda t: t.name,
+)
+def test_config_policies_see_every_broker_side_resource_after_the_rules(
+    resource_type: ConfigResourceType,
+) -> None:
+    """As Kafka's AlterConfigPolicy: every resource type reaches the plug-ins, in Kafka's
+    numbering; the broker-config rule is asked first where it applies (not for GROUP, which
+    Kafka authorizes on the group)."""
+    resource = ConfigResource(type=resource_type, name="1")
+    v1, v2 = RecordingAlterConfigPolicy(), RecordingAlterConfigV2Policy()
+    admins = BrokerConfigsRule(name="admins", allowed_principals=frozenset({"User:root"}))
+    with PolicyChain(
+        rules=[admins],
+        alter_config_policy=PolicyPlugin(policy=v1, name="acme.V1"),
+        alter_config_v2_policy=PolicyPlugin(policy=v2, name="acme.V2"),
+    ) as chain:
+        decision = chain.check_alter_config(
+            resource, altered={"a": "2"}, before={"a": "1"}, after={"a": "2"}, principal=None
+        )
+    assert v1.seen == [AlterConfigRequestMetadata(resource=resource, configs={"a": "2"})]
+    assert v2.seen == [
+        AlterConfigV2RequestMetadata(
+            resource=resource, configs_before={"a": "1"}, configs_after={"a": "2"}
+        )
+    ]
+    judged_by_rule = resource_type != ConfigResourceType.GROUP
+    policies = ["admins"] if judged_by_rule else []
+    assert [v.policy for v in decision.verdicts] == [*policies, "acme.V1", "acme.V2"]
+    assert decision.allowed is not judged_by_rule
 
 
 def test_topic_action_policy_sees_the_whole_life_of_a_topic() -> None:

@@ -16,6 +16,8 @@ from policies.api import (
 )
 from policies.chain import Decision, PolicyChain
 from policies.rules import (
+    BROKER_SYNONYMS,
+    BrokerConfigsRule,
     ConfigRule,
     ForbiddenConfigsRule,
     Mode,
@@ -89,6 +91,15 @@ class Delete:
     principal: str | None = "User:bob"
 
 
+@dataclass(frozen=True)
+class AlterResource(Alter):
+    """A config change on a resource other than a topic: the cluster-wide broker default
+    unless ``resource_type``/``name`` say otherwise."""
+
+    resource_type: ConfigResourceType = ConfigResourceType.BROKER
+    name: str = ""
+
+
 Request = CreateTopicRequestMetadata | Alter | CreatePartitions | Delete
 
 
@@ -97,6 +108,14 @@ def decide(rule: Rule, request: Request) -> Decision:
     try:
         if isinstance(request, CreateTopicRequestMetadata):
             return chain.check_create_topic(request, principal="User:bob")
+        if isinstance(request, AlterResource):
+            return chain.check_alter_config(
+                ConfigResource(type=request.resource_type, name=request.name),
+                altered=request.altered,
+                before=request.before,
+                after=request.after,
+                principal=request.principal,
+            )
         if isinstance(request, Alter):
             return chain.check_alter_config(
                 ConfigResource(type=ConfigResourceType.TOPIC, name=request.topic),
@@ -138,6 +157,14 @@ PROTECTED = ProtectedTopicsRule(
     topics=(re.compile(r"__.*"), re.compile(r"audit")),
     allowed_principals=frozenset({"User:admin"}),
 )
+MAX_MESSAGE = ConfigRule(name="max-message", config="max.message.bytes", max=1_048_576)
+SEGMENT_TIME = ConfigRule(name="segment-time", config="segment.ms", min=3_600_000)
+FORBIDDEN_TIMESTAMP = ForbiddenConfigsRule(name="no-timestamp", configs=("message.timestamp.type",))
+BROKER_ADMINS = BrokerConfigsRule(
+    name="broker-admins", allowed_principals=frozenset({"User:admin"})
+)
+NO_BROKER_CHANGES = BrokerConfigsRule(name="no-broker-changes")
+CLUSTER_DEFAULT = "the cluster-wide broker default"
 
 # (rule, request, expected): expected is None for allowed, else part of the client's message
 CASES = [
@@ -361,6 +388,179 @@ CASES = [
         id="protected-create",
     ),
     pytest.param(PROTECTED, create(topic="auditlog"), None, id="protected-create-full-match"),
+    # broker configs: the topic config rules judge the default a broker synonym gives topics,
+    # on the value the broker will use after the change, in the topic config's units
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.ms": "1"}),
+        f"{CLUSTER_DEFAULT}: log.retention.ms=1 (retention.ms=1) is below the minimum of 3600000",
+        id="broker-retention-ms-low",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.ms": "1"}, name="1"),
+        "broker 1: log.retention.ms=1 (retention.ms=1) is below the minimum",
+        id="broker-id-retention-ms-low",
+    ),
+    pytest.param(
+        RETENTION, AlterResource({"log.retention.ms": "86400000"}), None, id="broker-retention-ok"
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.hours": "0"}),
+        "log.retention.hours=0 (retention.ms=0) is below the minimum of 3600000",
+        id="broker-retention-hours-converted",
+    ),
+    pytest.param(
+        RETENTION, AlterResource({"log.retention.hours": "1"}), None, id="broker-retention-1-hour"
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.minutes": "30"}),
+        "log.retention.minutes=30 (retention.ms=1800000) is below",
+        id="broker-retention-minutes-converted",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.hours": "169"}),
+        "(retention.ms=608400000) is above the maximum of 604800000",
+        id="broker-retention-hours-high",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.hours": "1h"}),
+        "log.retention.hours=1h (retention.ms=1h) is not a number",
+        id="broker-retention-hours-not-a-number",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.hours": "0"}, {"log.retention.ms": "86400000"}),
+        None,
+        id="broker-retention-ms-wins-over-hours",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.minutes": "0", "log.retention.ms": "86400000"}),
+        None,
+        id="broker-retention-ms-wins-in-one-request",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.ms": "1", "log.retention.minutes": "600"}),
+        "log.retention.ms=1 (retention.ms=1) is below",
+        id="broker-retention-minutes-do-not-save-ms",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource(
+            {"log.retention.ms": None}, {"log.retention.ms": "86400000", "log.retention.hours": "0"}
+        ),
+        "log.retention.hours=0 (retention.ms=0) is below",
+        id="broker-retention-delete-hands-over-to-hours",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.retention.ms": None}, {"log.retention.ms": "1"}),
+        None,
+        id="broker-retention-delete-all",
+    ),
+    pytest.param(
+        RETENTION,
+        AlterResource({"log.cleaner.threads": "2"}, {"log.retention.ms": "1"}),
+        None,
+        id="broker-retention-untouched-old-value",
+    ),
+    pytest.param(
+        MIN_ISR,
+        AlterResource({"min.insync.replicas": "1"}),
+        f"{CLUSTER_DEFAULT}: min.insync.replicas=1 is below the minimum of 2",
+        id="broker-min-isr-same-name",
+    ),
+    pytest.param(
+        CLEANUP,
+        AlterResource({"log.cleanup.policy": "compact,archive"}),
+        "log.cleanup.policy=compact,archive (cleanup.policy=compact,archive): 'archive' is not one",
+        id="broker-cleanup-policy-list",
+    ),
+    pytest.param(
+        CLEANUP,
+        AlterResource({"log.cleanup.policy": "compact,delete"}),
+        None,
+        id="broker-cleanup-ok",
+    ),
+    pytest.param(
+        MAX_MESSAGE,
+        AlterResource({"message.max.bytes": "2000000"}),
+        "message.max.bytes=2000000 (max.message.bytes=2000000) is above the maximum of 1048576",
+        id="broker-message-max-bytes",
+    ),
+    pytest.param(
+        SEGMENT_TIME,
+        AlterResource({"log.roll.hours": "0"}),
+        "log.roll.hours=0 (segment.ms=0) is below",
+        id="broker-roll-hours",
+    ),
+    pytest.param(
+        FORBIDDEN,
+        AlterResource({"unclean.leader.election.enable": "true"}, name="1"),
+        "broker 1: config unclean.leader.election.enable may not be set",
+        id="broker-forbidden-same-name",
+    ),
+    pytest.param(
+        FORBIDDEN,
+        AlterResource(
+            {"unclean.leader.election.enable": None}, {"unclean.leader.election.enable": "true"}
+        ),
+        None,
+        id="broker-forbidden-delete",
+    ),
+    pytest.param(
+        FORBIDDEN_TIMESTAMP,
+        AlterResource({"log.message.timestamp.type": "LogAppendTime"}),
+        "config log.message.timestamp.type (the default of message.timestamp.type) may not be set",
+        id="broker-forbidden-synonym",
+    ),
+    # who may change broker configs
+    pytest.param(
+        BROKER_ADMINS,
+        AlterResource({"log.cleaner.threads": "2"}),
+        f"{CLUSTER_DEFAULT}: User:bob may not change its configs",
+        id="broker-configs-refused",
+    ),
+    pytest.param(
+        BROKER_ADMINS,
+        AlterResource({"log.cleaner.threads": "2"}, name="1", principal=None),
+        "broker 1: an unauthenticated client may not change its configs",
+        id="broker-configs-unauthenticated",
+    ),
+    pytest.param(
+        BROKER_ADMINS,
+        AlterResource({"log.cleaner.threads": "2"}, principal="User:admin"),
+        None,
+        id="broker-configs-admin",
+    ),
+    pytest.param(
+        BROKER_ADMINS,
+        AlterResource(
+            {"kafka.server": "DEBUG"}, resource_type=ConfigResourceType.BROKER_LOGGER, name="1"
+        ),
+        "the loggers of broker 1: User:bob may not change its configs",
+        id="broker-configs-logger",
+    ),
+    pytest.param(
+        BROKER_ADMINS,
+        AlterResource(
+            {"interval.ms": "1"}, resource_type=ConfigResourceType.CLIENT_METRICS, name="all"
+        ),
+        "client metrics subscription all: User:bob may not change its configs",
+        id="broker-configs-client-metrics",
+    ),
+    pytest.param(
+        NO_BROKER_CHANGES,
+        AlterResource({"log.cleaner.threads": "2"}, principal="User:admin"),
+        f"{CLUSTER_DEFAULT}: no one may change its configs",
+        id="broker-configs-no-one",
+    ),
 ]
 
 
@@ -377,29 +577,27 @@ def test_rule(rule: Rule, request_: Request, expected: str | None) -> None:
         assert decision.message.endswith(f"(rule {rule.name})")
 
 
-def every_operation() -> Iterator[Request]:
-    yield create()
-    yield Alter({"retention.ms": "1"})
-    yield CreatePartitions(total=3)
-    yield Delete()
+def every_operation() -> Iterator[tuple[str, Request]]:
+    yield "create_topic", create()
+    yield "alter_configs", Alter({"retention.ms": "1"})
+    yield "create_partitions", CreatePartitions(total=3)
+    yield "delete_topic", Delete()
+    yield "alter_broker_configs", AlterResource({"log.retention.ms": "1"})
+    for resource_type in (ConfigResourceType.BROKER_LOGGER, ConfigResourceType.CLIENT_METRICS):
+        operation = f"alter_{resource_type.name.lower()}_configs"
+        yield operation, AlterResource({"a": "1"}, resource_type=resource_type, name="1")
 
 
 @pytest.mark.parametrize(
     "rule",
-    [PARTITIONS, REPLICATION, MIN_ISR, REQUIRED, FORBIDDEN, NAMING, PROTECTED],
+    [PARTITIONS, REPLICATION, MIN_ISR, REQUIRED, FORBIDDEN, NAMING, PROTECTED, BROKER_ADMINS],
     ids=lambda r: r.name,
 )
 def test_a_rule_gives_a_verdict_only_for_the_operations_it_judges(rule: Rule) -> None:
-    for request in every_operation():
+    for operation, request in every_operation():
         verdicts = decide(rule, request).verdicts
-        operation = {
-            CreateTopicRequestMetadata: "create_topic",
-            Alter: "alter_configs",
-            CreatePartitions: "create_partitions",
-            Delete: "delete_topic",
-        }[type(request)]
         judged = operation in {o.value for o in rule.operations}
-        assert [v.policy for v in verdicts] == ([rule.name] if judged else [])
+        assert [v.policy for v in verdicts] == ([rule.name] if judged else []), operation
 
 
 @pytest.mark.parametrize(
@@ -433,17 +631,50 @@ def test_a_protected_topics_denial_never_names_the_allowed_principals() -> None:
         assert "User:admin" not in decision.message
 
 
-def test_rules_leave_config_changes_on_other_resources_alone() -> None:
-    with PolicyChain(rules=[PROTECTED, FORBIDDEN]) as chain:
+@pytest.mark.parametrize(
+    "resource_type", [ConfigResourceType.GROUP, ConfigResourceType.USER_CLIENT], ids=str
+)
+def test_no_rule_judges_group_or_dynamic_client_configs(
+    resource_type: ConfigResourceType,
+) -> None:
+    """Left to the plug-ins: no topic config is their default, and Kafka authorizes a
+    group's configs on the group, not the cluster."""
+    rules = [PROTECTED, FORBIDDEN, RETENTION, REQUIRED, BROKER_ADMINS]
+    request = AlterResource(
+        {"retention.ms": "1", "unclean.leader.election.enable": "true"},
+        resource_type=resource_type,
+        name="1",
+        principal=None,
+    )
+    with PolicyChain(rules=rules) as chain:
         decision = chain.check_alter_config(
-            ConfigResource(type=ConfigResourceType.BROKER, name="1"),
-            altered={"unclean.leader.election.enable": "true"},
-            before={},
-            after={"unclean.leader.election.enable": "true"},
+            ConfigResource(type=resource_type, name=request.name),
+            altered=request.altered,
+            before=request.before,
+            after=request.after,
             principal=None,
         )
     assert decision.allowed
     assert decision.verdicts == ()
+
+
+def test_the_synonym_table_is_kafkas() -> None:
+    """Spot checks against ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS: the order of
+    precedence and the conversions."""
+    names = {
+        topic: [(s.name, s.to_ms) for s in synonyms] for topic, synonyms in BROKER_SYNONYMS.items()
+    }
+    assert names["retention.ms"] == [
+        ("log.retention.ms", None),
+        ("log.retention.minutes", 60_000),
+        ("log.retention.hours", 3_600_000),
+    ]
+    assert names["segment.ms"] == [("log.roll.ms", None), ("log.roll.hours", 3_600_000)]
+    assert names["max.message.bytes"] == [("message.max.bytes", None)]
+    assert names["min.cleanable.dirty.ratio"] == [("log.cleaner.min.cleanable.ratio", None)]
+    assert names["min.insync.replicas"] == [("min.insync.replicas", None)]
+    broker_names = [s.name for synonyms in BROKER_SYNONYMS.values() for s in synonyms]
+    assert len(broker_names) == len(set(broker_names))
 
 
 def test_a_dry_run_rule_records_would_deny_and_allows() -> None:
