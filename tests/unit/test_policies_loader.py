@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policies.api import CreateTopicRequestMetadata, TopicState
+from policies.api import (
+    ConfigResource,
+    ConfigResourceType,
+    CreateTopicRequestMetadata,
+    TopicState,
+)
 from policies.chain import PolicyChain
 from policies.loader import (
     PolicyConfigError,
@@ -19,6 +24,7 @@ from policies.loader import (
     parse_policy_config,
 )
 from policies.rules import (
+    BrokerConfigsRule,
     ConfigRule,
     ForbiddenConfigsRule,
     Mode,
@@ -301,6 +307,15 @@ BAD_SECTIONS = [
         {"rules": [{**PROTECTED, "allowed.principals": ["admin"]}]},
         "rules[0].allowed.principals",
     ),
+    (
+        {"rules": [{"name": "b", "type": "broker.configs", "allowed.principals": ["root"]}]},
+        "rules[0].allowed.principals",
+    ),
+    (
+        {"rules": [{"name": "b", "type": "broker.configs", "allowed.principals": "User:a"}]},
+        "rules[0].allowed.principals",
+    ),
+    ({"rules": [{"name": "b", "type": "broker.configs", "topics": ["a"]}]}, "rules[0].topics"),
 ]
 
 
@@ -328,6 +343,8 @@ def test_every_kind_of_rule_parses_with_its_mode() -> None:
                 {"name": "f", "type": "forbidden.configs", "configs": ["preallocate"]},
                 {"name": "g", "type": "topic.name", "pattern": "[a-z.]+"},
                 {"name": "h", "type": "protected.topics", "topics": ["__.*"]},
+                {"name": "i", "type": "broker.configs", "allowed.principals": ["User:root"]},
+                {"name": "j", "type": "broker.configs", "mode": "dry-run"},
             ],
         },
         source=SOURCE,
@@ -343,6 +360,8 @@ def test_every_kind_of_rule_parses_with_its_mode() -> None:
         (ForbiddenConfigsRule, "f", Mode.ENFORCE),
         (TopicNameRule, "g", Mode.ENFORCE),
         (ProtectedTopicsRule, "h", Mode.ENFORCE),
+        (BrokerConfigsRule, "i", Mode.ENFORCE),
+        (BrokerConfigsRule, "j", Mode.DRY_RUN),
     ]
     allowed_rule = config.rules[3]
     assert isinstance(allowed_rule, ConfigRule)
@@ -350,6 +369,11 @@ def test_every_kind_of_rule_parses_with_its_mode() -> None:
     protected = config.rules[7]
     assert isinstance(protected, ProtectedTopicsRule)
     assert protected.allowed_principals == frozenset()
+    broker_configs = config.rules[8:]
+    assert [r.allowed_principals for r in broker_configs if isinstance(r, BrokerConfigsRule)] == [
+        frozenset({"User:root"}),
+        frozenset(),
+    ]
 
 
 def test_defaults_when_the_section_is_empty(chains: list[PolicyChain]) -> None:
@@ -384,7 +408,7 @@ def test_flatten_configs_gives_kafka_style_strings() -> None:
 def test_the_example_file_loads_and_judges_as_its_comments_say(chains: list[PolicyChain]) -> None:
     section = yaml.safe_load(EXAMPLE.read_text())["policies"]
     chain = load(section, chains)
-    assert len(chain.rules) == 9
+    assert len(chain.rules) == 10
 
     def create(topic: str, partitions: int = 6, rf: int = 3, **configs: str) -> list[str]:
         configs = {"retention.ms": "86400000", "min.insync.replicas": "2", **configs}
@@ -417,3 +441,29 @@ def test_the_example_file_loads_and_judges_as_its_comments_say(chains: list[Poli
             "__consumer_offsets", pre_state=offsets, principal=principal
         )
         assert decision.allowed is expected
+    assert create("__evil") == ["topic-naming", "platform-topics"]
+
+    def alter_cluster_default(principal: str | None, **configs: str) -> list[str]:
+        altered = {k.replace("_", "."): v for k, v in configs.items()}
+        decision = chain.check_alter_config(
+            ConfigResource(type=ConfigResourceType.BROKER, name=""),
+            altered=altered,
+            before={},
+            after=altered,
+            principal=principal,
+        )
+        return [v.policy for v in decision.verdicts if v.outcome != "allowed"]
+
+    admin = "User:platform-admin"
+    assert alter_cluster_default(admin, log_retention_hours="24") == []
+    assert alter_cluster_default(admin, log_retention_hours="0") == ["retention-time"]
+    assert alter_cluster_default(admin, log_cleanup_policy="archive") == ["cleanup-policy"]
+    assert alter_cluster_default(admin, min_insync_replicas="1") == ["min-insync-replicas"]
+    assert alter_cluster_default(admin, unclean_leader_election_enable="true") == [
+        "no-unclean-election"
+    ]
+    assert alter_cluster_default(None, log_retention_hours="24") == ["broker-configs"]
+    assert alter_cluster_default("User:bob", log_retention_ms="1") == [
+        "retention-time",
+        "broker-configs",
+    ]
