@@ -414,6 +414,16 @@ def _resource_type(code: int) -> ConfigResourceType | None:
     return resource_type
 
 
+# The config source DescribeConfigs gives what is set on these resources (Kafka's
+# DYNAMIC_BROKER_LOGGER_CONFIG, CLIENT_METRICS_CONFIG, GROUP_CONFIG); topics and brokers have
+# theirs in ResourceConfigs.set_on_resource.
+_OWN_SOURCE = {
+    int(ConfigResourceType.BROKER_LOGGER): 6,
+    int(ConfigResourceType.CLIENT_METRICS): 7,
+    int(ConfigResourceType.GROUP): 8,
+}
+
+
 def _before(
     current: admin.ResourceConfigs, topic_source_unreliable: bool
 ) -> tuple[dict[str, str], dict[str, str]]:
@@ -425,6 +435,10 @@ def _before(
         for e in current.configs
         if e.source == admin.SOURCE_DEFAULT and e.value is not None
     }
+    own = _OWN_SOURCE.get(current.resource_type)
+    if own is not None:
+        entries = [e for e in current.configs if e.source == own]
+        return {e.name: e.value for e in entries if e.value is not None}, defaults
     return current.set_on_resource(), defaults
 
 
