@@ -17,6 +17,7 @@ from protocol.errors import UNKNOWN_TOPIC_OR_PARTITION
 from protocol.results import ItemError
 from protocol.versions import api_name
 
+from .config import BrokerDefaults
 from .engine import ClusterView
 from .upstream import UpstreamClosed, UpstreamLink
 
@@ -69,6 +70,41 @@ class UpstreamCluster:
         self, resources: Sequence[tuple[int, str]]
     ) -> Mapping[tuple[int, str], ItemError]:
         return admin.read_alter_results(await self.send(admin.authorize_alter_configs(resources)))
+
+
+# --- the broker's defaults for a CreateTopics count of -1 ---------------------------------------
+
+
+async def broker_defaults(cluster: ClusterView, stated: BrokerDefaults) -> BrokerDefaults:
+    """``num.partitions`` and ``default.replication.factor``, as the brokers use them for a
+    count of -1: as ``stated`` (``upstream.broker_defaults``), else as a broker of the cluster
+    reports them to the client (DescribeConfigs of the BROKER resource, on its link); None
+    where neither says. The gateway never guesses one (KIP-464: the broker resolves -1 before
+    its policy sees the request, and the policies must see what the broker will create)."""
+    if stated.num_partitions is not None and stated.default_replication_factor is not None:
+        return stated
+    reported = await _reported_defaults(cluster)
+    return BrokerDefaults(
+        num_partitions=stated.num_partitions or reported.get("num.partitions"),
+        default_replication_factor=(
+            stated.default_replication_factor or reported.get("default.replication.factor")
+        ),
+    )
+
+
+async def _reported_defaults(cluster: ClusterView) -> dict[str, int]:
+    brokers = await cluster.broker_ids()
+    if not brokers:
+        return {}
+    broker = (int(ConfigResourceType.BROKER), str(brokers[0]))
+    resource = (await cluster.describe_configs([broker])).get(broker)
+    if resource is None or resource.error_code != 0:
+        return {}
+    found: dict[str, int] = {}
+    for key, value in resource.effective().items():
+        if key in ("num.partitions", "default.replication.factor") and value.isdigit():
+            found[key] = int(value)
+    return {key: value for key, value in found.items() if value >= 1}
 
 
 # --- the state of topics before a request, as the policies need it ---------------------------

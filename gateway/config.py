@@ -33,6 +33,22 @@ class HostPort:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerDefaults:
+    """What the brokers use for a CreateTopics count of -1, in Kafka's names, as the operator
+    states them (``upstream.broker_defaults``); None where not stated."""
+
+    num_partitions: int | None = None
+    """``num.partitions``"""
+    default_replication_factor: int | None = None
+    """``default.replication.factor``"""
+
+
+TANSU_BROKER_DEFAULTS = BrokerDefaults(num_partitions=3, default_replication_factor=1)
+"""What the embedded broker (Tansu 0.6, one broker) creates for -1: 3 partitions of one
+replica. It reports no broker configs, so the gateway cannot read them there."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
     """Empty: start an embedded Tansu broker and front it."""
@@ -45,6 +61,10 @@ class UpstreamConfig:
     the configs set on the topic): every config they report counts as set on the topic."""
     request_timeout_s: float = 30.0
     """How long the gateway waits for answers to the requests it sends itself."""
+    broker_defaults: BrokerDefaults = BrokerDefaults()
+    """num.partitions and default.replication.factor, for brokers that do not report them to
+    the client (Tansu; a Kafka client without DESCRIBE_CONFIGS on the cluster). Stated values
+    are used before what a broker reports."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,8 +173,10 @@ _UPSTREAM_KEYS = frozenset(
         "ignores_validate_only",
         "topic_config_source_unreliable",
         "request_timeout_s",
+        "broker_defaults",
     }
 )
+_BROKER_DEFAULT_KEYS = frozenset({"num.partitions", "default.replication.factor"})
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
 _CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce", "admin_principals"})
 _ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
@@ -287,6 +309,35 @@ def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
     )
 
 
+def _broker_defaults(up: Mapping[str, Any], source: str) -> BrokerDefaults:
+    """``upstream.broker_defaults``."""
+    section = up.get("broker_defaults") or {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(
+            f"{source}: upstream.broker_defaults: expected a mapping, got {section!r}"
+        )
+    for key in section:
+        if key not in _BROKER_DEFAULT_KEYS:
+            raise ConfigError(
+                f"{source}: upstream.broker_defaults.{key}: unknown key "
+                f"(known: {', '.join(sorted(_BROKER_DEFAULT_KEYS))})"
+            )
+    found = {
+        key: int(_number(value, f"upstream.broker_defaults.{key}", source, minimum=1))
+        for key, value in section.items()
+        if value is not None
+    }
+    if found.get("default.replication.factor", 1) > 32767:
+        raise ConfigError(
+            f"{source}: upstream.broker_defaults.default.replication.factor: at most 32767 "
+            "(an int16 in CreateTopics)"
+        )
+    return BrokerDefaults(
+        num_partitions=found.get("num.partitions"),
+        default_replication_factor=found.get("default.replication.factor"),
+    )
+
+
 def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
     """The ``upstream`` section."""
     up = _section(raw, "upstream", _UPSTREAM_KEYS, source)
@@ -320,6 +371,7 @@ def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
                 integer=False,
             )
         ),
+        broker_defaults=_broker_defaults(up, source),
     )
 
 
@@ -538,5 +590,6 @@ def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayCo
             bootstrap_servers=(server,),
             ignores_validate_only=True,
             topic_config_source_unreliable=True,
+            broker_defaults=TANSU_BROKER_DEFAULTS,
         ),
     )

@@ -38,10 +38,18 @@ from protocol.codec import decode_request, decode_response, encode_request
 from protocol.framing import SIZE, parse_request_header
 from spark_audit.event import AuditEvent
 
-KAFKA_LIKE_UPSTREAM = {"ignores_validate_only": False, "topic_config_source_unreliable": False}
+KAFKA_LIKE_UPSTREAM = {
+    "ignores_validate_only": False,
+    "topic_config_source_unreliable": False,
+    "broker_defaults": {},
+}
 """``gateway_config(..., upstream=KAFKA_LIKE_UPSTREAM)``: for a scripted upstream that, like a
-Kafka broker and unlike the test broker, honours validate_only and reports config sources
-truly."""
+Kafka broker and unlike the test broker, honours validate_only, reports config sources truly
+and reports its own defaults."""
+
+TEST_BROKER_DEFAULTS = {"num.partitions": 3, "default.replication.factor": 1}
+"""What the test broker (Tansu, one broker) creates for a CreateTopics count of -1; it
+reports no broker configs, so gateways in front of it state them."""
 
 
 def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> GatewayConfig:
@@ -49,13 +57,15 @@ def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> Gate
     raw: dict[str, Any] = {
         "listen": "127.0.0.1:0",
         "node_port_base": 0,
-        # The test broker is Tansu: it ignores validate_only and reports topic configs with
-        # the DEFAULT source (TEST_BROKER.md); scripted upstreams override these.
+        # The test broker is Tansu: it ignores validate_only, reports topic configs with
+        # the DEFAULT source and no broker configs (TEST_BROKER.md); scripted upstreams
+        # override these.
         "upstream": {
             "bootstrap_servers": [str(s) for s in servers],
             "connect_timeout_s": 3,
             "ignores_validate_only": True,
             "topic_config_source_unreliable": True,
+            "broker_defaults": TEST_BROKER_DEFAULTS,
         },
         "shutdown_timeout_s": 5,
         "state": {"path": os.path.join(tempfile.mkdtemp(prefix="kpg-state-"), "state.db")},

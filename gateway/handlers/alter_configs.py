@@ -29,8 +29,14 @@ store, never at the broker. Its stored value is part of ``before``; the request'
 it are taken out of what the broker is sent, and once the broker reports the resource changed
 (and not validate_only) the new value is stored, or removed (DELETE, or the legacy API's
 implicit delete). A resource whose change touches nothing else is not sent to the broker at
-all: stored and answered here, once Metadata shows the topic exists. APPEND and SUBTRACT on it
-get INVALID_CONFIG, as Kafka answers for a key that is no list.
+all: stored and answered here, once Metadata shows the topic exists. Either way the broker
+authorizes the change first, as it would an ALTER_CONFIGS of that topic: every topic resource
+whose change may write the policy is sent, on the client's own link, in a validate_only
+IncrementalAlterConfigs with no entries (it changes nothing; Kafka authorizes before it
+validates), and the broker's error for it (TOPIC_AUTHORIZATION_FAILED, ...) is the client's
+answer. A value the record validator could not apply, or too large to store, gets
+INVALID_CONFIG naming the problem (:mod:`._validation_policy`); APPEND and SUBTRACT on it get
+INVALID_CONFIG, as Kafka answers for a key that is no list.
 
 Dynamic client configs (seed 003, :mod:`gateway.client_configs`): resources of the gateway's
 CLIENT and USER_CLIENT types are the gateway's alone and never reach the broker.
@@ -48,7 +54,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from policies.api import ConfigResource, ConfigResourceType, TopicState
+from policies.api import ConfigResource, ConfigResourceType, RecordValidationPolicy, TopicState
 from protocol import admin
 from protocol import alter_configs as ac
 from protocol.errors import (
@@ -67,6 +73,7 @@ from ..outcomes import Close
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
+from ._validation_policy import invalid_value
 from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
@@ -78,6 +85,37 @@ INCREMENTAL_VERSIONS = ac.INCREMENTAL_VERSIONS
 
 _TOPIC = int(ConfigResourceType.TOPIC)
 Key = ac.ResourceKey
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Current:
+    """What the broker and the state store say of a request's broker resources."""
+
+    stored: Mapping[Key, str]
+    """Topic -> its stored record.validation.policy."""
+    names_policy_key: frozenset[Key]
+    """Topics whose entries name record.validation.policy."""
+    touching: frozenset[Key]
+    """Topics whose change may write record.validation.policy: the broker authorized these."""
+    authorized: Mapping[Key, ItemError]
+    """The broker's answer to an empty validate_only IncrementalAlterConfigs of ``touching``."""
+    described: Mapping[Key, admin.ResourceConfigs]
+    check_topics: bool
+    """Whether Metadata was asked about the topics (``topics``)."""
+    topics: Mapping[str, admin.TopicDescription]
+
+    def unauthorized(self, key: Key) -> ItemError | None:
+        """The broker's error for a change of ``key`` it does not authorize (as it answered
+        the empty change), or None."""
+        if key not in self.touching:
+            return None
+        answer = self.authorized.get(key)
+        if answer is None:
+            return ItemError(
+                error_code=int(UNKNOWN_SERVER_ERROR),
+                error_message=f"The broker did not say whether {key[1]!r} may be altered.",
+            )
+        return None if answer.ok else answer
 
 
 @dataclass(slots=True)
@@ -145,47 +183,27 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         request: Alteration,
         resources: Sequence[ac.ResourceAlteration],
     ) -> dict[Key, Ruling]:
+        current = await self._look_up(cluster, request, resources)
         services = self._services
-        stored = {
-            r.key: value
-            for r in resources
-            if r.resource_type == _TOPIC
-            and (value := services.validation_policy_of(r.resource_name)) is not None
-        }
-        names_policy_key = {
-            r.key
-            for r in resources
-            if r.resource_type == _TOPIC and any(c.name == VALIDATION_POLICY_KEY for c in r.configs)
-        }
-        # A change of record.validation.policy alone (named, or the legacy API's implicit
-        # delete) is answered here: Metadata must show the topic exists.
-        check_topics = (
-            services.policies.chain.needs_topic_state
-            or request.dry_run_here
-            or bool(names_policy_key)
-            or (not request.request.incremental and bool(stored))
-        )
-        described = await cluster.describe_configs([r.key for r in resources])
-        topic_names = [r.resource_name for r in resources if r.resource_type == _TOPIC]
-        topics: Mapping[str, admin.TopicDescription] = {}
-        if check_topics and topic_names:
-            topics = await cluster.describe_topics(topic_names)
         rulings: dict[Key, Ruling] = {}
         for resource in resources:
-            current = described.get(resource.key)
-            if current is None or current.error_code != 0:
-                rulings[resource.key] = _unreadable(resource, current)
+            described = current.described.get(resource.key)
+            refused = current.unauthorized(resource.key)
+            if refused is None and (described is None or described.error_code != 0):
+                refused = _unreadable(resource, described)
+            if refused is not None:
+                rulings[resource.key] = refused
                 continue
-            before, defaults = _before(current, services.upstream.topic_config_source_unreliable)
-            if resource.key in stored:
-                before[VALIDATION_POLICY_KEY] = stored[resource.key]
-            refused = _policy_key_operation(resource) if resource.key in names_policy_key else None
+            assert described is not None
+            unreliable = services.upstream.topic_config_source_unreliable
+            before, defaults = _before(described, unreliable)
+            if resource.key in current.stored:
+                before[VALIDATION_POLICY_KEY] = current.stored[resource.key]
             change = _apply(request.request, resource, before, defaults)
-            if refused is None and isinstance(change, config_changes.InvalidAlteration):
-                refused = _invalid(change.message)
             topic_state = None
-            if refused is None and check_topics and resource.resource_type == _TOPIC:
-                topic = topics.get(resource.resource_name)
+            refused = self._refusal(resource, current, change)
+            if refused is None and current.check_topics and resource.resource_type == _TOPIC:
+                topic = current.topics.get(resource.resource_name)
                 if topic is None or not topic.exists:
                     refused = undescribed_topic(resource.resource_name, topic)
                 else:
@@ -198,6 +216,67 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 ctx, request, resource, before, change, topic_state
             )
         return rulings
+
+    async def _look_up(
+        self,
+        cluster: ClusterView,
+        request: Alteration,
+        resources: Sequence[ac.ResourceAlteration],
+    ) -> _Current:
+        """What the broker and the state store say of ``resources`` before the change."""
+        services = self._services
+        stored = {
+            r.key: value
+            for r in resources
+            if r.resource_type == _TOPIC
+            and (value := services.validation_policy_of(r.resource_name)) is not None
+        }
+        names_policy_key = frozenset(
+            r.key
+            for r in resources
+            if r.resource_type == _TOPIC and any(c.name == VALIDATION_POLICY_KEY for c in r.configs)
+        )
+        # A change that may touch record.validation.policy (named, or the legacy API's
+        # implicit delete) is authorized by the broker first, as an ALTER_CONFIGS of the topic.
+        legacy = not request.request.incremental
+        touching = [
+            r.key for r in resources if r.key in names_policy_key or (legacy and r.key in stored)
+        ]
+        # A change of record.validation.policy alone is answered here: Metadata must show the
+        # topic exists.
+        check_topics = (
+            services.policies.chain.needs_topic_state or request.dry_run_here or bool(touching)
+        )
+        authorized = await cluster.authorize_alter_configs(touching) if touching else {}
+        described = await cluster.describe_configs([r.key for r in resources])
+        topic_names = [r.resource_name for r in resources if r.resource_type == _TOPIC]
+        topics: Mapping[str, admin.TopicDescription] = {}
+        if check_topics and topic_names:
+            topics = await cluster.describe_topics(topic_names)
+        return _Current(
+            stored=stored,
+            names_policy_key=names_policy_key,
+            touching=frozenset(touching),
+            authorized=authorized,
+            described=described,
+            check_topics=check_topics,
+            topics=topics,
+        )
+
+    def _refusal(
+        self,
+        resource: ac.ResourceAlteration,
+        current: _Current,
+        change: config_changes.ConfigChange | config_changes.InvalidAlteration,
+    ) -> ItemError | None:
+        """The answer for a change Kafka refuses before its policy runs; None when none."""
+        if resource.key in current.names_policy_key:
+            refused = _policy_key_refusal(resource, self._services.records.policy)
+            if refused is not None:
+                return refused
+        if isinstance(change, config_changes.InvalidAlteration):
+            return _invalid(change.message)
+        return None
 
     async def _decide(
         self,
@@ -388,16 +467,25 @@ async def _store_policy(services: Services, key: Key, value: str | None) -> Item
     return None
 
 
-def _policy_key_operation(resource: ac.ResourceAlteration) -> ItemError | None:
-    """INVALID_CONFIG for APPEND or SUBTRACT on record.validation.policy (a string)."""
+def _policy_key_refusal(
+    resource: ac.ResourceAlteration, policy: RecordValidationPolicy
+) -> ItemError | None:
+    """INVALID_CONFIG for APPEND or SUBTRACT on record.validation.policy (a string), or for a
+    value the gateway does not store (:mod:`._validation_policy`)."""
     for c in resource.configs:
-        if c.name == VALIDATION_POLICY_KEY and c.operation in (ac.APPEND, ac.SUBTRACT):
+        if c.name != VALIDATION_POLICY_KEY:
+            continue
+        if c.operation in (ac.APPEND, ac.SUBTRACT):
             op = "APPEND" if c.operation == ac.APPEND else "SUBTRACT"
             return ItemError(
                 error_code=int(INVALID_CONFIG),
                 error_message=f"Can't {op} to key {VALIDATION_POLICY_KEY} because its type is "
                 "not LIST.",
             )
+        if c.operation == ac.SET and c.value is not None:
+            refused = invalid_value(c.value, policy)
+            if refused is not None:
+                return refused
     return None
 
 

@@ -4,9 +4,24 @@ Items are topics. A topic named twice -> INVALID_REQUEST. Denied -> POLICY_VIOLA
 the policy's message. v0 and v1 are sent to the broker as v2 and the answer translated back
 (Kafka 4 takes nothing older than v2).
 
+The policies judge what the broker will create, nothing else. So, before any policy, a topic
+is answered here (never forwarded) as Kafka's controller answers it (ReplicationControlManager):
+
+- a config with a null value: INVALID_CONFIG, "Null value not supported for topic configs: k";
+- a config key given twice: INVALID_REQUEST, "Error due to duplicate config keys" (Kafka's
+  words for it in AlterConfigs; Kafka's CreateTopics keeps the last value, Tansu stores both,
+  so which one a broker keeps is not known, and the gateway refuses the request);
+- a ``record.validation.policy`` the record validator could not apply, or too large to store:
+  INVALID_CONFIG naming the problem (:mod:`._validation_policy`);
+- assignments together with a count that is not -1: INVALID_REQUEST, "A manual partition
+  assignment was specified, but replication factor (numPartitions) was not set to -1.";
+- without assignments, a count of 0 or below -1: INVALID_REPLICATION_FACTOR or
+  INVALID_PARTITIONS.
+
 num_partitions or replication_factor -1 (the broker's default): the policies judge the value the
-broker will use, read from a broker's configs (KIP-464: the broker resolves -1 before its
-policy sees the request, and so does the gateway).
+broker will use (KIP-464: the broker resolves -1 before its policy sees the request), as
+``upstream.broker_defaults`` states it or else a broker reports it. When neither says, the
+gateway denies the topic with a message saying why: it never guesses a default.
 
 validate_only: the policies run and nothing is created. In front of a broker that ignores
 validate_only (``upstream.ignores_validate_only``) the gateway answers the dry run itself,
@@ -14,34 +29,46 @@ with TOPIC_ALREADY_EXISTS for topics that exist, instead of forwarding it.
 
 ``record.validation.policy`` is the gateway's own topic config: taken out of what the broker
 sees (a broker refuses config names it does not know) and written to the state store before
-the request is forwarded, so that no record reaches a new topic unvalidated. A topic whose
-policy cannot be stored is not created; a topic the broker does not create gets its previous
-policy (or none) back.
+the request is forwarded, so that no record reaches a new topic unvalidated. First, Metadata
+(on the client's link) must show that the topic does not exist: one that exists gets
+TOPIC_ALREADY_EXISTS here, and one Metadata does not describe (not authorized) gets Metadata's
+error, so no CreateTopics ever replaces an existing topic's policy, even for a moment. A topic
+whose policy cannot be stored is not created; a topic the broker does not create gets its
+previous policy (or none) back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
-from policies.api import ConfigResourceType, CreateTopicRequestMetadata
+from policies.api import CreateTopicRequestMetadata
+from policies.chain import Decision, Mode, Verdict
+from protocol import admin
 from protocol import create_topics as ct
-from protocol.errors import INVALID_REQUEST, TOPIC_ALREADY_EXISTS, ErrorCode
+from protocol.errors import (
+    INVALID_CONFIG,
+    INVALID_REQUEST,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode,
+)
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
+from protocol.topic_admin import error_name
 
+from ..cluster import broker_defaults
+from ..config import BrokerDefaults
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Close
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
+from ._validation_policy import invalid_value
 from .base import Handler, enforced
 
 API_KEY = ct.CREATE_TOPICS
 VERSIONS = ct.VERSIONS
-
-# Kafka's defaults for num.partitions and default.replication.factor, used when the broker
-# does not report its own (Tansu reports no broker configs).
-_KAFKA_DEFAULTS = {"num.partitions": 1, "default.replication.factor": 1}
 
 
 class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
@@ -71,23 +98,40 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         keys: Sequence[str],
     ) -> Mapping[str, Ruling]:
         wanted = set(keys)
-        specs = [spec for spec in request.topics if spec.name in wanted]
-        defaults: Mapping[str, int] = {}
-        if any(not s.assignments and -1 in (s.num_partitions, s.replication_factor) for s in specs):
-            defaults = await _broker_defaults(cluster)
+        policy = self._services.records.policy
         rulings: dict[str, Ruling] = {}
+        specs = []
+        for spec in request.topics:
+            if spec.name not in wanted:
+                continue
+            refused = refusal(spec, lambda value: invalid_value(value, policy))
+            if refused is None:
+                specs.append(spec)
+            else:
+                rulings[spec.name] = refused
+        defaults = BrokerDefaults()
+        if any(_uses_defaults(spec) for spec in specs):
+            defaults = await broker_defaults(cluster, self._services.upstream.broker_defaults)
         for spec in specs:
-            check = self._services.policies.chain.plan_create_topic(
-                _metadata(spec, defaults), principal=ctx.principal
-            )
             rulings[spec.name] = Judged(
-                decision=await self._services.policies.decide(check),
+                decision=await self._decide(ctx, spec, defaults),
                 resource_type="topic",
                 resource_name=spec.name,
                 action="create",
                 validate_only=request.validate_only,
             )
         return rulings
+
+    async def _decide(
+        self, ctx: RequestContext, spec: ct.TopicSpec, defaults: BrokerDefaults
+    ) -> Decision:
+        metadata = _metadata(spec, defaults)
+        if isinstance(metadata, str):
+            return _gateway_denial(metadata)
+        policies = self._services.policies
+        return await policies.decide(
+            policies.chain.plan_create_topic(metadata, principal=ctx.principal)
+        )
 
     async def settle(
         self,
@@ -102,30 +146,39 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             local: dict[str, ItemError] = {}
             for name in allowed:
                 found = existing.get(name)
-                local[name] = (
-                    ItemError(
-                        error_code=int(TOPIC_ALREADY_EXISTS),
-                        error_message=f"Topic '{name}' already exists.",
-                    )
-                    if found is not None and found.exists
-                    else OK
-                )
+                local[name] = _already_exists(name) if found is not None and found.exists else OK
             return Settlement(local=local, reencode_answer=translate)
         names_key = any(k == VALIDATION_POLICY_KEY for t in request.topics for k, _ in t.configs)
         kept = _validation_policies(request, allowed)
         if not kept or request.validate_only:
             return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
+        return await self._store_first(cluster, request, kept)
+
+    async def _store_first(
+        self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str]
+    ) -> Settlement[str]:
+        """Store the new topics' record.validation.policy before the broker creates them;
+        topics that exist (or may) are answered here and keep theirs."""
+        described = await cluster.describe_topics(list(kept))
+        local = {
+            name: refused
+            for name in kept
+            if (refused := _not_new(name, described.get(name))) is not None
+        }
+        new = {name: value for name, value in kept.items() if name not in local}
+        if not new:
+            return Settlement(local=local)
         services = self._services
-        previous = {name: services.validation_policy_of(name) for name in kept}
+        previous = {name: services.validation_policy_of(name) for name in new}
         try:
-            await services.store_validation_policies(dict(kept))
+            await services.store_validation_policies(dict(new))
         except StateStoreError as exc:
             refused = ItemError(
                 error_code=int(ErrorCode.unknown_server_error),
                 error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}, so the "
                 f"topic was not created: {exc}",
             )
-            return Settlement(local=dict.fromkeys(kept, refused), reencode_request=True)
+            return Settlement(local={**local, **dict.fromkeys(new, refused)}, reencode_request=True)
 
         async def restore_uncreated(response: bytes) -> Mapping[str, ItemError]:
             broker = ct.read_broker_response(request, response)
@@ -138,7 +191,9 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 await services.store_validation_policies(failed)
             return {}
 
-        return Settlement(reencode_request=True, reencode_answer=True, after=restore_uncreated)
+        return Settlement(
+            local=local, reencode_request=True, reencode_answer=True, after=restore_uncreated
+        )
 
     def for_broker(
         self, request: ct.CreateTopics, header: RequestHeader, allowed: Sequence[str]
@@ -161,6 +216,115 @@ def handler(services: Services) -> Handler:
     return enforced(services, CreateTopics(services))
 
 
+# --- what Kafka refuses before any policy ------------------------------------------------------
+
+
+def refusal(
+    spec: ct.TopicSpec, invalid_policy: Callable[[str], ItemError | None]
+) -> ItemError | None:
+    """The answer for a topic Kafka's controller refuses before its policy runs, in its order
+    (configs first, then the counts); None for a topic the policies may judge.
+    ``invalid_policy`` checks a record.validation.policy value."""
+    return _config_refusal(spec, invalid_policy) or _count_refusal(spec)
+
+
+def _config_refusal(
+    spec: ct.TopicSpec, invalid_policy: Callable[[str], ItemError | None]
+) -> ItemError | None:
+    nulls = [key for key, value in spec.configs if value is None]
+    if nulls:
+        return ItemError(
+            error_code=int(INVALID_CONFIG),
+            error_message=f"Null value not supported for topic configs: {','.join(nulls)}",
+        )
+    counts = Counter(key for key, _ in spec.configs)
+    if any(count > 1 for count in counts.values()):
+        return ItemError(
+            error_code=int(INVALID_REQUEST), error_message="Error due to duplicate config keys"
+        )
+    for key, value in spec.configs:
+        if key == VALIDATION_POLICY_KEY and value is not None:
+            return invalid_policy(value)
+    return None
+
+
+def _count_refusal(spec: ct.TopicSpec) -> ItemError | None:
+    if spec.assignments:
+        for count, words in (
+            (spec.replication_factor, "replication factor"),
+            (spec.num_partitions, "numPartitions"),
+        ):
+            if count != -1:
+                return ItemError(
+                    error_code=int(INVALID_REQUEST),
+                    error_message="A manual partition assignment was specified, but "
+                    f"{words} was not set to -1.",
+                )
+        return None
+    if spec.replication_factor < -1 or spec.replication_factor == 0:
+        return ItemError(
+            error_code=int(ErrorCode.invalid_replication_factor),
+            error_message="Replication factor must be larger than 0, or -1 to use the default "
+            "value.",
+        )
+    if spec.num_partitions < -1 or spec.num_partitions == 0:
+        return ItemError(
+            error_code=int(ErrorCode.invalid_partitions),
+            error_message="Number of partitions was set to an invalid non-positive value.",
+        )
+    return None
+
+
+# --- what the policies judge ---------------------------------------------------------------
+
+
+def _uses_defaults(spec: ct.TopicSpec) -> bool:
+    return not spec.assignments and -1 in (spec.num_partitions, spec.replication_factor)
+
+
+def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicRequestMetadata | str:
+    """What the policies are asked about the topic, or why the gateway cannot say (a default
+    it does not know)."""
+    configs = {k: v for k, v in spec.configs if v is not None}
+    if spec.assignments:
+        return CreateTopicRequestMetadata(
+            topic=spec.name,
+            num_partitions=None,
+            replication_factor=None,
+            replicas_assignments=dict(spec.assignments),
+            configs=configs,
+        )
+    partitions = spec.num_partitions
+    if partitions == -1:
+        partitions = defaults.num_partitions or 0
+    replication = spec.replication_factor
+    if replication == -1:
+        replication = defaults.default_replication_factor or 0
+    if not partitions or not replication:
+        unknown = "num.partitions" if not partitions else "default.replication.factor"
+        return (
+            f"Topic '{spec.name}' leaves {unknown} to the broker's default (-1), which the "
+            "gateway cannot read, so its policies cannot judge the topic; give the count, or "
+            f"state the broker's default in the gateway's upstream.broker_defaults.{unknown}"
+        )
+    return CreateTopicRequestMetadata(
+        topic=spec.name,
+        num_partitions=partitions,
+        replication_factor=replication,
+        replicas_assignments=None,
+        configs=configs,
+    )
+
+
+def _gateway_denial(message: str) -> Decision:
+    """Fail closed: the gateway's own denial, audited as a policy's."""
+    verdict = Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message)
+    return Decision(allowed=False, verdicts=(verdict,))
+
+
+# --- record.validation.policy, stored before the topic is created --------------------------
+
+
 def _validation_policies(request: ct.CreateTopics, allowed: Sequence[str]) -> dict[str, str]:
     """Allowed topic -> the record.validation.policy its request sets."""
     wanted = set(allowed)
@@ -173,43 +337,21 @@ def _validation_policies(request: ct.CreateTopics, allowed: Sequence[str]) -> di
     }
 
 
-def _metadata(spec: ct.TopicSpec, defaults: Mapping[str, int]) -> CreateTopicRequestMetadata:
-    configs = {k: v for k, v in spec.configs if v is not None}
-    if spec.assignments:
-        return CreateTopicRequestMetadata(
-            topic=spec.name,
-            num_partitions=None,
-            replication_factor=None,
-            replicas_assignments=dict(spec.assignments),
-            configs=configs,
-        )
-    partitions = spec.num_partitions
-    if partitions == -1:
-        partitions = defaults.get("num.partitions", _KAFKA_DEFAULTS["num.partitions"])
-    replication = spec.replication_factor
-    if replication == -1:
-        replication = defaults.get(
-            "default.replication.factor", _KAFKA_DEFAULTS["default.replication.factor"]
-        )
-    return CreateTopicRequestMetadata(
-        topic=spec.name,
-        num_partitions=partitions,
-        replication_factor=replication,
-        replicas_assignments=None,
-        configs=configs,
+def _already_exists(name: str) -> ItemError:
+    return ItemError(
+        error_code=int(TOPIC_ALREADY_EXISTS), error_message=f"Topic '{name}' already exists."
     )
 
 
-async def _broker_defaults(cluster: ClusterView) -> dict[str, int]:
-    """num.partitions and default.replication.factor as a broker of the cluster has them."""
-    brokers = await cluster.broker_ids()
-    if not brokers:
-        return {}
-    broker = (int(ConfigResourceType.BROKER), str(brokers[0]))
-    configs = await cluster.describe_configs([broker])
-    found: dict[str, int] = {}
-    for resource in configs.values():
-        for key, value in resource.effective().items():
-            if key in _KAFKA_DEFAULTS and value.lstrip("-").isdigit():
-                found[key] = int(value)
-    return found
+def _not_new(name: str, found: admin.TopicDescription | None) -> ItemError | None:
+    """None when Metadata shows that ``name`` does not exist; else the topic's answer."""
+    if found is not None and found.error_code == int(UNKNOWN_TOPIC_OR_PARTITION):
+        return None
+    if found is not None and found.exists:
+        return _already_exists(name)
+    what = "did not describe it" if found is None else f"answered {error_name(found.error_code)}"
+    return ItemError(
+        error_code=int(ErrorCode.unknown_server_error) if found is None else found.error_code,
+        error_message=f"The gateway stores {VALIDATION_POLICY_KEY} before creating topic "
+        f"'{name}' and must first see that it does not exist; Metadata {what}.",
+    )
