@@ -10,13 +10,17 @@ Validation reads no more than the policy's hints ask for (per topic when the pol
 ``hints_for``) and fails closed: a policy that raises anything but InvalidRecord rejects.
 The built-in policies do bounded work and run on the event loop; a plug-in (or any policy
 once a schema registry is configured) runs on a worker thread, and a request whose
-validation there outlasts ``policy.timeout.ms`` rejects. Where the policy says a topic's
-rules are header keys alone (``required_headers_for``, see
-:class:`policies.records.RequiredHeadersOnly`), the gateway looks for the keys in the
-batches itself and calls ``validate`` only for the records that lack one: same answers,
-without a RecordProxy per record. Likewise where they are value rules alone
-(``value_check_for``, :class:`policies.records.ValueRulesOnly`): the gateway reads each
-value whole and hands it to the policy's check.
+validation there outlasts ``policy.timeout.ms`` rejects.
+
+Every topic's records go through one loop over one reader
+(:func:`protocol.records.read_records`), told once per ``record.validation.policy`` value
+what to read and what to call. Where the policy says a topic's rules are header keys alone
+(``required_headers_for``, see :class:`policies.records.RequiredHeadersOnly`), the reader
+looks for the keys itself and hands over only the records that lack one, for ``validate``:
+same answers, without a RecordProxy per record. Where they are value rules alone
+(``value_check_for``, :class:`policies.records.ValueRulesOnly`), it reads each value whole,
+for the policy's check of one value. Otherwise each record, read as the hints ask, goes to
+``validate``.
 """
 
 from __future__ import annotations
@@ -37,14 +41,7 @@ from policies.api import (
 )
 from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.records import (
-    BatchView,
-    CorruptBatch,
-    check_headers,
-    read_batches,
-    read_record_fields,
-    read_values,
-)
+from protocol.records import BatchRecords, CorruptBatch, RecordReading, read_batches, read_records
 from protocol.results import ItemError
 
 from .config import ConfigError
@@ -106,9 +103,19 @@ def _outcome(
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Plan:
+    """How the records of one ``record.validation.policy`` value are checked."""
+
+    reading: RecordReading
+    """What the reader takes of each record, and of which records."""
+    value_check: ValueCheck | None
+    """Called with the value of each record read; None: ``validate``, with the record."""
+
+
 class RecordValidator:
     """The configured RecordValidationPolicy and what it needs per topic: its hints, and
-    whether header keys are all it checks (then the gateway looks for them itself)."""
+    whether header keys or values are all it checks (then the reader takes less)."""
 
     def __init__(self, policy: RecordValidationPolicy, *, dry_run: bool) -> None:
         self.policy = policy
@@ -119,6 +126,7 @@ class RecordValidator:
         self._headers_only = isinstance(policy, RequiredHeadersOnly)
         self._values_only = isinstance(policy, ValueRulesOnly)
         self._value_checks: dict[str, ValueCheck | None] = {}
+        self._plans: dict[str, _Plan] = {}
         # The built-in policies do bounded work per record and never block: they run on the
         # event loop. A plug-in runs on a worker thread, where a hang can be timed out.
         self.inline = type(policy).__module__.split(".")[0] == "policies"
@@ -159,51 +167,25 @@ class RecordValidator:
             return PartitionOutcome(
                 topic=topic, partition=partition, error=None, records=0, bytes=0, batches=0
             )
-        hints = self.hints(validation_policy)
-        required_headers = self.required_headers(validation_policy)
+        plan = self._plan(validation_policy)
         metadata = TopicMetadata(
             topic=topic, partition=partition, validation_policy=validation_policy
         )
         record_errors: list[tuple[int, str | None]] = []
-        count = size = 0
+        count = size = 0  # of the batches read to their end
+        read: BatchRecords | None = None
         try:
             batches = read_batches(records)
-            if required_headers is not None and hints.access_headers:
-                checked = self._check_headers(metadata, batches, hints, required_headers)
-                if checked is not None:
-                    record_errors, size = checked
-                    count = sum(batch.record_count for batch in batches)
-                    return _outcome(metadata, record_errors, count, size, len(batches))
-            value_check = self.value_check(validation_policy)
-            if value_check is not None:
-                checked = self._check_values(batches, value_check)
-                if checked is not None:
-                    record_errors, size = checked
-                    count = sum(batch.record_count for batch in batches)
-                    return _outcome(metadata, record_errors, count, size, len(batches))
-            validate = self.policy.validate
-            base = 0
             for batch in batches:
-                for index, key, value, headers, _, _, size_in_bytes in read_record_fields(
-                    batch,
-                    headers=hints.access_headers,
-                    key_bytes=hints.access_key_bytes,
-                    value_bytes=hints.access_value_bytes,
-                ):
-                    count += 1
-                    size += size_in_bytes
-                    try:
-                        validate(metadata, RecordProxy(headers=headers, key=key, value=value))
-                    except InvalidRecord as exc:
-                        record_errors.append((base + index, exc.message))
-                    except Exception as exc:  # fail closed, naming the policy
-                        record_errors.append((base + index, self._failed(exc)))
-                base += batch.record_count
+                read = read_records(batch, plan.reading)
+                self._check(metadata, read, plan.value_check, count, record_errors)
+                count += read.records_read
+                size += read.size_in_bytes
         except CorruptBatch as exc:
             return PartitionOutcome(
                 topic=topic,
                 partition=partition,
-                records=count,
+                records=count + (0 if read is None else read.records_read),
                 bytes=len(records),
                 batches=0,
                 error=ItemError(
@@ -213,69 +195,58 @@ class RecordValidator:
             )
         return _outcome(metadata, record_errors, count, size, len(batches))
 
-    def _check_headers(
+    def _check(
         self,
         metadata: TopicMetadata,
-        batches: Sequence[BatchView],
-        hints: RecordIntrospectionHints,
-        keys: tuple[str, ...],
-    ) -> tuple[list[tuple[int, str | None]], int] | None:
-        """(record_errors, bytes) for a topic whose policy checks header keys alone: the keys
-        are looked for here, and the policy sees only the records that lack one. None for a
-        corrupt batch: the record-by-record loop then says what is wrong, and after how many
-        records."""
-        record_errors: list[tuple[int, str | None]] = []
-        size = base = 0
-        try:
-            for batch in batches:
-                checked = check_headers(batch, keys)
-                size += checked.size_in_bytes
-                if checked.missing:
-                    lacking = frozenset(checked.missing)
-                    for index, key, value, headers, *_ in read_record_fields(
-                        batch,
-                        headers=True,
-                        key_bytes=hints.access_key_bytes,
-                        value_bytes=hints.access_value_bytes,
-                    ):
-                        if index not in lacking:
-                            continue
-                        try:
-                            self.policy.validate(
-                                metadata, RecordProxy(headers=headers, key=key, value=value)
-                            )
-                        except InvalidRecord as exc:
-                            record_errors.append((base + index, exc.message))
-                        except Exception as exc:  # fail closed, naming the policy
-                            record_errors.append((base + index, self._failed(exc)))
-                base += batch.record_count
-        except CorruptBatch:
-            return None
-        return record_errors, size
+        records: BatchRecords,
+        value_check: ValueCheck | None,
+        base: int,
+        record_errors: list[tuple[int, str | None]],
+    ) -> None:
+        """The validation loop: each record the reader hands over goes to the plan's check; a
+        rejection is noted at its batch_index in the partition, base + its index in the
+        batch.
 
-    def _check_values(
-        self, batches: Sequence[BatchView], check: ValueCheck
-    ) -> tuple[list[tuple[int, str | None]], int] | None:
-        """(record_errors, bytes) for a topic whose policy reads values alone. None for a
-        corrupt batch: the record-by-record loop then says what is wrong, and after how many
-        records."""
-        record_errors: list[tuple[int, str | None]] = []
-        size = base = 0
-        try:
-            for batch in batches:
-                read = read_values(batch)
-                size += read.size_in_bytes
-                for index, value in enumerate(read.values, base):
-                    try:
-                        check(value)
-                    except InvalidRecord as exc:
-                        record_errors.append((index, exc.message))
-                    except Exception as exc:  # fail closed, naming the policy
-                        record_errors.append((index, self._failed(exc)))
-                base += batch.record_count
-        except CorruptBatch:
-            return None
-        return record_errors, size
+        :raises CorruptBatch: from the reader, for a batch it cannot read.
+        """
+        validate = self.policy.validate
+        for index, key, value, headers, _, _, _ in records:
+            try:
+                if value_check is None:
+                    validate(metadata, RecordProxy(headers=headers, key=key, value=value))
+                else:
+                    value_check(value)
+            except InvalidRecord as exc:
+                record_errors.append((base + index, exc.message))
+            except Exception as exc:  # noqa: BLE001 - a policy that raises denies (fail closed)
+                record_errors.append((base + index, self._failed(exc)))
+
+    def _plan(self, validation_policy: str) -> _Plan:
+        plan = self._plans.get(validation_policy)
+        if plan is None:
+            plan = self._plans[validation_policy] = self._make_plan(validation_policy)
+        return plan
+
+    def _make_plan(self, validation_policy: str) -> _Plan:
+        hints = self.hints(validation_policy)
+        required_headers = self.required_headers(validation_policy)
+        if required_headers is not None and hints.access_headers:
+            reading = RecordReading(
+                headers=True,
+                key_bytes=hints.access_key_bytes,
+                value_bytes=hints.access_value_bytes,
+                lacking=required_headers,
+            )
+            return _Plan(reading=reading, value_check=None)
+        value_check = self.value_check(validation_policy)
+        if value_check is not None:
+            return _Plan(reading=RecordReading(value_bytes=-1), value_check=value_check)
+        reading = RecordReading(
+            headers=hints.access_headers,
+            key_bytes=hints.access_key_bytes,
+            value_bytes=hints.access_value_bytes,
+        )
+        return _Plan(reading=reading, value_check=None)
 
     def _failed(self, exc: Exception) -> str:
         return f"{self.name} failed: {type(exc).__name__}: {exc}"
@@ -311,7 +282,7 @@ def load_record_validator(
             raise TypeError(f"{class_name} is not a policies.api.RecordValidationPolicy")
         policy = cls()
         policy.configure(flat)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever a plug-in raises stops start-up, named
         raise ConfigError(
             f"{source}: policies.{_CLASS_KEY}: {class_name}: {type(exc).__name__}: {exc}"
         ) from None

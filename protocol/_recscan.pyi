@@ -1,15 +1,19 @@
-# protocol/_recscan.c: the fast record scanners of protocol/records.py.
+# protocol/_recscan.c: the fast path of protocol/records.py's read_records.
 
-def header_window(
-    wanted: tuple[bytes, ...],
-    missing: list[int],
+from typing import TypeAlias
+
+_Headers: TypeAlias = tuple[tuple[str, bytes | None], ...]
+_Fields: TypeAlias = tuple[int, bytes | None, bytes | None, _Headers, int, int, int]
+
+def record_window(
+    wanted: tuple[bytes, ...] | None,
+    headers: bool,
+    key_bytes: int,
+    value_bytes: int,
     buffer: bytes,
     position: int,
     first: int,
     count: int,
     stop: int,
     /,
-) -> tuple[int, int, int] | None: ...
-def values_window(
-    values: list[bytes | None], buffer: bytes, position: int, first: int, count: int, stop: int, /
-) -> tuple[int, int, int] | None: ...
+) -> tuple[int, int, int, list[_Fields]] | None: ...

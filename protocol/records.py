@@ -7,45 +7,50 @@ Contracts, stated once:
   that covers its header, a matching CRC-32C, a known compression codec and a
   non-negative record_count. It copies nothing: each `BatchView.payload` is a
   memoryview into the caller's buffer, so the buffer must outlive the views.
-- `read_records` is lazy. Nothing is decompressed before the first record is asked
-  for, and a caller that stops early pays only for what it read (`read_record_fields`
-  is the same reader, yielding plain tuples for hot loops):
+- `read_records` is the one record reader. A `RecordReading` says what it takes of each
+  record (the headers or not, how many leading bytes of key and value) and of which
+  records: every one, or only those that lack one of some header keys, the others read,
+  checked and counted but never made into an object. It is lazy: nothing is decompressed
+  before the first record is asked for, and a caller that stops early pays only for what
+  it read:
 
   ========================  ===================================================
   codec                     what one step decompresses
   ========================  ===================================================
   none                      nothing; records are parsed in place (no copy)
-  gzip, lz4 (frame), zstd   about 64 KiB of output (more if one record is larger)
+  gzip, lz4 (frame), zstd   about 64 KiB of output, 256 KiB on the fast path (more
+                            if one record is larger)
   snappy, xerial framing    one xerial block (the Java client writes 32 KiB)
   snappy, raw block         the whole records section: the format cannot stream
   ========================  ===================================================
 
   The checks that need the whole records section (exactly record_count records, no
   bytes after the last one, the compressed stream complete and intact) run only when
-  the iterator is exhausted. A caller that stops early has not validated the batch.
+  the iteration ends. A caller that stops early has not validated the batch.
 - Reading a compressed batch stops with `CorruptBatch` as soon as its records pass
   `max_decompressed_bytes` (zstd may hold up to 2 MiB more for a moment; see
   `_ZstdInflater`). A raw snappy block is refused before it is decompressed.
-- `check_headers` ("which records lack one of these header keys") and `read_values`
-  (every record's value) answer for a whole batch what reading it with `read_records` to
-  the end would, `CorruptBatch` with the same text included, without a RecordView per
-  record (read_values builds the values alone). Their fast path is C
-  (protocol/_recscan.c, up to 64 header keys that are plain UTF-8): it reads a compressed
-  batch in windows of 256 KiB of decompressed bytes (more if one record is larger), an
-  uncompressed one in place when read_batches was given `bytes`, and leaves any record out
-  of the ordinary to the full reader. Without that module (not built, or
-  KPG_RECORD_SCANNER=python) the full reader answers alone: the same answers, the header
-  check about 200 times slower (2.3 against 0.011 us per 512-byte record, one batch of 1,900,
-  in process).
+- The fast path is C (protocol/_recscan.c): it reads records a window at a time (256 KiB
+  decompressed, or 1 MiB in place when read_batches was given `bytes`) and makes an
+  object only of the records the reading takes. The full reader (`_read_fully`) is the
+  reference: the C scanner reads a record exactly as it does, or leaves the batch to it
+  from the first record not yet handed out, on a record out of the ordinary, a failing
+  stream, or header keys it cannot match (more than 64, or not plain UTF-8). Whatever is
+  wrong with a batch is so said in the full reader's words, after as many records.
+  Without that module (not built, or KPG_RECORD_SCANNER=python) the full reader answers
+  alone: the same answers, the search for missing header keys about 200 times slower
+  (2.3 against 0.011 us per 512-byte record, one batch of 1,900, in process).
 - Every problem in the data raises `CorruptBatch`, whose text says what is wrong.
 """
 
 import enum
+import functools
 import os
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 from types import ModuleType
 from typing import Final, TypeAlias
 
@@ -67,19 +72,15 @@ from kio.serial.readers import (
 
 __all__ = (
     "MAX_DECOMPRESSED_BYTES",
+    "BatchRecords",
     "BatchView",
     "CompressionType",
     "CorruptBatch",
-    "HeaderCheck",
-    "RecordValues",
     "RecordFields",
     "RecordHeaders",
-    "RecordView",
-    "check_headers",
+    "RecordReading",
     "read_batches",
-    "read_record_fields",
     "read_records",
-    "read_values",
     "record_scanner",
 )
 
@@ -176,58 +177,75 @@ class BatchView:
     """The records section as sent (compressed or not), a view into the caller's buffer."""
     payload_start: int | None = None
     """Where payload starts in ``payload.obj``, when read_batches was given ``bytes``: the
-    fast readers then scan those bytes in place instead of copying the payload out."""
+    fast path then scans those bytes in place instead of copying the payload out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordReading:
+    """What `read_records` takes of each record, and of which records.
+
+    :raises ValueError: key_bytes or value_bytes below -1; lacking without headers.
+    """
+
+    headers: bool = False
+    """Read every header. Without, a record's headers are counted but not read, so a
+    malformed header goes unnoticed."""
+    key_bytes: int = 0
+    """-1 for the whole key, N for its first N bytes; 0 gives b"" for a non-null key (and
+    None for a null one), so nullness and the full size are always known."""
+    value_bytes: int = 0
+    """As key_bytes, for the value."""
+    lacking: tuple[str, ...] | None = None
+    """None: every record. Header keys: only the records that lack a header with one of
+    them (matched exactly, case-sensitive, as the keys decode; whatever the header's
+    value, null included). Needs headers."""
+
+    def __post_init__(self) -> None:
+        if self.key_bytes < -1 or self.value_bytes < -1:
+            raise ValueError(
+                f"key_bytes and value_bytes must be >= -1: {self.key_bytes}, {self.value_bytes}"
+            )
+        if self.lacking is not None and not self.headers:
+            raise ValueError("reading the records that lack a header key needs headers=True")
 
 
 RecordHeaders: TypeAlias = tuple[tuple[str, bytes | None], ...]
-"""A record's headers: (key, value) pairs in order, a null value as None."""
+"""A record's headers: (key, value) pairs in order, a null value as None. Keys decode as
+UTF-8 the way Java does: invalid sequences become U+FFFD."""
 
 RecordFields: TypeAlias = tuple[int, bytes | None, bytes | None, RecordHeaders, int, int, int]
-"""A RecordView's fields in its order, as a plain tuple: (index, key, value, headers,
-key_size, value_size, size_in_bytes). Building a frozen dataclass costs more than reading
-the record it describes, so loops over every record of a Produce take these."""
+"""One record as read_records gives it, a plain tuple (an object per record would cost
+more than reading it): (index, key, value, headers, key_size, value_size, size_in_bytes).
+index is the position in the batch, 0-based (Kafka's batch_index in record_errors); key
+and value are cut as the RecordReading asks, None when null; headers are () unless read;
+key_size and value_size are the full sizes on the wire, -1 for null; size_in_bytes is the
+record's encoded size, its length varint included (Kafka's sizeInBytes)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordView:
-    """One record, with key and value cut to the prefixes asked for."""
+class BatchRecords:
+    """The records of one batch that a RecordReading takes, in batch order: an iterator of
+    RecordFields (see read_records).
 
-    index: int
-    """Position in the batch, 0-based: Kafka's batch_index in record_errors."""
-    key: bytes | None
-    """None for a null key; otherwise the first key_bytes bytes (b"" if 0 were asked)."""
-    value: bytes | None
-    """As key, with value_bytes."""
-    headers: RecordHeaders
-    """Empty if headers were not asked for. Keys decode as UTF-8 the way Java does:
-    invalid sequences become U+FFFD."""
-    key_size: int
-    """The key's full size on the wire, -1 for null."""
-    value_size: int
-    """The value's full size on the wire, -1 for null."""
-    size_in_bytes: int
-    """The record's encoded size, its length varint included (Kafka's sizeInBytes)."""
+    ``records_read``: how many records have been read whole so far, taken or not; after a
+    CorruptBatch, how many the full reader read before it. ``size_in_bytes``: once the
+    iteration has ended, every record's size_in_bytes added up, which is the length of the
+    decompressed records section.
+    """
 
+    __slots__ = ("_records", "records_read", "size_in_bytes")
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HeaderCheck:
-    """What `check_headers` found in one batch."""
+    def __init__(self, batch: BatchView, reading: RecordReading, max_decompressed_bytes: int):
+        self.records_read = 0
+        self.size_in_bytes = 0
+        self._records: Iterator[RecordFields] = chain.from_iterable(
+            _windows(batch, reading, max_decompressed_bytes, self)
+        )
 
-    missing: tuple[int, ...]
-    """Positions in the batch (batch_index) of the records that lack at least one of the
-    header keys, ascending."""
-    size_in_bytes: int
-    """Every record's size_in_bytes added up: the decompressed records section's length."""
+    def __iter__(self) -> Iterator[RecordFields]:
+        return self._records
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordValues:
-    """What `read_values` found in one batch."""
-
-    values: list[bytes | None]
-    """Each record's value, in batch order (None for a null value)."""
-    size_in_bytes: int
-    """Every record's size_in_bytes added up: the decompressed records section's length."""
+    def __next__(self) -> RecordFields:
+        return next(self._records)
 
 
 def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
@@ -251,169 +269,31 @@ def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
 
 def read_records(
     batch: BatchView,
+    reading: RecordReading,
     *,
-    headers: bool,
-    key_bytes: int,
-    value_bytes: int,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-) -> Iterator[RecordView]:
-    """Iterate over a batch's records, decompressing only as far as needed.
-
-    key_bytes and value_bytes: -1 for all, N for the first N bytes; 0 gives b"" for a
-    non-null key or value (and None for a null one), so nullness and the full sizes
-    are always known. With headers=False, a record's headers are counted but not read,
-    so a malformed header goes unnoticed there.
+) -> BatchRecords:
+    """The records of a batch that ``reading`` takes, read as it asks, decompressing only as
+    far as needed.
 
     See the module docstring for what is lazy and which checks wait for the end.
 
-    :raises ValueError: key_bytes or value_bytes below -1, max_decompressed_bytes < 1
-        (at once, not on iteration).
+    :raises ValueError: max_decompressed_bytes < 1 (at once, not on iteration).
     :raises CorruptBatch: while iterating, for records that do not add up to the
         batch's record_count and records section, records whose fields overrun them,
         a compressed stream that is truncated or fails to decompress, or more than
         max_decompressed_bytes of decompressed records.
     """
-    fields = read_record_fields(
-        batch,
-        headers=headers,
-        key_bytes=key_bytes,
-        value_bytes=value_bytes,
-        max_decompressed_bytes=max_decompressed_bytes,
-    )
-    return (
-        RecordView(
-            index=index,
-            key=key,
-            value=value,
-            headers=record_headers,
-            key_size=key_size,
-            value_size=value_size,
-            size_in_bytes=size_in_bytes,
-        )
-        for index, key, value, record_headers, key_size, value_size, size_in_bytes in fields
-    )
-
-
-def read_record_fields(
-    batch: BatchView,
-    *,
-    headers: bool,
-    key_bytes: int,
-    value_bytes: int,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-) -> Iterator[RecordFields]:
-    """`read_records`, with each record as a `RecordFields` tuple instead of a RecordView.
-
-    :raises ValueError: as read_records, at once.
-    :raises CorruptBatch: as read_records, while iterating.
-    """
-    if key_bytes < -1 or value_bytes < -1:
-        raise ValueError(f"key_bytes and value_bytes must be >= -1: {key_bytes}, {value_bytes}")
     if max_decompressed_bytes < 1:
         raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
-    return _iter_records(
-        batch,
-        headers=headers,
-        key_bytes=key_bytes,
-        value_bytes=value_bytes,
-        max_decompressed_bytes=max_decompressed_bytes,
-    )
-
-
-def check_headers(
-    batch: BatchView,
-    keys: Collection[str],
-    *,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-) -> HeaderCheck:
-    """Find the records of a batch that lack a header with one of `keys`.
-
-    A key matches exactly (case-sensitive, as RecordView.headers decodes it), whatever the
-    header's value, null included. Every record is read, headers included, and no value is
-    built per record: this is read_records(headers=True) to the end, answering one question
-    at a fraction of the cost.
-
-    :raises ValueError: max_decompressed_bytes < 1.
-    :raises CorruptBatch: where read_records(batch, headers=True, ...) read to its end would,
-        with the same text.
-    """
-    if max_decompressed_bytes < 1:
-        raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
-    wanted = frozenset(keys)
-    raw = _raw_keys(wanted)
-    if _native is not None and raw is not None and len(raw) <= _NATIVE_MAX_KEYS:
-        missing: list[int] = []
-        window = partial(_native.header_window, tuple(raw), missing)
-        try:
-            size = _scan(batch, max_decompressed_bytes, window)
-            return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
-        except (_Irregular, CorruptBatch):
-            pass  # the full reader below says what is wrong, in its own words
-    missing = []
-    size = 0
-    for index, _, _, record_headers, _, _, size_in_bytes in _iter_records(
-        batch,
-        headers=True,
-        key_bytes=0,
-        value_bytes=0,
-        max_decompressed_bytes=max_decompressed_bytes,
-    ):
-        size += size_in_bytes
-        if not wanted.issubset([key for key, _ in record_headers]):
-            missing.append(index)
-    return HeaderCheck(missing=tuple(missing), size_in_bytes=size)
-
-
-def read_values(
-    batch: BatchView, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES
-) -> RecordValues:
-    """Every record's value, whole: read_records(headers=False, key_bytes=0, value_bytes=-1)
-    to the end, at a fraction of the cost (no object per record but its value).
-
-    :raises ValueError: max_decompressed_bytes < 1.
-    :raises CorruptBatch: where that read_records call read to its end would, with the
-        same text.
-    """
-    if max_decompressed_bytes < 1:
-        raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
-    values: list[bytes | None] = []
-    if _native is not None:
-        try:
-            size = _scan(batch, max_decompressed_bytes, partial(_native.values_window, values))
-            return RecordValues(values=values, size_in_bytes=size)
-        except (_Irregular, CorruptBatch):
-            pass  # the full reader below says what is wrong, in its own words
-        values = []
-    size = 0
-    for _, _, value, _, _, _, size_in_bytes in _iter_records(
-        batch,
-        headers=False,
-        key_bytes=0,
-        value_bytes=-1,
-        max_decompressed_bytes=max_decompressed_bytes,
-    ):
-        values.append(value)
-        size += size_in_bytes
-    return RecordValues(values=values, size_in_bytes=size)
+    return BatchRecords(batch, reading, max_decompressed_bytes)
 
 
 def record_scanner() -> str:
-    """How check_headers and read_values read records: "native" (protocol/_recscan.c, the
-    full reader only for what it leaves) or "python" (the full reader alone: the module was
-    not built, or KPG_RECORD_SCANNER=python asks for it)."""
+    """How read_records reads records: "native" (protocol/_recscan.c, the full reader only
+    for what it leaves) or "python" (the full reader alone: the module was not built, or
+    KPG_RECORD_SCANNER=python asks for it)."""
     return "python" if _native is None else "native"
-
-
-def _raw_keys(keys: frozenset[str]) -> frozenset[bytes] | None:
-    """The keys as a header carries them, when matching those bytes is matching the decoded
-    key: not for a key with U+FFFD, which a key that is not UTF-8 decodes to, nor for one
-    that UTF-8 cannot carry (a lone surrogate)."""
-    if any("\ufffd" in key for key in keys):
-        return None
-    try:
-        return frozenset(key.encode() for key in keys)
-    except UnicodeEncodeError:
-        return None
 
 
 def _read_batch(view: memoryview, start: int, *, in_place: bool = False) -> BatchView:
@@ -486,60 +366,208 @@ def _read_batch(view: memoryview, start: int, *, in_place: bool = False) -> Batc
     )
 
 
-def _iter_records(
-    batch: BatchView,
-    *,
-    headers: bool,
-    key_bytes: int,
-    value_bytes: int,
-    max_decompressed_bytes: int,
-) -> Iterator[RecordFields]:
-    source = _open_inflater(batch, max_decompressed_bytes)
-    # Uncompressed: the whole section, in place. Compressed: a window of decompressed
-    # bytes that starts at `position`'s record and is refilled from `source`.
-    buffer: bytes | memoryview = batch.payload if source is None else b""
-    view = memoryview(buffer)
-    position = 0
-    count = batch.record_count
-    for index in range(count):
-        available = len(buffer) - position
-        if source is not None and available < _MAX_VARINT_SIZE:
-            buffer, position = _refill(source, buffer, position, _MAX_VARINT_SIZE)
-            view = memoryview(buffer)
-            available = len(buffer)
-        if available == 0:
-            raise CorruptBatch(
-                f"batch declares record_count {count} but its records section ends "
-                f"after {index} records"
-            )
-        byte = buffer[position]
-        if byte < 0x80:
-            length = (byte >> 1) ^ -(byte & 1)
-            length_size = 1
-        else:
-            try:
-                length, length_size = read_signed_varint(buffer, position)
-            except BufferUnderflow as exc:
-                raise CorruptBatch(f"truncated: record {index}'s length is cut off") from exc
-            except ValueError as exc:
-                raise CorruptBatch(f"record {index}: its length cannot be read: {exc}") from exc
-        if length < 0:
-            raise CorruptBatch(f"record {index} has negative length {length}")
-        size_in_bytes = length_size + length
-        if source is not None and available < size_in_bytes:
-            buffer, position = _refill(source, buffer, position, size_in_bytes)
-            view = memoryview(buffer)
-            available = len(buffer)
-        if available < size_in_bytes:
-            raise CorruptBatch(
-                f"truncated: record {index} has length {length} but the records section "
-                f"has only {available - length_size} bytes left"
-            )
-        body = view[position + length_size : position + size_in_bytes]
-        yield _read_record(body, index, size_in_bytes, headers, key_bytes, value_bytes)
-        position += size_in_bytes
+# Reading the records of one batch: the C scanner's windows while it reads them, then the
+# full reader for the rest.
 
-    left_over = len(buffer) - position
+
+def _windows(
+    batch: BatchView, reading: RecordReading, limit: int, progress: BatchRecords
+) -> Iterator[Iterable[RecordFields]]:
+    """The records a reading takes, a window at a time: lists from protocol._recscan while
+    it reads the batch, then, if it leaves the batch, the full reader (a generator) from
+    the first record not yet handed out."""
+    wanted = None if reading.lacking is None else _native_keys(reading.lacking)
+    if _native is not None and (reading.lacking is None or wanted is not None):
+        window = partial(
+            _native.record_window, wanted, reading.headers, reading.key_bytes, reading.value_bytes
+        )
+        try:
+            yield from _scan(batch, limit, window, progress)
+            return
+        except (_Irregular, CorruptBatch):
+            pass  # the full reader below says what is wrong, in its own words
+    yield _read_fully(batch, reading, limit, progress, skip=progress.records_read)
+
+
+class _Irregular(Exception):
+    """The fast scan met something it leaves to the full reader to name."""
+
+
+_SCAN_WINDOW: Final = 256 * 1024
+"""Decompressed bytes per window of a compressed batch."""
+_IN_PLACE_WINDOW: Final = 1024 * 1024
+"""Bytes per window of an uncompressed batch: one window for a batch of librdkafka's default
+batch.size (1,000,000), and a bounded list of records taken for a bigger one."""
+_NATIVE_MAX_KEYS: Final = 64  # protocol._recscan tracks up to 64 wanted header keys
+
+_Window: TypeAlias = Callable[
+    [bytes, int, int, int, int], tuple[int, int, int, list[RecordFields]] | None
+]
+"""(buffer, position, first record, record count, stop) -> (position, index, bytes the
+record at position needs from there on, the records taken) after the records lying whole in
+buffer[:stop], or None for an irregular record: protocol._recscan's record_window, with
+what to read bound."""
+
+
+@functools.lru_cache(maxsize=256)
+def _native_keys(keys: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """The keys as a header carries them, when protocol._recscan can match them: when
+    matching those bytes is matching the decoded key (not for a key with U+FFFD, which a key
+    that is not UTF-8 decodes to, nor for one that UTF-8 cannot carry, a lone surrogate),
+    and there are at most 64."""
+    if any("\ufffd" in key for key in keys):
+        return None
+    try:
+        raw = tuple(dict.fromkeys(key.encode() for key in keys))
+    except UnicodeEncodeError:
+        return None
+    return raw if len(raw) <= _NATIVE_MAX_KEYS else None
+
+
+def _scan(
+    batch: BatchView, limit: int, window: _Window, progress: BatchRecords
+) -> Iterator[list[RecordFields]]:
+    """Run ``window`` over every record of a batch, yielding what it takes, a window at a
+    time; progress.records_read is where the next window starts. Raises _Irregular when a
+    record is irregular or the records and the section do not end together, CorruptBatch
+    from decompression."""
+    source = _open_inflater(batch, limit)
+    if source is None:
+        return _scan_in_place(batch, window, progress)
+    return _scan_stream(source, batch.record_count, window, progress)
+
+
+def _scan_in_place(
+    batch: BatchView, window: _Window, progress: BatchRecords
+) -> Iterator[list[RecordFields]]:
+    """_scan of an uncompressed batch: in the bytes read_batches was given, where they are."""
+    payload = batch.payload
+    start = batch.payload_start
+    whole = payload.obj
+    if start is None or not isinstance(whole, bytes):
+        whole, start = bytes(payload), 0
+    end = start + len(payload)
+    count = batch.record_count
+    position, index, needed = start, 0, 0
+    while index < count:
+        stop = min(end, position + max(needed, _IN_PLACE_WINDOW))
+        answer = window(whole, position, index, count, stop)
+        if answer is None:
+            raise _Irregular
+        position, index, needed, records = answer
+        progress.records_read = index
+        yield records
+        if index < count and stop == end:  # the section ends before the records do
+            raise _Irregular
+    if position != end:
+        raise _Irregular
+    progress.size_in_bytes = end - start
+
+
+def _scan_stream(
+    source: "_Inflater", count: int, window: _Window, progress: BatchRecords
+) -> Iterator[list[RecordFields]]:
+    """_scan of a compressed batch: in windows of decompressed bytes."""
+    buffer = b""
+    position = index = size = 0
+    needed = _MAX_VARINT_SIZE
+    while index < count:
+        kept = len(buffer) - position
+        buffer, position = _refill(source, buffer, position, max(needed, _SCAN_WINDOW))
+        if len(buffer) == kept:  # the stream ended before the records did
+            raise _Irregular
+        start = position
+        answer = window(buffer, position, index, count, len(buffer))
+        if answer is None:
+            raise _Irregular
+        position, index, needed, records = answer
+        size += position - start
+        progress.records_read = index
+        yield records
+    if position != len(buffer) or source.read(1):
+        raise _Irregular
+    progress.size_in_bytes = size
+
+
+# The full reader: the reference the C scanner is held to, and the reader of whatever it
+# leaves. It decodes a one-byte varint (zigzag: (b >> 1) ^ -(b & 1)) in line and leaves
+# longer ones to kio; every byte field (key, value, header key and value) goes through
+# _read_bytes, one place for what makes a field fit its record.
+
+
+def _read_fully(
+    batch: BatchView, reading: RecordReading, limit: int, progress: BatchRecords, *, skip: int
+) -> Iterator[RecordFields]:
+    """Every record of the batch read in Python, from the first, yielding those the reading
+    takes from index ``skip`` on (the C scanner handed out those before)."""
+    headers, key_bytes, value_bytes = reading.headers, reading.key_bytes, reading.value_bytes
+    lacking = None if reading.lacking is None else frozenset(reading.lacking)
+    read = size = 0
+    try:
+        source = _open_inflater(batch, limit)
+        # Uncompressed: the whole section, in place. Compressed: a window of decompressed
+        # bytes that starts at `position`'s record and is refilled from `source`.
+        buffer: bytes | memoryview = batch.payload if source is None else b""
+        view = memoryview(buffer)
+        position = 0
+        count = batch.record_count
+        for index in range(count):
+            available = len(buffer) - position
+            if source is not None and available < _MAX_VARINT_SIZE:
+                buffer, position = _refill(source, buffer, position, _MAX_VARINT_SIZE)
+                view = memoryview(buffer)
+                available = len(buffer)
+            if available == 0:
+                raise CorruptBatch(
+                    f"batch declares record_count {count} but its records section ends "
+                    f"after {index} records"
+                )
+            byte = buffer[position]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                length_size = 1
+            else:
+                length, length_size = _record_length(buffer, position, index)
+            if length < 0:
+                raise CorruptBatch(f"record {index} has negative length {length}")
+            size_in_bytes = length_size + length
+            if source is not None and available < size_in_bytes:
+                buffer, position = _refill(source, buffer, position, size_in_bytes)
+                view = memoryview(buffer)
+                available = len(buffer)
+            if available < size_in_bytes:
+                raise CorruptBatch(
+                    f"truncated: record {index} has length {length} but the records section "
+                    f"has only {available - length_size} bytes left"
+                )
+            body = view[position + length_size : position + size_in_bytes]
+            record = _read_record(body, index, size_in_bytes, headers, key_bytes, value_bytes)
+            position += size_in_bytes
+            size += size_in_bytes
+            read = index + 1
+            if index >= skip and (
+                lacking is None or not lacking.issubset([key for key, _ in record[3]])
+            ):
+                yield record
+        _check_section_end(source, len(buffer) - position, count)
+    finally:
+        progress.records_read = read
+    progress.size_in_bytes = size
+
+
+def _record_length(buffer: bytes | memoryview, position: int, index: int) -> tuple[int, int]:
+    """The length of the record at position, a varint longer than one byte: (length, size of
+    the varint)."""
+    try:
+        return read_signed_varint(buffer, position)
+    except BufferUnderflow as exc:
+        raise CorruptBatch(f"truncated: record {index}'s length is cut off") from exc
+    except ValueError as exc:
+        raise CorruptBatch(f"record {index}: its length cannot be read: {exc}") from exc
+
+
+def _check_section_end(source: "_Inflater | None", left_over: int, count: int) -> None:
+    """After the last record: nothing may be left of the records section."""
     if source is not None and left_over == 0:
         left_over = len(source.read(1))
     if left_over:
@@ -555,12 +583,6 @@ def _refill(
     kept = memoryview(buffer)[position:]
     more = source.read(max(needed - len(kept), _READ_AHEAD))
     return b"".join((kept, more)), 0
-
-
-# The full reader: the reference the C scanners are held to, and the loop behind plug-in
-# policies. It decodes a one-byte varint (zigzag: (b >> 1) ^ -(b & 1)) in line and leaves
-# longer ones to kio; every byte field (key, value, header key and value) goes through
-# _read_bytes, one place for what makes a field fit its record.
 
 
 def _read_record(
@@ -635,61 +657,6 @@ def _read_headers(body: memoryview, offset: int, count: int) -> tuple[RecordHead
         _, value, offset = _read_bytes(body, offset, -1, "header value")
         parsed.append((str(key, "utf-8", "replace"), value))
     return tuple(parsed), offset
-
-
-# The fast path of check_headers and read_values: protocol/_recscan.c reads the records a
-# window at a time (the whole section in place when uncompressed, else up to _SCAN_WINDOW of
-# decompressed bytes), and gives up on the first record out of the ordinary (_Irregular),
-# leaving the batch to _iter_records.
-
-
-class _Irregular(Exception):
-    """The fast scan met something it leaves to the full reader to name."""
-
-
-_SCAN_WINDOW: Final = 256 * 1024
-_NATIVE_MAX_KEYS: Final = 64  # protocol._recscan tracks up to 64 wanted header keys
-
-_Window: TypeAlias = Callable[[bytes, int, int, int, int], tuple[int, int, int] | None]
-"""(buffer, position, first record, record count, stop) -> (position, index, bytes the
-record at position needs from there on) after the records lying whole in buffer[:stop], or
-None for an irregular record: protocol._recscan's windows, their output list bound."""
-
-
-def _scan(batch: BatchView, limit: int, window: _Window) -> int:
-    """Run ``window`` over every record of a batch; returns the records' size in bytes.
-    Raises _Irregular when a record is irregular or the records and the section do not end
-    together, CorruptBatch from decompression."""
-    source = _open_inflater(batch, limit)
-    count = batch.record_count
-    if source is None:
-        payload = batch.payload
-        start = batch.payload_start
-        whole = payload.obj
-        if start is None or not isinstance(whole, bytes):
-            whole, start = bytes(payload), 0
-        stop = start + len(payload)
-        answer = window(whole, start, 0, count, stop)
-        if answer is None or answer[1] < count or answer[0] != stop:
-            raise _Irregular
-        return stop - start
-    buffer = b""
-    position = index = size = 0
-    needed = _MAX_VARINT_SIZE
-    while index < count:
-        kept = len(buffer) - position
-        buffer, position = _refill(source, buffer, position, max(needed, _SCAN_WINDOW))
-        if len(buffer) == kept:  # the stream ended before the records did
-            raise _Irregular
-        start = position
-        answer = window(buffer, position, index, count, len(buffer))
-        if answer is None:
-            raise _Irregular
-        position, index, needed = answer
-        size += position - start
-    if position != len(buffer) or source.read(1):
-        raise _Irregular
-    return size
 
 
 # Decompression. Each codec is wrapped as an _Inflater: read(n) returns up to n bytes,

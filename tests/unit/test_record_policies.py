@@ -32,6 +32,7 @@ from policies.records import (
     ValueRulesOnly,
     parse_record_validation_policy,
 )
+from protocol.records import BatchRecords, BatchView, RecordReading
 from tests.batches import CODECS, reframe
 from tests.batches import record as batch_record
 from tests.unit.test_records import batch_with
@@ -886,23 +887,38 @@ def test_the_shortcuts_are_taken(
     policy: BuiltinRecordValidationPolicy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The point of the shortcuts is what they skip: for header rules, records that carry
-    the keys are never read one by one nor handed to validate(); for value rules, no record
-    is. (Answers alike either way; only this test sees the shortcut lost.)"""
+    the keys are never read one by one (in Python), made into a RecordProxy nor handed to
+    validate(); for value rules, no record is. (Answers alike either way; only this test
+    sees the shortcut lost.)"""
     import gateway.record_validation as validation_module
+    import protocol.records as reader_module
 
+    readings: list[RecordReading] = []
     read_one_by_one: list[object] = []
+    proxies: list[RecordProxy] = []
     validated: list[int] = []
-    real_reader, real_validate = validation_module.read_record_fields, policy.validate
+    real_reader, real_full_reader = validation_module.read_records, reader_module._read_fully
+    real_proxy, real_validate = validation_module.RecordProxy, policy.validate
 
-    def reader(*args: object, **kwargs: object) -> object:
+    def reader(batch: BatchView, reading: RecordReading) -> BatchRecords:
+        readings.append(reading)
+        return real_reader(batch, reading)
+
+    def full_reader(*args: object, **kwargs: object) -> object:
         read_one_by_one.append(args)
-        return real_reader(*args, **kwargs)  # type: ignore[arg-type]
+        return real_full_reader(*args, **kwargs)  # type: ignore[arg-type]
+
+    def proxy(**fields: object) -> RecordProxy:
+        proxies.append(real_proxy(**fields))  # type: ignore[arg-type]
+        return proxies[-1]
 
     def validate(topic: TopicMetadata, record: RecordProxy) -> None:
         validated.append(1)
         real_validate(topic, record)
 
-    monkeypatch.setattr(validation_module, "read_record_fields", reader)
+    monkeypatch.setattr(validation_module, "read_records", reader)
+    monkeypatch.setattr(reader_module, "_read_fully", full_reader)
+    monkeypatch.setattr(validation_module, "RecordProxy", proxy)
     monkeypatch.setattr(policy, "validate", validate)
     validator = RecordValidator(policy, dry_run=False)
     with_header = tuple(batch_record(i, b"k", b"v", ((b"trace-id", b"1"),)) for i in range(5))
@@ -911,20 +927,23 @@ def test_the_shortcuts_are_taken(
         validator.validate_partition("t", 0, "trace-id", batch_with("none", with_header)).error
         is None
     )
-    assert (read_one_by_one, validated) == ([], [])
+    assert [reading.lacking for reading in readings] == [("trace-id",)]
+    assert (read_one_by_one, proxies, validated) == ([], [], [])
 
     lacking = tuple(
         batch_record(i, b"k", b"v", () if i == 2 else ((b"trace-id", b"1"),)) for i in range(5)
     )
     outcome = validator.validate_partition("t", 0, "trace-id", batch_with("none", lacking))
     assert outcome.error is not None and [i for i, _ in outcome.error.record_errors] == [2]
-    assert validated == [1]  # record 2 alone went to validate()
+    assert (len(proxies), validated) == (1, [1])  # record 2 alone went to validate()
 
-    read_one_by_one.clear()
+    readings.clear()
+    proxies.clear()
     validated.clear()
     outcome = validator.validate_partition("t", 0, "json", partition_of_values("none"))
     assert outcome.error is not None and outcome.error.record_errors
-    assert (read_one_by_one, validated) == ([], [])
+    assert readings == [RecordReading(value_bytes=-1)] * 2  # values alone, in both batches
+    assert (read_one_by_one, proxies, validated) == ([], [], [])
 
 
 @pytest.mark.parametrize(
@@ -938,7 +957,8 @@ def test_the_gateways_shortcuts_report_a_corrupt_batch_as_the_record_loop_does(
     sound = data("none")
     crc_broken = sound[:-1] + bytes([sound[-1] ^ 1])  # the second batch's CRC no longer matches
     too_few = reframe(batch_with("none"), record_count=6)
-    for broken in (crc_broken, data("zstd") + too_few):
+    # records examined: none when a CRC is bad; else those read before the corrupt one
+    for broken, examined in ((crc_broken, 0), (data("zstd") + too_few, 6 + 5)):
         outcome = RecordValidator(policy, dry_run=False).validate_partition(
             "orders", 0, value, broken
         )
@@ -947,6 +967,7 @@ def test_the_gateways_shortcuts_report_a_corrupt_batch_as_the_record_loop_does(
         )
         assert outcome == expected
         assert outcome.error is not None and outcome.error.error_code == 2
+        assert (outcome.records, outcome.bytes) == (examined, len(broken))
 
 
 # --- value rules alone: the gateway's other shortcut --------------------------------------------

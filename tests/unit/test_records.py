@@ -6,7 +6,10 @@ import random
 import struct
 import tracemalloc
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import NamedTuple
+from unittest import mock
 
 import lz4.frame
 import pytest
@@ -18,19 +21,18 @@ from protocol.records import (
     BatchView,
     CompressionType,
     CorruptBatch,
-    RecordView,
-    check_headers,
+    RecordFields,
+    RecordReading,
     read_batches,
     read_records,
-    read_values,
 )
 from tests import batches
 from tests.batches import CODECS, HEADER_SIZE, Compress, record, reframe
 
 pytestmark = pytest.mark.unit
 
-# The C scanners (protocol/_recscan.c): check_headers and read_values read with them here,
-# and are held to the full reader's answers; tests/unit/test_recscan.py checks they are built.
+# The C scanner (protocol/_recscan.c) is read_records' fast path: it reads here, and is held
+# to the full reader's answers; tests/unit/test_recscan.py checks it is built.
 NATIVE = records_module._native
 
 
@@ -45,6 +47,27 @@ FIVE_RECORDS = (
     record(4, b"key-4", b""),
 )
 
+EVERYTHING = RecordReading(headers=True, key_bytes=-1, value_bytes=-1)
+VALUES = RecordReading(value_bytes=-1)
+"""What the gateway reads for value rules alone."""
+
+
+def lacking_reading(keys: tuple[str, ...]) -> RecordReading:
+    """What the gateway reads for header rules alone: the records that lack a key."""
+    return RecordReading(headers=True, lacking=keys)
+
+
+class Read(NamedTuple):
+    """RecordFields by name, for the asserts."""
+
+    index: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    key_size: int
+    value_size: int
+    size_in_bytes: int
+
 
 def uncompressed_batch(records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
     return batches.uncompressed_batch(records)
@@ -56,9 +79,34 @@ def batch_with(codec: str, records: tuple[Record, ...] = FIVE_RECORDS) -> bytes:
 
 def read_all(
     buffer: bytes, *, headers: bool = True, key_bytes: int = -1, value_bytes: int = -1
-) -> list[RecordView]:
+) -> list[Read]:
     (batch,) = read_batches(buffer)
-    return list(read_records(batch, headers=headers, key_bytes=key_bytes, value_bytes=value_bytes))
+    reading = RecordReading(headers=headers, key_bytes=key_bytes, value_bytes=value_bytes)
+    return [Read(*fields) for fields in read_records(batch, reading)]
+
+
+@contextmanager
+def full_reader_alone() -> Iterator[None]:
+    """read_records without its C fast path, as when protocol._recscan is not built."""
+    with mock.patch.object(records_module, "_native", None):
+        yield
+
+
+Answer = tuple[list[RecordFields], int, int] | tuple[str, int]
+"""What read_records gives for a batch: (the records taken, size_in_bytes, records_read),
+or (the CorruptBatch text, records_read) when it refuses the batch."""
+
+
+def answer(buffer: bytes, reading: RecordReading, *, full: bool = False) -> Answer:
+    """read_records' answer for the batch, from the full reader alone when full."""
+    (batch,) = read_batches(buffer)
+    with full_reader_alone() if full else nullcontext():
+        records = read_records(batch, reading)
+        try:
+            taken = list(records)
+        except CorruptBatch as exc:
+            return str(exc), records.records_read
+    return taken, records.size_in_bytes, records.records_read
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -66,7 +114,8 @@ def test_every_codec_reads_back_keys_values_headers_and_indices(codec: str) -> N
     buffer = batch_with(codec)
 
     (batch,) = read_batches(buffer)
-    records = list(read_records(batch, headers=True, key_bytes=-1, value_bytes=-1))
+    read = read_records(batch, EVERYTHING)
+    records = [Read(*fields) for fields in read]
 
     assert (batch.compression, batch.record_count, batch.producer_id) == (
         CODECS[codec][0],
@@ -88,15 +137,14 @@ def test_every_codec_reads_back_keys_values_headers_and_indices(codec: str) -> N
         (5, 0),
     ]
     assert sum(r.size_in_bytes for r in records) == len(uncompressed_batch()) - HEADER_SIZE
+    assert (read.size_in_bytes, read.records_read) == (len(uncompressed_batch()) - HEADER_SIZE, 5)
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_the_third_of_five_records_is_index_2(codec: str) -> None:
     (batch,) = read_batches(batch_with(codec))
 
-    third = next(
-        itertools.islice(read_records(batch, headers=True, key_bytes=-1, value_bytes=-1), 2, None)
-    )
+    third = Read(*next(itertools.islice(read_records(batch, EVERYTHING), 2, None)))
 
     assert (third.index, third.key, third.value) == (2, b"key-2", b"value-2")
 
@@ -138,9 +186,9 @@ def test_several_batches_in_one_buffer_are_split() -> None:
     batches = read_batches(buffer)
 
     assert [(b.compression, b.record_count) for b in batches] == [(CompressionType.GZIP, 5), (0, 1)]
-    assert [
-        r.key for r in read_records(batches[1], headers=False, key_bytes=-1, value_bytes=-1)
-    ] == [b"later"]
+    assert [key for _, key, *_ in read_records(batches[1], RecordReading(key_bytes=-1))] == [
+        b"later"
+    ]
 
 
 @pytest.mark.parametrize("position", [30, HEADER_SIZE + 4, -1], ids=["header", "records", "last"])
@@ -247,16 +295,8 @@ def test_decompression_is_capped(codec: str) -> None:
     (batch,) = read_batches(buffer)
 
     with pytest.raises(CorruptBatch, match="more than max_decompressed_bytes"):
-        list(
-            read_records(
-                batch,
-                headers=False,
-                key_bytes=0,
-                value_bytes=0,
-                max_decompressed_bytes=256 * 1024,
-            )
-        )
-    (whole,) = read_records(batch, headers=False, key_bytes=0, value_bytes=0)
+        list(read_records(batch, RecordReading(), max_decompressed_bytes=256 * 1024))
+    (whole,) = map(Read._make, read_records(batch, RecordReading()))
     assert whole.value_size == 1024 * 1024
 
 
@@ -271,9 +311,9 @@ def test_streaming_codecs_read_the_first_records_of_a_damaged_stream(codec: str)
     plain = uncompressed_batch(many_records())
     damaged = compress(plain[HEADER_SIZE:])[:-5000]
     (batch,) = read_batches(reframe(plain, records_section=damaged, attributes=int(compression)))
-    records = read_records(batch, headers=False, key_bytes=-1, value_bytes=-1)
+    records = read_records(batch, RecordReading(key_bytes=-1, value_bytes=-1))
 
-    assert next(records).key == b"key-0"
+    assert Read(*next(records)).key == b"key-0"
     with pytest.raises(CorruptBatch, match="truncated"):
         list(records)
 
@@ -326,7 +366,11 @@ def test_bad_prefix_lengths_are_refused_before_iterating() -> None:
     (batch,) = read_batches(batch_with("none"))
 
     with pytest.raises(ValueError, match="key_bytes"):
-        read_records(batch, headers=False, key_bytes=-2, value_bytes=0)
+        read_records(batch, RecordReading(key_bytes=-2))
+    with pytest.raises(ValueError, match="max_decompressed_bytes"):
+        read_records(batch, RecordReading(), max_decompressed_bytes=0)
+    with pytest.raises(ValueError, match="needs headers"):
+        read_records(batch, RecordReading(lacking=("trace-id",)))
 
 
 def assert_zstd_bomb_stopped_near_the_cap(scan: Callable[[BatchView, int], object]) -> None:
@@ -353,13 +397,12 @@ def assert_zstd_bomb_stopped_near_the_cap(scan: Callable[[BatchView, int], objec
 
 def test_a_zstd_bomb_is_stopped_near_the_cap() -> None:
     """zstd cannot bound its output per call, so the reader bounds the input it feeds."""
-    assert_zstd_bomb_stopped_near_the_cap(
-        lambda batch, cap: list(
-            read_records(
-                batch, headers=False, key_bytes=0, value_bytes=0, max_decompressed_bytes=cap
+    with full_reader_alone():
+        assert_zstd_bomb_stopped_near_the_cap(
+            lambda batch, cap: list(
+                read_records(batch, RecordReading(), max_decompressed_bytes=cap)
             )
         )
-    )
 
 
 @pytest.mark.parametrize("compression", list(CompressionType), ids=lambda c: c.name.lower())
@@ -391,14 +434,64 @@ def test_batches_from_an_independent_writer_read_back(compression: CompressionTy
     assert (records[49].value_size, records[49].headers) == (3000, (("h", b"x"),))
 
 
-# --- check_headers: the same answer as reading every record, for less --------------------------
+# --- the fast path: the full reader's answers, for less ------------------------------------------
+
+
+READINGS = {
+    "values": VALUES,
+    "lacking-trace-id": lacking_reading(("trace-id",)),
+    "lacking-trace-id-h": lacking_reading(("trace-id", "h")),
+    "everything": EVERYTHING,
+    "prefixes": RecordReading(key_bytes=3, value_bytes=2),
+}
+"""Readings the C scanner is held to the full reader on."""
 
 
 def lacking(buffer: bytes, keys: tuple[str, ...]) -> tuple[tuple[int, ...], int]:
-    """What check_headers should find, from read_records: (missing, size_in_bytes)."""
-    records = read_all(buffer, headers=True, key_bytes=0, value_bytes=0)
+    """The records that lack one of the keys, found by reading every record with the full
+    reader: (their indexes, size_in_bytes)."""
+    with full_reader_alone():
+        records = read_all(buffer, headers=True, key_bytes=0, value_bytes=0)
     missing = tuple(r.index for r in records if not set(keys) <= {k for k, _ in r.headers})
     return missing, sum(r.size_in_bytes for r in records)
+
+
+def lacking_or_error(buffer: bytes, keys: tuple[str, ...]) -> tuple[object, int] | str:
+    try:
+        return lacking(buffer, keys)
+    except CorruptBatch as exc:
+        return str(exc)
+
+
+def taken_or_error(buffer: bytes, reading: RecordReading) -> tuple[object, int] | str:
+    """read_records' answer as (the indexes of the records taken, size_in_bytes) or the
+    CorruptBatch text."""
+    got = answer(buffer, reading)
+    if isinstance(got[0], str):
+        return got[0]
+    records, size, _ = got
+    assert isinstance(records, list) and isinstance(size, int)
+    return tuple(index for index, *_ in records), size
+
+
+def values_and_size(buffer: bytes) -> tuple[list[bytes | None], int] | str:
+    """Every record's whole value, read with the full reader: (values, size) or the error."""
+    try:
+        with full_reader_alone():
+            records = read_all(buffer, headers=False, key_bytes=0, value_bytes=-1)
+    except CorruptBatch as exc:
+        return str(exc)
+    return [r.value for r in records], sum(r.size_in_bytes for r in records)
+
+
+def values_or_error(buffer: bytes) -> tuple[list[bytes | None], int] | str:
+    """The same from read_records(VALUES), the fast path first."""
+    got = answer(buffer, VALUES)
+    if isinstance(got[0], str):
+        return got[0]
+    records, size, _ = got
+    assert isinstance(records, list) and isinstance(size, int)
+    return [value for _, _, value, *_ in records], size
 
 
 def varied_records() -> tuple[Record, ...]:
@@ -432,50 +525,65 @@ def varied_records() -> tuple[Record, ...]:
     [("trace-id",), ("trace-id", "tenant"), ("tenant",), ("",), ("absent",), ()],
     ids=repr,
 )
-def test_check_headers_finds_what_reading_every_record_finds(
+def test_the_records_taken_for_lacking_keys_are_what_reading_every_record_finds(
     codec: str, keys: tuple[str, ...]
 ) -> None:
     for records in (FIVE_RECORDS, varied_records()):
         buffer = batch_with(codec, records)
-        (batch,) = read_batches(buffer)
 
-        checked = check_headers(batch, keys)
-
-        assert (checked.missing, checked.size_in_bytes) == lacking(buffer, keys)
+        assert taken_or_error(buffer, lacking_reading(keys)) == lacking(buffer, keys)
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_check_headers_reads_a_sound_batch_without_the_full_reader(
-    codec: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The point of check_headers: no value per record. The full reader is only for saying
-    what is wrong with a batch."""
-    (batch,) = read_batches(batch_with(codec, varied_records()))
-    monkeypatch.setattr(records_module, "_iter_records", None)
+@pytest.mark.parametrize("reading", list(READINGS.values()), ids=list(READINGS))
+def test_the_fast_path_reads_what_the_full_reader_reads(codec: str, reading: RecordReading) -> None:
+    for records in (FIVE_RECORDS, varied_records()):
+        buffer = batch_with(codec, records)
 
-    assert check_headers(batch, ("trace-id",)).missing
+        assert answer(buffer, reading) == answer(buffer, reading, full=True)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize(
+    ("reading", "taken"),
+    [(lacking_reading(("trace-id",)), 67), (VALUES, 150), (EVERYTHING, 150)],
+    ids=["lacking", "values", "everything"],
+)
+def test_a_sound_batch_is_read_without_the_full_reader(
+    codec: str, reading: RecordReading, taken: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The point of the fast path: no Python per record, and for lacking keys no object
+    for a record that has them. The full reader is only for saying what is wrong with a
+    batch."""
+    buffer = batch_with(codec, varied_records())
+    expected = answer(buffer, reading, full=True)
+    (batch,) = read_batches(buffer)
+    monkeypatch.setattr(records_module, "_read_fully", None)
+
+    records = read_records(batch, reading)
+    assert (list(records), records.size_in_bytes, records.records_read) == expected
+    assert len(expected[0]) == taken
 
 
 @pytest.mark.parametrize("extra", [63, 64])
-def test_check_headers_takes_any_number_of_keys(extra: int) -> None:
+def test_lacking_takes_any_number_of_keys(extra: int) -> None:
     """The C scanner tracks up to 64 keys per record; with more, the full reader answers."""
     keys = ("trace-id", *(f"k{n}" for n in range(extra)))
     headers = tuple((key.encode(), b"") for key in keys)
     records = (record(0, b"k", b"v", headers), record(1, b"k", b"v", headers[:-1]))
     buffer = batch_with("none", records)
-    (batch,) = read_batches(buffer)
 
-    assert check_headers(batch, keys).missing == (1,) == lacking(buffer, keys)[0]
+    assert taken_or_error(buffer, lacking_reading(keys))[0] == (1,) == lacking(buffer, keys)[0]
 
 
-def test_check_headers_matches_keys_as_decoded() -> None:
+def test_lacking_matches_keys_as_decoded() -> None:
     """A header key that is not UTF-8 decodes with U+FFFD, and matches a key written so."""
     buffer = batch_with("none", (record(0, b"k", b"v", ((b"bad-\xff", b"x"),)),))
-    (batch,) = read_batches(buffer)
 
-    assert check_headers(batch, ("bad-\ufffd",)).missing == ()
-    assert check_headers(batch, ("bad-",)).missing == (0,)
-    assert check_headers(batch, ("bad-\udcff",)).missing == (0,)  # UTF-8 cannot carry it
+    assert taken_or_error(buffer, lacking_reading(("bad-\ufffd",)))[0] == ()
+    assert taken_or_error(buffer, lacking_reading(("bad-",)))[0] == (0,)
+    # UTF-8 cannot carry it
+    assert taken_or_error(buffer, lacking_reading(("bad-\udcff",)))[0] == (0,)
 
 
 def corrupt_batches() -> list[tuple[str, bytes]]:
@@ -513,95 +621,28 @@ def corrupt_batches() -> list[tuple[str, bytes]]:
 @pytest.mark.parametrize(
     ("name", "buffer"), corrupt_batches(), ids=[n for n, _ in corrupt_batches()]
 )
-def test_check_headers_refuses_a_corrupt_batch_in_the_full_readers_words(
-    name: str, buffer: bytes
-) -> None:
-    (batch,) = read_batches(buffer)
+def test_a_corrupt_batch_is_refused_in_the_full_readers_words(name: str, buffer: bytes) -> None:
+    """Corrupt for every reading with headers; for the values alone too, all but a header
+    key overrun, which a reading without headers does not look at. The same words, after as
+    many records."""
     with pytest.raises(CorruptBatch) as expected:
         read_all(buffer)
 
-    with pytest.raises(CorruptBatch) as raised:
-        check_headers(batch, ("h",))
+    refused = answer(buffer, lacking_reading(("h",)))
 
-    assert str(raised.value) == str(expected.value)
-
-
-@pytest.mark.parametrize(
-    "scan",
-    [
-        lambda batch, cap: check_headers(batch, ("h",), max_decompressed_bytes=cap),
-        lambda batch, cap: read_values(batch, max_decompressed_bytes=cap),
-    ],
-    ids=["check_headers", "read_values"],
-)
-def test_the_fast_readers_stop_a_zstd_bomb_near_the_cap(
-    scan: Callable[[BatchView, int], object],
-) -> None:
-    assert_zstd_bomb_stopped_near_the_cap(scan)
-
-
-# --- read_values: the same values as reading every record, for less -----------------------------
-
-
-def values_and_size(buffer: bytes) -> tuple[list[bytes | None], int] | str:
-    """What read_values should give, from read_records: (values, size) or the error text."""
-    try:
-        records = read_all(buffer, headers=False, key_bytes=0, value_bytes=-1)
-    except CorruptBatch as exc:
-        return str(exc)
-    return [r.value for r in records], sum(r.size_in_bytes for r in records)
-
-
-def read_values_or_error(buffer: bytes) -> tuple[list[bytes | None], int] | str:
-    (batch,) = read_batches(buffer)
-    try:
-        read = read_values(batch)
-    except CorruptBatch as exc:
-        return str(exc)
-    return read.values, read.size_in_bytes
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_read_values_finds_what_reading_every_record_finds(codec: str) -> None:
-    for records in (FIVE_RECORDS, varied_records()):
-        buffer = batch_with(codec, records)
-
-        assert read_values_or_error(buffer) == values_and_size(buffer)
-
-
-@pytest.mark.parametrize("codec", CODECS)
-def test_read_values_reads_a_sound_batch_without_the_full_reader(
-    codec: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (batch,) = read_batches(batch_with(codec, varied_records()))
-    monkeypatch.setattr(records_module, "_iter_records", None)
-
-    assert len(read_values(batch).values) == 150
+    assert refused == (str(expected.value), refused[1])
+    assert refused == answer(buffer, lacking_reading(("h",)), full=True)
+    assert values_or_error(buffer) == values_and_size(buffer)
+    assert answer(buffer, VALUES) == answer(buffer, VALUES, full=True)
 
 
 @pytest.mark.parametrize(
-    ("name", "buffer"), corrupt_batches(), ids=[n for n, _ in corrupt_batches()]
+    "reading", [lacking_reading(("h",)), VALUES, EVERYTHING], ids=["lacking", "values", "all"]
 )
-def test_read_values_answers_a_corrupt_batch_as_the_full_reader(name: str, buffer: bytes) -> None:
-    """Corrupt for the full reader with headers=False too (all but a header key overrun,
-    which that reader does not look at): the same words."""
-    assert read_values_or_error(buffer) == values_and_size(buffer)
-
-
-def check_headers_or_error(buffer: bytes, keys: tuple[str, ...]) -> tuple[object, int] | str:
-    (batch,) = read_batches(buffer)
-    try:
-        checked = check_headers(batch, keys)
-    except CorruptBatch as exc:
-        return str(exc)
-    return checked.missing, checked.size_in_bytes
-
-
-def lacking_or_error(buffer: bytes, keys: tuple[str, ...]) -> tuple[object, int] | str:
-    try:
-        return lacking(buffer, keys)
-    except CorruptBatch as exc:
-        return str(exc)
+def test_the_fast_path_stops_a_zstd_bomb_near_the_cap(reading: RecordReading) -> None:
+    assert_zstd_bomb_stopped_near_the_cap(
+        lambda batch, cap: list(read_records(batch, reading, max_decompressed_bytes=cap))
+    )
 
 
 def damaged_section() -> tuple[bytes, bytes]:
@@ -619,11 +660,20 @@ def damaged_section() -> tuple[bytes, bytes]:
     return plain, plain[HEADER_SIZE:]
 
 
-def test_the_fast_readers_agree_with_the_full_reader_on_damaged_records() -> None:
+def assert_the_fast_path_answers_as_the_full_reader(buffer: bytes, case: object) -> None:
+    assert values_or_error(buffer) == values_and_size(buffer), case
+    for keys in (("trace-id",), ("trace-id", "h")):
+        expected = lacking_or_error(buffer, keys)
+        assert taken_or_error(buffer, lacking_reading(keys)) == expected, (case, keys)
+    for name, reading in READINGS.items():
+        assert answer(buffer, reading) == answer(buffer, reading, full=True), (case, name)
+
+
+def test_the_fast_path_agrees_with_the_full_reader_on_damaged_records() -> None:
     """Every byte of a records section set in turn to values that upset varints and sizes
-    (CRC fixed, so the records themselves are what is wrong): check_headers and read_values
-    read each record exactly as the full reader does, or fail in its words; never a third
-    answer, since what they let through is what the broker is sent."""
+    (CRC fixed, so the records themselves are what is wrong): the C scanner reads each
+    record exactly as the full reader does, or leaves it to it; never a third answer, since
+    what it lets through is what the broker is sent."""
     plain, section = damaged_section()
     compared = 0
     for position in range(0, len(section), 7 if len(section) > 2000 else 1):
@@ -631,17 +681,14 @@ def test_the_fast_readers_agree_with_the_full_reader_on_damaged_records() -> Non
             damaged = bytearray(section)
             damaged[position] = byte
             buffer = reframe(plain, records_section=bytes(damaged))
-            assert read_values_or_error(buffer) == values_and_size(buffer), (position, byte)
-            for keys in (("trace-id",), ("trace-id", "h")):
-                expected = lacking_or_error(buffer, keys)
-                assert check_headers_or_error(buffer, keys) == expected, (position, byte, keys)
+            assert_the_fast_path_answers_as_the_full_reader(buffer, (position, byte))
             compared += 1
     assert compared > 5000
 
 
-def test_the_fast_readers_agree_with_the_full_reader_on_random_damage() -> None:
+def test_the_fast_path_agrees_with_the_full_reader_on_random_damage() -> None:
     """Several bytes at once set to random values, in a thousand copies (a fixed seed, so a
-    failure reproduces): no answer of the fast readers differs from the full reader's."""
+    failure reproduces): no answer of the fast path differs from the full reader's."""
     plain, section = damaged_section()
     rng = random.Random(20261121)
     for attempt in range(1000):
@@ -651,10 +698,7 @@ def test_the_fast_readers_agree_with_the_full_reader_on_random_damage() -> None:
                 [0x00, 0x80, 0xFF, rng.randrange(256)]
             )
         buffer = reframe(plain, records_section=bytes(damaged))
-        assert check_headers_or_error(buffer, ("trace-id",)) == lacking_or_error(
-            buffer, ("trace-id",)
-        ), attempt
-        assert read_values_or_error(buffer) == values_and_size(buffer), attempt
+        assert_the_fast_path_answers_as_the_full_reader(buffer, attempt)
 
 
 def varint(value: int) -> bytes:
@@ -695,55 +739,113 @@ def test_hand_written_records_read_alike(name: str, body: bytes) -> None:
     """Encodings a client would not write but a crafted request can: read as the full
     reader reads them, or refused in its words."""
     buffer = reframe(uncompressed_batch((record(0, b"k", b"v"),)), records_section=raw_record(body))
-    assert read_values_or_error(buffer) == values_and_size(buffer)
-    assert check_headers_or_error(buffer, ("trace-id",)) == lacking_or_error(buffer, ("trace-id",))
+    assert values_or_error(buffer) == values_and_size(buffer)
+    assert taken_or_error(buffer, lacking_reading(("trace-id",))) == lacking_or_error(
+        buffer, ("trace-id",)
+    )
+    for reading in READINGS.values():
+        assert answer(buffer, reading) == answer(buffer, reading, full=True)
 
 
 def test_the_overlong_zero_header_count_is_refused_as_the_broker_would() -> None:
     """Kafka's reader checks that a record's fields end where its length says; so does the
-    full reader here, and so must read_values, which once took a header count of 0 written in
-    two bytes as "the record may go on"."""
+    full reader here, and so must the fast path, which once took a header count of 0 written
+    in two bytes as "the record may go on" when reading values alone."""
     body = b"\x00\x00\x00" + varint(-1) + varint(3) + b"abc" + b"\x80\x00" + b"\x00"
     buffer = reframe(uncompressed_batch((record(0, b"k", b"v"),)), records_section=raw_record(body))
-    assert read_values_or_error(buffer) == "record 0: length is 11 but its fields take 10 bytes"
+    assert values_or_error(buffer) == "record 0: length is 11 but its fields take 10 bytes"
+
+
+# A timestamp delta in ten bytes whose last uses bits a long has no room for: Kafka's reader
+# (and the full reader, through kio) drops them; the C scanner calls the record irregular.
+ODD_TIMESTAMP = b"\x00" + b"\x80" * 9 + b"\x7f" + b"\x00"
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_the_full_reader_takes_over_where_the_fast_path_stops(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record the C scanner leaves, windows after it has handed out the first records:
+    the full reader reads the rest, and every record is taken once, in order, as the full
+    reader alone takes them."""
+    # 300 records of 4 KiB: windows of 1 MiB in place, of 256 KiB decompressed
+    plain = uncompressed_batch(tuple(record(i, b"k", bytes(4096)) for i in range(300)))
+    section = plain[HEADER_SIZE:]
+    odd = (
+        ODD_TIMESTAMP
+        + varint(3)
+        + b"odd"
+        + varint(1)
+        + b"v"
+        + varint(1)
+        + varint(8)
+        + b"trace-id"
+        + varint(-1)
+    )
+    compression, compress = CODECS[codec]
+    buffer = reframe(
+        plain,
+        records_section=compress(section + raw_record(odd)),
+        attributes=int(compression),
+        record_count=301,
+    )
+    skipped: list[int] = []
+    read_fully = records_module._read_fully
+
+    def spy(*args: object, skip: int) -> object:
+        skipped.append(skip)
+        return read_fully(*args, skip=skip)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(records_module, "_read_fully", spy)
+
+    expected = [answer(buffer, reading, full=True) for reading in READINGS.values()]
+    skipped.clear()
+
+    assert [answer(buffer, reading) for reading in READINGS.values()] == expected
+    assert not any(isinstance(got[0], str) for got in expected)
+    taken = answer(buffer, EVERYTHING)[0]
+    assert isinstance(taken, list)
+    assert [index for index, *_ in taken] == list(range(301))
+    assert taken[300][1:4] == (b"odd", b"v", (("trace-id", None),))
+    assert skipped and all(skip > 50 for skip in skipped)  # past the first window
 
 
 def test_a_batch_read_from_bytes_is_scanned_in_place_within_its_own_bounds() -> None:
-    """Given the request's bytes, the fast readers scan them where they are, from the batch's
+    """Given the request's bytes, the fast path scans them where they are, from the batch's
     payload_start up to its end: records lying beyond (the next batch) are never read as
     this batch's, even when its record_count asks for more."""
     first, second = batch_with("none"), batch_with("none", varied_records())
     batches = read_batches(first + second)
     assert [b.payload_start for b in batches] == [HEADER_SIZE, len(first) + HEADER_SIZE]
-    assert read_values(batches[1]).values == [r.value for r in read_all(second, headers=False)]
+    assert [value for _, _, value, *_ in read_records(batches[1], VALUES)] == [
+        r.value for r in read_all(second, headers=False)
+    ]
 
     # The window itself: two records sections back to back, a stop between them.
     assert NATIVE is not None
     sections = first[HEADER_SIZE:] + second[HEADER_SIZE:]
-    values: list[bytes | None] = []
-    answer = NATIVE.values_window(values, sections, 0, 0, 155, len(first) - HEADER_SIZE)
-    assert answer is not None and answer[:2] == (len(first) - HEADER_SIZE, 5)
-    assert values == [r.value for r in read_all(first, headers=False)]
+    window = NATIVE.record_window(None, False, 0, -1, sections, 0, 0, 155, len(first) - HEADER_SIZE)
+    assert window is not None and window[:2] == (len(first) - HEADER_SIZE, 5)
+    assert [fields[2] for fields in window[3]] == [r.value for r in read_all(first, headers=False)]
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_without_the_c_scanners_the_full_reader_answers_alone(
+def test_without_the_c_scanner_the_full_reader_answers_alone(
     codec: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """protocol._recscan not built (or KPG_RECORD_SCANNER=python): the same answers, from
     the full reader, for sound and corrupt batches."""
     sound = batch_with(codec, varied_records())
     cases = [sound, *(buffer for _, buffer in corrupt_batches())]
-    expected = [(check_headers_or_error(b, ("trace-id",)), read_values_or_error(b)) for b in cases]
+    readings = [lacking_reading(("trace-id",)), VALUES]
+    expected = [[answer(b, reading) for reading in readings] for b in cases]
     monkeypatch.setattr(records_module, "_native", None)
     monkeypatch.setattr(records_module, "_scan", None)  # the fast path is not taken
 
     assert records_module.record_scanner() == "python"
     for buffer, answers in zip(cases, expected, strict=True):
-        assert (check_headers_or_error(buffer, ("trace-id",)), read_values_or_error(buffer)) == (
-            answers
-        )
-        assert answers[0] == lacking_or_error(buffer, ("trace-id",))
+        assert [answer(buffer, reading) for reading in readings] == answers
+        assert taken_or_error(buffer, readings[0]) == lacking_or_error(buffer, ("trace-id",))
 
 
 def test_a_memoryview_is_copied_not_scanned_in_place() -> None:
@@ -751,4 +853,6 @@ def test_a_memoryview_is_copied_not_scanned_in_place() -> None:
     buffer = b"\x00" * 7 + batch_with("none")
     (batch,) = read_batches(memoryview(buffer)[7:])
     assert batch.payload_start is None
-    assert read_values(batch).values == [r.value for r in read_all(buffer[7:], headers=False)]
+    assert [value for _, _, value, *_ in read_records(batch, VALUES)] == [
+        r.value for r in read_all(buffer[7:], headers=False)
+    ]

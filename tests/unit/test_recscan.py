@@ -29,16 +29,16 @@ COPIES = 200_000
 NATIVE = records_module._native
 
 
-def test_the_c_scanners_are_built_and_used() -> None:
-    """make test installs the package with setup.py, which builds them: what ships is what
+def test_the_c_scanner_is_built_and_used() -> None:
+    """make test installs the package with setup.py, which builds it: what ships is what
     the record tests test."""
     assert NATIVE is not None, "protocol._recscan is not built (is there a C compiler?)"
     assert records_module.record_scanner() == "native"
 
 
-def test_the_windows_refuse_arguments_outside_their_buffer() -> None:
-    """The scanners read only buffer[position:stop]; arguments that point elsewhere are an
-    error, not a read out of bounds."""
+def test_the_window_refuses_arguments_outside_its_buffer() -> None:
+    """The scanner reads only buffer[position:stop]; arguments that point elsewhere, or ask
+    for what it cannot do, are an error, not a read out of bounds."""
     assert NATIVE is not None
     section = batch_with("none")[HEADER_SIZE:]
     for position, first, count, stop in [
@@ -49,15 +49,20 @@ def test_the_windows_refuse_arguments_outside_their_buffer() -> None:
         (0, -1, 5, len(section)),
     ]:
         with pytest.raises(ValueError):
-            NATIVE.values_window([], section, position, first, count, stop)
+            NATIVE.record_window(None, False, 0, -1, section, position, first, count, stop)
         with pytest.raises(ValueError):
-            NATIVE.header_window((b"h",), [], section, position, first, count, stop)
+            NATIVE.record_window((b"h",), True, 0, 0, section, position, first, count, stop)
     with pytest.raises(ValueError):
-        NATIVE.header_window((b"h",) * 65, [], section, 0, 0, 5, len(section))
+        NATIVE.record_window((b"h",) * 65, True, 0, 0, section, 0, 0, 5, len(section))
+    with pytest.raises(ValueError):
+        NATIVE.record_window((b"h",), False, 0, 0, section, 0, 0, 5, len(section))  # no headers
+    with pytest.raises(ValueError):
+        NATIVE.record_window(None, False, -2, 0, section, 0, 0, 5, len(section))
     with pytest.raises(TypeError):
-        NATIVE.header_window(("h",), [], section, 0, 0, 5, len(section))  # type: ignore[arg-type]
+        NATIVE.record_window(("h",), True, 0, 0, section, 0, 0, 5, len(section))  # type: ignore[arg-type]
     # Within bounds, the same section reads whole.
-    assert NATIVE.values_window([], section, 0, 0, 5, len(section)) == (len(section), 5, 0)
+    window = NATIVE.record_window(None, False, 0, -1, section, 0, 0, 5, len(section))
+    assert window is not None and window[:3] == (len(section), 5, 0) and len(window[3]) == 5
 
 
 def test_the_scanning_core_stays_in_bounds_on_damaged_records(tmp_path: Path) -> None:
