@@ -65,6 +65,10 @@ class UpstreamConfig:
     """num.partitions and default.replication.factor, for brokers that do not report them to
     the client (Tansu; a Kafka client without DESCRIBE_CONFIGS on the cluster). Stated values
     are used before what a broker reports."""
+    auto_create: str = "judge"
+    """What becomes of the topics a Metadata request would make the brokers create
+    (``auto.create.topics.enable``): ``judge`` (as a CreateTopics with the broker's defaults),
+    ``deny`` (none is created) or ``pass`` (the brokers create them unjudged: unsafe)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,8 +178,10 @@ _UPSTREAM_KEYS = frozenset(
         "topic_config_source_unreliable",
         "request_timeout_s",
         "broker_defaults",
+        "auto_create",
     }
 )
+_AUTO_CREATE_MODES = ("judge", "deny", "pass")
 _BROKER_DEFAULT_KEYS = frozenset({"num.partitions", "default.replication.factor"})
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
 _CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce", "admin_principals"})
@@ -372,7 +378,16 @@ def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
             )
         ),
         broker_defaults=_broker_defaults(up, source),
+        auto_create=_auto_create(up.get("auto_create", "judge"), source),
     )
+
+
+def _auto_create(value: object, source: str) -> str:
+    if value not in _AUTO_CREATE_MODES:
+        raise ConfigError(
+            f"{source}: upstream.auto_create: expected judge, deny or pass, got {value!r}"
+        )
+    return str(value)
 
 
 def _audit(raw: Mapping[str, Any], source: str) -> AuditConfig:
