@@ -7,15 +7,19 @@ helpers of the modules next to this one, and ``policies/`` never sees them.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+from collections.abc import Mapping
+from datetime import timedelta
 from functools import cache
-from typing import Any
+from typing import Any, Final
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from .framing import FrameRejected, RequestHeader, frame_bytes, response_header, split_response
 from .versions import DECODABLE, is_flexible
@@ -111,3 +115,35 @@ def encode_request(
         client_id=client_id,
     )
     return frame_bytes(encode_body(header), encode_body(payload))
+
+
+_NUMBERS: Final = {"int8": i8, "int16": i16, "int32": i32, "int64": i64}
+
+
+def filled(cls: type, given: Mapping[str, Any]) -> Any:
+    """An entity of ``cls`` with the ``given`` fields it has, and for every other field
+    without a default Kafka's "unknown": -1, null, empty."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name in given:
+            values[field.name] = given[field.name]
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            values[field.name] = _unknown(field)
+    return cls(**values)
+
+
+def _unknown(field: dataclasses.Field[Any]) -> Any:
+    kafka_type = field.metadata.get("kafka_type")
+    if kafka_type in _NUMBERS:
+        return _NUMBERS[kafka_type](-1)
+    if kafka_type == "timedelta_i32":
+        return i32Timedelta.parse(timedelta(0))
+    if kafka_type == "error_code":
+        return ErrorCode.none
+    if kafka_type == "bool":
+        return False
+    if "None" in str(field.type):
+        return None
+    if kafka_type == "string":
+        return ""
+    return ()

@@ -16,6 +16,7 @@ TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists
 INVALID_TOPIC_EXCEPTION = ErrorCode.invalid_topic_exception
 INVALID_CONFIG = ErrorCode.invalid_config
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
+UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -31,6 +32,7 @@ __all__ = (
     "UNKNOWN_SERVER_ERROR",
     "UNKNOWN_TOPIC_ID",
     "UNKNOWN_TOPIC_OR_PARTITION",
+    "UNSUPPORTED_ENDPOINT_TYPE",
     "UNSUPPORTED_VERSION",
     "ErrorCode",
 )

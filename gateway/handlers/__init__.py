@@ -16,21 +16,29 @@ from protocol.versions import VersionRange
 from ..services import Services
 from . import (
     alter_configs,
+    alter_partition_reassignments,
     api_versions,
     create_partitions,
     create_topics,
+    delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_producers,
+    elect_leaders,
     fetch,
     find_coordinator,
     join_group,
+    list_offsets,
     metadata,
+    offset_delete,
+    offset_for_leader_epoch,
     produce,
     sasl_authenticate,
     sasl_handshake,
 )
 from .base import Registration, refuse
+from .coverage import COVERAGE
 
 _MODULES = (
     metadata,
@@ -38,21 +46,24 @@ _MODULES = (
     describe_cluster,
     produce,
     fetch,
+    list_offsets,
+    offset_for_leader_epoch,
+    describe_producers,
     create_topics,
     sasl_handshake,
     sasl_authenticate,
     create_partitions,
     delete_topics,
+    delete_records,
+    offset_delete,
+    alter_partition_reassignments,
+    elect_leaders,
     describe_configs,
     join_group,
 )
 
-_NEVER_FORWARDED = (
-    # Share-group fetches hand out leader endpoints (KIP-932 node_endpoints) that the gateway
-    # does not rewrite yet, so they would leak broker addresses.
-    78,
-    79,
-)
+REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")
+"""Never forwarded, never advertised (see :mod:`.coverage`)."""
 
 
 def version_caps() -> dict[int, VersionRange | None]:
@@ -61,12 +72,13 @@ def version_caps() -> dict[int, VersionRange | None]:
     caps[api_versions.API_KEY] = api_versions.VERSIONS
     caps[alter_configs.LEGACY_API_KEY] = alter_configs.LEGACY_VERSIONS
     caps[alter_configs.INCREMENTAL_API_KEY] = alter_configs.INCREMENTAL_VERSIONS
-    caps.update(dict.fromkeys(_NEVER_FORWARDED))
+    caps.update(dict.fromkeys(REFUSED))
     return caps
 
 
 def build_table(services: Services) -> Mapping[int, Registration]:
-    """The explicit table: API key -> handler and the versions it takes."""
+    """The explicit table: API key -> handler and the versions it takes. Keys it leaves out
+    are passed through (see :mod:`.coverage` for why each may be)."""
     caps = version_caps()
     table = {
         m.API_KEY: Registration(handler=m.handler(services), versions=m.VERSIONS) for m in _MODULES
@@ -81,6 +93,6 @@ def build_table(services: Services) -> Mapping[int, Registration]:
         handler=alter_configs.incremental_handler(services),
         versions=alter_configs.INCREMENTAL_VERSIONS,
     )
-    for api_key in _NEVER_FORWARDED:
+    for api_key in REFUSED:
         table[api_key] = Registration(handler=refuse, versions=None)
     return table

@@ -1,23 +1,52 @@
-"""Fetch: passed through as raw bytes, capped below v16.
+"""Fetch: passed through as raw bytes, capped below v16, unless it may name one of the
+gateway's own topics.
 
 Fetch v16 and later answers may carry leader endpoints (KIP-951 ``node_endpoints``) when
 leadership moved; decoding every fetch answer to rewrite them would cost the gateway its
 throughput, so the gateway does not advertise those versions and refuses them.
+
+The gateway's own topics (state and audit) are read by no client: a request whose bytes hold
+one of their names (or, from v13, which names topics by id, one of their ids) is decoded and
+those partitions get TOPIC_AUTHORIZATION_FAILED (:mod:`._partitioned`); the rest is fetched
+as asked. Any other request is never decoded.
 """
 
+from __future__ import annotations
+
+from protocol.codec import can_decode
 from protocol.versions import VersionRange
 
-from ..engine import ClusterView, RequestContext
-from ..outcomes import Forward, Outcome
+from ..engine import RequestContext
+from ..outcomes import Close, Forward, Outcome
 from ..services import Services
-from .base import Handler
+from ._partitioned import TopicPartitions
+from .base import Handler, enforced
 
 API_KEY = 1
 VERSIONS = VersionRange(min_version=0, max_version=15)
+_TOPIC_IDS_SINCE = 13
+
+
+class Fetch(TopicPartitions):
+    def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        own = self._services.own_topics
+        if not own:
+            return Forward(frame=frame)
+        if ctx.api_version < _TOPIC_IDS_SINCE:
+            if not any(topic.encode() in frame for topic in own):
+                return Forward(frame=frame)
+            if not can_decode(API_KEY, ctx.api_version):
+                return Close(
+                    reason=f"Fetch v{ctx.api_version} may name the gateway's own topics and is "
+                    "too old to read",
+                    metric_reason="undecodable",
+                )
+            return frame
+        ids = self._own_ids.fresh()
+        if ids is None or any(topic_id.bytes in frame for topic_id in ids):
+            return frame
+        return Forward(frame=frame)
 
 
 def handler(services: Services) -> Handler:
-    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        return Forward(frame=frame)
-
-    return handle
+    return enforced(services, Fetch(services, API_KEY, VERSIONS))

@@ -25,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from policies.chain import Decision, Mode, Verdict
-from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import (
+    CORRUPT_MESSAGE,
+    INVALID_RECORD,
+    INVALID_TOPIC_EXCEPTION,
+    TOPIC_AUTHORIZATION_FAILED,
+)
 from protocol.framing import FrameRejected, RequestHeader
 from protocol.produce import (
     VERSIONS,
@@ -38,6 +43,7 @@ from protocol.produce import (
     with_acks,
 )
 from protocol.results import ItemError
+from protocol.topic_names import topic_name_problem
 
 from .. import client_configs
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
@@ -78,7 +84,9 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         except FrameRejected as exc:
             return Close(reason=str(exc), metric_reason=exc.reason)
         # A topic name stands verbatim in the request: no match, no write to the gateway's
-        # topics.
+        # topics under any name (an alias such as "state/" holds the name too). A request
+        # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
+        # it reaches nothing a policy guards that the plain name would not.
         writes_own = any(topic.encode() in frame for topic in services.own_topics)
         if not writes_own and not services.validated_topics():
             return Forward(frame=frame, expect_response=acks != 0)
@@ -100,14 +108,11 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView, keys: Sequence[Key]
     ) -> Mapping[Key, Ruling]:
         services = self._services
-        rulings: dict[Key, Ruling] = {
-            (p.topic, p.partition): ItemError(
-                error_code=int(TOPIC_AUTHORIZATION_FAILED),
-                error_message=f"Topic '{p.topic}' is written by the gateway only.",
-            )
-            for p in request.partitions
-            if p.topic in services.own_topics
-        }
+        rulings: dict[Key, Ruling] = {}
+        for p in request.partitions:
+            refused = _refused_topic(p.topic, services.own_topics)
+            if refused is not None:
+                rulings[(p.topic, p.partition)] = refused
         checks = [
             (p, policy)
             for p in request.partitions
@@ -224,6 +229,20 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         broker: bytes | None,
     ) -> bytes:
         return produce_answer(request, correlation_id, local, broker)
+
+
+def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
+    """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
+    gateway's own topics."""
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        return ItemError(error_code=int(INVALID_TOPIC_EXCEPTION), error_message=problem)
+    if topic in own_topics:
+        return ItemError(
+            error_code=int(TOPIC_AUTHORIZATION_FAILED),
+            error_message=f"Topic '{topic}' is written by the gateway only.",
+        )
+    return None
 
 
 def handler(services: Services) -> Handler:

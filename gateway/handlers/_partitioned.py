@@ -1,0 +1,129 @@
+"""What the APIs that name topic partitions share (:mod:`protocol.partitioned`): items are
+(topic, partition), judged a topic at a time.
+
+Before any policy: a topic name that is not a legal Kafka topic name gets
+INVALID_TOPIC_EXCEPTION, and the gateway's own topics (state and audit) get
+TOPIC_AUTHORIZATION_FAILED: no client reads, writes, deletes or lists offsets of them, by
+any name. Then each API's :meth:`judge_topics` decides the rest.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+from protocol import partitioned as pt
+from protocol.errors import INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+from protocol.framing import RequestHeader
+from protocol.results import ItemError
+from protocol.topic_names import topic_name_problem
+from protocol.versions import VersionRange
+
+from ..engine import BaseEnforcement, ClusterView, RequestContext, Ruling
+from ..services import Services
+
+Item = pt.Item
+_IDS_TTL_S = 60.0
+
+
+class OwnTopicIds:
+    """The topic ids of the gateway's own topics, learned from the cluster and kept a while
+    (for requests that name topics by id, Fetch v13 and later)."""
+
+    def __init__(self, own_topics: frozenset[str]) -> None:
+        self._own = own_topics
+        self._ids: frozenset[str] = frozenset()
+        self._learned_at = float("-inf")
+
+    def fresh(self) -> frozenset[uuid.UUID] | None:
+        """The ids, or None when they must be learned again."""
+        if time.monotonic() - self._learned_at > _IDS_TTL_S:
+            return None
+        return frozenset(uuid.UUID(i) for i in self._ids)
+
+    async def learn(self, cluster: ClusterView) -> frozenset[str]:
+        """The ids' string forms, asked of the cluster now."""
+        _, by_id = await cluster.describe_all_topics()
+        self._ids = frozenset(str(i) for i, name in by_id.items() if name in self._own)
+        self._learned_at = time.monotonic()
+        return self._ids
+
+
+class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
+    """The shared enforcement; subclasses judge what is left with :meth:`judge_topics`."""
+
+    def __init__(self, services: Services, api_key: int, versions: VersionRange) -> None:
+        self._services = services
+        self.api_key = api_key
+        self.versions = versions
+        self._own_ids = OwnTopicIds(services.own_topics)
+
+    def read(self, header: RequestHeader, frame: bytes) -> pt.Partitioned:
+        return pt.read(header, frame)
+
+    def keys(self, request: pt.Partitioned) -> Sequence[Item]:
+        return request.items
+
+    def duplicate(self, key: Item) -> ItemError | None:
+        return None
+
+    async def judge(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: pt.Partitioned,
+        keys: Sequence[Item],
+    ) -> Mapping[Item, Ruling]:
+        refused = await self._refused_topics(cluster, request)
+        rest = [t for t in pt.topics(request) if t not in refused]
+        by_topic: dict[str, Ruling] = dict(refused)
+        if rest:
+            by_topic.update(await self.judge_topics(ctx, cluster, request, rest))
+        return {key: by_topic[key[0]] for key in keys if key[0] in by_topic}
+
+    async def _refused_topics(
+        self, cluster: ClusterView, request: pt.Partitioned
+    ) -> dict[str, ItemError]:
+        refused: dict[str, ItemError] = {}
+        own_ids: frozenset[str] = frozenset()
+        if request.by_id and self._services.own_topics:
+            own_ids = await self._own_ids.learn(cluster)
+        for topic in pt.topics(request):
+            problem = None if request.by_id else topic_name_problem(topic)
+            if problem is not None:
+                refused[topic] = ItemError(
+                    error_code=int(INVALID_TOPIC_EXCEPTION), error_message=problem
+                )
+            elif topic in self._services.own_topics or topic in own_ids:
+                refused[topic] = ItemError(
+                    error_code=int(TOPIC_AUTHORIZATION_FAILED),
+                    error_message="This topic is the policy gateway's own; clients may not "
+                    "read, write or change it.",
+                )
+        return refused
+
+    async def judge_topics(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: pt.Partitioned,
+        topics: Sequence[str],
+    ) -> Mapping[str, Ruling]:
+        """Topic -> its ruling, for the legal topics that are not the gateway's; a topic left
+        out is allowed."""
+        return {}
+
+    def for_broker(
+        self, request: pt.Partitioned, header: RequestHeader, allowed: Sequence[Item]
+    ) -> bytes:
+        return pt.keeping(request, header, set(allowed))
+
+    def answer(
+        self,
+        request: pt.Partitioned,
+        correlation_id: int,
+        local: Mapping[Item, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        return pt.answer(request, correlation_id, local, broker)

@@ -1,0 +1,147 @@
+"""What the gateway does with every API key Kafka defines (every key kio ships): the coverage
+table. Each key is one of:
+
+- ``judged``: decoded and judged by an enforcement (its module in this package);
+- ``rewritten``: forwarded, and the request or the answer rewritten (broker addresses, the
+  versions the gateway carries, the principal learned from SASL, a dynamic client config);
+- ``passed``: forwarded as raw bytes, with the reason it cannot change a topic, a config, a
+  group offset or data that a policy protects;
+- ``refused``: never forwarded and never advertised in ApiVersions; a client that sends it
+  anyway has its connection closed. Inter-broker and controller APIs, and APIs whose answers
+  carry addresses the gateway does not rewrite.
+
+A key kio knows that this table does not classify fails the coverage test, so a kio upgrade
+cannot add an API that slips through unexamined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+Treatment = Literal["judged", "rewritten", "passed", "refused"]
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    treatment: Treatment
+    reason: str
+
+
+def _j(reason: str) -> Coverage:
+    return Coverage("judged", reason)
+
+
+def _w(reason: str) -> Coverage:
+    return Coverage("rewritten", reason)
+
+
+def _p(reason: str) -> Coverage:
+    return Coverage("passed", reason)
+
+
+def _r(reason: str) -> Coverage:
+    return Coverage("refused", reason)
+
+
+_INTERNAL = "inter-broker or controller API: no client sends it"
+_GROUP = "group membership and coordination; no policy governs groups"
+_READ = "reads only"
+_TXN = "transaction bookkeeping; the records themselves are judged at Produce"
+_SHARE = "share groups are not carried: ShareFetch and ShareAcknowledge hand out leader endpoints"
+
+COVERAGE: Final[dict[int, Coverage]] = {
+    0: _j("record validation; the gateway's own topics refused"),
+    1: _j("the gateway's own topics refused; every other fetch passes unread"),
+    2: _j("legal topic names; the gateway's own topics refused"),
+    3: _w("broker addresses replaced by the gateway's"),
+    8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
+    9: _p(_READ),
+    10: _w("the coordinator's address replaced by the gateway's"),
+    11: _w("session.timeout.ms set from a dynamic client config (opt-in)"),
+    12: _p(_GROUP),
+    13: _p(_GROUP),
+    14: _p(_GROUP),
+    15: _p(_READ),
+    16: _p(_READ),
+    17: _w("the mechanism noted, to learn the principal"),
+    18: _w("versions narrowed to those the gateway carries"),
+    19: _j("create-topic policies, KIP-108 and KIP-201"),
+    20: _j("topic action policy DELETE; protected and own topics"),
+    21: _j("protected topics and the gateway's own refused"),
+    22: _p("allocates a producer id; writes nothing"),
+    23: _j("legal topic names; the gateway's own topics refused"),
+    24: _p(_TXN),
+    25: _p(_TXN),
+    26: _p(_TXN),
+    27: _r(_INTERNAL),
+    28: _p("commits a group's offsets inside a transaction; the broker authorizes them"),
+    29: _p(_READ),
+    30: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
+    31: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
+    32: _j("the gateway's own configs added; dynamic client configs answered"),
+    33: _j("alter-config policies, KIP-201 MODIFY"),
+    34: _p("moves a replica between disks of one broker; replicas and configs stay"),
+    35: _p(_READ),
+    36: _w("the principal learned once the broker accepts"),
+    37: _j("topic action policy MODIFY; partition rules"),
+    38: _p("delegation tokens: authentication, authorized by the broker"),
+    39: _p("delegation tokens: authentication, authorized by the broker"),
+    40: _p("delegation tokens: authentication, authorized by the broker"),
+    41: _p(_READ),
+    42: _p("deletes groups and their offsets; no policy governs groups"),
+    43: _j("unclean elections judged as unclean.leader.election.enable=true"),
+    44: _j("alter-config policies, KIP-201 MODIFY; dynamic client configs"),
+    45: _j("topic action policy MODIFY; replication factor rules; protected topics"),
+    46: _p(_READ),
+    47: _j("protected topics and the gateway's own refused"),
+    48: _p(_READ),
+    49: _p("client quotas: the broker authorizes ALTER_CONFIGS on the cluster"),
+    50: _p(_READ),
+    51: _p("SCRAM credentials: authentication, authorized by the broker"),
+    52: _r(_INTERNAL),
+    53: _r(_INTERNAL),
+    54: _r(_INTERNAL),
+    55: _r("its answer lists the controllers' addresses, which the gateway does not carry"),
+    56: _r(_INTERNAL),
+    57: _r(
+        "changes the cluster's feature levels (metadata.version): an operator's task, "
+        "not a client's through a policy gateway"
+    ),
+    58: _r(_INTERNAL),
+    59: _r(_INTERNAL),
+    60: _w("broker addresses replaced by the gateway's; controller endpoints refused"),
+    61: _j("legal topic names; the gateway's own topics refused"),
+    62: _r(_INTERNAL),
+    63: _r(_INTERNAL),
+    64: _r("unregisters a broker from the cluster: an operator's task"),
+    65: _p(_READ),
+    66: _p(_READ),
+    67: _r(_INTERNAL),
+    68: _p(_GROUP),
+    69: _p(_READ),
+    70: _r(_INTERNAL),
+    71: _p("client telemetry subscription; changes nothing"),
+    72: _p("client telemetry; changes nothing"),
+    73: _r(_INTERNAL),
+    74: _p(_READ),
+    75: _p(_READ),
+    76: _r(_SHARE),
+    77: _r(_SHARE),
+    78: _r(_SHARE),
+    79: _r(_SHARE),
+    80: _r("changes the controller quorum: an operator's task"),
+    81: _r("changes the controller quorum: an operator's task"),
+    82: _r("changes the controller quorum: an operator's task"),
+    83: _r(_INTERNAL),
+    84: _r(_INTERNAL),
+    85: _r(_INTERNAL),
+    86: _r(_INTERNAL),
+    87: _r(_INTERNAL),
+    88: _r("a streams group's heartbeat makes the broker create its internal topics, unjudged"),
+    89: _p(_READ),
+    90: _r(_SHARE),
+    91: _r(_SHARE),
+    92: _r(_SHARE),
+}
+"""API key -> what the gateway does with it, and why."""

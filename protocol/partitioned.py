@@ -1,0 +1,348 @@
+"""Requests that name topic partitions, one shape for many APIs: read the (topic, partition)
+items, write the request keeping some of them, and write the answer with the gateway's own
+errors for the others merged into the broker's, in the client's version.
+
+Each API's field names are a :class:`Shape`. A topic is named by its name, or from Fetch v13
+by its id (the item's topic is then the id's string form). A partition the gateway answers
+itself carries the error code (and message, where the version has one) and Kafka's "unknown"
+value, -1, in every other number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import uuid
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32
+
+from .codec import (
+    Payload,
+    decode_request,
+    decode_response,
+    encode_body,
+    encode_request,
+    filled,
+)
+from .framing import RequestHeader, response_header
+from .results import ItemError
+
+Item = tuple[str, int]
+"""(topic name, or a topic id's string form; partition index)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shape:
+    """Where an API keeps its topics and partitions, in the request and in the response."""
+
+    module: str
+    request_topics: str
+    request_topic: str
+    request_partitions: str
+    request_index: str | None
+    """None: the request's partitions are bare indexes."""
+    response_topics: str
+    response_topic: str
+    response_partitions: str
+    response_index: str
+    topic_ids_since: int | None = None
+    """The version from which topics are named by id (``topic_id`` fields)."""
+
+
+SHAPES: Final[Mapping[int, Shape]] = {
+    1: Shape(
+        module="fetch",
+        request_topics="topics",
+        request_topic="topic",
+        request_partitions="partitions",
+        request_index="partition",
+        response_topics="responses",
+        response_topic="topic",
+        response_partitions="partitions",
+        response_index="partition_index",
+        topic_ids_since=13,
+    ),
+    2: Shape(
+        module="list_offsets",
+        request_topics="topics",
+        request_topic="name",
+        request_partitions="partitions",
+        request_index="partition_index",
+        response_topics="topics",
+        response_topic="name",
+        response_partitions="partitions",
+        response_index="partition_index",
+    ),
+    21: Shape(
+        module="delete_records",
+        request_topics="topics",
+        request_topic="name",
+        request_partitions="partitions",
+        request_index="partition_index",
+        response_topics="topics",
+        response_topic="name",
+        response_partitions="partitions",
+        response_index="partition_index",
+    ),
+    23: Shape(
+        module="offset_for_leader_epoch",
+        request_topics="topics",
+        request_topic="topic",
+        request_partitions="partitions",
+        request_index="partition",
+        response_topics="topics",
+        response_topic="topic",
+        response_partitions="partitions",
+        response_index="partition",
+    ),
+    43: Shape(
+        module="elect_leaders",
+        request_topics="topic_partitions",
+        request_topic="topic",
+        request_partitions="partitions",
+        request_index=None,
+        response_topics="replica_election_results",
+        response_topic="topic",
+        response_partitions="partition_result",
+        response_index="partition_id",
+    ),
+    45: Shape(
+        module="alter_partition_reassignments",
+        request_topics="topics",
+        request_topic="name",
+        request_partitions="partitions",
+        request_index="partition_index",
+        response_topics="responses",
+        response_topic="name",
+        response_partitions="partitions",
+        response_index="partition_index",
+    ),
+    47: Shape(
+        module="offset_delete",
+        request_topics="topics",
+        request_topic="name",
+        request_partitions="partitions",
+        request_index="partition_index",
+        response_topics="topics",
+        response_topic="name",
+        response_partitions="partitions",
+        response_index="partition_index",
+    ),
+    61: Shape(
+        module="describe_producers",
+        request_topics="topics",
+        request_topic="name",
+        request_partitions="partition_indexes",
+        request_index=None,
+        response_topics="topics",
+        response_topic="name",
+        response_partitions="partitions",
+        response_index="partition_index",
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partitioned:
+    """A decoded request of one of :data:`SHAPES`. ``payload`` is the kio entity."""
+
+    api_key: int
+    version: int
+    items: tuple[Item, ...]
+    """In request order, repeats included."""
+    payload: Payload
+
+    @property
+    def shape(self) -> Shape:
+        return SHAPES[self.api_key]
+
+    @property
+    def by_id(self) -> bool:
+        since = self.shape.topic_ids_since
+        return since is not None and self.version >= since
+
+
+def read(header: RequestHeader, frame: bytes) -> Partitioned:
+    """:raises Undecodable: for a malformed body or a version kio lacks."""
+    payload = decode_request(header, frame)
+    request = Partitioned(
+        api_key=header.api_key, version=header.api_version, items=(), payload=payload
+    )
+    return dataclasses.replace(request, items=tuple(_items(request)))
+
+
+def _items(request: Partitioned) -> Iterator[Item]:
+    shape = request.shape
+    for topic in getattr(request.payload, shape.request_topics) or ():
+        name = _topic_of(request, topic, shape.request_topic)
+        for partition in getattr(topic, shape.request_partitions) or ():
+            index = (
+                partition
+                if shape.request_index is None
+                else getattr(partition, shape.request_index)
+            )
+            yield name, int(index)
+
+
+def _index(shape: Shape, partition: Any) -> int:
+    """A request partition's index (some APIs list bare indexes)."""
+    return int(
+        partition if shape.request_index is None else getattr(partition, shape.request_index)
+    )
+
+
+def _topic_of(request: Partitioned, entity: Any, field: str) -> str:
+    if request.by_id:
+        return str(entity.topic_id)
+    return str(getattr(entity, field))
+
+
+def topics(request: Partitioned) -> tuple[str, ...]:
+    """Every topic the request names (names, or id strings), once each, in order."""
+    return tuple(dict.fromkeys(topic for topic, _ in request.items))
+
+
+def keeping(request: Partitioned, header: RequestHeader, keep: Collection[Item]) -> bytes:
+    """The request frame (no size prefix) with only the ``keep`` partitions (and topics left
+    with none dropped)."""
+    shape = request.shape
+    kept_topics = []
+    for topic in getattr(request.payload, shape.request_topics) or ():
+        name = _topic_of(request, topic, shape.request_topic)
+        partitions = tuple(
+            p
+            for p in getattr(topic, shape.request_partitions) or ()
+            if (name, _index(shape, p)) in keep
+        )
+        if partitions:
+            kept_topics.append(dataclasses.replace(topic, **{shape.request_partitions: partitions}))
+    payload = dataclasses.replace(request.payload, **{shape.request_topics: tuple(kept_topics)})
+    return encode_request(
+        request.api_key, request.version, header.correlation_id, header.client_id, payload
+    )[4:]
+
+
+def answer(
+    request: Partitioned,
+    correlation_id: int,
+    local: Mapping[Item, ItemError],
+    broker_frame: bytes | None,
+) -> bytes:
+    """The response frame (no size prefix): each partition of the request once, in request
+    order, grouped by topic: from ``local`` where given, else from the broker's answer.
+
+    :raises Undecodable: when the broker's answer does not decode.
+    :raises KeyError: when a partition is in neither.
+    """
+    shape = request.shape
+    module = importlib.import_module(f"kio.schema.{shape.module}.v{request.version}.response")
+    response_cls = _response_class(module)
+    topic_cls, partition_cls = _nested_classes(response_cls, shape)
+    broker = (
+        None
+        if broker_frame is None
+        else decode_response(request.api_key, request.version, broker_frame)
+    )
+    from_broker: dict[Item, Any] = {}
+    if broker is not None:
+        for topic in getattr(broker, shape.response_topics):
+            name = _topic_of(request, topic, shape.response_topic)
+            for partition in getattr(topic, shape.response_partitions):
+                from_broker[(name, int(getattr(partition, shape.response_index)))] = partition
+    grouped: dict[str, dict[int, Any]] = {}
+    for name, index in request.items:
+        group = grouped.setdefault(name, {})
+        if index in group:
+            continue
+        error = local.get((name, index))
+        if error is None:
+            group[index] = from_broker[(name, index)]
+        else:
+            group[index] = filled(
+                partition_cls,
+                {
+                    shape.response_index: i32(index),
+                    "error_code": ErrorCode(error.error_code),
+                    "error_message": error.error_message,
+                },
+            )
+    topic_entries = tuple(
+        filled(
+            topic_cls,
+            {
+                **_topic_field(request, shape, name),
+                shape.response_partitions: tuple(parts.values()),
+            },
+        )
+        for name, parts in grouped.items()
+    )
+    top: dict[str, Any] = {shape.response_topics: topic_entries}
+    if broker is not None:
+        for field in dataclasses.fields(response_cls):
+            if field.name != shape.response_topics:
+                top[field.name] = getattr(broker, field.name)
+    else:
+        top["error_code"] = ErrorCode.none
+        top["error_message"] = None
+    payload = filled(response_cls, top)
+    return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
+
+
+def refuse_all(request: Partitioned, correlation_id: int, error: ItemError) -> bytes:
+    """An answer refusing the whole request: the top-level error where the version has one,
+    and each named partition's otherwise."""
+    shape = request.shape
+    module = importlib.import_module(f"kio.schema.{shape.module}.v{request.version}.response")
+    response_cls = _response_class(module)
+    names = {f.name for f in dataclasses.fields(response_cls)}
+    if "error_code" not in names:
+        return answer(request, correlation_id, dict.fromkeys(request.items, error), None)
+    payload = filled(
+        response_cls,
+        {
+            "error_code": ErrorCode(error.error_code),
+            "error_message": error.error_message,
+            shape.response_topics: (),
+        },
+    )
+    return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
+
+
+def _topic_field(request: Partitioned, shape: Shape, name: str) -> dict[str, Any]:
+    if request.by_id:
+        return {"topic_id": uuid.UUID(name)}
+    return {shape.response_topic: name}
+
+
+def _response_class(module: Any) -> type:
+    for value in vars(module).values():
+        kind = str(getattr(value, "__type__", ""))
+        if isinstance(value, type) and kind.endswith("response"):
+            return value
+    raise LookupError(f"no response entity in {module.__name__}")
+
+
+@cache
+def _nested_classes(response_cls: type, shape: Shape) -> tuple[type, type]:
+    topic_cls = _element_class(response_cls, shape.response_topics)
+    return topic_cls, _element_class(topic_cls, shape.response_partitions)
+
+
+def _element_class(cls: type, field_name: str) -> type:
+    """The entity class of a tuple field's elements, from kio's annotations."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    annotation = hints[field_name]
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and dataclasses.is_dataclass(arg):
+            return arg
+        for inner in typing.get_args(arg):
+            if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+                return inner
+    raise LookupError(f"{cls.__name__}.{field_name} holds no entity")
