@@ -6,11 +6,13 @@ and the file.
 
 from __future__ import annotations
 
+import math
+import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -130,10 +132,43 @@ class TlsConfig:
     """``required``, ``requested`` or ``none``, like Kafka's ssl.client.auth."""
 
 
+KAFKA_UNLIMITED: Final = 2_147_483_647
+"""Kafka's "no limit" for ``max.connections`` and ``max.connections.per.ip``."""
+UNLIMITED: Final = -1
+"""``connections.max.idle.ms`` (never closed) and ``queued.max.request.bytes`` (no cap), as
+in Kafka."""
+DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 256 * 1024 * 1024
+_RESERVED_FILES: Final = 64
+"""Open files kept for everything but client connections: listeners, the state store, audit
+spool and sinks, the metrics endpoint, the event loop's own, plug-ins."""
+
+
+def default_max_connections() -> int:
+    """``max.connections`` when unset: as many client connections as the process's open-file
+    limit leaves room for, each holding two sockets (the client's and its upstream link).
+    Past that limit accept() fails and, worse, existing clients cannot open their upstream
+    link; refused at accept, a new client fails alone and cleanly."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return KAFKA_UNLIMITED
+    return min(max((soft - _RESERVED_FILES) // 2, 1), KAFKA_UNLIMITED)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LimitsConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_in_flight_requests: int = 100
+    connections_max_idle_ms: int = 600_000
+    """Kafka's ``connections.max.idle.ms``: a connection with no request in flight and
+    nothing read for this long is closed; -1 never."""
+    max_connections: int = field(default_factory=default_max_connections)
+    """Kafka's ``max.connections``, over every listener; a connection past it is closed at
+    accept."""
+    max_connections_per_ip: int = KAFKA_UNLIMITED
+    """Kafka's ``max.connections.per.ip``."""
+    queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
+    """Kafka's ``queued.max.request.bytes``: the bytes of requests being received (and
+    handed on) that the gateway holds over every connection; -1 no cap."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +235,16 @@ _AUDIT_KEYS = frozenset(
         "instance",
     }
 )
-_LIMIT_KEYS = frozenset({"max_frame_bytes", "max_in_flight_requests"})
+_LIMIT_KEYS = frozenset(
+    {
+        "max_frame_bytes",
+        "max_in_flight_requests",
+        "connections.max.idle.ms",
+        "max.connections",
+        "max.connections.per.ip",
+        "queued.max.request.bytes",
+    }
+)
 
 
 def parse_host_port(text: str, key: str, source: str) -> HostPort:
@@ -495,7 +539,42 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
                 minimum=1,
             )
         ),
+        connections_max_idle_ms=_limit_or_unlimited(
+            lim.get("connections.max.idle.ms", 600_000), "connections.max.idle.ms", source, 1
+        ),
+        max_connections=int(
+            _number(
+                lim.get("max.connections", default_max_connections()),
+                "limits.max.connections",
+                source,
+                minimum=1,
+            )
+        ),
+        max_connections_per_ip=int(
+            _number(
+                lim.get("max.connections.per.ip", KAFKA_UNLIMITED),
+                "limits.max.connections.per.ip",
+                source,
+                minimum=1,
+            )
+        ),
+        queued_max_request_bytes=_limit_or_unlimited(
+            lim.get("queued.max.request.bytes", DEFAULT_QUEUED_MAX_REQUEST_BYTES),
+            "queued.max.request.bytes",
+            source,
+            64,
+        ),
     )
+
+
+def _limit_or_unlimited(value: object, key: str, source: str, minimum: int) -> int:
+    """A limit that also takes Kafka's -1 for none."""
+    number = int(_number(value, f"limits.{key}", source, minimum=-math.inf))
+    if number != UNLIMITED and number < minimum:
+        raise ConfigError(
+            f"{source}: limits.{key}: must be -1 (no limit) or at least {minimum}, got {number}"
+        )
+    return number
 
 
 def _advertised_host(raw: Mapping[str, Any], listen: HostPort, source: str) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, HostPort, load
+from gateway.config import ConfigError, HostPort, LimitsConfig, load
 
 pytestmark = pytest.mark.unit
 
@@ -60,3 +63,89 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     bad.write_text("listen: [\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load(bad)
+
+
+LIMITS = {
+    # name: (limits section, what it parses to)
+    "Kafka's defaults, and a safe memory cap": (
+        "",
+        {
+            "connections_max_idle_ms": 600_000,
+            "max_connections_per_ip": 2_147_483_647,
+            "queued_max_request_bytes": 256 * 1024 * 1024,
+        },
+    ),
+    "set": (
+        "connections.max.idle.ms: 500\nmax.connections: 10\nmax.connections.per.ip: 2\n"
+        "queued.max.request.bytes: 67108864\n",
+        {
+            "connections_max_idle_ms": 500,
+            "max_connections": 10,
+            "max_connections_per_ip": 2,
+            "queued_max_request_bytes": 64 * 1024 * 1024,
+        },
+    ),
+    "Kafka's -1: never idle, no memory cap": (
+        "connections.max.idle.ms: -1\nqueued.max.request.bytes: -1\n",
+        {"connections_max_idle_ms": -1, "queued_max_request_bytes": -1},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (
+            "connections.max.idle.ms: 0",
+            "connections.max.idle.ms: must be -1 (no limit) or at least 1",
+        ),
+        ("connections.max.idle.ms: 1.5", "connections.max.idle.ms: expected a whole number"),
+        ("max.connections: 0", "max.connections: must be at least 1"),
+        ("max.connections: -1", "max.connections: must be at least 1"),
+        ("max.connections.per.ip: many", "max.connections.per.ip: expected a number"),
+        (
+            "queued.max.request.bytes: -5",
+            "queued.max.request.bytes: must be -1 (no limit) or at least 64",
+        ),
+        (
+            "queued.max.request.bytes: 10",
+            "queued.max.request.bytes: must be -1 (no limit) or at least 64",
+        ),
+        ("queued.max.request.bytes: true", "queued.max.request.bytes: expected a number"),
+    ],
+)
+def test_bad_limits_name_key_file_and_why(tmp_path: Path, line: str, error: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"limits:\n  {line}\n")
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert f"{path}: limits.{error}" in str(raised.value)
+
+
+@pytest.mark.parametrize("name", list(LIMITS))
+def test_limits_section(tmp_path: Path, name: str) -> None:
+    section, expected = LIMITS[name]
+    path = tmp_path / "g.yaml"
+    path.write_text("limits:\n" + "".join(f"  {line}\n" for line in section.splitlines()))
+    limits = load(path).limits
+    assert {key: getattr(limits, key) for key in expected} == expected
+
+
+def test_max_connections_defaults_to_what_the_open_file_limit_allows() -> None:
+    """Each client connection holds two sockets (its own and its upstream link), and 64 files
+    are kept for the rest: with 1024 open files, 480 connections."""
+
+    def soft_limit_1024() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    probe = "from gateway.config import load; print(load(None).limits.max_connections)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=soft_limit_1024,
+    ).stdout
+    assert int(out) == 480
+    assert LimitsConfig().max_connections == load(None).limits.max_connections
