@@ -21,6 +21,29 @@ class GatewayMetrics:
         self.connections_active = Gauge(
             "kpg_connections_active", "Client connections open now", registry=r
         )
+        self.connections_refused = Counter(
+            "kpg_connections_refused",
+            "Connections closed at accept, by the limit they were over "
+            "(max.connections, max.connections.per.ip)",
+            ["reason"],
+            registry=r,
+        )
+        self.connections_idle_closed = Counter(
+            "kpg_connections_idle_closed",
+            "Connections closed after connections.max.idle.ms with no request in flight",
+            registry=r,
+        )
+        self.queued_request_bytes = Gauge(
+            "kpg_queued_request_bytes",
+            "Declared bytes of the requests being received or handed on, the sum "
+            "queued.max.request.bytes caps",
+            registry=r,
+        )
+        self.queued_request_waits = Counter(
+            "kpg_queued_request_waits",
+            "Requests whose reading waited for queued.max.request.bytes to free",
+            registry=r,
+        )
         self.requests = Counter(
             "kpg_requests", "Client requests by API and version", ["api", "version"], registry=r
         )

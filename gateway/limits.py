@@ -1,0 +1,156 @@
+"""What the gateway allows over all its connections, with Kafka's names: how many connections
+(``max.connections``, ``max.connections.per.ip``) and how many bytes of requests it holds
+while it receives and hands them on (``queued.max.request.bytes``). See the package docstring
+for the contracts."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from typing import Final
+
+from protocol.framing import FrameRejected
+
+from .config import UNLIMITED, LimitsConfig
+from .metrics import GatewayMetrics
+
+log = logging.getLogger(__name__)
+
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
+"""At most one log line about refused connections this often; the count is in
+``kpg_connections_refused_total``."""
+
+
+class RequestMemory:
+    """``queued.max.request.bytes`` over every connection.
+
+    A frame's declared size is taken when its size prefix has been read, before its body,
+    and given back once the request has been handed on (sent upstream, answered or refused);
+    the body is read in pieces as it arrives, so the gateway never holds more than it took. A
+    frame that does not fit waits, its connection unread, until enough is given back; frames
+    that wait are let in first-fit, so a small request is never held behind a large one. A
+    frame larger than the whole limit could never fit: :meth:`check` refuses it.
+    """
+
+    def __init__(self, limit: int, metrics: GatewayMetrics) -> None:
+        self._limit = None if limit == UNLIMITED else limit
+        self._held = 0
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
+        self._gauge = metrics.queued_request_bytes
+        self._waits = metrics.queued_request_waits
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def check(self, size: int) -> None:
+        """:raises FrameRejected: for a frame of ``size`` bytes that could never fit."""
+        if self._limit is not None and size > self._limit:
+            raise FrameRejected(
+                "queued_max_request_bytes",
+                f"frame size {size} exceeds queued.max.request.bytes ({self._limit})",
+            )
+
+    async def take(self, size: int) -> None:
+        """Take ``size`` bytes, waiting until they fit (:meth:`check` first)."""
+        if self._fits(size):
+            self._add(size)
+            return
+        self._waits.inc()
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = (size, granted)
+        self._waiting.append(waiter)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+            else:  # granted just as the wait was cancelled
+                self.give_back(size)
+            raise
+
+    def give_back(self, size: int) -> None:
+        self._add(-size)
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            wanted, granted = waiter
+            if granted.cancelled():
+                continue
+            if self._fits(wanted):
+                self._add(wanted)
+                granted.set_result(None)
+            else:
+                self._waiting.append(waiter)
+
+    def _fits(self, size: int) -> bool:
+        return self._limit is None or self._held + size <= self._limit
+
+    def _add(self, size: int) -> None:
+        self._held += size
+        self._gauge.set(self._held)
+
+
+class ConnectionLimits:
+    """``max.connections`` and ``max.connections.per.ip``, counted over every listener from
+    accept until the connection is closed."""
+
+    def __init__(self, limits: LimitsConfig, metrics: GatewayMetrics) -> None:
+        self._max = limits.max_connections
+        self._max_per_ip = limits.max_connections_per_ip
+        self._open = 0
+        self._per_ip: collections.Counter[str] = collections.Counter()
+        self._refused = metrics.connections_refused
+        self._log = _RefusalLog()
+
+    def admit(self, host: str) -> bool:
+        """Count a new connection from ``host``; False when it is over a limit (counted and
+        logged): the caller closes it."""
+        if self._open >= self._max:
+            self._refuse(host, "max.connections", self._max)
+            return False
+        if self._per_ip[host] >= self._max_per_ip:
+            self._refuse(host, "max.connections.per.ip", self._max_per_ip)
+            return False
+        self._open += 1
+        self._per_ip[host] += 1
+        return True
+
+    def release(self, host: str) -> None:
+        """A connection :meth:`admit` let in has closed."""
+        self._open -= 1
+        self._per_ip[host] -= 1
+        if not self._per_ip[host]:
+            del self._per_ip[host]
+
+    def _refuse(self, host: str, key: str, limit: int) -> None:
+        self._refused.labels(key).inc()
+        self._log.refused(f"refused a connection from {host}: {key} ({limit}) reached")
+
+
+class _RefusalLog:
+    """One warning per :data:`REFUSAL_LOG_INTERVAL_S` at most, saying how many were not
+    logged since the last: a flood of connections does not flood the log."""
+
+    def __init__(self) -> None:
+        self._quiet_until = float("-inf")
+        self._unlogged = 0
+
+    def refused(self, message: str) -> None:
+        now = time.monotonic()
+        if now < self._quiet_until:
+            self._unlogged += 1
+            return
+        if self._unlogged:
+            message += f" ({self._unlogged} more refused since the last such message)"
+        log.warning("%s", message)
+        self._unlogged = 0
+        self._quiet_until = now + REFUSAL_LOG_INTERVAL_S
+
+
+def peer_host(peername: object) -> str:
+    """The address part of a transport's ``peername`` (the whole of it for a Unix socket)."""
+    return str(peername[0]) if isinstance(peername, tuple) else str(peername)
