@@ -2,12 +2,21 @@
 
 Contracts, stated once:
 
-- One upstream connection per client connection; requests go upstream in the order the
+- One upstream connection per client connection, opened when its first request has been
+  read (a connection that sends nothing holds none); requests go upstream in the order the
   client sent them, and responses leave to the client in that same order. A locally made
   answer waits behind earlier forwarded ones.
 - Backpressure: at most ``limits.max_in_flight_requests`` requests per connection await
   their answer; the connection stops reading until one leaves. Writers are drained before
   more is read. A frame's size is checked before its body is read.
+- Limits over all connections, Kafka's (:mod:`gateway.limits`): past ``max.connections`` or
+  ``max.connections.per.ip`` a new connection is closed at accept, before a byte is read.
+  ``queued.max.request.bytes`` caps the bytes of requests being received and handed on: a
+  frame's size is taken from it before its body is read and given back once the request
+  has been forwarded, answered or refused; a frame that does not fit waits, its connection
+  unread, and one larger than the whole cap is refused. Bodies are read as they arrive,
+  never as one read of the declared size. A connection with no answer due that has waited
+  ``connections.max.idle.ms`` on its client is closed.
 - Fail closed: a request the gateway must inspect but cannot decode is refused (the
   connection is closed, as a broker closes it), never forwarded blind. An API key the
   gateway does not know is never forwarded.

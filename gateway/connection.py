@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,9 +20,10 @@ from protocol.framing import (
 from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
-from .config import GatewayConfig, HostPort
+from .config import UNLIMITED, GatewayConfig, HostPort
 from .engine import RequestContext, Session
 from .handlers.base import Registration
+from .limits import RequestMemory
 from .metrics import GatewayMetrics
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import ssl_principal
@@ -45,6 +47,7 @@ class ClientConnection:
         writer: asyncio.StreamWriter,
         listener: str,
         targets: Callable[[], Sequence[HostPort]],
+        memory: RequestMemory,
     ) -> None:
         self._config = config
         self._reader = reader
@@ -60,6 +63,14 @@ class ClientConnection:
         self._slots: asyncio.Queue[object] = asyncio.Queue(self._limits.max_in_flight_requests)
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
+        self._memory = memory
+        self._upstream: _Upstream | None = None
+        # The idle clock (connections.max.idle.ms): it runs while the connection waits on the
+        # client with no answer due, from the moment it began to wait or the last answer left.
+        self._waiting_on_client = False
+        self._answers_due = 0
+        self._last_activity = time.monotonic()
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         """Serve the connection until either side closes it."""
@@ -67,34 +78,26 @@ class ClientConnection:
         self._metrics.connections_active.inc()
         tasks = self._tasks
         try:
-            try:
-                upstream = await UpstreamLink.open(
-                    self._targets(),
-                    self._config.upstream.connect_timeout_s,
-                    self._metrics,
-                    tasks,
-                    self._upstream_closed,
-                )
-            except UpstreamClosed as exc:
-                log.warning("%s: closing client connection: %s", self.peer, exc)
-                return
             session = Session(principal=ssl_principal(self._writer.get_extra_info("peercert")))
             writer_task = tasks.spawn(self._write_loop(), name=f"write-{self.peer}")
-            self._read_task = tasks.spawn(
-                self._read_loop(upstream, session), name=f"read-{self.peer}"
-            )
-            if self._closing:  # shutdown began while connecting
+            self._read_task = tasks.spawn(self._read_loop(session), name=f"read-{self.peer}")
+            if self._closing:  # shutdown began before the connection started
                 self._read_task.cancel()
+            if self._limits.connections_max_idle_ms != UNLIMITED:
+                self._check_idle()
             await asyncio.wait({self._read_task})
-            # Reading has stopped (client closed, bad input, shutdown or upstream gone):
+            # Reading has stopped (client closed, bad input, idle, shutdown or upstream gone):
             # the answers already in flight still leave, then the connection closes.
             self._closing = True
             self._slots_put_end()
             done, _ = await asyncio.wait({writer_task}, timeout=self._config.shutdown_timeout_s)
             if not done:
                 writer_task.cancel()
-            await upstream.close()
+            if self._upstream is not None:
+                await self._upstream.link.close()
         finally:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
             self._metrics.connections_active.dec()
             self._writer.close()
 
@@ -103,6 +106,35 @@ class ClientConnection:
         self._closing = True
         if self._read_task is not None and not self._read_task.done():
             self._read_task.cancel()
+
+    def _check_idle(self) -> None:
+        """Close the connection once it has been idle for connections.max.idle.ms (Kafka's
+        meaning: nothing in flight, nothing read); otherwise look again when it could be."""
+        if self._closing:
+            return
+        idle_s = self._limits.connections_max_idle_ms / 1000
+        quiet = time.monotonic() - self._last_activity
+        idle = self._waiting_on_client and not self._answers_due
+        if idle and quiet >= idle_s:
+            self._metrics.connections_idle_closed.inc()
+            log.info(
+                "%s: closing connection: idle for %.1f s (connections.max.idle.ms)",
+                self.peer,
+                quiet,
+            )
+            self.stop_reading()
+            return
+        again = idle_s - quiet if quiet < idle_s else idle_s
+        self._idle_timer = asyncio.get_running_loop().call_later(again, self._check_idle)
+
+    async def _receive(self, read: Awaitable[bytes]) -> bytes:
+        """``read`` from the client, with the idle clock running meanwhile."""
+        self._waiting_on_client = True
+        self._last_activity = time.monotonic()
+        try:
+            return await read
+        finally:
+            self._waiting_on_client = False
 
     def _upstream_closed(self, reason: str) -> None:
         if not self._closing:
@@ -121,45 +153,101 @@ class ClientConnection:
             # marker, queued once there is room.
             self._tasks.spawn(self._slots.put(_END), name=f"end-{self.peer}")
 
-    async def _read_loop(self, upstream: UpstreamLink, session: Session) -> None:
-        cluster = UpstreamCluster(upstream, self._config.upstream.request_timeout_s)
+    async def _read_loop(self, session: Session) -> None:
         while not self._closing:
-            request = await self._read_request()
-            if request is None:
+            size = await self._read_size()
+            if size is None:
                 return
-            header, frame = request
-            outcome = await self._outcome(header, frame, session, cluster)
-            if not await self._deliver(header, outcome, upstream):
-                return
+            await self._memory.take(size)  # the connection is not read while this waits
+            try:
+                if not await self._serve(size, session):
+                    return
+            finally:
+                self._memory.give_back(size)
 
-    async def _read_request(self) -> tuple[RequestHeader, bytes] | None:
-        """The next request, its size checked before its body is read; None once the client
-        is gone or its frame was refused."""
-        reader = self._reader
+    async def _serve(self, size: int, session: Session) -> bool:
+        """Read a request of ``size`` bytes and carry out its outcome; False when the
+        connection must stop reading."""
+        request = await self._read_request(size)
+        if request is None:
+            return False
+        upstream = self._upstream or await self._open_upstream()
+        if upstream is None:
+            return False
+        header, frame = request
+        outcome = await self._outcome(header, frame, session, upstream.cluster)
+        return await self._deliver(header, outcome, upstream.link)
+
+    async def _open_upstream(self) -> _Upstream | None:
+        """The link to the broker, opened for the first request (an idle connection holds
+        none); None when no broker can be reached."""
         try:
-            prefix = await reader.readexactly(4)
+            link = await UpstreamLink.open(
+                self._targets(),
+                self._config.upstream.connect_timeout_s,
+                self._metrics,
+                self._tasks,
+                self._upstream_closed,
+            )
+        except UpstreamClosed as exc:
+            log.warning("%s: closing client connection: %s", self.peer, exc)
+            return None
+        cluster = UpstreamCluster(link, self._config.upstream.request_timeout_s)
+        self._upstream = _Upstream(link=link, cluster=cluster)
+        return self._upstream
+
+    async def _read_size(self) -> int | None:
+        """The next frame's size, checked against the limits before its body is read; None
+        once the client is gone or the size was refused."""
+        try:
+            prefix = await self._receive(self._reader.readexactly(SIZE.size))
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 self._reject("truncated frame size", "truncated")
             return None
         except ConnectionError:
             return None
-        size = SIZE.unpack(prefix)[0]
+        size: int = SIZE.unpack(prefix)[0]
         try:
             check_frame_size(size, self._limits.max_frame_bytes)
-            frame = await reader.readexactly(size)
-            header = parse_request_header(frame)
+            self._memory.check(size)
         except FrameRejected as exc:
             self._reject(exc.detail, exc.reason)
             return None
-        except asyncio.IncompleteReadError as exc:
-            self._reject(f"truncated frame: {len(exc.partial)} of {size} bytes", "truncated")
+        return size
+
+    async def _read_request(self, size: int) -> tuple[RequestHeader, bytes] | None:
+        """The request of ``size`` bytes; None once the client is gone or its frame was
+        refused."""
+        try:
+            frame = await self._read_body(size)
+            header = parse_request_header(frame)
+        except FrameRejected as exc:
+            self._reject(exc.detail, exc.reason)
             return None
         except ConnectionError:
             return None
         self._metrics.bytes_in.inc(size + 4)
         self._metrics.count_request(header.api_key, header.api_version)
         return header, frame
+
+    async def _read_body(self, size: int) -> bytes:
+        """``size`` bytes, read in pieces as they arrive (each no larger than the stream's
+        buffer), so a frame the client stops sending half-way holds only what came.
+
+        :raises FrameRejected: when the client ends the connection first.
+        """
+        pieces: list[bytes] = []
+        missing = size
+        while missing:
+            piece = await self._receive(self._reader.read(missing))
+            if not piece:
+                raise FrameRejected(
+                    "truncated", f"truncated frame: {size - missing} of {size} bytes"
+                )
+            pieces.append(piece)
+            missing -= len(piece)
+        return b"".join(pieces)  # a single piece is returned as is, not copied
 
     async def _outcome(
         self, header: RequestHeader, frame: bytes, session: Session, cluster: UpstreamCluster
@@ -198,7 +286,7 @@ class ClientConnection:
         if isinstance(outcome, Answer):
             done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             done.set_result(outcome.frame)
-            await self._slots.put(_Pending(answer=done, on_response=None))
+            await self._queue_answer(_Pending(answer=done, on_response=None))
             return True
         try:
             future = upstream.send(
@@ -210,9 +298,13 @@ class ClientConnection:
         except UpstreamClosed:
             return False
         if future is not None:
-            await self._slots.put(_Pending(answer=future, on_response=outcome.on_response))
+            await self._queue_answer(_Pending(answer=future, on_response=outcome.on_response))
         await upstream.drain()
         return True
+
+    async def _queue_answer(self, pending: _Pending) -> None:
+        self._answers_due += 1
+        await self._slots.put(pending)
 
     async def _write_loop(self) -> None:
         writer, metrics = self._writer, self._metrics
@@ -242,6 +334,16 @@ class ClientConnection:
             except (ConnectionError, RuntimeError):
                 self.stop_reading()
                 return
+            self._answers_due -= 1
+            self._last_activity = time.monotonic()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Upstream:
+    """The connection's link to the broker, and the cluster as its handlers ask it."""
+
+    link: UpstreamLink
+    cluster: UpstreamCluster
 
 
 @dataclass(frozen=True, slots=True)

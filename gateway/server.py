@@ -23,6 +23,7 @@ from .decisions import DecisionRecorder
 from .engine import Engine
 from .handlers import build_table
 from .handlers.base import Registration
+from .limits import ConnectionLimits, RequestMemory, peer_host
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
 from .policy_runner import PolicyRunner
@@ -85,6 +86,8 @@ class Gateway:
         )
         self._bootstrap: asyncio.Server | None = None
         self._connections: set[ClientConnection] = set()
+        self._connection_limits = ConnectionLimits(config.limits, self.metrics)
+        self._request_memory = RequestMemory(config.limits.queued_max_request_bytes, self.metrics)
         self._metrics_port: int | None = None
         self._bootstrap_port: int | None = None
         self._ssl: ssl.SSLContext | None = None
@@ -139,6 +142,15 @@ class Gateway:
             ", ".join(map(str, self.config.upstream.bootstrap_servers)),
             record_scanner(),
         )
+        limits = self.config.limits
+        log.info(
+            "limits: max.connections %d, max.connections.per.ip %d, connections.max.idle.ms %d, "
+            "queued.max.request.bytes %d",
+            limits.max_connections,
+            limits.max_connections_per_ip,
+            limits.connections_max_idle_ms,
+            limits.queued_max_request_bytes,
+        )
         if record_scanner() != "native":
             log.warning(
                 "record validation reads records with the full Python reader (protocol._recscan "
@@ -168,6 +180,10 @@ class Gateway:
         listener: str,
         targets: object,
     ) -> None:
+        host = peer_host(writer.get_extra_info("peername"))
+        if not self._connection_limits.admit(host):
+            writer.transport.abort()  # closed at once, before a byte is read
+            return
         connection = ClientConnection(
             config=self.config,
             table=self.handlers,
@@ -177,10 +193,15 @@ class Gateway:
             writer=writer,
             listener=listener,
             targets=targets,  # type: ignore[arg-type]
+            memory=self._request_memory,
         )
         self._connections.add(connection)
         task = self.tasks.spawn(connection.run(), name=f"conn-{connection.peer}")
-        task.add_done_callback(lambda _: self._connections.discard(connection))
+        task.add_done_callback(lambda _: self._closed(connection, host))
+
+    def _closed(self, connection: ClientConnection, host: str) -> None:
+        self._connections.discard(connection)
+        self._connection_limits.release(host)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests finish within the shutdown timeout, close."""
