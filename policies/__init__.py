@@ -18,6 +18,7 @@ Contracts, stated once:
   timeout, or finds every policy thread busy, denies. Nothing is skipped silently.
 * Dry-run rules and plug-ins record ``would_deny`` and never deny.
 * No I/O here beyond importing plug-in classes at start-up, no asyncio, no kio, no gateway.
-  Plug-in calls run on the chain's own threads; the gateway calls the chain off its event
-  loop.
+  Plug-in calls run on the chain's one bounded pool of threads; the gateway awaits them
+  without blocking its event loop (``gateway.policy_runner``), and a check made of built-in
+  rules alone never leaves the caller's thread.
 """

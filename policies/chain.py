@@ -29,8 +29,8 @@ bounds how many hung calls there can be, and when every worker is busy the call 
 once without calling the plug-in. The threads are daemons: a hung policy does not keep the
 process alive.
 
-Fail closed: a plug-in that raises anything other than :class:`PolicyViolation` denies with a
-message naming the plug-in class and the exception; so does a built-in rule that fails.
+A denial names the plug-in (or rule) and, for a failure, the exception; the fail-closed
+contract itself is :mod:`policies`'.
 """
 
 from __future__ import annotations
