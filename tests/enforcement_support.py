@@ -1,0 +1,751 @@
+"""What the enforcement unit tests are built from: the gateway's real services around a
+stand-in cluster view, request frames written with kio, and readers for the answers.
+
+No sockets. :class:`StandInCluster` implements :class:`gateway.engine.ClusterView` from dicts:
+the protocol is the seam between the enforcements and the broker connection, so a stand-in
+there is what the enforcements see of any cluster. Everything else is real: the policy chain
+(built-in rules and a test plug-in), a SQLite state store on a temp path, the record
+validator, the decision recorder with an audit emitter writing to a list, and the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import struct
+import uuid
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.audit import AuditEmitter, ProduceSummarizer
+from gateway.config import ClientConfigsConfig, HostPort, UpstreamConfig
+from gateway.decisions import DecisionRecorder
+from gateway.engine import Engine, RequestContext, Session
+from gateway.handlers import build_table
+from gateway.handlers.base import Registration
+from gateway.metrics import GatewayMetrics
+from gateway.outcomes import Answer, Forward, Outcome
+from gateway.policy_runner import PolicyRunner
+from gateway.record_validation import load_record_validator
+from gateway.services import Services
+from gateway.state import SqliteStore
+from policies.chain import PolicyChain
+from policies.loader import flatten_configs, load_policy_chain
+from protocol.admin import SOURCE_DEFAULT, TopicDescription
+from protocol.codec import (
+    Payload,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from protocol.describe_configs import SOURCE_DYNAMIC_TOPIC, DescribedConfig, DescribedResource
+from protocol.framing import RequestHeader, parse_request_header, response_correlation_id
+from protocol.results import OK, ItemError
+from spark_audit.event import AuditEvent
+
+T = TypeVar("T")
+
+PLUGINS = str(Path(__file__).parent / "plugins")
+CORRELATION_ID = 4242
+CLIENT_ID = "unit-client"
+CLIENT_ADDRESS = "192.0.2.7:50123"
+TIMEOUT = i32Timedelta.parse(timedelta(seconds=30))
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS, PRODUCE = 33, 44, 32, 0
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+_API_MODULES = {
+    CREATE_TOPICS: "create_topics",
+    DELETE_TOPICS: "delete_topics",
+    CREATE_PARTITIONS: "create_partitions",
+    ALTER_CONFIGS: "alter_configs",
+    INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
+    DESCRIBE_CONFIGS: "describe_configs",
+    PRODUCE: "produce",
+}
+
+
+# --- the stand-in cluster --------------------------------------------------------------------
+
+
+def described(
+    resource_type: int,
+    name: str,
+    own: Mapping[str, str] = {},  # noqa: B006 - read only
+    defaults: Mapping[str, str] = {},  # noqa: B006 - read only
+    *,
+    error_code: int = 0,
+    error_message: str | None = None,
+) -> DescribedResource:
+    """A resource as DescribeConfigs reports it: ``own`` set on it, ``defaults`` not."""
+    own_source = SOURCE_DYNAMIC_TOPIC if resource_type == TOPIC else 2  # DYNAMIC_BROKER
+
+    def entry(key: str, value: str, source: int) -> DescribedConfig:
+        return DescribedConfig(
+            name=key,
+            value=value,
+            source=source,
+            read_only=False,
+            is_sensitive=False,
+            synonyms=(),
+            config_type=0,
+            documentation=None,
+        )
+
+    return DescribedResource(
+        resource_type=resource_type,
+        resource_name=name,
+        error_code=error_code,
+        error_message=error_message,
+        configs=tuple(entry(k, v, own_source) for k, v in own.items())
+        + tuple(entry(k, v, SOURCE_DEFAULT) for k, v in defaults.items() if k not in own),
+    )
+
+
+@dataclass
+class StandInCluster:
+    """A :class:`gateway.engine.ClusterView` answering from dicts, recording what it is asked.
+
+    A topic it does not hold is answered as a broker answers it: Metadata with
+    UNKNOWN_TOPIC_OR_PARTITION (or the code set in ``metadata_errors``), DescribeConfigs
+    with UNKNOWN_TOPIC_OR_PARTITION. Every client is authorized to alter configs, unless
+    ``alter_refusals`` says otherwise.
+    """
+
+    topics: dict[str, TopicDescription] = field(default_factory=dict)
+    topic_ids: dict[uuid.UUID, str] = field(default_factory=dict)
+    brokers: list[int] = field(default_factory=lambda: [1])
+    configs: dict[tuple[int, str], DescribedResource] = field(default_factory=dict)
+    metadata_errors: dict[str, int] = field(default_factory=dict)
+    alter_refusals: dict[tuple[int, str], ItemError] = field(default_factory=dict)
+    """What the broker answers an empty validate_only IncrementalAlterConfigs for a resource
+    (its authorization check); OK for any other."""
+    asked: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+
+    def add_topic(
+        self,
+        name: str,
+        *,
+        partitions: int = 3,
+        replication_factor: int = 1,
+        configs: Mapping[str, str] = {},  # noqa: B006 - read only
+        defaults: Mapping[str, str] = {},  # noqa: B006 - read only
+    ) -> uuid.UUID:
+        """Make ``name`` exist; returns its topic id."""
+        replicas = tuple(range(1, replication_factor + 1))
+        self.topics[name] = TopicDescription(
+            name=name, error_code=0, partitions=dict.fromkeys(range(partitions), replicas)
+        )
+        topic_id = uuid.uuid4()
+        self.topic_ids[topic_id] = name
+        self.configs[(TOPIC, name)] = described(TOPIC, name, configs, defaults)
+        return topic_id
+
+    def id_of(self, name: str) -> uuid.UUID:
+        return next(i for i, n in self.topic_ids.items() if n == name)
+
+    def set_broker_configs(self, broker_id: int, configs: Mapping[str, str]) -> None:
+        """What DescribeConfigs reports for broker ``broker_id`` (its static configs)."""
+        self.configs[(BROKER, str(broker_id))] = described(BROKER, str(broker_id), configs)
+
+    async def describe_topics(self, names: Sequence[str]) -> Mapping[str, TopicDescription]:
+        self.asked.append(("describe_topics", tuple(names)))
+        return {name: self._topic(name) for name in names}
+
+    async def broker_ids(self) -> Sequence[int]:
+        self.asked.append(("broker_ids", ()))
+        return list(self.brokers)
+
+    async def describe_all_topics(
+        self,
+    ) -> tuple[Mapping[str, TopicDescription], Mapping[uuid.UUID, str]]:
+        self.asked.append(("describe_all_topics", ()))
+        return dict(self.topics), dict(self.topic_ids)
+
+    async def describe_configs(
+        self, resources: Sequence[tuple[int, str]]
+    ) -> Mapping[tuple[int, str], DescribedResource]:
+        self.asked.append(("describe_configs", tuple(resources)))
+        unknown = ErrorCode.unknown_topic_or_partition.value
+        return {
+            key: self.configs.get(key)
+            or described(*key, error_code=unknown, error_message=f"{key[1]} does not exist")
+            for key in resources
+        }
+
+    async def authorize_alter_configs(
+        self, resources: Sequence[tuple[int, str]]
+    ) -> Mapping[tuple[int, str], ItemError]:
+        self.asked.append(("authorize_alter_configs", tuple(resources)))
+        return {key: self.alter_refusals.get(key, OK) for key in resources}
+
+    def _topic(self, name: str) -> TopicDescription:
+        found = self.topics.get(name)
+        if found is not None:
+            return found
+        code = self.metadata_errors.get(name, ErrorCode.unknown_topic_or_partition.value)
+        return TopicDescription(name=name, error_code=code, partitions={})
+
+
+# --- the gateway's services around it --------------------------------------------------------
+
+
+class ListSink:
+    """An audit sink that keeps the events in a list."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def open(self) -> None:
+        pass
+
+    def write(self, events: Sequence[AuditEvent]) -> None:
+        self.events.extend(events)
+
+    def maintain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class NoNodes:
+    """The enforcements never rewrite broker addresses."""
+
+    async def gateway_addresses(self, endpoints: object) -> dict[int, tuple[str, int]]:
+        raise AssertionError("an enforcement asked for gateway node addresses")
+
+
+@dataclass
+class Harness:
+    """The real services and handler table, one event loop, and a stand-in cluster.
+
+    Synchronous on the outside, so that tests read as plain steps.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    services: Services
+    chain: PolicyChain
+    store: SqliteStore
+    emitter: AuditEmitter
+    sink: ListSink
+    metrics: GatewayMetrics
+    table: Mapping[int, Registration]
+    cluster: StandInCluster = field(default_factory=StandInCluster)
+
+    @classmethod
+    def build(
+        cls,
+        directory: Path,
+        policies: Mapping[str, object],
+        *,
+        upstream: UpstreamConfig,
+        own_topics: Sequence[str] = (),
+    ) -> Harness:
+        loop = asyncio.new_event_loop()
+        metrics = GatewayMetrics(CollectorRegistry())
+        chain = load_policy_chain(policies, source="unit-test")
+        store = SqliteStore(directory / "state.db")
+        sink = ListSink()
+        emitter = AuditEmitter(
+            [sink],
+            summarizer=ProduceSummarizer(
+                gateway_instance="unit", mode="enforce", interval_ms=60_000, start_ms=0
+            ),
+            tick_s=0.05,
+        )
+        loop.run_until_complete(store.start())
+        loop.run_until_complete(emitter.start())
+        services = Services(
+            engine=Engine(DecisionRecorder(metrics, emitter, "unit")),
+            policies=PolicyRunner(chain),
+            state=store,
+            records=load_record_validator(policies, flatten_configs(policies), "unit-test"),
+            audit=emitter,
+            metrics=metrics,
+            client_config_enforced=Counter(
+                "kpg_client_config_enforced", "", ["config"], registry=metrics.registry
+            ),
+            nodes=NoNodes(),
+            upstream=upstream,
+            client_configs=ClientConfigsConfig(),
+            own_topics=frozenset(own_topics),
+        )
+        return cls(
+            loop=loop,
+            services=services,
+            chain=chain,
+            store=store,
+            emitter=emitter,
+            sink=sink,
+            metrics=metrics,
+            table=build_table(services),
+        )
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.emitter.close())
+        self.loop.run_until_complete(self.store.close())
+        self.chain.close()
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        self.loop.close()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coroutine)
+
+    def send(self, frame: bytes, *, principal: str | None = None) -> Outcome:
+        """What the API's handler decides about ``frame`` (a request frame, no size prefix)."""
+        ctx = context(frame, principal)
+        handler = self.table[ctx.api_key].handler
+        return self.run(handler(ctx, self.cluster, frame))
+
+    def broker_answers(self, outcome: Outcome, response: bytes) -> bytes:
+        """What the client gets when the broker answers a forwarded request with ``response``."""
+        assert isinstance(outcome, Forward), outcome
+        if outcome.on_response is None:
+            return response
+        return self.run(outcome.on_response(response))
+
+    def set_validation_policy(self, topic: str, value: str | None) -> None:
+        self.run(self.services.store_validation_policies({topic: value}))
+
+    def validation_policy(self, topic: str) -> str | None:
+        return self.services.validation_policy_of(topic)
+
+    def decisions(self, api: str, policy: str, outcome: str) -> float:
+        """``kpg_policy_decisions_total{api, policy, outcome}``."""
+        value = self.metrics.registry.get_sample_value(
+            "kpg_policy_decisions_total", {"api": api, "policy": policy, "outcome": outcome}
+        )
+        return value or 0.0
+
+
+def context(frame: bytes, principal: str | None = None) -> RequestContext:
+    return RequestContext(
+        header=parse_request_header(frame),
+        client_address=CLIENT_ADDRESS,
+        session=Session(principal=principal),
+    )
+
+
+# --- request frames --------------------------------------------------------------------------
+
+
+def kio_module(api_key: int, version: int, kind: str = "request") -> Any:
+    return importlib.import_module(f"kio.schema.{_API_MODULES[api_key]}.v{version}.{kind}")
+
+
+def make(cls: type, **values: object) -> Any:
+    """A kio entity from ``values``, ignoring those its version does not have."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def request(api_key: int, version: int, payload: Payload) -> bytes:
+    """A request frame, no size prefix (what the handlers are given)."""
+    return encode_request(api_key, version, CORRELATION_ID, CLIENT_ID, payload)[4:]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = 3
+    replication_factor: int = 1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def create_topics(version: int, *topics: NewTopic, validate_only: bool = False) -> bytes:
+    """CreateTopics; v0 and v1 are written as kio's v2 less what they lack (kio has no
+    schema for them)."""
+    m = kio_module(CREATE_TOPICS, max(version, 2))
+    payload = m.CreateTopicsRequest(
+        topics=tuple(
+            m.CreatableTopic(
+                name=t.name,
+                num_partitions=i32(t.num_partitions),
+                replication_factor=i16(t.replication_factor),
+                assignments=(),
+                configs=tuple(
+                    m.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()
+                ),
+            )
+            for t in topics
+        ),
+        timeout=TIMEOUT,
+        validate_only=validate_only,
+    )
+    frame = request(CREATE_TOPICS, max(version, 2), payload)
+    if version >= 2:
+        return frame
+    frame = frame[:2] + struct.pack(">h", version) + frame[4:]
+    return frame[:-1] if version == 0 else frame  # v0 has no validate_only
+
+
+def create_partitions(version: int, *increases: tuple[str, int]) -> bytes:
+    """CreatePartitions: (topic, new partition count) each, in this order."""
+    m = kio_module(CREATE_PARTITIONS, version)
+    payload = m.CreatePartitionsRequest(
+        topics=tuple(
+            m.CreatePartitionsTopic(name=name, count=i32(count), assignments=None)
+            for name, count in increases
+        ),
+        timeout=TIMEOUT,
+        validate_only=False,
+    )
+    return request(CREATE_PARTITIONS, version, payload)
+
+
+def delete_topics(version: int, *targets: str | uuid.UUID) -> bytes:
+    """DeleteTopics naming topics (or, from v6, topic ids) in this order."""
+    m = kio_module(DELETE_TOPICS, version)
+    if version < 6:
+        assert all(isinstance(t, str) for t in targets)
+        return request(
+            DELETE_TOPICS, version, m.DeleteTopicsRequest(topic_names=targets, timeout=TIMEOUT)
+        )
+    states = tuple(
+        m.DeleteTopicState(name=None, topic_id=t)
+        if isinstance(t, uuid.UUID)
+        else m.DeleteTopicState(name=t, topic_id=None)
+        for t in targets
+    )
+    return request(DELETE_TOPICS, version, m.DeleteTopicsRequest(topics=states, timeout=TIMEOUT))
+
+
+Alteration = tuple[str, int, str | None]
+"""(config name, operation, value); the legacy API takes SET only."""
+
+
+def alter_configs(
+    api_key: int,
+    version: int,
+    resources: Sequence[tuple[int, str, Sequence[Alteration]]],
+    *,
+    validate_only: bool = False,
+) -> bytes:
+    """AlterConfigs or IncrementalAlterConfigs, by ``api_key``."""
+    m = kio_module(api_key, version)
+    incremental = api_key == INCREMENTAL_ALTER_CONFIGS
+    request_cls = m.IncrementalAlterConfigsRequest if incremental else m.AlterConfigsRequest
+    payload = request_cls(
+        resources=tuple(
+            m.AlterConfigsResource(
+                resource_type=i8(resource_type),
+                resource_name=name,
+                configs=tuple(
+                    make(m.AlterableConfig, name=key, config_operation=i8(op), value=value)
+                    for key, op, value in configs
+                ),
+            )
+            for resource_type, name, configs in resources
+        ),
+        validate_only=validate_only,
+    )
+    return request(api_key, version, payload)
+
+
+def describe_configs(version: int, resources: Sequence[tuple[int, str]]) -> bytes:
+    m = kio_module(DESCRIBE_CONFIGS, version)
+    payload = make(
+        m.DescribeConfigsRequest,
+        resources=tuple(
+            m.DescribeConfigsResource(resource_type=i8(t), resource_name=n, configuration_keys=None)
+            for t, n in resources
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    return request(DESCRIBE_CONFIGS, version, payload)
+
+
+def produce(
+    version: int,
+    partitions: Mapping[tuple[str, int], bytes],
+    *,
+    acks: int = -1,
+    transactional_id: str | None = None,
+) -> bytes:
+    """Produce with one records field per (topic, partition), topics in first-seen order."""
+    m = kio_module(PRODUCE, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), records in partitions.items():
+        by_topic.setdefault(topic, []).append(
+            m.PartitionProduceData(index=i32(partition), records=records)
+        )
+    payload = m.ProduceRequest(
+        transactional_id=transactional_id,
+        acks=i16(acks),
+        timeout=TIMEOUT,
+        topic_data=tuple(
+            m.TopicProduceData(name=topic, partition_data=tuple(data))
+            for topic, data in by_topic.items()
+        ),
+    )
+    return request(PRODUCE, version, payload)
+
+
+def forwarded(outcome: Outcome) -> tuple[RequestHeader, Payload]:
+    """The header and decoded body of what an outcome sends the broker."""
+    assert isinstance(outcome, Forward), outcome
+    header = parse_request_header(outcome.frame)
+    return header, decode_request(header, outcome.frame)
+
+
+# --- broker answers (encoded here, as a broker would) ---------------------------------------
+
+
+def _response(api_key: int, version: int, payload: Payload) -> bytes:
+    return encode_response(CORRELATION_ID, api_key, version, payload)
+
+
+def create_topics_response(version: int, codes: Mapping[str, int]) -> bytes:
+    m = kio_module(CREATE_TOPICS, version, "response")
+    topics = tuple(
+        make(
+            m.CreatableTopicResult,
+            name=name,
+            topic_id=uuid.uuid4() if code == 0 else None,
+            error_code=ErrorCode(code),
+            error_message=None if code == 0 else f"broker error {code}",
+            topic_config_error_code=i16(0),
+            num_partitions=i32(3),
+            replication_factor=i16(1),
+            configs=(),
+        )
+        for name, code in codes.items()
+    )
+    return _response(
+        CREATE_TOPICS, version, m.CreateTopicsResponse(throttle_time=TIMEOUT, topics=topics)
+    )
+
+
+def create_partitions_response(version: int, codes: Mapping[str, int]) -> bytes:
+    m = kio_module(CREATE_PARTITIONS, version, "response")
+    results = tuple(
+        m.CreatePartitionsTopicResult(name=name, error_code=ErrorCode(code), error_message=None)
+        for name, code in codes.items()
+    )
+    return _response(
+        CREATE_PARTITIONS,
+        version,
+        m.CreatePartitionsResponse(throttle_time=TIMEOUT, results=results),
+    )
+
+
+def delete_topics_response(
+    version: int, results: Sequence[tuple[str, uuid.UUID | None, int]]
+) -> bytes:
+    """(name, topic id, error code) per topic."""
+    m = kio_module(DELETE_TOPICS, version, "response")
+    responses = tuple(
+        make(
+            m.DeletableTopicResult,
+            name=name,
+            topic_id=topic_id,
+            error_code=ErrorCode(code),
+            error_message=None,
+        )
+        for name, topic_id, code in results
+    )
+    return _response(
+        DELETE_TOPICS, version, m.DeleteTopicsResponse(throttle_time=TIMEOUT, responses=responses)
+    )
+
+
+def alter_configs_response(
+    api_key: int, version: int, codes: Mapping[tuple[int, str], int]
+) -> bytes:
+    m = kio_module(api_key, version, "response")
+    responses = tuple(
+        m.AlterConfigsResourceResponse(
+            error_code=ErrorCode(code),
+            error_message=None,
+            resource_type=i8(resource_type),
+            resource_name=name,
+        )
+        for (resource_type, name), code in codes.items()
+    )
+    response_cls = (
+        m.IncrementalAlterConfigsResponse
+        if api_key == INCREMENTAL_ALTER_CONFIGS
+        else m.AlterConfigsResponse
+    )
+    return _response(api_key, version, response_cls(throttle_time=TIMEOUT, responses=responses))
+
+
+def produce_response(version: int, codes: Mapping[tuple[str, int], int]) -> bytes:
+    m = kio_module(PRODUCE, version, "response")
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), code in codes.items():
+        by_topic.setdefault(topic, []).append(
+            make(
+                m.PartitionProduceResponse,
+                index=i32(partition),
+                error_code=ErrorCode(code),
+                base_offset=i64(100),
+                log_append_time=None,
+                log_start_offset=i64(0),
+                record_errors=(),
+                error_message=None,
+            )
+        )
+    payload = m.ProduceResponse(
+        responses=tuple(
+            m.TopicProduceResponse(name=topic, partition_responses=tuple(parts))
+            for topic, parts in by_topic.items()
+        ),
+        throttle_time=TIMEOUT,
+    )
+    return _response(PRODUCE, version, payload)
+
+
+def describe_configs_response(
+    version: int, resources: Sequence[tuple[int, str, Mapping[str, str]]]
+) -> bytes:
+    """Each resource with its configs, as set on it."""
+    m = kio_module(DESCRIBE_CONFIGS, version, "response")
+    results = tuple(
+        m.DescribeConfigsResult(
+            error_code=ErrorCode(0),
+            error_message=None,
+            resource_type=i8(resource_type),
+            resource_name=name,
+            configs=tuple(
+                make(
+                    m.DescribeConfigsResourceResult,
+                    name=key,
+                    value=value,
+                    read_only=False,
+                    config_source=i8(SOURCE_DYNAMIC_TOPIC),
+                    is_sensitive=False,
+                    synonyms=(),
+                    config_type=i8(2),
+                    documentation=None,
+                )
+                for key, value in configs.items()
+            ),
+        )
+        for resource_type, name, configs in resources
+    )
+    return _response(
+        DESCRIBE_CONFIGS, version, m.DescribeConfigsResponse(throttle_time=TIMEOUT, results=results)
+    )
+
+
+# --- reading the client's answer ------------------------------------------------------------
+
+
+Item = tuple[Any, int, str | None]
+"""(the item: topic, resource key or partition; error code; error message)."""
+
+
+def answer_of(outcome: Outcome) -> bytes:
+    assert isinstance(outcome, Answer), outcome
+    return outcome.frame
+
+
+def items(api_key: int, version: int, frame: bytes) -> list[Item]:
+    """The per-item results of an answer (no size prefix), in the order it lists them.
+
+    A version without ``error_message`` reads as None. DeleteTopics items are topic names
+    (in a v6 answer the topic id where the name is null), config resources are
+    (resource type, name), Produce items (topic, partition).
+    """
+    assert response_correlation_id(frame) == CORRELATION_ID
+    if api_key == CREATE_TOPICS and version < 2:
+        return _legacy_create_topics_items(version, frame)
+    return _READERS[api_key](decode_response(api_key, version, frame))
+
+
+def _message(entity: Any) -> str | None:
+    return getattr(entity, "error_message", None)
+
+
+def _resource_items(results: Sequence[Any]) -> list[Item]:
+    return [
+        ((int(r.resource_type), r.resource_name), int(r.error_code), r.error_message)
+        for r in results
+    ]
+
+
+_READERS: dict[int, Callable[[Payload], list[Item]]] = {
+    CREATE_TOPICS: lambda p: [(t.name, int(t.error_code), t.error_message) for t in p.topics],
+    CREATE_PARTITIONS: lambda p: [(r.name, int(r.error_code), r.error_message) for r in p.results],
+    DELETE_TOPICS: lambda p: [
+        (r.name if r.name is not None else r.topic_id, int(r.error_code), _message(r))
+        for r in p.responses
+    ],
+    ALTER_CONFIGS: lambda p: _resource_items(p.responses),
+    INCREMENTAL_ALTER_CONFIGS: lambda p: _resource_items(p.responses),
+    DESCRIBE_CONFIGS: lambda p: _resource_items(p.results),
+    PRODUCE: lambda p: [
+        ((t.name, int(r.index)), int(r.error_code), _message(r))
+        for t in p.responses
+        for r in t.partition_responses
+    ],
+}
+
+
+def codes(api_key: int, version: int, frame: bytes) -> list[tuple[Any, int]]:
+    """(item, error code) per item of an answer."""
+    return [(item, code) for item, code, _ in items(api_key, version, frame)]
+
+
+def record_errors(
+    version: int, frame: bytes
+) -> dict[tuple[str, int], list[tuple[int, str | None]]]:
+    """Produce answer: (topic, partition) -> its (batch_index, message) record errors."""
+    payload = decode_response(PRODUCE, version, frame)
+    return {
+        (t.name, int(p.index)): [
+            (int(e.batch_index), e.batch_index_error_message) for e in p.record_errors
+        ]
+        for t in payload.responses
+        for p in t.partition_responses
+    }
+
+
+def configs_of(version: int, frame: bytes) -> list[dict[str, tuple[str | None, int]]]:
+    """DescribeConfigs answer: per resource, config name -> (value, source)."""
+    payload = decode_response(DESCRIBE_CONFIGS, version, frame)
+    return [{c.name: (c.value, int(c.config_source)) for c in r.configs} for r in payload.results]
+
+
+def _legacy_create_topics_items(version: int, frame: bytes) -> list[Item]:
+    """CreateTopics v0 (name, code) and v1 (name, code, message) answers, read by hand."""
+    offset = 4  # correlation id
+    (count,) = struct.unpack_from(">i", frame, offset)
+    offset += 4
+    found: list[Item] = []
+    for _ in range(count):
+        name, offset = _string(frame, offset)
+        (code,) = struct.unpack_from(">h", frame, offset)
+        offset += 2
+        message = None
+        if version == 1:
+            message, offset = _string(frame, offset)
+        found.append((name, code, message))
+    assert offset == len(frame), "trailing bytes in the answer"
+    return found
+
+
+def _string(frame: bytes, offset: int) -> tuple[Any, int]:
+    (size,) = struct.unpack_from(">h", frame, offset)
+    offset += 2
+    if size < 0:
+        return None, offset
+    return frame[offset : offset + size].decode(), offset + size
+
+
+def upstream(**options: Any) -> UpstreamConfig:
+    return UpstreamConfig(bootstrap_servers=(HostPort(host="127.0.0.1", port=9092),), **options)

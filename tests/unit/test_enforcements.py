@@ -1,0 +1,909 @@
+"""Each judged API's enforcement, run by the real engine and services against a stand-in
+cluster view (no sockets; see tests/enforcement_support.py).
+
+Each test sends a request frame to the API's handler and reads the outcome as the connection
+would: an Answer is decoded as the client would decode it; a Forward's frame is decoded as
+the broker would, and its merge is fed a broker answer encoded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from gateway import client_configs
+from gateway.audit import AuditEmitter
+from gateway.decisions import DecisionRecorder
+from gateway.engine import Engine
+from gateway.handlers.create_topics import CreateTopics
+from gateway.outcomes import Answer, Close, Forward
+from protocol.codec import Undecodable
+from protocol.framing import parse_request_header
+from spark_audit.event import AuditEvent
+from tests.batches import record, uncompressed_batch
+from tests.enforcement_support import (
+    ALTER_CONFIGS,
+    APPEND,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    PLUGINS,
+    PRODUCE,
+    SET,
+    SUBTRACT,
+    TOPIC,
+    Harness,
+    ListSink,
+    NewTopic,
+    alter_configs,
+    alter_configs_response,
+    answer_of,
+    codes,
+    configs_of,
+    context,
+    create_partitions,
+    create_partitions_response,
+    create_topics,
+    create_topics_response,
+    delete_topics,
+    delete_topics_response,
+    describe_configs,
+    describe_configs_response,
+    forwarded,
+    items,
+    produce,
+    produce_response,
+    record_errors,
+    upstream,
+)
+
+pytestmark = pytest.mark.unit
+
+POLICIES = {
+    "rules": [
+        {"name": "partition-count", "type": "partitions", "min": 3, "max": 12},
+        {"name": "retention", "type": "config", "config": "retention.ms", "min": 3_600_000},
+        {"name": "protected", "type": "protected.topics", "topics": ["protected-.*"]},
+    ],
+    "alter.config.v2.policy.class.name": "kafka_test_policies.RecordingAlterConfigV2Policy",
+    "alter.config.v2.policy.class.path": PLUGINS,
+}
+
+NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED = 0, 3, 7, 29
+TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION = 36, 40, 42, 44
+INVALID_RECORD, UNKNOWN_TOPIC_ID = 87, 100
+USER_CLIENT, CLIENT = 121, 120
+POLICY_KEY = "record.validation.policy"
+
+
+def too_few(topic: str, count: int) -> str:
+    return f"topic {topic}: {count} partitions is below the minimum of 3 (rule partition-count)"
+
+
+def too_many(topic: str, count: int) -> str:
+    return f"topic {topic}: {count} partitions is above the maximum of 12 (rule partition-count)"
+
+
+def protected(topic: str, verb: str) -> str:
+    return f"topic {topic} is protected: no one may {verb} (rule protected)"
+
+
+def short_retention(topic: str, value: str) -> str:
+    return f"topic {topic}: retention.ms={value} is below the minimum of 3600000 (rule retention)"
+
+
+@pytest.fixture
+def gateway_with(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    """Builds a gateway's services with upstream options and own topics of the test's."""
+    built: list[Harness] = []
+
+    def build(*, own_topics: Sequence[str] = (), **upstream_options: bool) -> Harness:
+        directory = tmp_path / f"gateway-{len(built)}"
+        directory.mkdir()
+        harness = Harness.build(
+            directory, POLICIES, upstream=upstream(**upstream_options), own_topics=own_topics
+        )
+        built.append(harness)
+        return harness
+
+    yield build
+    for harness in built:
+        harness.close()
+
+
+@pytest.fixture
+def gateway(gateway_with: Callable[..., Harness]) -> Harness:
+    return gateway_with()
+
+
+def assert_forwarded_as_sent(outcome: object, frame: bytes) -> None:
+    assert outcome == Forward(frame=frame, expect_response=True, on_response=None)
+
+
+# --- the engine ------------------------------------------------------------------------------
+
+
+class GatedSink(ListSink):
+    """Holds every write until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def write(self, events: Sequence[AuditEvent]) -> None:
+        self.release.wait(10)
+        super().write(events)
+
+
+def test_a_denial_is_audited_before_the_client_is_answered(gateway: Harness) -> None:
+    """The engine, with an audit sink that holds its writes: no answer while it holds."""
+    sink = GatedSink()
+    emitter = AuditEmitter([sink], tick_s=0.05)
+    engine = Engine(DecisionRecorder(gateway.metrics, emitter, "unit"))
+    frame = create_topics(5, NewTopic("few", num_partitions=1))
+
+    async def scenario() -> None:
+        await emitter.start()
+        try:
+            run = asyncio.create_task(
+                engine.run(CreateTopics(gateway.services), context(frame), gateway.cluster, frame)
+            )
+            await asyncio.sleep(0.3)
+            assert not run.done(), "answered while its audit event was not written yet"
+            sink.release.set()
+            outcome = await asyncio.wait_for(run, 5)
+            assert isinstance(outcome, Answer)
+            [event] = sink.events
+            assert (event.resource_name, event.verdict, event.error_code) == ("few", "denied", 44)
+        finally:
+            sink.release.set()
+            await emitter.close()
+
+    gateway.run(scenario())
+    assert gateway.decisions("CreateTopics", "partition-count", "denied") == 1
+
+
+def test_every_decision_is_audited_with_who_asked(gateway: Harness) -> None:
+    frame = create_topics(5, NewTopic("few", num_partitions=1), NewTopic("fine"))
+    gateway.send(frame, principal="User:alice")
+    seen = [
+        (e.resource_name, e.verdict, e.policy, e.error_code, e.message) for e in gateway.sink.events
+    ]
+    assert seen == [
+        ("few", "denied", "partition-count", POLICY_VIOLATION, too_few("few", 1)),
+        ("fine", "allowed", None, None, None),
+    ]
+    assert {(e.principal, e.client_id, e.client_address) for e in gateway.sink.events} == {
+        ("User:alice", "unit-client", "192.0.2.7:50123")
+    }
+
+
+# --- CreateTopics ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(2, 8))
+def test_create_topics_all_allowed_forwards_the_clients_bytes(
+    gateway: Harness, version: int
+) -> None:
+    frame = create_topics(
+        version, NewTopic("a"), NewTopic("b", configs={"retention.ms": "7200000"})
+    )
+    assert_forwarded_as_sent(gateway.send(frame), frame)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_create_topics_v0_and_v1_go_to_the_broker_as_v2(gateway: Harness, version: int) -> None:
+    outcome = gateway.send(create_topics(version, NewTopic("a"), NewTopic("b")))
+    header, body = forwarded(outcome)
+    assert (header.api_version, [t.name for t in body.topics]) == (2, ["a", "b"])
+    answer = gateway.broker_answers(outcome, create_topics_response(2, {"a": 0, "b": 36}))
+    broker_message = "broker error 36" if version == 1 else None
+    assert items(CREATE_TOPICS, version, answer) == [("a", 0, None), ("b", 36, broker_message)]
+
+
+@pytest.mark.parametrize("version", range(8))
+def test_create_topics_all_denied_is_answered_here(gateway: Harness, version: int) -> None:
+    frame = create_topics(version, NewTopic("few", num_partitions=1), NewTopic("many", 20))
+    answer = answer_of(gateway.send(frame))
+    has_message = version >= 1
+    assert items(CREATE_TOPICS, version, answer) == [
+        ("few", POLICY_VIOLATION, too_few("few", 1) if has_message else None),
+        ("many", POLICY_VIOLATION, too_many("many", 20) if has_message else None),
+    ]
+
+
+@pytest.mark.parametrize("version", [0, 1, 4, 7])
+def test_create_topics_mixed_forwards_the_allowed_and_merges_in_request_order(
+    gateway: Harness, version: int
+) -> None:
+    frame = create_topics(
+        version,
+        NewTopic("few", num_partitions=1),
+        NewTopic("fine"),
+        NewTopic("short", configs={"retention.ms": "1000"}),
+        NewTopic("taken"),
+    )
+    outcome = gateway.send(frame)
+    header, body = forwarded(outcome)
+    assert header.api_version == max(version, 2)
+    assert header.correlation_id == parse_request_header(frame).correlation_id
+    assert [t.name for t in body.topics] == ["fine", "taken"]
+    broker = create_topics_response(header.api_version, {"fine": 0, "taken": 36})
+    answer = gateway.broker_answers(outcome, broker)
+    assert codes(CREATE_TOPICS, version, answer) == [
+        ("few", POLICY_VIOLATION),
+        ("fine", NONE),
+        ("short", POLICY_VIOLATION),
+        ("taken", TOPIC_ALREADY_EXISTS),
+    ]
+
+
+def test_create_topics_duplicates_are_invalid_and_the_rest_goes_on(gateway: Harness) -> None:
+    frame = create_topics(5, NewTopic("twice"), NewTopic("once"), NewTopic("twice"))
+    outcome = gateway.send(frame)
+    assert [t.name for t in forwarded(outcome)[1].topics] == ["once"]
+    answer = gateway.broker_answers(outcome, create_topics_response(5, {"once": 0}))
+    assert items(CREATE_TOPICS, 5, answer) == [
+        ("twice", INVALID_REQUEST, "Topic 'twice' appears more than once in the request."),
+        ("once", NONE, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("broker_default", "denial"), [("1", too_few("d", 1)), ("6", None)], ids=["1", "6"]
+)
+def test_create_topics_default_partitions_are_judged_as_the_broker_will_create_them(
+    gateway: Harness, broker_default: str, denial: str | None
+) -> None:
+    """num_partitions -1: the count a broker of the cluster reports as num.partitions."""
+    gateway.cluster.brokers = [3]
+    gateway.cluster.set_broker_configs(3, {"num.partitions": broker_default})
+    frame = create_topics(7, NewTopic("d", num_partitions=-1))
+    outcome = gateway.send(frame)
+    assert ("describe_configs", ((4, "3"),)) in gateway.cluster.asked
+    if denial is None:
+        assert_forwarded_as_sent(outcome, frame)
+    else:
+        assert items(CREATE_TOPICS, 7, answer_of(outcome)) == [("d", POLICY_VIOLATION, denial)]
+
+
+@pytest.mark.parametrize("version", [1, 5])
+def test_create_topics_validate_only_is_answered_here_before_a_broker_that_ignores_it(
+    gateway_with: Callable[..., Harness], version: int
+) -> None:
+    gateway = gateway_with(ignores_validate_only=True)
+    gateway.cluster.add_topic("existing")
+    frame = create_topics(
+        version,
+        NewTopic("existing"),
+        NewTopic("fresh", configs={POLICY_KEY: "trace-id"}),
+        NewTopic("few", num_partitions=1),
+        validate_only=True,
+    )
+    answer = answer_of(gateway.send(frame))
+    assert items(CREATE_TOPICS, version, answer) == [
+        ("existing", TOPIC_ALREADY_EXISTS, "Topic 'existing' already exists."),
+        ("fresh", NONE, None),
+        ("few", POLICY_VIOLATION, too_few("few", 1)),
+    ]
+    assert gateway.validation_policy("fresh") is None
+    assert [e.validate_only for e in gateway.sink.events] == [True, True, True]
+
+
+def test_create_topics_validate_only_is_forwarded_to_a_broker_that_honours_it(
+    gateway: Harness,
+) -> None:
+    frame = create_topics(5, NewTopic("fresh"), validate_only=True)
+    assert_forwarded_as_sent(gateway.send(frame), frame)
+
+
+def test_create_topics_validation_policy_is_stored_before_forwarding_and_stripped(
+    gateway: Harness,
+) -> None:
+    configs = {"cleanup.policy": "compact", POLICY_KEY: "trace-id"}
+    frame = create_topics(
+        7,
+        NewTopic("orders", configs=configs),
+        NewTopic("few", num_partitions=1, configs=configs),
+        NewTopic("plain"),
+    )
+    outcome = gateway.send(frame)
+    assert gateway.validation_policy("orders") == "trace-id"  # before the broker has it
+    assert gateway.validation_policy("few") is None  # denied
+    header, body = forwarded(outcome)
+    assert header.api_version == 7
+    assert {t.name: {c.name: c.value for c in t.configs} for t in body.topics} == {
+        "orders": {"cleanup.policy": "compact"},
+        "plain": {},
+    }
+    answer = gateway.broker_answers(outcome, create_topics_response(7, {"orders": 0, "plain": 0}))
+    assert codes(CREATE_TOPICS, 7, answer) == [
+        ("orders", NONE),
+        ("few", POLICY_VIOLATION),
+        ("plain", NONE),
+    ]
+    assert gateway.validation_policy("orders") == "trace-id"
+
+
+@pytest.mark.parametrize("previous", [None, "key-required"])
+def test_create_topics_validation_policy_is_restored_when_the_broker_does_not_create(
+    gateway: Harness, previous: str | None
+) -> None:
+    gateway.set_validation_policy("orders", previous)
+    outcome = gateway.send(create_topics(7, NewTopic("orders", configs={POLICY_KEY: "trace-id"})))
+    assert gateway.validation_policy("orders") == "trace-id"
+    answer = gateway.broker_answers(outcome, create_topics_response(7, {"orders": 36}))
+    assert codes(CREATE_TOPICS, 7, answer) == [("orders", TOPIC_ALREADY_EXISTS)]
+    assert gateway.validation_policy("orders") == previous
+
+
+def test_create_topics_validate_only_with_a_validation_policy_stores_nothing(
+    gateway: Harness,
+) -> None:
+    frame = create_topics(
+        5, NewTopic("orders", configs={POLICY_KEY: "trace-id"}), validate_only=True
+    )
+    outcome = gateway.send(frame)
+    _, body = forwarded(outcome)
+    assert body.validate_only
+    assert [list(t.configs) for t in body.topics] == [[]]
+    assert gateway.validation_policy("orders") is None
+
+
+# --- CreatePartitions ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def partitioned(gateway: Harness) -> Harness:
+    for name in ("orders", "big", "protected-billing"):
+        gateway.cluster.add_topic(name, partitions=3)
+    return gateway
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions_all_allowed_forwards_the_clients_bytes(
+    partitioned: Harness, version: int
+) -> None:
+    frame = create_partitions(version, ("orders", 6), ("big", 12))
+    assert_forwarded_as_sent(partitioned.send(frame), frame)
+
+
+@pytest.mark.parametrize("version", range(4))
+def test_create_partitions_all_denied_is_answered_here(partitioned: Harness, version: int) -> None:
+    frame = create_partitions(version, ("big", 20), ("protected-billing", 4))
+    assert items(CREATE_PARTITIONS, version, answer_of(partitioned.send(frame))) == [
+        ("big", POLICY_VIOLATION, too_many("big", 20)),
+        (
+            "protected-billing",
+            POLICY_VIOLATION,
+            protected("protected-billing", "add partitions to it"),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("version", [0, 3])
+def test_create_partitions_mixed_and_duplicates(partitioned: Harness, version: int) -> None:
+    frame = create_partitions(version, ("big", 20), ("orders", 6), ("twice", 4), ("twice", 5))
+    outcome = partitioned.send(frame)
+    header, body = forwarded(outcome)
+    assert (header.api_version, [(t.name, t.count) for t in body.topics]) == (
+        version,
+        [("orders", 6)],
+    )
+    answer = partitioned.broker_answers(outcome, create_partitions_response(version, {"orders": 0}))
+    assert items(CREATE_PARTITIONS, version, answer) == [
+        ("big", POLICY_VIOLATION, too_many("big", 20)),
+        ("orders", NONE, None),
+        ("twice", INVALID_REQUEST, "Topic 'twice' appears more than once in the request."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("metadata_error", "code", "message"),
+    [
+        (None, UNKNOWN_TOPIC_OR_PARTITION, "The topic 'ghost' does not exist."),
+        (
+            TOPIC_AUTHORIZATION_FAILED,
+            TOPIC_AUTHORIZATION_FAILED,
+            "Cannot read the state of topic 'ghost': Metadata answered TOPIC_AUTHORIZATION_FAILED.",
+        ),
+    ],
+    ids=["absent", "not-authorized"],
+)
+def test_create_partitions_of_a_topic_the_cluster_does_not_describe_is_not_forwarded(
+    partitioned: Harness, metadata_error: int | None, code: int, message: str
+) -> None:
+    if metadata_error is not None:
+        partitioned.cluster.metadata_errors["ghost"] = metadata_error
+    outcome = partitioned.send(create_partitions(2, ("ghost", 6), ("orders", 6)))
+    assert [t.name for t in forwarded(outcome)[1].topics] == ["orders"]
+    answer = partitioned.broker_answers(outcome, create_partitions_response(2, {"orders": 0}))
+    assert items(CREATE_PARTITIONS, 2, answer) == [("ghost", code, message), ("orders", NONE, None)]
+
+
+# --- DeleteTopics ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def deletable(gateway: Harness) -> Harness:
+    for name in ("orders", "payments", "protected-billing"):
+        gateway.cluster.add_topic(name)
+    return gateway
+
+
+@pytest.mark.parametrize("version", range(1, 7))
+def test_delete_topics_all_allowed_forwards_the_clients_bytes(
+    deletable: Harness, version: int
+) -> None:
+    frame = delete_topics(version, "orders", "payments")
+    assert_forwarded_as_sent(deletable.send(frame), frame)
+
+
+@pytest.mark.parametrize("version", range(1, 7))
+def test_delete_topics_all_denied_is_answered_here(deletable: Harness, version: int) -> None:
+    answer = answer_of(deletable.send(delete_topics(version, "protected-billing")))
+    message = protected("protected-billing", "delete it") if version >= 5 else None
+    assert items(DELETE_TOPICS, version, answer) == [
+        ("protected-billing", POLICY_VIOLATION, message)
+    ]
+
+
+@pytest.mark.parametrize("version", [1, 5, 6])
+def test_delete_topics_mixed_with_duplicates_and_an_absent_topic(
+    deletable: Harness, version: int
+) -> None:
+    frame = delete_topics(version, "protected-billing", "orders", "ghost", "payments", "payments")
+    outcome = deletable.send(frame)
+    header, body = forwarded(outcome)
+    names = body.topic_names if version < 6 else tuple(t.name for t in body.topics)
+    assert (header.api_version, names) == (version, ("orders",))
+    answer = deletable.broker_answers(
+        outcome, delete_topics_response(version, [("orders", None, 0)])
+    )
+    assert codes(DELETE_TOPICS, version, answer) == [
+        ("protected-billing", POLICY_VIOLATION),
+        ("orders", NONE),
+        ("ghost", UNKNOWN_TOPIC_OR_PARTITION),
+        ("payments", INVALID_REQUEST),
+    ]
+
+
+def test_delete_topics_by_id_are_resolved_judged_by_name_and_forwarded_as_ids(
+    deletable: Harness,
+) -> None:
+    """DeleteTopics v6: ids resolved through Metadata of every topic; an unknown id and a
+    repeated one answered here; the allowed entries go on as the client wrote them."""
+    deletable.cluster.add_topic("refunds")
+    payments, billing, refunds, unknown = (
+        *(deletable.cluster.id_of(n) for n in ("payments", "protected-billing", "refunds")),
+        uuid.uuid4(),
+    )
+    outcome = deletable.send(
+        delete_topics(6, payments, billing, unknown, "orders", refunds, refunds)
+    )
+    assert ("describe_all_topics", ()) in deletable.cluster.asked
+    _, body = forwarded(outcome)
+    assert [(t.name, t.topic_id) for t in body.topics] == [(None, payments), ("orders", None)]
+    broker = delete_topics_response(
+        6, [("payments", payments, 0), ("orders", deletable.cluster.id_of("orders"), 0)]
+    )
+    assert items(DELETE_TOPICS, 6, deletable.broker_answers(outcome, broker)) == [
+        ("payments", NONE, None),
+        ("protected-billing", POLICY_VIOLATION, protected("protected-billing", "delete it")),
+        (unknown, UNKNOWN_TOPIC_ID, "This server does not host this topic ID."),
+        ("orders", NONE, None),
+        (refunds, INVALID_REQUEST, "Duplicate topic id."),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("by_id", "broker_code", "kept"),
+    [(False, NONE, None), (True, NONE, None), (False, REQUEST_TIMED_OUT, "trace-id")],
+    ids=["deleted-by-name", "deleted-by-id", "not-deleted"],
+)
+def test_delete_topics_forgets_a_deleted_topics_validation_policy(
+    deletable: Harness, by_id: bool, broker_code: int, kept: str | None
+) -> None:
+    deletable.set_validation_policy("orders", "trace-id")
+    target: str | uuid.UUID = deletable.cluster.id_of("orders") if by_id else "orders"
+    frame = delete_topics(6, target)
+    outcome = deletable.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    assert deletable.validation_policy("orders") == "trace-id"  # until the broker says so
+    name = None if by_id else "orders"
+    broker = delete_topics_response(6, [(name, deletable.cluster.id_of("orders"), broker_code)])
+    deletable.broker_answers(outcome, broker)
+    assert deletable.validation_policy("orders") == kept
+
+
+# --- AlterConfigs and IncrementalAlterConfigs ------------------------------------------------
+
+ALTER_APIS = [(ALTER_CONFIGS, v) for v in range(3)] + [
+    (INCREMENTAL_ALTER_CONFIGS, v) for v in range(2)
+]
+ALTER_IDS = [f"{'legacy' if k == ALTER_CONFIGS else 'incremental'}-v{v}" for k, v in ALTER_APIS]
+ORDERS_CONFIGS = {"retention.ms": "86400000", "cleanup.policy": "delete"}
+
+
+@pytest.fixture
+def configured(gateway: Harness) -> Harness:
+    for name in ("orders", "payments", "protected-billing"):
+        gateway.cluster.add_topic(
+            name, configs=ORDERS_CONFIGS, defaults={"segment.ms": "604800000"}
+        )
+    return gateway
+
+
+def retention(topic: str, value: str) -> tuple[int, str, list[tuple[str, int, str | None]]]:
+    return (TOPIC, topic, [("retention.ms", SET, value), ("cleanup.policy", SET, "delete")])
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALTER_APIS, ids=ALTER_IDS)
+def test_alter_configs_all_allowed_forwards_the_clients_bytes(
+    configured: Harness, api_key: int, version: int
+) -> None:
+    frame = alter_configs(api_key, version, [retention("orders", "7200000")])
+    assert_forwarded_as_sent(configured.send(frame), frame)
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALTER_APIS, ids=ALTER_IDS)
+def test_alter_configs_all_denied_is_answered_here(
+    configured: Harness, api_key: int, version: int
+) -> None:
+    frame = alter_configs(
+        api_key, version, [retention("orders", "1000"), retention("protected-billing", "7200000")]
+    )
+    assert items(api_key, version, answer_of(configured.send(frame))) == [
+        ((TOPIC, "orders"), POLICY_VIOLATION, short_retention("orders", "1000")),
+        (
+            (TOPIC, "protected-billing"),
+            POLICY_VIOLATION,
+            protected("protected-billing", "change its configs"),
+        ),
+    ]
+
+
+@pytest.mark.parametrize(("api_key", "version"), ALTER_APIS, ids=ALTER_IDS)
+def test_alter_configs_mixed_with_duplicates_and_an_absent_topic(
+    configured: Harness, api_key: int, version: int
+) -> None:
+    frame = alter_configs(
+        api_key,
+        version,
+        [
+            retention("ghost", "7200000"),
+            retention("orders", "7200000"),
+            retention("protected-billing", "7200000"),
+            retention("payments", "7200000"),
+            retention("payments", "9000000"),
+        ],
+    )
+    outcome = configured.send(frame)
+    header, body = forwarded(outcome)
+    assert (header.api_key, header.api_version) == (api_key, version)
+    assert [r.resource_name for r in body.resources] == ["orders"]
+    answer = configured.broker_answers(
+        outcome, alter_configs_response(api_key, version, {(TOPIC, "orders"): 0})
+    )
+    assert codes(api_key, version, answer) == [
+        ((TOPIC, "ghost"), UNKNOWN_TOPIC_OR_PARTITION),
+        ((TOPIC, "orders"), NONE),
+        ((TOPIC, "protected-billing"), POLICY_VIOLATION),
+        ((TOPIC, "payments"), INVALID_REQUEST),
+        ((TOPIC, "payments"), INVALID_REQUEST),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_key", "after"),
+    [
+        (INCREMENTAL_ALTER_CONFIGS, {"retention.ms": "7200000", POLICY_KEY: "trace-id"}),
+        (ALTER_CONFIGS, {"retention.ms": "7200000"}),
+    ],
+    ids=["incremental", "legacy"],
+)
+def test_alter_configs_v2_policy_sees_the_configs_before_and_after(
+    configured: Harness, api_key: int, after: dict[str, str]
+) -> None:
+    configured.set_validation_policy("orders", "trace-id")
+    changes = [("retention.ms", SET, "7200000"), ("cleanup.policy", DELETE, None)]
+    if api_key == ALTER_CONFIGS:
+        changes = changes[:1]  # the legacy API deletes by leaving out
+    [plugin] = configured.chain.plugins  # kafka_test_policies.RecordingAlterConfigV2Policy
+    calls = type(plugin.policy).seen
+    calls.clear()
+    configured.send(alter_configs(api_key, 1, [(TOPIC, "orders", changes)]))
+    [seen] = calls
+    assert (seen.resource.name, dict(seen.configs_before), dict(seen.configs_after)) == (
+        "orders",
+        {**ORDERS_CONFIGS, POLICY_KEY: "trace-id"},
+        after,
+    )
+
+
+@pytest.mark.parametrize(
+    ("operation", "value"), [(SET, "key-required"), (DELETE, None)], ids=["set", "delete"]
+)
+def test_alter_configs_validation_policy_alone_is_answered_and_stored_here(
+    configured: Harness, operation: int, value: str | None
+) -> None:
+    configured.set_validation_policy("orders", "trace-id")
+    frame = alter_configs(
+        INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "orders", [(POLICY_KEY, operation, value)])]
+    )
+    answer = answer_of(configured.send(frame))
+    assert codes(INCREMENTAL_ALTER_CONFIGS, 1, answer) == [((TOPIC, "orders"), NONE)]
+    assert configured.validation_policy("orders") == value
+    assert ("describe_topics", ("orders",)) in configured.cluster.asked
+
+
+def test_alter_configs_a_denied_validation_policy_change_is_not_stored(configured: Harness) -> None:
+    changes = [(POLICY_KEY, SET, "trace-id")]
+    frame = alter_configs(INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "protected-billing", changes)])
+    assert items(INCREMENTAL_ALTER_CONFIGS, 1, answer_of(configured.send(frame))) == [
+        (
+            (TOPIC, "protected-billing"),
+            POLICY_VIOLATION,
+            protected("protected-billing", "change its configs"),
+        )
+    ]
+    assert configured.validation_policy("protected-billing") is None
+
+
+@pytest.mark.parametrize(
+    ("broker_code", "stored"), [(NONE, "key-required"), (POLICY_VIOLATION, "trace-id")]
+)
+def test_alter_configs_validation_policy_with_other_configs_is_stripped_and_stored_after(
+    configured: Harness, broker_code: int, stored: str
+) -> None:
+    configured.set_validation_policy("orders", "trace-id")
+    changes = [("retention.ms", SET, "7200000"), (POLICY_KEY, SET, "key-required")]
+    outcome = configured.send(
+        alter_configs(INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "orders", changes)])
+    )
+    _, body = forwarded(outcome)
+    assert [[c.name for c in r.configs] for r in body.resources] == [["retention.ms"]]
+    assert configured.validation_policy("orders") == "trace-id"
+    broker = alter_configs_response(INCREMENTAL_ALTER_CONFIGS, 1, {(TOPIC, "orders"): broker_code})
+    answer = configured.broker_answers(outcome, broker)
+    assert codes(INCREMENTAL_ALTER_CONFIGS, 1, answer) == [((TOPIC, "orders"), broker_code)]
+    assert configured.validation_policy("orders") == stored
+
+
+@pytest.mark.parametrize(("broker_code", "stored"), [(NONE, None), (POLICY_VIOLATION, "trace-id")])
+def test_legacy_alter_configs_leaving_out_the_validation_policy_removes_it_after(
+    configured: Harness, broker_code: int, stored: str | None
+) -> None:
+    configured.set_validation_policy("orders", "trace-id")
+    frame = alter_configs(ALTER_CONFIGS, 2, [retention("orders", "7200000")])
+    outcome = configured.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    assert configured.validation_policy("orders") == "trace-id"
+    broker = alter_configs_response(ALTER_CONFIGS, 2, {(TOPIC, "orders"): broker_code})
+    answer = configured.broker_answers(outcome, broker)
+    assert codes(ALTER_CONFIGS, 2, answer) == [((TOPIC, "orders"), broker_code)]
+    assert configured.validation_policy("orders") == stored
+
+
+@pytest.mark.parametrize(("operation", "word"), [(APPEND, "APPEND"), (SUBTRACT, "SUBTRACT")])
+def test_alter_configs_append_or_subtract_on_the_validation_policy_is_invalid_config(
+    configured: Harness, operation: int, word: str
+) -> None:
+    frame = alter_configs(
+        INCREMENTAL_ALTER_CONFIGS, 0, [(TOPIC, "orders", [(POLICY_KEY, operation, "json")])]
+    )
+    assert items(INCREMENTAL_ALTER_CONFIGS, 0, answer_of(configured.send(frame))) == [
+        (
+            (TOPIC, "orders"),
+            INVALID_CONFIG,
+            f"Can't {word} to key {POLICY_KEY} because its type is not LIST.",
+        )
+    ]
+    assert configured.validation_policy("orders") is None
+
+
+def test_alter_configs_dynamic_client_configs_are_stored_here_and_never_forwarded(
+    configured: Harness,
+) -> None:
+    frame = alter_configs(
+        INCREMENTAL_ALTER_CONFIGS,
+        1,
+        [(USER_CLIENT, "alice:app-1", [("acks", SET, "all")]), retention("orders", "7200000")],
+    )
+    outcome = configured.send(frame)
+    _, body = forwarded(outcome)
+    assert [(r.resource_type, r.resource_name) for r in body.resources] == [(TOPIC, "orders")]
+    broker = alter_configs_response(INCREMENTAL_ALTER_CONFIGS, 1, {(TOPIC, "orders"): 0})
+    answer = configured.broker_answers(outcome, broker)
+    assert codes(INCREMENTAL_ALTER_CONFIGS, 1, answer) == [
+        ((USER_CLIENT, "alice:app-1"), NONE),
+        ((TOPIC, "orders"), NONE),
+    ]
+    assert (
+        client_configs.config_of(
+            configured.store.items(client_configs.STATE_NAMESPACE), "User:alice", "app-1", "acks"
+        )
+        == "all"
+    )
+
+
+@pytest.mark.parametrize("version", range(3))
+def test_legacy_alter_configs_on_dynamic_client_configs_is_invalid(
+    configured: Harness, version: int
+) -> None:
+    frame = alter_configs(
+        ALTER_CONFIGS, version, [(USER_CLIENT, "alice:app-1", [("acks", SET, "all")])]
+    )
+    assert items(ALTER_CONFIGS, version, answer_of(configured.send(frame))) == [
+        ((USER_CLIENT, "alice:app-1"), INVALID_REQUEST, client_configs.LEGACY_ALTER_MESSAGE)
+    ]
+
+
+# --- Produce ---------------------------------------------------------------------------------
+
+TRACED = uncompressed_batch((record(0, b"k", b"v", headers=((b"trace-id", b"1"),)),))
+UNTRACED = uncompressed_batch((record(0, b"k", b"v"), record(1, b"k", b"v")))
+NO_TRACE_ID = "Record is missing required header 'trace-id' (record.validation.policy=trace-id)"
+
+
+@pytest.fixture
+def validating(gateway: Harness) -> Harness:
+    gateway.set_validation_policy("orders", "trace-id")
+    return gateway
+
+
+@pytest.mark.parametrize(("acks", "expect_response"), [(1, True), (0, False)])
+def test_produce_to_topics_nobody_validates_is_forwarded_unread(
+    gateway: Harness, acks: int, expect_response: bool
+) -> None:
+    """A frame that does not decode still goes through as sent: nothing read it."""
+    frame = produce(9, {("plain", 0): UNTRACED}, acks=acks) + b"unreadable trailing bytes"
+    with pytest.raises(Undecodable):
+        forwarded(Forward(frame=frame))  # what reading it would do
+    outcome = gateway.send(frame)
+    assert outcome == Forward(frame=frame, expect_response=expect_response)
+
+
+def test_produce_of_valid_records_forwards_the_clients_bytes(validating: Harness) -> None:
+    frame = produce(9, {("orders", 0): TRACED, ("plain", 0): UNTRACED})
+    assert_forwarded_as_sent(validating.send(frame), frame)
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_produce_of_a_rejected_record_is_invalid_record(validating: Harness, version: int) -> None:
+    answer = answer_of(validating.send(produce(version, {("orders", 0): UNTRACED})))
+    [(item, code, message)] = items(PRODUCE, version, answer)
+    assert (item, code) == (("orders", 0), INVALID_RECORD)
+    if version < 8:  # no record_errors and error_message before KIP-467
+        assert message is None
+        return
+    assert message is not None
+    assert message.startswith("One or more records have been rejected due to 2 record errors")
+    assert record_errors(version, answer) == {("orders", 0): [(0, NO_TRACE_ID), (1, NO_TRACE_ID)]}
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_produce_mixed_forwards_the_valid_partitions_and_merges(
+    validating: Harness, version: int
+) -> None:
+    frame = produce(
+        version, {("orders", 0): UNTRACED, ("plain", 0): UNTRACED, ("orders", 1): TRACED}
+    )
+    outcome = validating.send(frame)
+    header, body = forwarded(outcome)
+    assert header.api_version == version
+    kept = [(t.name, int(p.index)) for t in body.topic_data for p in t.partition_data]
+    assert kept == [("orders", 1), ("plain", 0)]
+    broker = produce_response(version, {("plain", 0): 0, ("orders", 1): 0})
+    answer = validating.broker_answers(outcome, broker)
+    assert codes(PRODUCE, version, answer) == [
+        (("orders", 0), INVALID_RECORD),
+        (("orders", 1), NONE),
+        (("plain", 0), NONE),
+    ]
+
+
+def test_produce_with_acks_0_and_a_rejection_closes_the_connection(validating: Harness) -> None:
+    outcome = validating.send(produce(9, {("orders", 0): UNTRACED, ("plain", 0): TRACED}, acks=0))
+    assert isinstance(outcome, Close) and outcome.metric_reason == "rejected_acks0_produce"
+
+
+def test_produce_transactional_with_a_rejection_refuses_every_partition(
+    validating: Harness,
+) -> None:
+    frame = produce(
+        9,
+        {("orders", 0): UNTRACED, ("orders", 1): TRACED, ("plain", 0): UNTRACED},
+        transactional_id="tx-1",
+    )
+    answer = answer_of(validating.send(frame))
+    results = items(PRODUCE, 9, answer)
+    assert [(item, code) for item, code, _ in results] == [
+        (("orders", 0), INVALID_RECORD),
+        (("orders", 1), INVALID_RECORD),
+        (("plain", 0), INVALID_RECORD),
+    ]
+    assert all(m is not None and m.startswith("Not written") for _, _, m in results[1:])
+
+
+def test_produce_to_the_gateways_own_topics_is_refused(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    gateway = gateway_with(own_topics=["_kpg_audit"])
+    outcome = gateway.send(produce(9, {("_kpg_audit", 0): TRACED, ("plain", 0): TRACED}))
+    _, body = forwarded(outcome)
+    assert [t.name for t in body.topic_data] == ["plain"]
+    answer = gateway.broker_answers(outcome, produce_response(9, {("plain", 0): 0}))
+    assert items(PRODUCE, 9, answer) == [
+        (
+            ("_kpg_audit", 0),
+            TOPIC_AUTHORIZATION_FAILED,
+            "Topic '_kpg_audit' is written by the gateway only.",
+        ),
+        (("plain", 0), NONE, None),
+    ]
+
+
+# --- DescribeConfigs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(1, 5))
+def test_describe_configs_adds_the_validation_policy_to_a_forwarded_topic(
+    gateway: Harness, version: int
+) -> None:
+    gateway.set_validation_policy("orders", "trace-id")
+    frame = describe_configs(version, [(TOPIC, "orders"), (TOPIC, "plain")])
+    outcome = gateway.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    broker = describe_configs_response(
+        version, [(TOPIC, "orders", {"retention.ms": "1"}), (TOPIC, "plain", {"retention.ms": "2"})]
+    )
+    answer = gateway.broker_answers(outcome, broker)
+    assert configs_of(version, answer) == [
+        {"retention.ms": ("1", 1), POLICY_KEY: ("trace-id", 1)},
+        {"retention.ms": ("2", 1)},
+    ]
+
+
+def test_describe_configs_without_gateway_configs_forwards_the_clients_bytes(
+    gateway: Harness,
+) -> None:
+    frame = describe_configs(4, [(TOPIC, "plain"), (4, "1")])
+    assert_forwarded_as_sent(gateway.send(frame), frame)
+
+
+@pytest.mark.parametrize(
+    ("resource", "principal"),
+    [((USER_CLIENT, "alice:app-1"), "User:admin"), ((CLIENT, "app-1"), "User:alice")],
+    ids=["user-client", "client"],
+)
+def test_describe_configs_of_dynamic_client_configs_is_answered_here(
+    gateway: Harness, resource: tuple[int, str], principal: str
+) -> None:
+    key = client_configs.store_key("alice", "app-1", "acks")
+    gateway.run(gateway.store.put(client_configs.STATE_NAMESPACE, key, "all"))
+    answer = answer_of(gateway.send(describe_configs(4, [resource]), principal=principal))
+    assert codes(DESCRIBE_CONFIGS, 4, answer) == [(resource, NONE)]
+    assert configs_of(4, answer) == [{"acks": ("all", 120)}]
+
+
+def test_describe_configs_split_between_the_broker_and_the_gateway(gateway: Harness) -> None:
+    frame = describe_configs(3, [(USER_CLIENT, "alice:app-1"), (TOPIC, "plain")])
+    outcome = gateway.send(frame)
+    _, body = forwarded(outcome)
+    assert [(r.resource_type, r.resource_name) for r in body.resources] == [(TOPIC, "plain")]
+    broker = describe_configs_response(3, [(TOPIC, "plain", {"retention.ms": "2"})])
+    answer = gateway.broker_answers(outcome, broker)
+    assert codes(DESCRIBE_CONFIGS, 3, answer) == [
+        ((USER_CLIENT, "alice:app-1"), NONE),
+        ((TOPIC, "plain"), NONE),
+    ]
+    assert configs_of(3, answer) == [{}, {"retention.ms": ("2", 1)}]
