@@ -32,7 +32,8 @@ from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
 from policies.chain import Decision
-from protocol.admin import ResourceConfigs, TopicDescription
+from protocol.admin import InternalRequest, ResourceConfigs, TopicDescription
+from protocol.codec import Payload
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -111,6 +112,11 @@ class ClusterView(Protocol):
         """The broker's answer, per resource, to a validate_only IncrementalAlterConfigs with
         no entries: its authorization error (Kafka authorizes ALTER_CONFIGS before anything
         else) or OK. It changes nothing."""
+        ...
+
+    async def send(self, request: InternalRequest) -> Payload:
+        """The broker's answer to a request the gateway wrote (its own, or a client's it
+        reissues), decoded."""
         ...
 
 

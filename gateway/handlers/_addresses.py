@@ -4,7 +4,7 @@ broker address in the broker's answer for the gateway listener of that node."""
 from __future__ import annotations
 
 from protocol.addresses import broker_endpoints, replace_endpoints
-from protocol.codec import decode_response, encode_response
+from protocol.codec import Payload, decode_response, encode_response
 
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Forward, Outcome
@@ -12,18 +12,34 @@ from ..services import Services
 from .base import Handler
 
 
+async def with_gateway_addresses(api_key: int, services: Services, payload: Payload) -> Payload:
+    """``payload`` (a decoded answer of ``api_key``) with each broker address replaced by the
+    gateway's listener of that node.
+
+    :raises KeyError: for a node without a listener; such an answer must never reach a client.
+    """
+    gateway = await services.nodes.gateway_addresses(broker_endpoints(api_key, payload))
+    return replace_endpoints(api_key, payload, gateway)
+
+
+def rewrite_addresses(
+    api_key: int, services: Services, ctx: RequestContext, frame: bytes
+) -> Forward:
+    """Forward ``frame`` as sent; the answer leaves with the gateway's addresses."""
+    version = ctx.api_version
+
+    async def on_response(response: bytes) -> bytes:
+        # Undecodable or a node without a listener raises: the connection is closed
+        # rather than a broker address reaching the client.
+        payload = decode_response(api_key, version, response)
+        rewritten = await with_gateway_addresses(api_key, services, payload)
+        return encode_response(ctx.correlation_id, api_key, version, rewritten)
+
+    return Forward(frame=frame, on_response=on_response)
+
+
 def address_rewriter(api_key: int, services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        version = ctx.api_version
-
-        async def on_response(response: bytes) -> bytes:
-            # Undecodable or a node without a listener raises: the connection is closed
-            # rather than a broker address reaching the client.
-            payload = decode_response(api_key, version, response)
-            gateway = await services.nodes.gateway_addresses(broker_endpoints(api_key, payload))
-            rewritten = replace_endpoints(api_key, payload, gateway)
-            return encode_response(ctx.correlation_id, api_key, version, rewritten)
-
-        return Forward(frame=frame, on_response=on_response)
+        return rewrite_addresses(api_key, services, ctx, frame)
 
     return handle
