@@ -71,13 +71,17 @@ def test_configs_become_the_strings_kafka_would_send() -> None:
 
 
 def test_the_principal_is_passed_on() -> None:
-    rule = ProtectedTopicsRule(name="p", topics=(re.compile(".*"),))
+    rule = ProtectedTopicsRule(
+        name="p", topics=(re.compile(".*"),), allowed_principals=frozenset({"User:ci"})
+    )
     manifest = {"topics": [{"name": "t", "partitions": 1, "replication_factor": 1}]}
     with PolicyChain(rules=[rule]) as chain:
-        # protected topics do not restrict creation, so the verdict list stays empty
+        # protected topics may be created only by the allowed principals: User:ci is one
         [check] = check_manifest(chain, manifest, source=SOURCE, principal="User:ci")
+        [refused] = check_manifest(chain, manifest, source=SOURCE, principal="User:bob")
     assert check.decision.allowed
-    assert check.decision.verdicts == ()
+    assert [v.outcome for v in check.decision.verdicts] == ["allowed"]
+    assert not refused.decision.allowed
 
 
 @pytest.mark.parametrize(
