@@ -54,7 +54,7 @@ COVERAGE: Final[dict[int, Coverage]] = {
     0: _j("record validation; the gateway's own topics refused"),
     1: _j("the gateway's own topics refused; every other fetch passes unread"),
     2: _j("legal topic names; the gateway's own topics refused"),
-    3: _w("broker addresses replaced by the gateway's"),
+    3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
     8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
     9: _p(_READ),
     10: _w("the coordinator's address replaced by the gateway's"),

@@ -156,7 +156,7 @@ def test_delete_prefix(broker: HostPort, state_topic: str) -> None:
 
 def record_batches(broker: HostPort, topic: str) -> list[list[bytes | None]]:
     """The state topic's record batches as the broker stores them: the keys of each."""
-    from protocol.records import read_batches, read_records
+    from protocol.records import RecordReading, read_batches, read_records
     from tests.support import RawClient, fetch_request
 
     request = fetch_request(topic, max_wait=timedelta(milliseconds=200))
@@ -167,7 +167,7 @@ def record_batches(broker: HostPort, topic: str) -> list[list[bytes | None]]:
         client.close()
     (data,) = answer.responses[0].partitions
     return [
-        [record.key for record in read_records(batch, headers=False, key_bytes=-1, value_bytes=0)]
+        [key for _, key, *_ in read_records(batch, RecordReading(key_bytes=-1))]
         for batch in read_batches(data.records or b"")
     ]
 
