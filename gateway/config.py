@@ -138,6 +138,10 @@ UNLIMITED: Final = -1
 """``connections.max.idle.ms`` (never closed) and ``queued.max.request.bytes`` (no cap), as
 in Kafka."""
 DEFAULT_QUEUED_MAX_REQUEST_BYTES: Final = 256 * 1024 * 1024
+DEFAULT_RECORD_VALIDATION_MAX_RECORDS: Final = 1_000_000
+"""``record.validation.max.records``: librdkafka's largest ``batch.num.messages``. An
+uncompressed request at Kafka's default ``message.max.bytes`` (1,048,588) holds at most
+about 150,000 records (7 bytes is the smallest record); the rest is room for compressed ones."""
 _RESERVED_FILES: Final = 64
 """Open files kept for everything but client connections: listeners, the state store, audit
 spool and sinks, the metrics endpoint, the event loop's own, plug-ins."""
@@ -169,6 +173,13 @@ class LimitsConfig:
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     """Kafka's ``queued.max.request.bytes``: the bytes of requests being received (and
     handed on) that the gateway holds over every connection; -1 no cap."""
+    record_validation_max_records: int = DEFAULT_RECORD_VALIDATION_MAX_RECORDS
+    """``record.validation.max.records``: the records one Produce request may ask the gateway
+    to validate, counted from its batches' record_count before any is read."""
+    record_validation_max_inflated_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    """``record.validation.max.inflated.bytes``: what one Produce request's compressed batches
+    may decompress to while validated; unset, ``max_frame_bytes``: a compressed request costs
+    no more reading than the largest the gateway takes uncompressed."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +254,8 @@ _LIMIT_KEYS = frozenset(
         "max.connections",
         "max.connections.per.ip",
         "queued.max.request.bytes",
+        "record.validation.max.records",
+        "record.validation.max.inflated.bytes",
     }
 )
 
@@ -522,15 +535,16 @@ def _state(raw: Mapping[str, Any], source: str) -> StateConfig:
 def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
     """The ``limits`` section."""
     lim = _section(raw, "limits", _LIMIT_KEYS, source)
+    max_frame_bytes = int(
+        _number(
+            lim.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES),
+            "limits.max_frame_bytes",
+            source,
+            minimum=64,
+        )
+    )
     return LimitsConfig(
-        max_frame_bytes=int(
-            _number(
-                lim.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES),
-                "limits.max_frame_bytes",
-                source,
-                minimum=64,
-            )
-        ),
+        max_frame_bytes=max_frame_bytes,
         max_in_flight_requests=int(
             _number(
                 lim.get("max_in_flight_requests", 100),
@@ -563,6 +577,22 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
             "queued.max.request.bytes",
             source,
             64,
+        ),
+        record_validation_max_records=int(
+            _number(
+                lim.get("record.validation.max.records", DEFAULT_RECORD_VALIDATION_MAX_RECORDS),
+                "limits.record.validation.max.records",
+                source,
+                minimum=1,
+            )
+        ),
+        record_validation_max_inflated_bytes=int(
+            _number(
+                lim.get("record.validation.max.inflated.bytes", max_frame_bytes),
+                "limits.record.validation.max.inflated.bytes",
+                source,
+                minimum=1,
+            )
         ),
     )
 

@@ -89,6 +89,21 @@ LIMITS = {
         "connections.max.idle.ms: -1\nqueued.max.request.bytes: -1\n",
         {"connections_max_idle_ms": -1, "queued_max_request_bytes": -1},
     ),
+    "record validation budget: a million records, inflated bytes up to the frame size": (
+        "",
+        {
+            "record_validation_max_records": 1_000_000,
+            "record_validation_max_inflated_bytes": 104_857_600,
+        },
+    ),
+    "record validation budget set": (
+        "record.validation.max.records: 5000\nrecord.validation.max.inflated.bytes: 1048576\n",
+        {"record_validation_max_records": 5000, "record_validation_max_inflated_bytes": 1048576},
+    ),
+    "the inflated bytes follow a smaller frame size when unset": (
+        "max_frame_bytes: 8388608\n",
+        {"record_validation_max_inflated_bytes": 8388608},
+    ),
 }
 
 
@@ -112,6 +127,19 @@ LIMITS = {
             "queued.max.request.bytes: must be -1 (no limit) or at least 64",
         ),
         ("queued.max.request.bytes: true", "queued.max.request.bytes: expected a number"),
+        ("record.validation.max.records: 0", "record.validation.max.records: must be at least 1"),
+        (
+            "record.validation.max.records: -1",
+            "record.validation.max.records: must be at least 1",
+        ),
+        (
+            "record.validation.max.inflated.bytes: 0",
+            "record.validation.max.inflated.bytes: must be at least 1",
+        ),
+        (
+            "record.validation.max.inflated.bytes: 1.5",
+            "record.validation.max.inflated.bytes: expected a whole number",
+        ),
     ],
 )
 def test_bad_limits_name_key_file_and_why(tmp_path: Path, line: str, error: str) -> None:
