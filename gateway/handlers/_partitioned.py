@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 
+from policies.rules import TopicOperation
 from protocol import partitioned as pt
 from protocol.errors import INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import RequestHeader
@@ -20,7 +21,7 @@ from protocol.results import ItemError
 from protocol.topic_names import topic_name_problem
 from protocol.versions import VersionRange
 
-from ..engine import BaseEnforcement, ClusterView, RequestContext, Ruling
+from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling
 from ..services import Services
 
 Item = pt.Item
@@ -127,3 +128,42 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         broker: bytes | None,
     ) -> bytes:
         return pt.answer(request, correlation_id, local, broker)
+
+
+class RulesPerTopic(TopicPartitions):
+    """Each topic through the rules alone, as ``operation`` (recorded as ``action``): no Kafka
+    policy interface is asked about these APIs."""
+
+    def __init__(
+        self,
+        services: Services,
+        api_key: int,
+        versions: VersionRange,
+        *,
+        operation: TopicOperation,
+        action: str,
+    ) -> None:
+        super().__init__(services, api_key, versions)
+        self._operation = operation
+        self._action = action
+
+    async def judge_topics(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: pt.Partitioned,
+        topics: Sequence[str],
+    ) -> Mapping[str, Ruling]:
+        policies = self._services.policies
+        rulings: dict[str, Ruling] = {}
+        for topic in topics:
+            check = policies.chain.plan_data_operation(
+                self._operation, topic, principal=ctx.principal
+            )
+            rulings[topic] = Judged(
+                decision=await policies.decide(check),
+                resource_type="topic",
+                resource_name=topic,
+                action=self._action,
+            )
+        return rulings
