@@ -69,15 +69,14 @@ class PolicyRunner:
             raise PolicyUnavailable(timeout_message(name, what, self.timeout_s)) from None
 
     @staticmethod
-    def state_unreadable(topic: str, problem: str) -> Decision:
-        """Fail closed: the gateway's own denial when a policy needs a topic state it cannot
-        read."""
-        message = (
+    def gateway_denial(message: str) -> Decision:
+        """Fail closed: the gateway's own denial (policy ``gateway``), audited as a policy's."""
+        verdict = Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message)
+        return Decision(allowed=False, verdicts=(verdict,))
+
+    @classmethod
+    def state_unreadable(cls, topic: str, problem: str) -> Decision:
+        """The gateway's denial when a policy needs a topic state it cannot read."""
+        return cls.gateway_denial(
             f"the gateway cannot read the state of topic {topic} that its policies need: {problem}"
-        )
-        return Decision(
-            allowed=False,
-            verdicts=(
-                Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message),
-            ),
         )

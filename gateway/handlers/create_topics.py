@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from policies.api import CreateTopicRequestMetadata
-from policies.chain import Decision, Mode, Verdict
+from policies.chain import Decision
 from protocol import admin
 from protocol import create_topics as ct
 from protocol.errors import (
@@ -61,6 +61,7 @@ from ..cluster import broker_defaults
 from ..config import BrokerDefaults
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Close
+from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
@@ -127,7 +128,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
     ) -> Decision:
         metadata = _metadata(spec, defaults)
         if isinstance(metadata, str):
-            return _gateway_denial(metadata)
+            return PolicyRunner.gateway_denial(metadata)
         policies = self._services.policies
         return await policies.decide(
             policies.chain.plan_create_topic(metadata, principal=ctx.principal)
@@ -314,12 +315,6 @@ def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicReques
         replicas_assignments=None,
         configs=configs,
     )
-
-
-def _gateway_denial(message: str) -> Decision:
-    """Fail closed: the gateway's own denial, audited as a policy's."""
-    verdict = Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message)
-    return Decision(allowed=False, verdicts=(verdict,))
 
 
 # --- record.validation.policy, stored before the topic is created --------------------------

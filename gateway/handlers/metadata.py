@@ -49,8 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from policies.api import ConfigResourceType, CreateTopicRequestMetadata
-from policies.chain import Decision, Verdict
-from policies.rules import Mode
+from policies.chain import Decision
 from protocol import metadata as md
 from protocol.addresses import METADATA
 from protocol.codec import Payload
@@ -67,6 +66,7 @@ from protocol.topic_names import topic_name_problem
 
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Answer, Close, Outcome
+from ..policy_runner import PolicyRunner
 from ..services import Services
 from ._addresses import rewrite_addresses, with_gateway_addresses
 from .base import Handler
@@ -163,12 +163,12 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
 
     async def _decide(self, ctx: RequestContext, name: str, creation: Creation) -> Decision:
         if self._services.upstream.auto_create == DENY:
-            return gateway_denial(
+            return PolicyRunner.gateway_denial(
                 f"auto-creation of topic {name} refused: the gateway creates no topic on "
                 "Metadata (upstream.auto_create: deny)"
             )
         if creation.num_partitions is None or creation.replication_factor is None:
-            return gateway_denial(
+            return PolicyRunner.gateway_denial(
                 f"auto-creation of topic {name} refused: the gateway does not know the "
                 f"partitions and replication factor the broker would give it ({creation.unknown})"
             )
@@ -304,14 +304,6 @@ class MetadataHandler:
 
 def handler(services: Services) -> Handler:
     return MetadataHandler(services)
-
-
-def gateway_denial(message: str) -> Decision:
-    """The gateway's own denial of an auto-creation (no policy ran)."""
-    return Decision(
-        allowed=False,
-        verdicts=(Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message),),
-    )
 
 
 def _count(value: str | None) -> int | None:
