@@ -89,7 +89,7 @@ COVERAGE: Final[dict[int, Coverage]] = {
     39: _p("delegation tokens: authentication, authorized by the broker"),
     40: _p("delegation tokens: authentication, authorized by the broker"),
     41: _p(_READ),
-    42: _p("deletes groups and their offsets; no policy governs groups"),
+    42: _j("judged as OffsetDelete of every topic the group has offsets for"),
     43: _j("unclean elections judged as unclean.leader.election.enable=true"),
     44: _j("alter-config policies, KIP-201 MODIFY; dynamic client configs"),
     45: _j("topic action policy MODIFY; replication factor rules; protected topics"),

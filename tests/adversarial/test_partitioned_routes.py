@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.alter_partition_reassignments.v0 import request as apr
 from kio.schema.delete_records.v2 import request as dr
@@ -284,3 +285,29 @@ def test_refused_apis_close_the_connection_and_never_reach_the_broker(
     with pytest.raises((ConnectionError, OSError)):
         client.recv_frame()
     assert api_key not in tap.api_keys()
+
+
+def _commit(bootstrap: str, group: str, topic: str) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_delete_groups_holding_offsets_of_a_protected_topic_is_refused(
+    setup: tuple[GatewayThread, Topics, BrokerTap],
+) -> None:
+    """Deleting a group deletes its committed offsets: a group with offsets of a protected
+    topic is kept, the neighbour with offsets of a plain topic goes."""
+    gw, topics, tap = setup
+    guarded, plain = f"g-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    _commit(gw.bootstrap, guarded, topics.protected)
+    _commit(gw.bootstrap, plain, topics.plain)
+    tap.requests.clear()
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+    futures = admin.delete_consumer_groups([guarded, plain], request_timeout=10)
+    assert outcome(futures[guarded]) == (KafkaError.POLICY_VIOLATION, "Broker: Policy violation")
+    assert outcome(futures[plain]) is None
+    deleted = [str(g) for r in tap.forwarded(42) for g in r.groups_names]
+    assert deleted == [plain]
