@@ -142,6 +142,10 @@ DEFAULT_RECORD_VALIDATION_MAX_RECORDS: Final = 1_000_000
 """``record.validation.max.records``: librdkafka's largest ``batch.num.messages``. An
 uncompressed request at Kafka's default ``message.max.bytes`` (1,048,588) holds at most
 about 150,000 records (7 bytes is the smallest record); the rest is room for compressed ones."""
+DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES: Final = 1_048_588
+"""``record.validation.max.record.bytes``: Kafka's default ``message.max.bytes``. Clients
+refuse larger records themselves unless told otherwise (max.request.size 1 MiB in Java,
+message.max.bytes 1,000,000 in librdkafka)."""
 _RESERVED_FILES: Final = 64
 """Open files kept for everything but client connections: listeners, the state store, audit
 spool and sinks, the metrics endpoint, the event loop's own, plug-ins."""
@@ -180,6 +184,10 @@ class LimitsConfig:
     """``record.validation.max.inflated.bytes``: what one Produce request's compressed batches
     may decompress to while validated; unset, ``max_frame_bytes``: a compressed request costs
     no more reading than the largest the gateway takes uncompressed."""
+    record_validation_max_record_bytes: int = DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES
+    """``record.validation.max.record.bytes``: the longest record the gateway validates (its
+    size as encoded in the batch, decompressed). A record is the one piece of validation
+    that cannot be split into turns on the event loop, so this bounds every turn."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +264,7 @@ _LIMIT_KEYS = frozenset(
         "queued.max.request.bytes",
         "record.validation.max.records",
         "record.validation.max.inflated.bytes",
+        "record.validation.max.record.bytes",
     }
 )
 
@@ -592,6 +601,17 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
                 "limits.record.validation.max.inflated.bytes",
                 source,
                 minimum=1,
+            )
+        ),
+        record_validation_max_record_bytes=int(
+            _number(
+                lim.get(
+                    "record.validation.max.record.bytes",
+                    DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES,
+                ),
+                "limits.record.validation.max.record.bytes",
+                source,
+                minimum=7,
             )
         ),
     )

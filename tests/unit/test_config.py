@@ -89,16 +89,22 @@ LIMITS = {
         "connections.max.idle.ms: -1\nqueued.max.request.bytes: -1\n",
         {"connections_max_idle_ms": -1, "queued_max_request_bytes": -1},
     ),
-    "record validation budget: a million records, inflated bytes up to the frame size": (
+    "record validation budget: a million records, the frame size inflated, message.max.bytes": (
         "",
         {
             "record_validation_max_records": 1_000_000,
             "record_validation_max_inflated_bytes": 104_857_600,
+            "record_validation_max_record_bytes": 1_048_588,
         },
     ),
     "record validation budget set": (
-        "record.validation.max.records: 5000\nrecord.validation.max.inflated.bytes: 1048576\n",
-        {"record_validation_max_records": 5000, "record_validation_max_inflated_bytes": 1048576},
+        "record.validation.max.records: 5000\nrecord.validation.max.inflated.bytes: 1048576\n"
+        "record.validation.max.record.bytes: 65536\n",
+        {
+            "record_validation_max_records": 5000,
+            "record_validation_max_inflated_bytes": 1048576,
+            "record_validation_max_record_bytes": 65536,
+        },
     ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
@@ -139,6 +145,10 @@ LIMITS = {
         (
             "record.validation.max.inflated.bytes: 1.5",
             "record.validation.max.inflated.bytes: expected a whole number",
+        ),
+        (
+            "record.validation.max.record.bytes: 6",
+            "record.validation.max.record.bytes: must be at least 7",
         ),
     ],
 )
