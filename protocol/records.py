@@ -18,8 +18,9 @@ Contracts, stated once:
   codec                     what one step decompresses
   ========================  ===================================================
   none                      nothing; records are parsed in place (no copy)
-  gzip, lz4 (frame), zstd   about 64 KiB of output, 256 KiB on the fast path (more
-                            if one record is larger)
+  gzip, lz4 (frame)         at most 256 KiB of output
+  zstd                      whole blocks adding up to at most 256 KiB, plus one
+                            (a block is at most 128 KiB)
   snappy, xerial framing    one xerial block (the Java client writes 32 KiB)
   snappy, raw block         the whole records section: the format cannot stream
   ========================  ===================================================
@@ -27,16 +28,25 @@ Contracts, stated once:
   The checks that need the whole records section (exactly record_count records, no
   bytes after the last one, the compressed stream complete and intact) run only when
   the iteration ends. A caller that stops early has not validated the batch.
-- Reading a compressed batch stops with `CorruptBatch` as soon as its records pass
-  `max_decompressed_bytes` (zstd may hold up to 2 MiB more for a moment; see
-  `_ZstdInflater`). A raw snappy block is refused before it is decompressed.
+- It reads in bounded steps, so that a caller can take turns with other work:
+  `BatchRecords.windows()` hands the records over a window at a time, each window at
+  most 2,048 records (256 from the full reader) and at most one decompression step
+  above between two windows. One record is never split: `max_record_bytes` bounds it.
+  Raw snappy is the exception: its block is one step.
+- Limits raise `OverLimit` (a `CorruptBatch`): a compressed batch as soon as its
+  records pass `max_decompressed_bytes` (a raw snappy or xerial block before it is
+  decompressed, from its declared size), a record whose size_in_bytes is over
+  `max_record_bytes` before it is read.
 - The fast path is C (protocol/_recscan.c): it reads records a window at a time (256 KiB
   decompressed, or 1 MiB in place when read_batches was given `bytes`) and makes an
   object only of the records the reading takes. The full reader (`_read_fully`) is the
   reference: the C scanner reads a record exactly as it does, or leaves the batch to it
   from the first record not yet handed out, on a record out of the ordinary, a failing
   stream, or header keys it cannot match (more than 64, or not plain UTF-8). Whatever is
-  wrong with a batch is so said in the full reader's words, after as many records.
+  wrong with a batch is so said in the full reader's words, after as many records. A
+  limit is not a fault of the batch: both readers stop at a record over max_record_bytes
+  alike; past max_decompressed_bytes each stops where its reading ahead takes it, so a
+  batch damaged just before that point may be refused for either.
   Without that module (not built, or KPG_RECORD_SCANNER=python) the full reader answers
   alone: the same answers, the search for missing header keys about 200 times slower
   (2.3 against 0.011 us per 512-byte record, one batch of 1,900, in process).
@@ -47,7 +57,7 @@ import enum
 import functools
 import os
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
@@ -133,10 +143,16 @@ _COMPRESSED_INPUT_CHUNK: Final = 64 * 1024
 _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE: Final = len(_XERIAL_MAGIC) + 8  # two int32 version fields
 
-# A zstd block of at most 128 KiB costs at least 4 bytes (an RLE block), so output
-# never exceeds this many times the input fed so far.
-_ZSTD_MAX_RATIO: Final = 32 * 1024
+# zstd (RFC 8878). A block decompresses to at most 128 KiB and costs at least 4 bytes (an
+# RLE block): 64 bytes of input make at most 2 MiB of output.
 _ZSTD_MIN_INPUT_CHUNK: Final = 64
+_ZSTD_STEP_OUTPUT: Final = 256 * 1024
+_ZSTD_MAX_BLOCK: Final = 128 * 1024
+_ZSTD_MAGIC: Final = 0xFD2FB528
+_ZSTD_SKIPPABLE_MAGIC: Final = 0x184D2A50
+_ZSTD_SKIPPABLE_MASK: Final = 0xFFFFFFF0
+_ZSTD_RLE_BLOCK: Final = 1
+_ZSTD_COMPRESSED_BLOCK: Final = 2
 
 
 class CompressionType(enum.IntEnum):
@@ -151,6 +167,26 @@ class CompressionType(enum.IntEnum):
 
 class CorruptBatch(Exception):
     """A record batch that cannot be read; the text says what is wrong with it."""
+
+
+class OverLimit(CorruptBatch):
+    """Reading stopped at a limit the caller set, not at a fault of the batch: records past
+    ``max_decompressed_bytes`` of decompressed data, or a record longer than
+    ``max_record_bytes``. Either reader stops there; the full reader is not asked again."""
+
+    def __init__(
+        self, message: str, *, limit: str, maximum: int, size: int, record: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.limit = limit
+        """``max_decompressed_bytes`` or ``max_record_bytes``."""
+        self.maximum = maximum
+        """The limit's value."""
+        self.size = size
+        """How far over it is known to go: the bytes decompressed so far, or declared by
+        the block being decompressed (at least this many); the record's size_in_bytes."""
+        self.record = record
+        """For max_record_bytes: the record's index in the batch."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,7 +260,7 @@ record's encoded size, its length varint included (Kafka's sizeInBytes)."""
 
 class BatchRecords:
     """The records of one batch that a RecordReading takes, in batch order: an iterator of
-    RecordFields (see read_records).
+    RecordFields (see read_records), or of windows of them (``windows()``).
 
     ``records_read``: how many records have been read whole so far, taken or not; after a
     CorruptBatch, how many the full reader read before it. ``size_in_bytes``: once the
@@ -232,20 +268,25 @@ class BatchRecords:
     decompressed records section.
     """
 
-    __slots__ = ("_records", "records_read", "size_in_bytes")
+    __slots__ = ("_records", "_windows", "records_read", "size_in_bytes")
 
-    def __init__(self, batch: BatchView, reading: RecordReading, max_decompressed_bytes: int):
+    def __init__(self, batch: BatchView, reading: RecordReading, limits: "_Limits"):
         self.records_read = 0
         self.size_in_bytes = 0
-        self._records: Iterator[RecordFields] = chain.from_iterable(
-            _windows(batch, reading, max_decompressed_bytes, self)
-        )
+        self._windows = _windows(batch, reading, limits, self)
+        self._records: Iterator[RecordFields] = chain.from_iterable(self._windows)
 
     def __iter__(self) -> Iterator[RecordFields]:
         return self._records
 
     def __next__(self) -> RecordFields:
         return next(self._records)
+
+    def windows(self) -> Iterator[list[RecordFields]]:
+        """The same records, a window at a time (lists, some empty), for a caller that takes
+        turns with other work: each window is a bounded step (see the module docstring).
+        Iterate either this or the records, not both."""
+        return self._windows
 
 
 def read_batches(records: bytes | memoryview) -> tuple[BatchView, ...]:
@@ -272,21 +313,28 @@ def read_records(
     reading: RecordReading,
     *,
     max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_record_bytes: int | None = None,
 ) -> BatchRecords:
     """The records of a batch that ``reading`` takes, read as it asks, decompressing only as
     far as needed.
 
     See the module docstring for what is lazy and which checks wait for the end.
 
-    :raises ValueError: max_decompressed_bytes < 1 (at once, not on iteration).
+    :raises ValueError: max_decompressed_bytes or max_record_bytes < 1 (at once, not on
+        iteration).
     :raises CorruptBatch: while iterating, for records that do not add up to the
         batch's record_count and records section, records whose fields overrun them,
-        a compressed stream that is truncated or fails to decompress, or more than
-        max_decompressed_bytes of decompressed records.
+        a compressed stream that is truncated or fails to decompress.
+    :raises OverLimit: while iterating, for more than max_decompressed_bytes of
+        decompressed records, or a record whose size_in_bytes is over max_record_bytes
+        (None: no limit), before it is read.
     """
     if max_decompressed_bytes < 1:
         raise ValueError(f"max_decompressed_bytes must be positive: {max_decompressed_bytes}")
-    return BatchRecords(batch, reading, max_decompressed_bytes)
+    if max_record_bytes is not None and max_record_bytes < 1:
+        raise ValueError(f"max_record_bytes must be positive: {max_record_bytes}")
+    limits = _Limits(decompressed=max_decompressed_bytes, record=max_record_bytes or _NO_LIMIT)
+    return BatchRecords(batch, reading, limits)
 
 
 def record_scanner() -> str:
@@ -367,26 +415,43 @@ def _read_batch(view: memoryview, start: int, *, in_place: bool = False) -> Batc
 
 
 # Reading the records of one batch: the C scanner's windows while it reads them, then the
-# full reader for the rest.
+# full reader for the rest. Each window is a bounded step of work, so that a caller can take
+# turns with other work between windows: at most _WINDOW_RECORDS records from the C scanner
+# (_FULL_READER_RECORDS from the full reader), and between two windows at most
+# _INFLATE_STEP bytes decompressed; only one record is never split, whatever its size
+# (max_record_bytes bounds it).
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What read_records may read of one batch: decompressed bytes, bytes of one record."""
+
+    decompressed: int
+    record: int
+
+
+_NO_LIMIT: Final = 1 << 62
 
 
 def _windows(
-    batch: BatchView, reading: RecordReading, limit: int, progress: BatchRecords
-) -> Iterator[Iterable[RecordFields]]:
-    """The records a reading takes, a window at a time: lists from protocol._recscan while
-    it reads the batch, then, if it leaves the batch, the full reader (a generator) from
-    the first record not yet handed out."""
+    batch: BatchView, reading: RecordReading, limits: _Limits, progress: BatchRecords
+) -> Iterator[list[RecordFields]]:
+    """The records a reading takes, a window at a time: from protocol._recscan while it
+    reads the batch, then, if it leaves the batch, from the full reader from the first
+    record not yet handed out."""
     wanted = None if reading.lacking is None else _native_keys(reading.lacking)
     if _native is not None and (reading.lacking is None or wanted is not None):
         window = partial(
             _native.record_window, wanted, reading.headers, reading.key_bytes, reading.value_bytes
         )
         try:
-            yield from _scan(batch, limit, window, progress)
+            yield from _scan(batch, limits, window, progress)
             return
+        except OverLimit:
+            raise  # the caller's limit, not a fault of the records: the full reader stops too
         except (_Irregular, CorruptBatch):
             pass  # the full reader below says what is wrong, in its own words
-    yield _read_fully(batch, reading, limit, progress, skip=progress.records_read)
+    yield from _read_fully(batch, reading, limits, progress, skip=progress.records_read)
 
 
 class _Irregular(Exception):
@@ -398,6 +463,13 @@ _SCAN_WINDOW: Final = 256 * 1024
 _IN_PLACE_WINDOW: Final = 1024 * 1024
 """Bytes per window of an uncompressed batch: one window for a batch of librdkafka's default
 batch.size (1,000,000), and a bounded list of records taken for a bigger one."""
+_WINDOW_RECORDS: Final = 2048
+"""Records per window of the C scanner: about half a millisecond when every one is taken
+(made into objects), whatever their size; windows of 512-byte records hold fewer."""
+_FULL_READER_RECORDS: Final = 256
+"""Records per window of the full reader (about 2 us each in Python)."""
+_INFLATE_STEP: Final = 256 * 1024
+"""Decompressed bytes asked for at a time while gathering a long record."""
 _NATIVE_MAX_KEYS: Final = 64  # protocol._recscan tracks up to 64 wanted header keys
 
 _Window: TypeAlias = Callable[
@@ -407,6 +479,8 @@ _Window: TypeAlias = Callable[
 record at position needs from there on, the records taken) after the records lying whole in
 buffer[:stop], or None for an irregular record: protocol._recscan's record_window, with
 what to read bound."""
+_Steps: TypeAlias = Generator[list[RecordFields], None, tuple[bytes, int]]
+"""_refill: empty windows between steps, then (the new buffer, its position)."""
 
 
 @functools.lru_cache(maxsize=256)
@@ -425,20 +499,25 @@ def _native_keys(keys: tuple[str, ...]) -> tuple[bytes, ...] | None:
 
 
 def _scan(
-    batch: BatchView, limit: int, window: _Window, progress: BatchRecords
+    batch: BatchView, limits: _Limits, window: _Window, progress: BatchRecords
 ) -> Iterator[list[RecordFields]]:
     """Run ``window`` over every record of a batch, yielding what it takes, a window at a
     time; progress.records_read is where the next window starts. Raises _Irregular when a
     record is irregular or the records and the section do not end together, CorruptBatch
-    from decompression."""
-    source = _open_inflater(batch, limit)
+    from decompression, OverLimit at a limit.
+
+    The scanner reads only records lying whole between position and stop, which is never
+    more than max_record_bytes past position: so a record over that limit is never read
+    here, but met as the one the scanner needs more bytes for, as the full reader meets it.
+    """
+    source = _open_inflater(batch, limits.decompressed)
     if source is None:
-        return _scan_in_place(batch, window, progress)
-    return _scan_stream(source, batch.record_count, window, progress)
+        return _scan_in_place(batch, limits.record, window, progress)
+    return _scan_stream(source, batch.record_count, limits.record, window, progress)
 
 
 def _scan_in_place(
-    batch: BatchView, window: _Window, progress: BatchRecords
+    batch: BatchView, max_record: int, window: _Window, progress: BatchRecords
 ) -> Iterator[list[RecordFields]]:
     """_scan of an uncompressed batch: in the bytes read_batches was given, where they are."""
     payload = batch.payload
@@ -448,36 +527,46 @@ def _scan_in_place(
         whole, start = bytes(payload), 0
     end = start + len(payload)
     count = batch.record_count
+    step = min(_IN_PLACE_WINDOW, max_record)
     position, index, needed = start, 0, 0
     while index < count:
-        stop = min(end, position + max(needed, _IN_PLACE_WINDOW))
-        answer = window(whole, position, index, count, stop)
+        if needed > max_record:
+            raise _too_long(index, needed, max_record)
+        stop = min(end, position + max(needed, step))
+        last = min(count, index + _WINDOW_RECORDS)
+        answer = window(whole, position, index, last, stop)
         if answer is None:
             raise _Irregular
         position, index, needed, records = answer
         progress.records_read = index
         yield records
-        if index < count and stop == end:  # the section ends before the records do
-            raise _Irregular
+        if index < last and stop == end and needed <= max_record:
+            raise _Irregular  # the section ends before the records do
     if position != end:
         raise _Irregular
     progress.size_in_bytes = end - start
 
 
 def _scan_stream(
-    source: "_Inflater", count: int, window: _Window, progress: BatchRecords
+    source: "_Inflater", count: int, max_record: int, window: _Window, progress: BatchRecords
 ) -> Iterator[list[RecordFields]]:
     """_scan of a compressed batch: in windows of decompressed bytes."""
+    step = min(_SCAN_WINDOW, max_record)
     buffer = b""
     position = index = size = 0
     needed = _MAX_VARINT_SIZE
     while index < count:
+        if needed > max_record:
+            raise _too_long(index, needed, max_record)
         kept = len(buffer) - position
-        buffer, position = _refill(source, buffer, position, max(needed, _SCAN_WINDOW))
-        if len(buffer) == kept:  # the stream ended before the records did
-            raise _Irregular
+        if needed > kept:
+            buffer, position = yield from _refill(source, buffer, position, max(needed, step))
+            if len(buffer) == kept:  # the stream ended before the records did
+                raise _Irregular
         start = position
-        answer = window(buffer, position, index, count, len(buffer))
+        last = min(count, index + _WINDOW_RECORDS)
+        stop = min(len(buffer), position + max(needed, step))
+        answer = window(buffer, position, index, last, stop)
         if answer is None:
             raise _Irregular
         position, index, needed, records = answer
@@ -496,63 +585,93 @@ def _scan_stream(
 
 
 def _read_fully(
-    batch: BatchView, reading: RecordReading, limit: int, progress: BatchRecords, *, skip: int
-) -> Iterator[RecordFields]:
+    batch: BatchView, reading: RecordReading, limits: _Limits, progress: BatchRecords, *, skip: int
+) -> Iterator[list[RecordFields]]:
     """Every record of the batch read in Python, from the first, yielding those the reading
-    takes from index ``skip`` on (the C scanner handed out those before)."""
+    takes from index ``skip`` on (the C scanner handed out those before), in windows."""
     headers, key_bytes, value_bytes = reading.headers, reading.key_bytes, reading.value_bytes
     lacking = None if reading.lacking is None else frozenset(reading.lacking)
+    max_record = limits.record
     read = size = 0
     try:
-        source = _open_inflater(batch, limit)
+        source = _open_inflater(batch, limits.decompressed)
         # Uncompressed: the whole section, in place. Compressed: a window of decompressed
         # bytes that starts at `position`'s record and is refilled from `source`.
         buffer: bytes | memoryview = batch.payload if source is None else b""
         view = memoryview(buffer)
         position = 0
         count = batch.record_count
-        for index in range(count):
-            available = len(buffer) - position
-            if source is not None and available < _MAX_VARINT_SIZE:
-                buffer, position = _refill(source, buffer, position, _MAX_VARINT_SIZE)
-                view = memoryview(buffer)
-                available = len(buffer)
-            if available == 0:
-                raise CorruptBatch(
-                    f"batch declares record_count {count} but its records section ends "
-                    f"after {index} records"
+        for first in range(0, count, _FULL_READER_RECORDS):
+            taken: list[RecordFields] = []
+            for index in range(first, min(count, first + _FULL_READER_RECORDS)):
+                available = len(buffer) - position
+                if source is not None and available < _MAX_VARINT_SIZE:
+                    buffer, position = yield from _refill(
+                        source, buffer, position, _MAX_VARINT_SIZE
+                    )
+                    view = memoryview(buffer)
+                    available = len(buffer)
+                length_size, size_in_bytes = _record_size(
+                    buffer, position, available, index, count, max_record
                 )
-            byte = buffer[position]
-            if byte < 0x80:
-                length = (byte >> 1) ^ -(byte & 1)
-                length_size = 1
-            else:
-                length, length_size = _record_length(buffer, position, index)
-            if length < 0:
-                raise CorruptBatch(f"record {index} has negative length {length}")
-            size_in_bytes = length_size + length
-            if source is not None and available < size_in_bytes:
-                buffer, position = _refill(source, buffer, position, size_in_bytes)
-                view = memoryview(buffer)
-                available = len(buffer)
-            if available < size_in_bytes:
-                raise CorruptBatch(
-                    f"truncated: record {index} has length {length} but the records section "
-                    f"has only {available - length_size} bytes left"
-                )
-            body = view[position + length_size : position + size_in_bytes]
-            record = _read_record(body, index, size_in_bytes, headers, key_bytes, value_bytes)
-            position += size_in_bytes
-            size += size_in_bytes
-            read = index + 1
-            if index >= skip and (
-                lacking is None or not lacking.issubset([key for key, _ in record[3]])
-            ):
-                yield record
+                if source is not None and available < size_in_bytes:
+                    buffer, position = yield from _refill(source, buffer, position, size_in_bytes)
+                    view = memoryview(buffer)
+                    available = len(buffer)
+                if available < size_in_bytes:
+                    raise CorruptBatch(
+                        f"truncated: record {index} has length {size_in_bytes - length_size} "
+                        f"but the records section has only {available - length_size} bytes left"
+                    )
+                body = view[position + length_size : position + size_in_bytes]
+                record = _read_record(body, index, size_in_bytes, headers, key_bytes, value_bytes)
+                position += size_in_bytes
+                size += size_in_bytes
+                read = index + 1
+                if index >= skip and (
+                    lacking is None or not lacking.issubset([key for key, _ in record[3]])
+                ):
+                    taken.append(record)
+            yield taken
         _check_section_end(source, len(buffer) - position, count)
     finally:
         progress.records_read = read
     progress.size_in_bytes = size
+
+
+def _record_size(
+    buffer: bytes | memoryview, position: int, available: int, index: int, count: int, limit: int
+) -> tuple[int, int]:
+    """The record at position: (the size of its length varint, its size_in_bytes).
+
+    :raises CorruptBatch: when the section has ended, or the length is cut off or negative.
+    :raises OverLimit: when its size_in_bytes is over limit (max_record_bytes).
+    """
+    if available == 0:
+        raise CorruptBatch(
+            f"batch declares record_count {count} but its records section ends "
+            f"after {index} records"
+        )
+    byte = buffer[position]
+    if byte < 0x80:
+        length, length_size = (byte >> 1) ^ -(byte & 1), 1
+    else:
+        length, length_size = _record_length(buffer, position, index)
+    if length < 0:
+        raise CorruptBatch(f"record {index} has negative length {length}")
+    if length_size + length > limit:
+        raise _too_long(index, length_size + length, limit)
+    return length_size, length_size + length
+
+
+def _too_long(index: int, size: int, limit: int) -> OverLimit:
+    return OverLimit(
+        f"record {index} is {size} bytes long, more than max_record_bytes ({limit})",
+        limit="max_record_bytes",
+        maximum=limit,
+        size=size,
+        record=index,
+    )
 
 
 def _record_length(buffer: bytes | memoryview, position: int, index: int) -> tuple[int, int]:
@@ -576,13 +695,20 @@ def _check_section_end(source: "_Inflater | None", left_over: int, count: int) -
         )
 
 
-def _refill(
-    source: "_Inflater", buffer: bytes | memoryview, position: int, needed: int
-) -> tuple[bytes, int]:
-    """Keep the unread part of buffer and append at least what makes `needed` bytes."""
-    kept = memoryview(buffer)[position:]
-    more = source.read(max(needed - len(kept), _READ_AHEAD))
-    return b"".join((kept, more)), 0
+def _refill(source: "_Inflater", buffer: bytes | memoryview, position: int, needed: int) -> _Steps:
+    """Keep the unread part of buffer and append at least what makes `needed` bytes (less
+    only at the end of the stream), asking for at most _INFLATE_STEP bytes at a time; an
+    empty window between two asks."""
+    parts: list[bytes | memoryview] = [memoryview(buffer)[position:]]
+    missing = max(needed - len(parts[0]), _READ_AHEAD)
+    while True:
+        asked = min(missing, _INFLATE_STEP)
+        more = source.read(asked)
+        parts.append(more)
+        missing -= len(more)
+        if missing <= 0 or len(more) < asked:
+            return b"".join(parts), 0
+        yield []
 
 
 def _read_record(
@@ -703,10 +829,7 @@ class _Inflater:
                 break
             self._produced += len(piece)
             if self._produced > self._limit:
-                raise CorruptBatch(
-                    f"{self.codec} records section decompresses to more than "
-                    f"max_decompressed_bytes ({self._limit})"
-                )
+                raise self._over_limit(self._produced)
             parts.append(memoryview(piece)[:wanted])
             self._spill = memoryview(piece)[wanted:]
             wanted -= len(parts[-1])
@@ -726,10 +849,16 @@ class _Inflater:
     def _check_room(self, size: int) -> None:
         """Refuse before decompressing a block whose size is known in advance."""
         if self._produced + size > self._limit:
-            raise CorruptBatch(
-                f"{self.codec} records section decompresses to more than "
-                f"max_decompressed_bytes ({self._limit})"
-            )
+            raise self._over_limit(self._produced + size)
+
+    def _over_limit(self, size: int) -> OverLimit:
+        return OverLimit(
+            f"{self.codec} records section decompresses to more than "
+            f"max_decompressed_bytes ({self._limit})",
+            limit="max_decompressed_bytes",
+            maximum=self._limit,
+            size=size,
+        )
 
     def _truncated(self) -> CorruptBatch:
         return CorruptBatch(f"truncated: {self.codec} stream ends before its end marker")
@@ -809,8 +938,10 @@ class _ZstdInflater(_Inflater):
 
     zstandard's stream reader reports a truncated frame as a clean end, so this uses a
     decompressor object, which says whether the frame ended. That object cannot bound
-    its output, so the input it gets is bounded instead, from the room left under the
-    limit and zstd's largest possible ratio.
+    its output, so the input it gets is bounded instead: whole blocks whose sizes add up
+    to at most _ZSTD_STEP_OUTPUT (_ZstdBlocks reads their headers), or, where the stream
+    is not laid out as it expects, _ZSTD_MIN_INPUT_CHUNK bytes (at most 2 MiB at zstd's
+    largest ratio).
     """
 
     codec = "zstd"
@@ -818,6 +949,7 @@ class _ZstdInflater(_Inflater):
     def __init__(self, payload: memoryview, limit: int) -> None:
         super().__init__(payload, limit)
         self._decompressor = zstandard.ZstdDecompressor().decompressobj()
+        self._blocks = _ZstdBlocks(payload)
         self._pending = memoryview(b"")  # input after a finished frame
 
     def _next(self, wanted: int) -> bytes | None:
@@ -827,16 +959,14 @@ class _ZstdInflater(_Inflater):
                     self._pending = memoryview(self._decompressor.unused_data)
                     if not self._pending and self._position >= len(self._payload):
                         return None
+                    if self._pending:  # the frame ended where the headers said it did not
+                        self._blocks.opaque = True
                     self._decompressor = zstandard.ZstdDecompressor().decompressobj()
-                room = self._limit - self._produced
-                input_size = min(
-                    _COMPRESSED_INPUT_CHUNK, max(_ZSTD_MIN_INPUT_CHUNK, room // _ZSTD_MAX_RATIO)
-                )
                 if self._pending:
-                    data: memoryview | None = self._pending[:input_size]
-                    self._pending = self._pending[input_size:]
+                    data: memoryview | None = self._pending[:_ZSTD_MIN_INPUT_CHUNK]
+                    self._pending = self._pending[_ZSTD_MIN_INPUT_CHUNK:]
                 else:
-                    data = self._next_input(input_size)
+                    data = self._next_input(self._blocks.cut(self._position) - self._position)
                 if data is None:
                     raise self._truncated()
                 output = self._decompressor.decompress(data)
@@ -844,6 +974,84 @@ class _ZstdInflater(_Inflater):
                     return output
         except zstandard.ZstdError as exc:
             raise self._failed(exc) from exc
+
+
+class _ZstdBlocks:
+    """Where to cut a zstd stream so that what is fed at once decompresses to a bounded
+    size: it walks the frame and block headers (RFC 8878) ahead of the decompressor. A raw
+    or RLE block makes its Block_Size of output, a compressed one at most 128 KiB (the
+    decompressor refuses more). It only chooses the cuts: the decompressor checks the
+    stream, so what is wrong with one is said in its words."""
+
+    def __init__(self, payload: memoryview) -> None:
+        self._payload = payload
+        self._at = 0  # the next header: of a frame, or of a block when in_frame
+        self._in_frame = False
+        self._checksum = False
+        self.opaque = False
+        """Not laid out as expected (not a zstd frame, or a frame that ended elsewhere):
+        cut at _ZSTD_MIN_INPUT_CHUNK bytes from here on."""
+
+    def cut(self, start: int) -> int:
+        """Where the input fed from ``start`` (the last cut) should end."""
+        end = len(self._payload)
+        if self.opaque or self._at != start:
+            self.opaque = True
+            return min(end, start + _ZSTD_MIN_INPUT_CHUNK)
+        output = 0
+        while self._at < end and output < _ZSTD_STEP_OUTPUT:
+            if not self._in_frame:
+                if output or not self._frame_header():
+                    break
+                continue
+            made = self._block()
+            if made is None:
+                return end  # a block header cut off: the decompressor says so
+            output += made
+            if not self._in_frame:
+                break  # a frame at a time: the decompressor ends with it
+        if self.opaque:
+            return min(end, start + _ZSTD_MIN_INPUT_CHUNK)
+        return max(min(self._at, end), start + 1)
+
+    def _frame_header(self) -> bool:
+        """Step over a frame header (or a skippable frame); False when it is not one."""
+        p, at = self._payload, self._at
+        if len(p) - at < 5:
+            self.opaque = True
+            return False
+        magic = int.from_bytes(p[at : at + 4], "little")
+        if magic & _ZSTD_SKIPPABLE_MASK == _ZSTD_SKIPPABLE_MAGIC:
+            if len(p) - at < 8:
+                self.opaque = True
+                return False
+            self._at = at + 8 + int.from_bytes(p[at + 4 : at + 8], "little")
+            return True
+        if magic != _ZSTD_MAGIC:
+            self.opaque = True
+            return False
+        descriptor = p[at + 4]
+        single_segment = descriptor >> 5 & 1
+        window = 0 if single_segment else 1
+        dictionary_id = (0, 1, 2, 4)[descriptor & 3]
+        content_size = (single_segment, 2, 4, 8)[descriptor >> 6]
+        self._at = at + 5 + window + dictionary_id + content_size
+        self._checksum = bool(descriptor & 4)
+        self._in_frame = True
+        return True
+
+    def _block(self) -> int | None:
+        """Step over a block: how much it decompresses to at most; None if cut off."""
+        p, at = self._payload, self._at
+        if len(p) - at < 3:
+            return None
+        header = int.from_bytes(p[at : at + 3], "little")
+        kind, size = header >> 1 & 3, header >> 3
+        self._at = at + 3 + (1 if kind == _ZSTD_RLE_BLOCK else size)
+        if header & 1:  # the last block, then the checksum if the frame has one
+            self._at += 4 if self._checksum else 0
+            self._in_frame = False
+        return _ZSTD_MAX_BLOCK if kind == _ZSTD_COMPRESSED_BLOCK else size
 
 
 class _SnappyInflater(_Inflater):
