@@ -135,5 +135,5 @@ class GatewayMetrics:
         if outcome.error is not None:
             self.batches_rejected.labels(outcome.topic, policy).inc()
             self.records_rejected.labels(outcome.topic, policy).inc(
-                len(outcome.error.record_errors)
+                outcome.rejected or len(outcome.error.record_errors)
             )

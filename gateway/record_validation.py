@@ -21,16 +21,29 @@ same answers, without a RecordProxy per record. Where they are value rules alone
 (``value_check_for``, :class:`policies.records.ValueRulesOnly`), it reads each value whole,
 for the policy's check of one value. Otherwise each record, read as the hints ask, goes to
 ``validate``.
+
+A Produce request's validation has a budget (:class:`ValidationBudget`, from ``limits:``):
+the records its batches declare, counted before any is read; what its compressed batches
+decompress to; the size of one record. A partition over it is refused unread (or as soon as
+the reader gets there) with INVALID_RECORD and a message that names the limit and by how
+much, in dry-run mode too. On the event loop (:meth:`RecordValidator.validate_sliced`) the
+work goes in slices of about a millisecond, with the loop's other work run between them; the
+answers are the same as in one go (:meth:`RecordValidator.validate`, on a worker thread).
+A slice ends after a bounded step: a window of the reader, or 64 records checked; one record
+is never split.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from time import perf_counter
+from typing import Final, TypeAlias
 
 from policies.api import (
     InvalidRecord,
@@ -41,10 +54,25 @@ from policies.api import (
 )
 from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.records import BatchRecords, CorruptBatch, RecordReading, read_batches, read_records
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from protocol.records import (
+    BatchRecords,
+    BatchView,
+    CompressionType,
+    CorruptBatch,
+    OverLimit,
+    RecordReading,
+    read_batches,
+    read_records,
+)
 from protocol.results import ItemError
 
-from .config import ConfigError
+from .config import (
+    DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES,
+    DEFAULT_RECORD_VALIDATION_MAX_RECORDS,
+    ConfigError,
+    LimitsConfig,
+)
 from .schema_registry import SchemaRegistryClient
 
 VALIDATION_POLICY_KEY: Final = "record.validation.policy"
@@ -55,6 +83,14 @@ _MODE_KEY: Final = "record.validation.policy.mode"
 _REGISTRY_KEY: Final = "record.validation.schema.registry.url"
 _DEFAULT_CLASS: Final = "policies.records.BuiltinRecordValidationPolicy"
 _SHOWN_ERRORS: Final = 3
+_SLICE_SECONDS: Final = 0.001
+"""How long validation runs on the event loop before the loop's other work gets a turn."""
+_CLOCK_EVERY: Final = 64
+"""Records checked between two looks at the clock."""
+_MAX_RECORD_ERRORS: Final = 1000
+"""record_errors listed in one request's answer: the rest are counted in error_message. An
+answer listing a million costs 5 s to encode (one step) and is 50 MB long; Java clients give
+a record not listed the generic message for its batch, librdkafka reads none of them."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,32 +101,78 @@ class PartitionOutcome:
     records: int
     bytes: int
     batches: int
+    fail_closed: bool = False
+    """A refusal that dry-run mode does not lift: the records could not be read through (a
+    batch the gateway cannot read, or over the request's budget), so the gateway cannot say
+    what it would forward."""
+    rejected: int = 0
+    """Records the policy rejected, all of them (``record_errors`` lists at most
+    _MAX_RECORD_ERRORS of a request)."""
 
 
-def rejection_message(record_errors: Sequence[tuple[int, str | None]]) -> str:
-    """The partition's error_message, in the words Kafka uses for rejected records."""
+PartitionData: TypeAlias = tuple[str, int, str, bytes | memoryview | None]
+"""One partition to validate: topic, partition, its record.validation.policy, records."""
+Steps: TypeAlias = Generator[None, None, list[PartitionOutcome]]
+"""Validation under way: it yields when its slice is spent, and returns the outcomes."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidationBudget:
+    """What validating one Produce request may cost: ``limits:``'s
+    ``record.validation.max.records``, ``.max.inflated.bytes`` and ``.max.record.bytes``."""
+
+    max_records: int = DEFAULT_RECORD_VALIDATION_MAX_RECORDS
+    max_inflated_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_record_bytes: int = DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES
+
+    @classmethod
+    def of(cls, limits: LimitsConfig) -> ValidationBudget:
+        return cls(
+            max_records=limits.record_validation_max_records,
+            max_inflated_bytes=limits.record_validation_max_inflated_bytes,
+            max_record_bytes=limits.record_validation_max_record_bytes,
+        )
+
+
+class _Run:
+    """One request's validation: what is left of its budget, and when its slice ends."""
+
+    __slots__ = ("budget", "errors_left", "inflated_left", "records_left", "slice_ends")
+
+    def __init__(self, budget: ValidationBudget, slice_ends: float) -> None:
+        self.budget = budget
+        self.records_left = budget.max_records
+        self.inflated_left = budget.max_inflated_bytes
+        self.errors_left = _MAX_RECORD_ERRORS
+        self.slice_ends = slice_ends
+
+
+def rejection_message(record_errors: Sequence[tuple[int, str | None]], total: int = 0) -> str:
+    """The partition's error_message, in the words Kafka uses for rejected records; total:
+    how many were rejected, when record_errors does not list them all."""
     shown = ", ".join(
         f"(batchIndex={index}, message={message})"
         for index, message in record_errors[:_SHOWN_ERRORS]
     )
     return (
-        f"One or more records have been rejected due to {len(record_errors)} record errors in "
-        f"total, and only showing the first three errors at most: [{shown}]"
+        f"One or more records have been rejected due to {max(total, len(record_errors))} "
+        f"record errors in total, and only showing the first three errors at most: [{shown}]"
     )
 
 
 def _outcome(
     metadata: TopicMetadata,
     record_errors: list[tuple[int, str | None]],
+    rejected: int,
     records: int,
     size: int,
     batches: int,
 ) -> PartitionOutcome:
     error = None
-    if record_errors:
+    if rejected:
         error = ItemError(
             error_code=int(INVALID_RECORD),
-            error_message=rejection_message(record_errors),
+            error_message=rejection_message(record_errors, rejected),
             record_errors=tuple(record_errors),
         )
     return PartitionOutcome(
@@ -100,6 +182,61 @@ def _outcome(
         records=records,
         bytes=size,
         batches=batches,
+        rejected=rejected,
+    )
+
+
+def _note(
+    record_errors: list[tuple[int, str | None]], index: int, message: str | None, run: _Run
+) -> int:
+    """One rejected record: listed in record_errors while the request may list more, and
+    the first of each partition always."""
+    if run.errors_left > 0 or not record_errors:
+        run.errors_left -= 1
+        record_errors.append((index, message))
+    return 1
+
+
+def _refused(
+    metadata: TopicMetadata, message: str, records: int, data: bytes | memoryview
+) -> PartitionOutcome:
+    """A partition over the request's budget: INVALID_RECORD, never forwarded."""
+    return PartitionOutcome(
+        topic=metadata.topic,
+        partition=metadata.partition,
+        error=ItemError(error_code=int(INVALID_RECORD), error_message=message),
+        records=records,
+        bytes=len(data),
+        batches=0,
+        fail_closed=True,
+    )
+
+
+def _over_records(metadata: TopicMetadata, declared: int, run: _Run) -> str:
+    left, maximum = run.records_left, run.budget.max_records
+    of = "the" if left == maximum else f"the {left} left of the"
+    return (
+        f"Record batches for {metadata.topic}-{metadata.partition} declare {declared} records, "
+        f"{declared - left} over {of} record validation budget of {maximum} records per "
+        "produce request (limits: record.validation.max.records); none was read or written."
+    )
+
+
+def _over_limit(metadata: TopicMetadata, exc: OverLimit, base: int, run: _Run) -> str:
+    tp = f"{metadata.topic}-{metadata.partition}"
+    if exc.limit == "max_record_bytes":
+        index = base + (exc.record or 0)
+        return (
+            f"Record {index} of the batches for {tp} is {exc.size} bytes, "
+            f"{exc.size - exc.maximum} over the record validation limit of {exc.maximum} bytes "
+            "per record (limits: record.validation.max.record.bytes); none was written."
+        )
+    left, maximum = run.inflated_left, run.budget.max_inflated_bytes
+    of = "the" if left == maximum else f"the {left} bytes left of the"
+    return (
+        f"Record batch for {tp} decompresses to at least {exc.size} bytes, "
+        f"{exc.size - left} over {of} record validation budget of {maximum} inflated bytes "
+        "per produce request (limits: record.validation.max.inflated.bytes); none was written."
     )
 
 
@@ -117,10 +254,17 @@ class RecordValidator:
     """The configured RecordValidationPolicy and what it needs per topic: its hints, and
     whether header keys or values are all it checks (then the reader takes less)."""
 
-    def __init__(self, policy: RecordValidationPolicy, *, dry_run: bool) -> None:
+    def __init__(
+        self,
+        policy: RecordValidationPolicy,
+        *,
+        dry_run: bool,
+        budget: ValidationBudget = ValidationBudget(),
+    ) -> None:
         self.policy = policy
         self.name = type(policy).__name__
         self.dry_run = dry_run
+        self.budget = budget
         self._hints: dict[str, RecordIntrospectionHints] = {}
         self._required_headers: dict[str, tuple[str, ...] | None] = {}
         self._headers_only = isinstance(policy, RequiredHeadersOnly)
@@ -159,41 +303,113 @@ class RecordValidator:
             self._value_checks[validation_policy] = self.policy.value_check_for(validation_policy)
         return self._value_checks[validation_policy]
 
+    def validate(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
+        """Check every record of one request's partitions, under one budget, in one go.
+        CPU-bound: on a worker thread, or for tests."""
+        steps = self._request(partitions, _Run(self.budget, slice_ends=math.inf))
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                outcomes: list[PartitionOutcome] = done.value
+                return outcomes
+
+    async def validate_sliced(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
+        """The same answers as :meth:`validate`, on the event loop: the work goes in slices of
+        about _SLICE_SECONDS, and the loop runs its other work between them."""
+        run = _Run(self.budget, slice_ends=perf_counter() + _SLICE_SECONDS)
+        steps = self._request(partitions, run)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                outcomes: list[PartitionOutcome] = done.value
+                return outcomes
+            await asyncio.sleep(0)
+            run.slice_ends = perf_counter() + _SLICE_SECONDS
+
     def validate_partition(
         self, topic: str, partition: int, validation_policy: str, records: bytes | memoryview | None
     ) -> PartitionOutcome:
-        """Check every record of one partition's data. CPU-bound; call it off the loop."""
-        if records is None:
-            return PartitionOutcome(
-                topic=topic, partition=partition, error=None, records=0, bytes=0, batches=0
-            )
-        plan = self._plan(validation_policy)
-        metadata = TopicMetadata(
-            topic=topic, partition=partition, validation_policy=validation_policy
-        )
+        """Check every record of one partition's data, as a request of its own."""
+        (outcome,) = self.validate([(topic, partition, validation_policy, records)])
+        return outcome
+
+    def _request(self, partitions: Sequence[PartitionData], run: _Run) -> Steps:
+        outcomes = []
+        for topic, partition, validation_policy, records in partitions:
+            if records is None:
+                outcome = PartitionOutcome(
+                    topic=topic, partition=partition, error=None, records=0, bytes=0, batches=0
+                )
+            else:
+                metadata = TopicMetadata(
+                    topic=topic, partition=partition, validation_policy=validation_policy
+                )
+                outcome = yield from self._partition(metadata, records, run)
+            outcomes.append(outcome)
+        return outcomes
+
+    def _partition(
+        self, metadata: TopicMetadata, records: bytes | memoryview, run: _Run
+    ) -> Generator[None, None, PartitionOutcome]:
+        """One partition's batches: headers first, then the records, against the budget."""
+        plan = self._plan(metadata.validation_policy)
         record_errors: list[tuple[int, str | None]] = []
-        count = size = 0  # of the batches read to their end
+        count = size = rejected = 0  # of the batches read to their end
         read: BatchRecords | None = None
         try:
             batches = read_batches(records)
+            declared = sum(batch.record_count for batch in batches)
+            if declared > run.records_left:
+                return _refused(metadata, _over_records(metadata, declared, run), 0, records)
+            run.records_left -= declared
+            if perf_counter() >= run.slice_ends:
+                yield  # CRCs of up to a frame's worth of batches
             for batch in batches:
-                read = read_records(batch, plan.reading)
-                self._check(metadata, read, plan.value_check, count, record_errors)
+                read = self._read(batch, plan.reading, run)
+                rejected += yield from self._check(
+                    metadata, read, plan.value_check, count, record_errors, run
+                )
                 count += read.records_read
                 size += read.size_in_bytes
+                if batch.compression is not CompressionType.NONE:
+                    run.inflated_left -= read.size_in_bytes
+        except OverLimit as exc:
+            read_so_far = count + (0 if read is None else read.records_read)
+            message = _over_limit(metadata, exc, count, run)
+            if exc.limit == "max_decompressed_bytes":
+                run.inflated_left = 0  # spent on the way there
+            return _refused(metadata, message, read_so_far, records)
         except CorruptBatch as exc:
+            tp = f"{metadata.topic}-{metadata.partition}"
+            error = ItemError(
+                error_code=int(CORRUPT_MESSAGE),
+                error_message=f"Record batch for {tp} is corrupt: {exc}",
+            )
             return PartitionOutcome(
-                topic=topic,
-                partition=partition,
+                topic=metadata.topic,
+                partition=metadata.partition,
                 records=count + (0 if read is None else read.records_read),
                 bytes=len(records),
                 batches=0,
-                error=ItemError(
-                    error_code=int(CORRUPT_MESSAGE),
-                    error_message=f"Record batch for {topic}-{partition} is corrupt: {exc}",
-                ),
+                error=error,
+                fail_closed=True,
             )
-        return _outcome(metadata, record_errors, count, size, len(batches))
+        return _outcome(metadata, record_errors, rejected, count, size, len(batches))
+
+    def _read(self, batch: BatchView, reading: RecordReading, run: _Run) -> BatchRecords:
+        """The batch's records, within what is left of the budget."""
+        max_record_bytes = run.budget.max_record_bytes
+        if batch.compression is CompressionType.NONE:
+            return read_records(batch, reading, max_record_bytes=max_record_bytes)
+        # With nothing left, still let a batch of no records through: it decompresses to 0.
+        return read_records(
+            batch,
+            reading,
+            max_decompressed_bytes=max(run.inflated_left, 1),
+            max_record_bytes=max_record_bytes,
+        )
 
     def _check(
         self,
@@ -202,24 +418,35 @@ class RecordValidator:
         value_check: ValueCheck | None,
         base: int,
         record_errors: list[tuple[int, str | None]],
-    ) -> None:
+        run: _Run,
+    ) -> Generator[None, None, int]:
         """The validation loop: each record the reader hands over goes to the plan's check; a
         rejection is noted at its batch_index in the partition, base + its index in the
-        batch.
+        batch, while the request may list more. Yields when the slice is spent: between the
+        reader's windows, and every _CLOCK_EVERY records within one. Returns how many records
+        were rejected.
 
         :raises CorruptBatch: from the reader, for a batch it cannot read.
         """
         validate = self.policy.validate
-        for index, key, value, headers, _, _, _ in records:
-            try:
-                if value_check is None:
-                    validate(metadata, RecordProxy(headers=headers, key=key, value=value))
-                else:
-                    value_check(value)
-            except InvalidRecord as exc:
-                record_errors.append((base + index, exc.message))
-            except Exception as exc:  # noqa: BLE001 - a policy that raises denies (fail closed)
-                record_errors.append((base + index, self._failed(exc)))
+        rejected = 0
+        for window in records.windows():
+            for start in range(0, len(window), _CLOCK_EVERY):
+                for index, key, value, headers, _, _, _ in window[start : start + _CLOCK_EVERY]:
+                    try:
+                        if value_check is None:
+                            validate(metadata, RecordProxy(headers=headers, key=key, value=value))
+                        else:
+                            value_check(value)
+                    except InvalidRecord as exc:
+                        rejected += _note(record_errors, base + index, exc.message, run)
+                    except Exception as exc:  # noqa: BLE001 - a policy that raises denies
+                        rejected += _note(record_errors, base + index, self._failed(exc), run)
+                if perf_counter() >= run.slice_ends:
+                    yield
+            if not window and perf_counter() >= run.slice_ends:
+                yield
+        return rejected
 
     def _plan(self, validation_policy: str) -> _Plan:
         plan = self._plans.get(validation_policy)
@@ -256,9 +483,12 @@ class RecordValidator:
 
 
 def load_record_validator(
-    section: Mapping[str, object], flat: Mapping[str, str], source: str
+    section: Mapping[str, object],
+    flat: Mapping[str, str],
+    source: str,
+    limits: LimitsConfig | None = None,
 ) -> RecordValidator:
-    """Build the validator from the ``policies:`` section.
+    """Build the validator from the ``policies:`` section, with ``limits:``'s budget.
 
     :raises ConfigError: naming the key when the class cannot be loaded or configured.
     """
@@ -296,7 +526,8 @@ def load_record_validator(
                 f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
             )
         set_lookup(SchemaRegistryClient(registry_url).exists)
-    validator = RecordValidator(policy, dry_run=mode == "dry-run")
+    budget = ValidationBudget() if limits is None else ValidationBudget.of(limits)
+    validator = RecordValidator(policy, dry_run=mode == "dry-run", budget=budget)
     if registry_url is not None:
         validator.inline = False  # registry lookups block on HTTP: keep them off the loop
     return validator

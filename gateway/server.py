@@ -56,7 +56,7 @@ class Gateway:
         self.audit = _audit_emitter(config, self.metrics)
         self.state: StateStore = _state_store(config)
         self.record_validator: RecordValidator = load_record_validator(
-            config.policies, flatten_configs(config.policies), config.source
+            config.policies, flatten_configs(config.policies), config.source, config.limits
         )
         self.tasks = TaskSet()
         self.nodes = NodeListeners(

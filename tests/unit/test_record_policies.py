@@ -900,9 +900,9 @@ def test_the_shortcuts_are_taken(
     real_reader, real_full_reader = validation_module.read_records, reader_module._read_fully
     real_proxy, real_validate = validation_module.RecordProxy, policy.validate
 
-    def reader(batch: BatchView, reading: RecordReading) -> BatchRecords:
+    def reader(batch: BatchView, reading: RecordReading, **limits: int) -> BatchRecords:
         readings.append(reading)
-        return real_reader(batch, reading)
+        return real_reader(batch, reading, **limits)
 
     def full_reader(*args: object, **kwargs: object) -> object:
         read_one_by_one.append(args)
