@@ -183,7 +183,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
 
         async def restore_uncreated(response: bytes) -> Mapping[str, ItemError]:
             broker = ct.read_broker_response(request, response)
-            failed = {
+            failed: dict[str, str | None] = {
                 t.name: previous[t.name]
                 for t in broker.topics
                 if t.name in previous and int(t.error_code) != 0
