@@ -11,8 +11,7 @@ from uuid import UUID
 from policies.api import ConfigResourceType, TopicState
 from protocol import admin
 from protocol import topic_admin as ta
-from protocol.admin import InternalRequest, ResourceConfigs, TopicDescription
-from protocol.codec import Payload
+from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDescription
 from protocol.errors import UNKNOWN_TOPIC_OR_PARTITION
 from protocol.results import ItemError
 from protocol.versions import api_name
@@ -29,7 +28,7 @@ class UpstreamCluster:
         self._link = link
         self._timeout_s = timeout_s
 
-    async def send(self, request: InternalRequest) -> Payload:
+    async def send(self, request: InternalRequest[ResponseT]) -> ResponseT:
         """Send a request of the gateway's own and wait for its answer.
 
         :raises UpstreamClosed: when the link drops or the answer does not come in time.

@@ -32,8 +32,7 @@ from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
 from policies.chain import Decision
-from protocol.admin import InternalRequest, ResourceConfigs, TopicDescription
-from protocol.codec import Payload
+from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDescription
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -114,7 +113,7 @@ class ClusterView(Protocol):
         else) or OK. It changes nothing."""
         ...
 
-    async def send(self, request: InternalRequest) -> Payload:
+    async def send(self, request: InternalRequest[ResponseT]) -> ResponseT:
         """The broker's answer to a request the gateway wrote (its own, or a client's it
         reissues), decoded."""
         ...

@@ -13,17 +13,28 @@ client's own version.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
-from kio.index import load_response_schema
+from kio.schema.alter_configs import v0 as legacy_v0
+from kio.schema.alter_configs import v1 as legacy_v1
+from kio.schema.alter_configs import v2 as legacy_v2
 from kio.schema.errors import ErrorCode
+from kio.schema.incremental_alter_configs import v0 as incremental_v0
+from kio.schema.incremental_alter_configs import v1 as incremental_v1
 from kio.static.primitive import i8, i32Timedelta
 
-from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .codec import (
+    built,
+    decode_request_as,
+    decode_response_as,
+    encode_body,
+    encode_request,
+    replaced,
+    schema_of,
+)
 from .framing import RequestHeader, response_header
 from .results import ItemError
 from .versions import VersionRange
@@ -39,10 +50,41 @@ DELETE: Final = 1
 APPEND: Final = 2
 SUBTRACT: Final = 3
 
-_MODULES: Final = {
-    ALTER_CONFIGS: "alter_configs",
-    INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
-}
+AlterConfigsRequest: TypeAlias = (
+    legacy_v0.AlterConfigsRequest
+    | legacy_v1.AlterConfigsRequest
+    | legacy_v2.AlterConfigsRequest
+    | incremental_v0.IncrementalAlterConfigsRequest
+    | incremental_v1.IncrementalAlterConfigsRequest
+)
+"""kio's request entity of either API, any version."""
+AlterConfigsResponse: TypeAlias = (
+    legacy_v0.AlterConfigsResponse
+    | legacy_v1.AlterConfigsResponse
+    | legacy_v2.AlterConfigsResponse
+    | incremental_v0.IncrementalAlterConfigsResponse
+    | incremental_v1.IncrementalAlterConfigsResponse
+)
+"""kio's response entity of either API, any version."""
+AlterConfigsResourceResponse: TypeAlias = (
+    legacy_v0.response.AlterConfigsResourceResponse
+    | legacy_v1.response.AlterConfigsResourceResponse
+    | legacy_v2.response.AlterConfigsResourceResponse
+    | incremental_v0.response.AlterConfigsResourceResponse
+    | incremental_v1.response.AlterConfigsResourceResponse
+)
+IncrementalAlterableConfig: TypeAlias = (
+    incremental_v0.request.AlterableConfig | incremental_v1.request.AlterableConfig
+)
+
+_REQUESTS: Final[tuple[type[AlterConfigsRequest], ...]] = get_args(AlterConfigsRequest)
+_RESPONSES: Final[tuple[type[AlterConfigsResponse], ...]] = get_args(AlterConfigsResponse)
+_INCREMENTAL_CONFIGS: Final[tuple[type[IncrementalAlterableConfig], ...]] = get_args(
+    IncrementalAlterableConfig
+)
+_RESULTS: Final[tuple[type[AlterConfigsResourceResponse], ...]] = get_args(
+    AlterConfigsResourceResponse
+)
 
 ResourceKey = tuple[int, str]
 """(resource type, resource name): how Kafka matches a result to its resource."""
@@ -77,7 +119,7 @@ class AlterConfigs:
     version: int
     resources: tuple[ResourceAlteration, ...]
     validate_only: bool
-    payload: Payload
+    payload: AlterConfigsRequest
 
     @property
     def incremental(self) -> bool:
@@ -86,8 +128,7 @@ class AlterConfigs:
 
 def read_request(header: RequestHeader, frame: bytes) -> AlterConfigs:
     """:raises Undecodable: for a malformed body or a version kio does not ship."""
-    payload = decode_request(header, frame)
-    incremental = header.api_key == INCREMENTAL_ALTER_CONFIGS
+    payload = decode_request_as(_REQUESTS, header, frame)
     return AlterConfigs(
         api_key=header.api_key,
         version=header.api_version,
@@ -98,7 +139,9 @@ def read_request(header: RequestHeader, frame: bytes) -> AlterConfigs:
                 configs=tuple(
                     ConfigAlteration(
                         name=c.name,
-                        operation=int(c.config_operation) if incremental else SET,
+                        operation=int(c.config_operation)
+                        if isinstance(c, _INCREMENTAL_CONFIGS)
+                        else SET,
                         value=c.value,
                     )
                     for c in r.configs
@@ -117,7 +160,7 @@ def request_for_broker(
     """The request frame (no size prefix) carrying only the resources in ``keep``, in the
     client's version, with the client's correlation id, client id and validate_only."""
     wanted = set(keep)
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload,
         resources=tuple(
             r
@@ -140,10 +183,10 @@ def without_config(request: AlterConfigs, name: str, resource_type: int) -> Alte
     def keeps(resource_type_code: int, config_name: str) -> bool:
         return resource_type_code != resource_type or config_name != name
 
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload,
         resources=tuple(
-            dataclasses.replace(
+            replaced(
                 r,
                 configs=tuple(c for c in r.configs if keeps(int(r.resource_type), c.name)),
             )
@@ -159,12 +202,12 @@ def without_config(request: AlterConfigs, name: str, resource_type: int) -> Alte
     return dataclasses.replace(request, resources=resources, payload=payload)
 
 
-def read_broker_response(request: AlterConfigs, frame: bytes) -> Payload:
+def read_broker_response(request: AlterConfigs, frame: bytes) -> AlterConfigsResponse:
     """:raises Undecodable: when the broker's answer does not decode."""
-    return decode_response(request.api_key, request.version, frame)
+    return decode_response_as(_RESPONSES, request.api_key, request.version, frame)
 
 
-def succeeded(broker: Payload) -> frozenset[ResourceKey]:
+def succeeded(broker: AlterConfigsResponse) -> frozenset[ResourceKey]:
     """The resources the broker's answer (:func:`read_broker_response`) reports as changed."""
     return frozenset(
         (int(r.resource_type), r.resource_name) for r in broker.responses if int(r.error_code) == 0
@@ -175,7 +218,7 @@ def answer(
     request: AlterConfigs,
     correlation_id: int,
     local: Mapping[ResourceKey, ItemError],
-    broker: Payload | None,
+    broker: AlterConfigsResponse | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
 
@@ -183,15 +226,12 @@ def answer(
     here, else the broker's. A resource the broker left out gets UNKNOWN_SERVER_ERROR, as a
     Kafka broker answers when its controller returns fewer results than asked for.
     """
-    module = importlib.import_module(
-        f"kio.schema.{_MODULES[request.api_key]}.v{request.version}.response"
-    )
-    result_cls: Any = module.AlterConfigsResourceResponse
-    from_broker: dict[ResourceKey, Payload] = {}
+    result_cls = schema_of(_RESULTS, request.version, request.api_key)
+    from_broker: dict[ResourceKey, AlterConfigsResourceResponse] = {}
     if broker is not None:
         for r in broker.responses:
             from_broker.setdefault((int(r.resource_type), r.resource_name), r)
-    results = []
+    results: list[AlterConfigsResourceResponse] = []
     for resource in request.resources:
         decided = local.get(resource.key)
         found = from_broker.get(resource.key)
@@ -212,6 +252,6 @@ def answer(
             )
         )
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
-    schema: Any = load_response_schema(request.api_key, request.version)
-    payload = schema(throttle_time=throttle, responses=tuple(results))
+    schema = schema_of(_RESPONSES, request.version, request.api_key)
+    payload = built(schema, {"throttle_time": throttle, "responses": tuple(results)})
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
+from typing import Final, TypeAlias, TypeVar, get_args
 
-from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
-from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.api_versions import v0, v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
-from .codec import Payload, Undecodable, can_decode, decode_response, encode_response
+from .codec import Undecodable, can_decode, decode_response_as, encode_response, replaced
 from .versions import API_VERSIONS_KEY, DECODABLE, VersionRange
 
+ApiVersionsResponse: TypeAlias = (
+    v0.ApiVersionsResponse
+    | v1.ApiVersionsResponse
+    | v2.ApiVersionsResponse
+    | v3.ApiVersionsResponse
+    | v4.ApiVersionsResponse
+)
+"""kio's response entity, any version."""
+R = TypeVar("R", bound=ApiVersionsResponse)
 
-def decode_api_versions(request_version: int, frame: bytes) -> Payload:
+_RESPONSES: Final[tuple[type[ApiVersionsResponse], ...]] = get_args(ApiVersionsResponse)
+
+
+def decode_api_versions(request_version: int, frame: bytes) -> ApiVersionsResponse:
     """Decode an ApiVersions response to a request of ``request_version``.
 
     A broker that does not support the requested version answers in v0 with
@@ -24,16 +35,16 @@ def decode_api_versions(request_version: int, frame: bytes) -> Payload:
     """
     if can_decode(API_VERSIONS_KEY, request_version):
         try:
-            payload = decode_response(API_VERSIONS_KEY, request_version, frame)
+            payload = decode_response_as(_RESPONSES, API_VERSIONS_KEY, request_version, frame)
         except Undecodable:
             pass
         else:
             if payload.error_code != ErrorCode.unsupported_version:
                 return payload
-    return decode_response(API_VERSIONS_KEY, 0, frame)
+    return decode_response_as(_RESPONSES, API_VERSIONS_KEY, 0, frame)
 
 
-def narrow(payload: Payload, caps: Mapping[int, VersionRange | None]) -> Payload:
+def narrow(payload: R, caps: Mapping[int, VersionRange | None]) -> R:
     """The response with each API's range narrowed to what the gateway can carry.
 
     An API key the gateway does not know is removed. ``caps[key]`` is None for an API the
@@ -50,21 +61,21 @@ def narrow(payload: Payload, caps: Mapping[int, VersionRange | None]) -> Payload
             narrowed = broker.intersect(cap) if cap is not None else None
             if narrowed is None:
                 continue
-            entry = dataclasses.replace(
+            entry = replaced(
                 entry, min_version=i16(narrowed.min_version), max_version=i16(narrowed.max_version)
             )
         kept.append(entry)
-    return dataclasses.replace(payload, api_keys=tuple(kept))
+    return replaced(payload, api_keys=tuple(kept))
 
 
 def unsupported_version_answer(correlation_id: int) -> bytes:
     """What a broker answers to an ApiVersions version it does not know: v0 with
     UNSUPPORTED_VERSION and the ApiVersions range, so the client retries with one it shares."""
     supported = DECODABLE[API_VERSIONS_KEY]
-    payload = ApiVersionsResponseV0(
+    payload = v0.ApiVersionsResponse(
         error_code=ErrorCode.unsupported_version,
         api_keys=(
-            ApiVersionV0(
+            v0.response.ApiVersion(
                 api_key=i16(API_VERSIONS_KEY),
                 min_version=i16(supported.min_version),
                 max_version=i16(supported.max_version),

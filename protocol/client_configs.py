@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kio.schema.describe_configs.v4.response import (
+    DescribeConfigsResponse as DescribeConfigsResponseV4,
+)
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import (
     AlterableConfig as AlterableConfigV1,
@@ -22,11 +25,14 @@ from kio.schema.incremental_alter_configs.v1.request import (
 from kio.schema.incremental_alter_configs.v1.request import (
     IncrementalAlterConfigsRequest as IncrementalRequestV1,
 )
+from kio.schema.incremental_alter_configs.v1.response import (
+    IncrementalAlterConfigsResponse as IncrementalResponseV1,
+)
 from kio.static.primitive import i8
 
 from .admin import DESCRIBE_CONFIGS_VERSION, describe_configs
 from .alter_configs import INCREMENTAL_ALTER_CONFIGS
-from .codec import decode_response, encode_request
+from .codec import decode_response_as, encode_request
 from .describe_configs import DESCRIBE_CONFIGS, described_resources
 from .describe_configs import DescribedConfig as DescribedConfig  # re-exported for the CLI
 from .describe_configs import DescribedResource as DescribedResource
@@ -65,7 +71,11 @@ def read_describe_response(frame: bytes) -> tuple[DescribedResource, ...]:
 
     :raises Undecodable:
     """
-    return described_resources(decode_response(DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, frame))
+    return described_resources(
+        decode_response_as(
+            (DescribeConfigsResponseV4,), DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_VERSION, frame
+        )
+    )
 
 
 def incremental_alter_request(
@@ -100,7 +110,9 @@ def read_incremental_alter_response(frame: bytes) -> tuple[AlteredResource, ...]
 
     :raises Undecodable:
     """
-    payload = decode_response(INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSION, frame)
+    payload = decode_response_as(
+        (IncrementalResponseV1,), INCREMENTAL_ALTER_CONFIGS, INCREMENTAL_VERSION, frame
+    )
     return tuple(
         AlteredResource(
             resource_type=int(r.resource_type),

@@ -1,8 +1,10 @@
 """kio-backed decode and encode of request and response bodies.
 
-The gateway calls these only for the APIs it inspects or rewrites. Payloads are kio entities
-and stay inside ``protocol/``: the handlers in ``gateway/`` receive them through the typed
-helpers of the modules next to this one, and ``policies/`` never sees them.
+The gateway calls these only for the APIs it inspects or rewrites. Payloads are kio entities,
+typed: each module next to this one names its API's entities (a union of kio's class of each
+version it takes, such as ``create_topics.CreateTopicsRequest``) and decodes to them with
+:func:`decode_request_as` / :func:`decode_response_as`. ``gateway/`` may hold the entities
+those modules return but never imports kio, and ``policies/`` never sees them.
 """
 
 from __future__ import annotations
@@ -12,20 +14,37 @@ import io
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import Reader
+from kio.serial.writers import Writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
 from .framing import FrameRejected, RequestHeader, frame_bytes, response_header, split_response
 from .versions import DECODABLE, is_flexible
 
+
+class ApiEntity(Entity, Protocol):
+    """A kio entity of an API (a request, a response, or an entity nested in one)."""
+
+    __api_key__: ClassVar[i16]
+
+
+E = TypeVar("E", bound=Entity)
+A = TypeVar("A", bound=ApiEntity)
+T = TypeVar("T")
+
 Payload = Any
-"""A kio request or response entity. Kept opaque outside ``protocol/``."""
+"""Erased: a kio entity of any API. protocol/ itself no longer uses it (each module names its
+API's entities, and these functions take any :class:`Entity`); it stays only for
+``gateway/handlers/_addresses.py`` and ``gateway/handlers/metadata.py``, which annotate with it
+and read fields off it, and for the tests that import it."""
 
 
 class Undecodable(Exception):
@@ -38,26 +57,27 @@ def can_decode(api_key: int, api_version: int) -> bool:
 
 
 @cache
-def _request_reader(api_key: int, api_version: int) -> Any:
+def _request_reader(api_key: int, api_version: int) -> Reader[RequestPayload]:
     return entity_reader(load_request_schema(api_key, api_version))
 
 
 @cache
-def _response_reader(api_key: int, api_version: int) -> Any:
+def _response_reader(api_key: int, api_version: int) -> Reader[ResponsePayload]:
     return entity_reader(load_response_schema(api_key, api_version))
 
 
-_writers: dict[type, Any] = {}
+# Any: each entity type maps to a writer of that type, which no one dict type can say.
+_writers: dict[type[Entity], Writer[Any]] = {}
 
 
-def _writer(entity_type: type) -> Any:
+def _writer(entity_type: type[E]) -> Writer[E]:
     writer = _writers.get(entity_type)
     if writer is None:
         writer = _writers[entity_type] = entity_writer(entity_type)
     return writer
 
 
-def _decode(reader: Any, frame: bytes, offset: int, what: str) -> Payload:
+def _decode(reader: Reader[T], frame: bytes, offset: int, what: str) -> T:
     try:
         payload, size = reader(frame, offset)
     except Exception as exc:  # noqa: BLE001 - kio raises many types for malformed input
@@ -67,8 +87,9 @@ def _decode(reader: Any, frame: bytes, offset: int, what: str) -> Payload:
     return payload
 
 
-def decode_request(header: RequestHeader, frame: bytes) -> Payload:
-    """Decode the body of a request frame whose header is already parsed.
+def decode_request(header: RequestHeader, frame: bytes) -> RequestPayload:
+    """Decode the body of a request frame whose header is already parsed, for any API: the
+    modules of each API narrow it to their own entities (:func:`decode_request_as`).
 
     :raises Undecodable: when kio has no schema for the version or the body is malformed.
     """
@@ -78,8 +99,9 @@ def decode_request(header: RequestHeader, frame: bytes) -> Payload:
     return _decode(reader, frame, header.size, "request body")
 
 
-def decode_response(api_key: int, api_version: int, frame: bytes) -> Payload:
-    """Decode a response frame (without size prefix) to its body entity.
+def decode_response(api_key: int, api_version: int, frame: bytes) -> ResponsePayload:
+    """Decode a response frame (without size prefix) to its body entity, for any API (see
+    :func:`decode_response_as`).
 
     :raises Undecodable: for a version kio lacks or a malformed body.
     """
@@ -92,19 +114,68 @@ def decode_response(api_key: int, api_version: int, frame: bytes) -> Payload:
     return _decode(_response_reader(api_key, api_version), frame, offset, "response body")
 
 
-def encode_body(payload: Payload) -> bytes:
+def decode_request_as(schemas: tuple[type[E], ...], header: RequestHeader, frame: bytes) -> E:
+    """:func:`decode_request`, typed as one of ``schemas`` (an API's entities, one per version).
+
+    :raises Undecodable: as :func:`decode_request`, or for an entity not in ``schemas``.
+    """
+    return _one_of(schemas, decode_request(header, frame))
+
+
+def decode_response_as(
+    schemas: tuple[type[E], ...], api_key: int, api_version: int, frame: bytes
+) -> E:
+    """:func:`decode_response`, typed as one of ``schemas``.
+
+    :raises Undecodable: as :func:`decode_response`, or for an entity not in ``schemas``.
+    """
+    return _one_of(schemas, decode_response(api_key, api_version, frame))
+
+
+def _one_of(schemas: tuple[type[E], ...], payload: Entity) -> E:
+    if not isinstance(payload, schemas):
+        raise Undecodable(f"{type(payload).__module__}.{type(payload).__name__} is not taken here")
+    return payload
+
+
+def schema_of(schemas: tuple[type[A], ...], version: int, api_key: int | None = None) -> type[A]:
+    """The entity of ``version`` among ``schemas`` (one per version of an API), and of
+    ``api_key`` where they are of two APIs.
+
+    :raises LookupError: when none is.
+    """
+    for schema in schemas:
+        if schema.__version__ == version and api_key in (None, schema.__api_key__):
+            return schema
+    raise LookupError(f"no entity of version {version} among {schemas}")
+
+
+def built(schema: type[E], fields: Mapping[str, object]) -> E:
+    """An entity of a version picked at run time. Its fields differ from version to version,
+    so the dataclass checks them when it is built, not mypy."""
+    return schema(**fields)
+
+
+def replaced(entity: E, /, **changes: object) -> E:
+    """``dataclasses.replace`` for an entity typed as a union of versions, which mypy checks
+    ``replace`` against as the intersection of their fields (nothing fits): the dataclass
+    checks the fields when it is built."""
+    return dataclasses.replace(entity, **changes)
+
+
+def encode_body(payload: Entity) -> bytes:
     buffer = io.BytesIO()
     _writer(type(payload))(buffer, payload)
     return buffer.getvalue()
 
 
-def encode_response(correlation_id: int, api_key: int, api_version: int, payload: Payload) -> bytes:
+def encode_response(correlation_id: int, api_key: int, api_version: int, payload: Entity) -> bytes:
     """A response frame (header and body, no size prefix) in the layout of ``api_version``."""
     return response_header(correlation_id, api_key, api_version) + encode_body(payload)
 
 
 def encode_request(
-    api_key: int, api_version: int, correlation_id: int, client_id: str | None, payload: Payload
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, payload: Entity
 ) -> bytes:
     """A whole request frame, size prefix included."""
     header_type = RequestHeaderV2 if is_flexible(api_key, api_version) else RequestHeaderV1
@@ -120,10 +191,10 @@ def encode_request(
 _NUMBERS: Final = {"int8": i8, "int16": i16, "int32": i32, "int64": i64}
 
 
-def filled(cls: type, given: Mapping[str, Any]) -> Any:
+def filled(cls: type[E], given: Mapping[str, object]) -> E:
     """An entity of ``cls`` with the ``given`` fields it has, and for every other field
     without a default Kafka's "unknown": -1, null, empty."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for field in dataclasses.fields(cls):
         if field.name in given:
             values[field.name] = given[field.name]
@@ -132,7 +203,7 @@ def filled(cls: type, given: Mapping[str, Any]) -> Any:
     return cls(**values)
 
 
-def _unknown(field: dataclasses.Field[Any]) -> Any:
+def _unknown(field: dataclasses.Field[object]) -> object:
     kafka_type = field.metadata.get("kafka_type")
     if kafka_type in _NUMBERS:
         return _NUMBERS[kafka_type](-1)

@@ -15,15 +15,23 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
-from kio.index import load_response_schema
+from kio.schema.create_topics import v2, v3, v4, v5, v6, v7
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.serial.writers import write_int16, write_int32, write_legacy_string
 from kio.static.primitive import i16, i32, i32Timedelta
 
-from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .codec import (
+    built,
+    decode_request_as,
+    decode_response_as,
+    encode_body,
+    encode_request,
+    replaced,
+    schema_of,
+)
 from .framing import RequestHeader, frame_bytes, response_header
 from .results import ItemError
 from .versions import VersionRange
@@ -31,6 +39,37 @@ from .versions import VersionRange
 CREATE_TOPICS: Final = 19
 VERSIONS: Final = VersionRange(min_version=0, max_version=7)
 BROKER_MIN_VERSION: Final = 2
+
+CreateTopicsRequest: TypeAlias = (
+    v2.CreateTopicsRequest
+    | v3.CreateTopicsRequest
+    | v4.CreateTopicsRequest
+    | v5.CreateTopicsRequest
+    | v6.CreateTopicsRequest
+    | v7.CreateTopicsRequest
+)
+"""kio's request entity, v2 to v7 (v0 and v1 are read as v2)."""
+CreateTopicsResponse: TypeAlias = (
+    v2.CreateTopicsResponse
+    | v3.CreateTopicsResponse
+    | v4.CreateTopicsResponse
+    | v5.CreateTopicsResponse
+    | v6.CreateTopicsResponse
+    | v7.CreateTopicsResponse
+)
+"""kio's response entity, v2 to v7."""
+CreatableTopicResult: TypeAlias = (
+    v2.response.CreatableTopicResult
+    | v3.response.CreatableTopicResult
+    | v4.response.CreatableTopicResult
+    | v5.response.CreatableTopicResult
+    | v6.response.CreatableTopicResult
+    | v7.response.CreatableTopicResult
+)
+
+_REQUESTS: Final[tuple[type[CreateTopicsRequest], ...]] = get_args(CreateTopicsRequest)
+_RESPONSES: Final[tuple[type[CreateTopicsResponse], ...]] = get_args(CreateTopicsResponse)
+_RESULTS: Final[tuple[type[CreatableTopicResult], ...]] = get_args(CreatableTopicResult)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,7 +91,7 @@ class CreateTopics:
     topics: tuple[TopicSpec, ...]
     validate_only: bool
     timeout_ms: int
-    payload: Payload
+    payload: CreateTopicsRequest
 
 
 def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
@@ -63,7 +102,7 @@ def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
         wire = dataclasses.replace(header, api_version=BROKER_MIN_VERSION)
         if header.api_version == 0:
             body = bytes(frame) + b"\x00"  # v0 has no validate_only: as v1 with false
-    payload = decode_request(wire, body)
+    payload = decode_request_as(_REQUESTS, wire, body)
     return CreateTopics(
         version=header.api_version,
         topics=tuple(
@@ -90,10 +129,10 @@ def without_config(request: CreateTopics, key: str) -> tuple[CreateTopics, dict[
     taken = {t.name: v for t in request.topics for k, v in t.configs if k == key and v is not None}
     if not any(k == key for t in request.topics for k, _ in t.configs):
         return request, taken
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload,
         topics=tuple(
-            dataclasses.replace(t, configs=tuple(c for c in t.configs if c.name != key))
+            replaced(t, configs=tuple(c for c in t.configs if c.name != key))
             for t in request.payload.topics
         ),
     )
@@ -112,7 +151,7 @@ def request_for_broker(request: CreateTopics, header: RequestHeader, keep: Seque
     """The request frame (no size prefix) carrying only the topics named in ``keep``, at the
     version the broker is sent (v2 for v0/v1 clients)."""
     wanted = set(keep)
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload, topics=tuple(t for t in request.payload.topics if t.name in wanted)
     )
     return encode_request(
@@ -124,16 +163,16 @@ def request_for_broker(request: CreateTopics, header: RequestHeader, keep: Seque
     )[4:]
 
 
-def read_broker_response(request: CreateTopics, frame: bytes) -> Payload:
+def read_broker_response(request: CreateTopics, frame: bytes) -> CreateTopicsResponse:
     """:raises Undecodable: when the broker's answer does not decode."""
-    return decode_response(CREATE_TOPICS, broker_version(request.version), frame)
+    return decode_response_as(_RESPONSES, CREATE_TOPICS, broker_version(request.version), frame)
 
 
 def answer(
     request: CreateTopics,
     correlation_id: int,
     local: Mapping[str, ItemError],
-    broker: Payload | None,
+    broker: CreateTopicsResponse | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
 
@@ -143,10 +182,11 @@ def answer(
     :raises KeyError: when a topic is in neither.
     """
     version = broker_version(request.version)
-    schema: Any = load_response_schema(CREATE_TOPICS, version)
-    from_broker = {t.name: t for t in broker.topics} if broker is not None else {}
-    topic_cls = _result_class(version)
-    results = []
+    from_broker: dict[str, CreatableTopicResult] = (
+        {t.name: t for t in broker.topics} if broker is not None else {}
+    )
+    topic_cls = schema_of(_RESULTS, version)
+    results: list[CreatableTopicResult] = []
     seen: set[str] = set()
     for spec in request.topics:
         if spec.name in seen:
@@ -157,7 +197,9 @@ def answer(
         else:
             results.append(from_broker[spec.name])
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
-    payload = schema(throttle_time=throttle, topics=tuple(results))
+    payload = built(
+        schema_of(_RESPONSES, version), {"throttle_time": throttle, "topics": tuple(results)}
+    )
     if request.version >= BROKER_MIN_VERSION:
         return response_header(correlation_id, CREATE_TOPICS, version) + encode_body(payload)
     return response_header(correlation_id, CREATE_TOPICS, request.version) + _legacy_body(
@@ -165,14 +207,9 @@ def answer(
     )
 
 
-def _result_class(version: int) -> type:
-    import importlib
-
-    module = importlib.import_module(f"kio.schema.create_topics.v{version}.response")
-    return module.CreatableTopicResult  # type: ignore[no-any-return]
-
-
-def _local_result(cls: type, version: int, name: str, result: ItemError) -> Payload:
+def _local_result(
+    cls: type[CreatableTopicResult], version: int, name: str, result: ItemError
+) -> CreatableTopicResult:
     fields: dict[str, object] = {
         "name": name,
         "error_code": ErrorCode(result.error_code),
@@ -187,10 +224,10 @@ def _local_result(cls: type, version: int, name: str, result: ItemError) -> Payl
         )
     if version >= 7:
         fields["topic_id"] = None
-    return cls(**fields)
+    return built(cls, fields)
 
 
-def _legacy_body(version: int, payload: Payload) -> bytes:
+def _legacy_body(version: int, payload: CreateTopicsResponse) -> bytes:
     """v1: v2's body without the leading throttle time. v0: name and error code only."""
     if version == 1:
         return encode_body(payload)[4:]
@@ -203,7 +240,7 @@ def _legacy_body(version: int, payload: Payload) -> bytes:
 
 
 def encode_legacy_request(
-    version: int, correlation_id: int, client_id: str | None, payload: Payload
+    version: int, correlation_id: int, client_id: str | None, payload: v2.CreateTopicsRequest
 ) -> bytes:
     """A v0 or v1 request frame (size prefix included) from a v2 payload; for tests and
     tools that speak to old brokers."""
@@ -255,7 +292,7 @@ def read_answer(version: int, frame: bytes) -> dict[str, ItemError]:
 
     :raises Undecodable:
     """
-    payload = decode_response(CREATE_TOPICS, version, frame)
+    payload = decode_response_as(_RESPONSES, CREATE_TOPICS, version, frame)
     return {
         t.name: ItemError(error_code=int(t.error_code), error_message=t.error_message)
         for t in payload.topics

@@ -8,23 +8,78 @@ request order, in the layout of the client's version.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
+from kio.schema.describe_configs import v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32Timedelta
 
-from .codec import Payload, decode_request, decode_response, encode_body, encode_request
+from .codec import (
+    built,
+    decode_request_as,
+    decode_response_as,
+    encode_body,
+    encode_request,
+    replaced,
+    schema_of,
+)
 from .framing import RequestHeader, response_header
 from .results import ItemError
 from .versions import VersionRange
 
 DESCRIBE_CONFIGS: Final = 32
 VERSIONS: Final = VersionRange(min_version=1, max_version=4)
+
+DescribeConfigsRequest: TypeAlias = (
+    v1.DescribeConfigsRequest
+    | v2.DescribeConfigsRequest
+    | v3.DescribeConfigsRequest
+    | v4.DescribeConfigsRequest
+)
+"""kio's request entity, v1 to v4."""
+DescribeConfigsResponse: TypeAlias = (
+    v1.DescribeConfigsResponse
+    | v2.DescribeConfigsResponse
+    | v3.DescribeConfigsResponse
+    | v4.DescribeConfigsResponse
+)
+"""kio's response entity, v1 to v4."""
+DescribeConfigsResult: TypeAlias = (
+    v1.response.DescribeConfigsResult
+    | v2.response.DescribeConfigsResult
+    | v3.response.DescribeConfigsResult
+    | v4.response.DescribeConfigsResult
+)
+DescribeConfigsResourceResult: TypeAlias = (
+    v1.response.DescribeConfigsResourceResult
+    | v2.response.DescribeConfigsResourceResult
+    | v3.response.DescribeConfigsResourceResult
+    | v4.response.DescribeConfigsResourceResult
+)
+DescribeConfigsSynonym: TypeAlias = (
+    v1.response.DescribeConfigsSynonym
+    | v2.response.DescribeConfigsSynonym
+    | v3.response.DescribeConfigsSynonym
+    | v4.response.DescribeConfigsSynonym
+)
+
+_REQUESTS: Final[tuple[type[DescribeConfigsRequest], ...]] = get_args(DescribeConfigsRequest)
+_RESPONSES: Final[tuple[type[DescribeConfigsResponse], ...]] = get_args(DescribeConfigsResponse)
+_RESULTS: Final[tuple[type[DescribeConfigsResult], ...]] = get_args(DescribeConfigsResult)
+_CONFIGS: Final[tuple[type[DescribeConfigsResourceResult], ...]] = get_args(
+    DescribeConfigsResourceResult
+)
+_SYNONYMS: Final[tuple[type[DescribeConfigsSynonym], ...]] = get_args(DescribeConfigsSynonym)
+_TYPED_CONFIGS: Final = (
+    v3.response.DescribeConfigsResourceResult,
+    v4.response.DescribeConfigsResourceResult,
+)
+"""From v3 a config carries its type and documentation."""
+_DOCUMENTED_REQUESTS: Final = (v3.DescribeConfigsRequest, v4.DescribeConfigsRequest)
+"""From v3 a request may ask for the configs' documentation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +100,7 @@ class DescribeConfigs:
     resources: tuple[ResourceRequest, ...]
     include_synonyms: bool
     include_documentation: bool
-    payload: Payload
+    payload: DescribeConfigsRequest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +152,7 @@ class DescribedResource:
         return {c.name: c.value for c in self.configs if c.value is not None}
 
 
-def described_resources(payload: Payload) -> tuple[DescribedResource, ...]:
+def described_resources(payload: DescribeConfigsResponse) -> tuple[DescribedResource, ...]:
     """The resources of a decoded DescribeConfigs answer (v1-v4), in order, as plain values."""
     return tuple(
         DescribedResource(
@@ -116,8 +171,8 @@ def described_resources(payload: Payload) -> tuple[DescribedResource, ...]:
                         Synonym(name=s.name, value=s.value, source=int(s.source))
                         for s in c.synonyms
                     ),
-                    config_type=int(getattr(c, "config_type", 0)),
-                    documentation=getattr(c, "documentation", None),
+                    config_type=int(c.config_type) if isinstance(c, _TYPED_CONFIGS) else 0,
+                    documentation=c.documentation if isinstance(c, _TYPED_CONFIGS) else None,
                 )
                 for c in r.configs
             ),
@@ -142,7 +197,7 @@ class LocalConfig:
 
 def read_request(header: RequestHeader, frame: bytes) -> DescribeConfigs:
     """:raises Undecodable:"""
-    payload = decode_request(header, frame)
+    payload = decode_request_as(_REQUESTS, header, frame)
     return DescribeConfigs(
         version=header.api_version,
         resources=tuple(
@@ -156,14 +211,16 @@ def read_request(header: RequestHeader, frame: bytes) -> DescribeConfigs:
             for r in payload.resources
         ),
         include_synonyms=bool(payload.include_synonyms),
-        include_documentation=bool(getattr(payload, "include_documentation", False)),
+        include_documentation=(
+            isinstance(payload, _DOCUMENTED_REQUESTS) and payload.include_documentation
+        ),
         payload=payload,
     )
 
 
 def request_keeping(view: DescribeConfigs, header: RequestHeader, keep: Collection[int]) -> bytes:
     """The request frame (no size prefix) with only the resources at the ``keep`` indices."""
-    payload = dataclasses.replace(
+    payload = replaced(
         view.payload,
         resources=tuple(r for i, r in enumerate(view.payload.resources) if i in keep),
     )
@@ -172,11 +229,10 @@ def request_keeping(view: DescribeConfigs, header: RequestHeader, keep: Collecti
     )[4:]
 
 
-def _module(version: int) -> Any:
-    return importlib.import_module(f"kio.schema.describe_configs.v{version}.response")
-
-
-def _entry(module: Any, version: int, view: DescribeConfigs, config: LocalConfig) -> Payload:
+def _entry(
+    version: int, view: DescribeConfigs, config: LocalConfig
+) -> DescribeConfigsResourceResult:
+    synonym_cls = schema_of(_SYNONYMS, version)
     fields: dict[str, object] = {
         "name": config.name,
         "value": config.value,
@@ -184,8 +240,7 @@ def _entry(module: Any, version: int, view: DescribeConfigs, config: LocalConfig
         "config_source": i8(config.source),
         "is_sensitive": config.is_sensitive,
         "synonyms": tuple(
-            module.DescribeConfigsSynonym(name=s.name, value=s.value, source=i8(s.source))
-            for s in config.synonyms
+            synonym_cls(name=s.name, value=s.value, source=i8(s.source)) for s in config.synonyms
         )
         if view.include_synonyms
         else (),
@@ -193,7 +248,7 @@ def _entry(module: Any, version: int, view: DescribeConfigs, config: LocalConfig
     if version >= 3:
         fields["config_type"] = i8(config.config_type)
         fields["documentation"] = config.documentation if view.include_documentation else None
-    return module.DescribeConfigsResourceResult(**fields)
+    return built(schema_of(_CONFIGS, version), fields)
 
 
 def answer(
@@ -214,45 +269,50 @@ def answer(
     :raises Undecodable: when the broker's answer does not decode.
     :raises ValueError: when it has fewer resources than were forwarded.
     """
-    module = _module(view.version)
-    broker_results: list[Payload] = []
+    result_cls = schema_of(_RESULTS, view.version)
+    broker_results: list[DescribeConfigsResult] = []
     throttle = i32Timedelta.parse(timedelta(0))
     if broker_frame is not None:
-        broker = decode_response(DESCRIBE_CONFIGS, view.version, broker_frame)
+        broker = decode_response_as(_RESPONSES, DESCRIBE_CONFIGS, view.version, broker_frame)
         broker_results = list(broker.results)
         throttle = broker.throttle_time
-    results = []
+    results: list[DescribeConfigsResult] = []
     for index, resource in enumerate(view.resources):
         if index in local:
             result = local[index]
             results.append(
-                module.DescribeConfigsResult(
-                    error_code=ErrorCode(result.error_code),
-                    error_message=result.error_message,
-                    resource_type=i8(resource.resource_type),
-                    resource_name=resource.resource_name,
-                    configs=tuple(
-                        _entry(module, view.version, view, c)
-                        for c in configs.get(index, ())
-                        if resource.wants(c.name)
-                    ),
+                built(
+                    result_cls,
+                    {
+                        "error_code": ErrorCode(result.error_code),
+                        "error_message": result.error_message,
+                        "resource_type": i8(resource.resource_type),
+                        "resource_name": resource.resource_name,
+                        "configs": tuple(
+                            _entry(view.version, view, c)
+                            for c in configs.get(index, ())
+                            if resource.wants(c.name)
+                        ),
+                    },
                 )
             )
             continue
         if not broker_results:
             raise ValueError("the broker's DescribeConfigs answer lacks a forwarded resource")
-        result = broker_results.pop(0)
+        found = broker_results.pop(0)
         added = [
             c
             for c in extra.get((resource.resource_type, resource.resource_name), ())
             if resource.wants(c.name)
         ]
-        if added and int(result.error_code) == 0:
-            kept = tuple(e for e in result.configs if e.name not in {c.name for c in added})
-            result = dataclasses.replace(
-                result,
-                configs=kept + tuple(_entry(module, view.version, view, c) for c in added),
+        if added and int(found.error_code) == 0:
+            kept = tuple(e for e in found.configs if e.name not in {c.name for c in added})
+            found = replaced(
+                found,
+                configs=kept + tuple(_entry(view.version, view, c) for c in added),
             )
-        results.append(result)
-    payload = module.DescribeConfigsResponse(throttle_time=throttle, results=tuple(results))
+        results.append(found)
+    payload = built(
+        schema_of(_RESPONSES, view.version), {"throttle_time": throttle, "results": tuple(results)}
+    )
     return response_header(correlation_id, DESCRIBE_CONFIGS, view.version) + encode_body(payload)

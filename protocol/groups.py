@@ -3,24 +3,25 @@ judge a deletion."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
+from kio.schema.delete_groups import v0, v1, v2
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
+from kio.schema.offset_fetch.v8.response import OffsetFetchResponse as OffsetFetchResponseV8
 from kio.schema.types import GroupId
 
 from .admin import InternalRequest
 from .codec import (
-    Payload,
-    decode_request,
-    decode_response,
+    decode_request_as,
+    decode_response_as,
     encode_body,
     encode_request,
     filled,
+    replaced,
+    schema_of,
 )
 from .framing import RequestHeader, response_header
 from .results import ItemError
@@ -29,18 +30,36 @@ DELETE_GROUPS: Final = 42
 OFFSET_FETCH: Final = 9
 _OFFSET_FETCH_VERSION: Final = 8
 
+DeleteGroupsRequest: TypeAlias = (
+    v0.DeleteGroupsRequest | v1.DeleteGroupsRequest | v2.DeleteGroupsRequest
+)
+"""kio's request entity, v0 to v2."""
+DeleteGroupsResponse: TypeAlias = (
+    v0.DeleteGroupsResponse | v1.DeleteGroupsResponse | v2.DeleteGroupsResponse
+)
+"""kio's response entity, v0 to v2."""
+DeletableGroupResult: TypeAlias = (
+    v0.response.DeletableGroupResult
+    | v1.response.DeletableGroupResult
+    | v2.response.DeletableGroupResult
+)
+
+_REQUESTS: Final[tuple[type[DeleteGroupsRequest], ...]] = get_args(DeleteGroupsRequest)
+_RESPONSES: Final[tuple[type[DeleteGroupsResponse], ...]] = get_args(DeleteGroupsResponse)
+_RESULTS: Final[tuple[type[DeletableGroupResult], ...]] = get_args(DeletableGroupResult)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteGroups:
     version: int
     groups: tuple[str, ...]
     """In request order, repeats included."""
-    payload: Payload
+    payload: DeleteGroupsRequest
 
 
 def read_delete_groups(header: RequestHeader, frame: bytes) -> DeleteGroups:
     """:raises Undecodable: for a malformed body or a version kio lacks."""
-    payload = decode_request(header, frame)
+    payload = decode_request_as(_REQUESTS, header, frame)
     return DeleteGroups(
         version=header.api_version,
         groups=tuple(str(g) for g in payload.groups_names),
@@ -52,7 +71,7 @@ def delete_groups_keeping(
     request: DeleteGroups, header: RequestHeader, keep: Collection[str]
 ) -> bytes:
     """The request frame (no size prefix) naming only the ``keep`` groups."""
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload, groups_names=tuple(g for g in request.payload.groups_names if g in keep)
     )
     return encode_request(
@@ -71,41 +90,46 @@ def delete_groups_answer(
 
     :raises KeyError: when a group is in neither.
     """
-    module: Any = importlib.import_module(f"kio.schema.delete_groups.v{request.version}.response")
+    result_cls = schema_of(_RESULTS, request.version)
     broker = (
         None
         if broker_frame is None
-        else decode_response(DELETE_GROUPS, request.version, broker_frame)
+        else decode_response_as(_RESPONSES, DELETE_GROUPS, request.version, broker_frame)
     )
-    from_broker = {str(r.group_id): r for r in broker.results} if broker is not None else {}
-    results = []
+    from_broker: dict[str, DeletableGroupResult] = (
+        {str(r.group_id): r for r in broker.results} if broker is not None else {}
+    )
+    results: list[DeletableGroupResult] = []
     for group in dict.fromkeys(request.groups):
         mine = local.get(group)
         if mine is None:
             results.append(from_broker[group])
         else:
             results.append(
-                module.DeletableGroupResult(
-                    group_id=GroupId(group), error_code=ErrorCode(mine.error_code)
-                )
+                result_cls(group_id=GroupId(group), error_code=ErrorCode(mine.error_code))
             )
-    top: dict[str, Any] = {"results": tuple(results)}
+    top: dict[str, object] = {"results": tuple(results)}
     if broker is not None:
         top["throttle_time"] = broker.throttle_time
-    payload = filled(module.DeleteGroupsResponse, top)
+    payload = filled(schema_of(_RESPONSES, request.version), top)
     return response_header(correlation_id, DELETE_GROUPS, request.version) + encode_body(payload)
 
 
-def committed_topics(groups: Collection[str]) -> InternalRequest:
+def committed_topics(groups: Collection[str]) -> InternalRequest[OffsetFetchResponseV8]:
     """OffsetFetch v8 of every topic each group has committed offsets for."""
     payload = OffsetFetchRequest(
         groups=tuple(OffsetFetchRequestGroup(group_id=GroupId(g), topics=None) for g in groups),
         require_stable=False,
     )
-    return InternalRequest(api_key=OFFSET_FETCH, api_version=_OFFSET_FETCH_VERSION, payload=payload)
+    return InternalRequest(
+        api_key=OFFSET_FETCH,
+        api_version=_OFFSET_FETCH_VERSION,
+        payload=payload,
+        response=OffsetFetchResponseV8,
+    )
 
 
-def read_committed_topics(payload: Payload) -> dict[str, tuple[int, tuple[str, ...]]]:
+def read_committed_topics(payload: OffsetFetchResponseV8) -> dict[str, tuple[int, tuple[str, ...]]]:
     """group -> (its error code, the topics it has committed offsets for)."""
     return {
         str(g.group_id): (int(g.error_code), tuple(str(t.name) for t in g.topics))

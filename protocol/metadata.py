@@ -22,17 +22,35 @@ from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
 from types import ModuleType
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
-from kio.index import load_request_schema
+from kio.schema.create_topics.v4.request import CreatableTopic as CreatableTopicV4
+from kio.schema.create_topics.v4.request import CreateTopicsRequest as CreateTopicsRequestV4
+from kio.schema.create_topics.v4.response import CreateTopicsResponse as CreateTopicsResponseV4
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata import v0 as metadata_v0
+from kio.schema.metadata import v1 as metadata_v1
+from kio.schema.metadata import v2 as metadata_v2
+from kio.schema.metadata import v3 as metadata_v3
+from kio.schema.metadata import v4 as metadata_v4
+from kio.schema.metadata import v5 as metadata_v5
+from kio.schema.metadata import v6 as metadata_v6
+from kio.schema.metadata import v7 as metadata_v7
+from kio.schema.metadata import v8 as metadata_v8
+from kio.schema.metadata import v9 as metadata_v9
+from kio.schema.metadata import v10 as metadata_v10
+from kio.schema.metadata import v11 as metadata_v11
+from kio.schema.metadata import v12 as metadata_v12
+from kio.schema.metadata import v13 as metadata_v13
 from kio.schema.types import TopicName
 from kio.serial import entity_reader
+from kio.serial.readers import Reader
 from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.protocol import Entity
 
-from .addresses import METADATA
-from .admin import InternalRequest
-from .codec import Payload, Undecodable, encode_body, encode_request
+from .addresses import METADATA, MetadataResponse
+from .admin import InternalRequest, ResponseT
+from .codec import Undecodable, built, encode_body, encode_request, replaced, schema_of
 from .framing import RequestHeader, response_header
 from .results import ItemError
 from .versions import DECODABLE, VersionRange
@@ -47,6 +65,53 @@ CREATE_TOPICS_VERSION: Final = 4
 
 ZERO_TOPIC_ID: Final = uuid.UUID(int=0)
 
+MetadataRequestEntity: TypeAlias = (
+    metadata_v0.MetadataRequest
+    | metadata_v1.MetadataRequest
+    | metadata_v2.MetadataRequest
+    | metadata_v3.MetadataRequest
+    | metadata_v4.MetadataRequest
+    | metadata_v5.MetadataRequest
+    | metadata_v6.MetadataRequest
+    | metadata_v7.MetadataRequest
+    | metadata_v8.MetadataRequest
+    | metadata_v9.MetadataRequest
+    | metadata_v10.MetadataRequest
+    | metadata_v11.MetadataRequest
+    | metadata_v12.MetadataRequest
+    | metadata_v13.MetadataRequest
+)
+"""kio's Metadata request entity, any version (``MetadataRequest`` here is the decoded
+request)."""
+MetadataResponseTopic: TypeAlias = (
+    metadata_v0.response.MetadataResponseTopic
+    | metadata_v1.response.MetadataResponseTopic
+    | metadata_v2.response.MetadataResponseTopic
+    | metadata_v3.response.MetadataResponseTopic
+    | metadata_v4.response.MetadataResponseTopic
+    | metadata_v5.response.MetadataResponseTopic
+    | metadata_v6.response.MetadataResponseTopic
+    | metadata_v7.response.MetadataResponseTopic
+    | metadata_v8.response.MetadataResponseTopic
+    | metadata_v9.response.MetadataResponseTopic
+    | metadata_v10.response.MetadataResponseTopic
+    | metadata_v11.response.MetadataResponseTopic
+    | metadata_v12.response.MetadataResponseTopic
+    | metadata_v13.response.MetadataResponseTopic
+)
+
+_REQUESTS: Final[tuple[type[MetadataRequestEntity], ...]] = get_args(MetadataRequestEntity)
+_RESPONSES: Final[tuple[type[MetadataResponse], ...]] = get_args(MetadataResponse)
+_RESPONSE_TOPICS: Final[tuple[type[MetadataResponseTopic], ...]] = get_args(MetadataResponseTopic)
+_ALWAYS_CREATING: Final = (
+    metadata_v0.MetadataRequest,
+    metadata_v1.MetadataRequest,
+    metadata_v2.MetadataRequest,
+    metadata_v3.MetadataRequest,
+)
+"""The versions before :data:`AUTO_CREATION_FLAG_VERSION`, which always ask for
+auto-creation."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetadataRequest:
@@ -60,7 +125,7 @@ class MetadataRequest:
     """The request asks for every topic (null topics, or an empty list in v0)."""
     allow_auto_topic_creation: bool
     """What the broker reads: v0-v3 ask for auto-creation always, v4 and later say so."""
-    payload: Payload
+    payload: MetadataRequestEntity
 
     @property
     def may_create(self) -> bool:
@@ -69,7 +134,7 @@ class MetadataRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ClientRequest(InternalRequest):
+class ClientRequest(InternalRequest[ResponseT]):
     """A client's request as the gateway reissues it: sent under the client's own client id,
     so the broker's logs and quotas see the client."""
 
@@ -96,9 +161,7 @@ def read_request(header: RequestHeader, frame: bytes) -> MetadataRequest:
     topics = payload.topics
     all_topics = topics is None or (header.api_version == 0 and not topics)
     names = tuple(t.name for t in topics or () if t.name is not None)
-    allow = header.api_version < AUTO_CREATION_FLAG_VERSION or bool(
-        payload.allow_auto_topic_creation
-    )
+    allow = isinstance(payload, _ALWAYS_CREATING) or bool(payload.allow_auto_topic_creation)
     return MetadataRequest(
         version=header.api_version,
         names=names,
@@ -119,31 +182,39 @@ def reissued(
     *,
     keep: Collection[str],
     allow_auto_topic_creation: bool,
-) -> ClientRequest:
+) -> ClientRequest[MetadataResponse]:
     """The client's request naming only the topics in ``keep`` (topics asked for by id stay),
     with auto-creation as given, in :func:`broker_version`."""
     version = broker_version(request.version)
-    kept = tuple(t for t in request.payload.topics or () if t.name is None or t.name in keep)
-    if request.version >= AUTO_CREATION_FLAG_VERSION:
-        payload = dataclasses.replace(
+    payload: MetadataRequestEntity
+    if isinstance(request.payload, _ALWAYS_CREATING):  # reissued as v4
+        payload = metadata_v4.MetadataRequest(
+            topics=None
+            if request.all_topics
+            else tuple(
+                metadata_v4.request.MetadataRequestTopic(name=TopicName(t.name))
+                for t in request.payload.topics or ()
+                if t.name in keep
+            ),
+            allow_auto_topic_creation=allow_auto_topic_creation,
+        )
+    else:
+        kept = tuple(t for t in request.payload.topics or () if t.name is None or t.name in keep)
+        payload = replaced(
             request.payload,
             topics=None if request.all_topics else kept,
             allow_auto_topic_creation=allow_auto_topic_creation,
         )
-    else:
-        module = _request_module(version)
-        payload = module.MetadataRequest(
-            topics=None
-            if request.all_topics
-            else tuple(module.MetadataRequestTopic(name=TopicName(t.name)) for t in kept),
-            allow_auto_topic_creation=allow_auto_topic_creation,
-        )
     return ClientRequest(
-        api_key=METADATA, api_version=version, payload=payload, client_id=client_id
+        api_key=METADATA,
+        api_version=version,
+        payload=payload,
+        response=schema_of(_RESPONSES, version),
+        client_id=client_id,
     )
 
 
-def topic_errors(answer: Payload) -> dict[str, int]:
+def topic_errors(answer: MetadataResponse) -> dict[str, int]:
     """Topic name -> its error code, for every topic of a Metadata answer that has a name."""
     return {t.name: int(t.error_code) for t in answer.topics if t.name is not None}
 
@@ -151,7 +222,7 @@ def topic_errors(answer: Payload) -> dict[str, int]:
 def answer(
     request: MetadataRequest,
     correlation_id: int,
-    broker: Payload,
+    broker: MetadataResponse,
     local: Mapping[str, ItemError],
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
@@ -161,68 +232,64 @@ def answer(
     after the broker's topics when the broker was not asked about it.
     """
     version = broker_version(request.version)
-    module = _response_module(version)
-    topics = []
+    topics: list[MetadataResponseTopic] = []
     answered: set[str] = set()
     for entry in broker.topics:
         if not _asked_for(request, entry):
             continue  # Tansu answers an empty topic list with every topic
-        if entry.name not in local:
+        named = entry.name  # None for a topic asked for by id that the broker does not know
+        if named is None or named not in local:
             topics.append(entry)
-        elif entry.name not in answered:
-            topics.append(_local_topic(module, entry.name, local[entry.name]))
-        answered.add(entry.name)
+        elif named not in answered:
+            topics.append(_local_topic(version, named, local[named]))
+        if named is not None:
+            answered.add(named)
     for name in dict.fromkeys(request.names):
         if name in local and name not in answered:
-            topics.append(_local_topic(module, name, local[name]))
-    payload = dataclasses.replace(broker, topics=tuple(topics))
+            topics.append(_local_topic(version, name, local[name]))
+    payload: Entity = replaced(broker, topics=tuple(topics))
     if request.version != version:
         payload = _as_version(payload, _response_module(request.version))
     return response_header(correlation_id, METADATA, request.version) + encode_body(payload)
 
 
-def _asked_for(request: MetadataRequest, entry: Payload) -> bool:
+def _asked_for(request: MetadataRequest, entry: MetadataResponseTopic) -> bool:
     if request.all_topics or entry.name in request.names:
         return True
-    ids = {t.topic_id for t in request.payload.topics or () if getattr(t, "topic_id", None)}
+    ids = {i for t in request.payload.topics or () if (i := getattr(t, "topic_id", None))}
     return getattr(entry, "topic_id", None) in ids
 
 
-def _local_topic(module: ModuleType, name: str, result: ItemError) -> Payload:
+def _local_topic(version: int, name: str, result: ItemError) -> MetadataResponseTopic:
     """Kafka's entry for a topic it does not describe (no error message: Metadata has none)."""
-    cls = module.MetadataResponseTopic
-    fields: dict[str, Any] = {
+    cls = schema_of(_RESPONSE_TOPICS, version)
+    fields: dict[str, object] = {
         "error_code": ErrorCode(result.error_code),
         "name": TopicName(name),
         "partitions": (),
     }
     if "topic_id" in {f.name for f in dataclasses.fields(cls)}:
         fields["topic_id"] = ZERO_TOPIC_ID
-    return cls(**fields)
+    return built(cls, fields)
 
 
-def _as_version(entity: Payload, module: ModuleType) -> Payload:
+def _as_version(entity: Entity, module: ModuleType) -> Entity:
     """``entity`` (of a later version) as the same entity of ``module``'s version: the fields
     that version has, nested entities converted alike. Only for older versions whose fields
     the later one all has (v0-v3 from v4)."""
-    cls = getattr(module, type(entity).__name__)
-    values: dict[str, Any] = {}
+    cls: type[Entity] = getattr(module, type(entity).__name__)
+    values: dict[str, object] = {}
     for field in dataclasses.fields(cls):
-        value = getattr(entity, field.name)
+        value = getattr(entity, field.name)  # any field of any entity: read by name
         if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
             value = tuple(_as_version(item, module) for item in value)
         values[field.name] = value
-    return cls(**values)
+    return built(cls, values)
 
 
 @cache
-def _request_reader(version: int) -> Any:
-    return entity_reader(load_request_schema(METADATA, version))
-
-
-@cache
-def _request_module(version: int) -> ModuleType:
-    return importlib.import_module(f"kio.schema.metadata.v{version}.request")
+def _request_reader(version: int) -> Reader[MetadataRequestEntity]:
+    return entity_reader(schema_of(_REQUESTS, version))
 
 
 @cache
@@ -240,13 +307,12 @@ def create_topics(
     replication_factor: int,
     timeout_ms: int,
     client_id: str | None,
-) -> ClientRequest:
+) -> ClientRequest[CreateTopicsResponseV4]:
     """A CreateTopics request for ``names``, each with these counts and no configs: what the
     broker's own auto-creation asks its controller for, with the counts the policies judged."""
-    module = importlib.import_module(f"kio.schema.create_topics.v{CREATE_TOPICS_VERSION}.request")
-    payload = module.CreateTopicsRequest(
+    payload = CreateTopicsRequestV4(
         topics=tuple(
-            module.CreatableTopic(
+            CreatableTopicV4(
                 name=TopicName(name),
                 num_partitions=i32(num_partitions),
                 replication_factor=i16(replication_factor),
@@ -262,11 +328,12 @@ def create_topics(
         api_key=CREATE_TOPICS,
         api_version=CREATE_TOPICS_VERSION,
         payload=payload,
+        response=CreateTopicsResponseV4,
         client_id=client_id,
     )
 
 
-def created(answer: Payload) -> dict[str, ItemError]:
+def created(answer: CreateTopicsResponseV4) -> dict[str, ItemError]:
     """Topic -> its result, from the answer to :func:`create_topics`."""
     return {
         t.name: ItemError(error_code=int(t.error_code), error_message=t.error_message)

@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
+from types import ModuleType
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32
+from kio.static.protocol import Entity
 
 from .codec import (
-    Payload,
     decode_request,
     decode_response,
     encode_body,
@@ -155,7 +156,10 @@ class Partitioned:
     version: int
     items: tuple[Item, ...]
     """In request order, repeats included."""
-    payload: Payload
+    payload: Any
+    """The kio request entity. Any: it is of one of :data:`SHAPES`' APIs in any version, read
+    here by the field names of its :class:`Shape`, and the ElectLeaders and
+    AlterPartitionReassignments handlers read their own API's fields off it."""
 
     @property
     def shape(self) -> Shape:
@@ -190,16 +194,15 @@ def _items(request: Partitioned) -> Iterator[Item]:
 
 
 def _index(shape: Shape, partition: Any) -> int:
-    """A request partition's index (some APIs list bare indexes)."""
+    """A request partition's index (some APIs list bare indexes). Any: a bare index or an
+    entity, as the Shape says."""
     return int(
         partition if shape.request_index is None else getattr(partition, shape.request_index)
     )
 
 
-def _topic_of(request: Partitioned, entity: Any, field: str) -> str:
-    if request.by_id:
-        return str(entity.topic_id)
-    return str(getattr(entity, field))
+def _topic_of(request: Partitioned, entity: object, field: str) -> str:
+    return str(getattr(entity, "topic_id" if request.by_id else field))
 
 
 def topics(request: Partitioned) -> tuple[str, ...]:
@@ -248,13 +251,13 @@ def answer(
         if broker_frame is None
         else decode_response(request.api_key, request.version, broker_frame)
     )
-    from_broker: dict[Item, Any] = {}
+    from_broker: dict[Item, object] = {}
     if broker is not None:
         for topic in getattr(broker, shape.response_topics):
             name = _topic_of(request, topic, shape.response_topic)
             for partition in getattr(topic, shape.response_partitions):
                 from_broker[(name, int(getattr(partition, shape.response_index)))] = partition
-    grouped: dict[str, dict[int, Any]] = {}
+    grouped: dict[str, dict[int, object]] = {}
     for name, index in request.items:
         group = grouped.setdefault(name, {})
         if index in group:
@@ -271,7 +274,7 @@ def answer(
                     "error_message": error.error_message,
                 },
             )
-    topic_entries = tuple(
+    topic_entries: tuple[Entity, ...] = tuple(
         filled(
             topic_cls,
             {
@@ -281,7 +284,7 @@ def answer(
         )
         for name, parts in grouped.items()
     )
-    top: dict[str, Any] = {shape.response_topics: topic_entries}
+    top: dict[str, object] = {shape.response_topics: topic_entries}
     if broker is not None:
         for field in dataclasses.fields(response_cls):
             if field.name != shape.response_topics:
@@ -289,7 +292,7 @@ def answer(
     else:
         top["error_code"] = ErrorCode.none
         top["error_message"] = None
-    payload = filled(response_cls, top)
+    payload: Entity = filled(response_cls, top)
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
 
 
@@ -302,7 +305,7 @@ def refuse_all(request: Partitioned, correlation_id: int, error: ItemError) -> b
     names = {f.name for f in dataclasses.fields(response_cls)}
     if "error_code" not in names:
         return answer(request, correlation_id, dict.fromkeys(request.items, error), None)
-    payload = filled(
+    payload: Entity = filled(
         response_cls,
         {
             "error_code": ErrorCode(error.error_code),
@@ -313,13 +316,13 @@ def refuse_all(request: Partitioned, correlation_id: int, error: ItemError) -> b
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
 
 
-def _topic_field(request: Partitioned, shape: Shape, name: str) -> dict[str, Any]:
+def _topic_field(request: Partitioned, shape: Shape, name: str) -> dict[str, object]:
     if request.by_id:
         return {"topic_id": uuid.UUID(name)}
     return {shape.response_topic: name}
 
 
-def _response_class(module: Any) -> type:
+def _response_class(module: ModuleType) -> type:
     for value in vars(module).values():
         kind = str(getattr(value, "__type__", ""))
         if isinstance(value, type) and kind.endswith("response"):

@@ -18,27 +18,28 @@ Kafka answers each topic and partition once, whatever the request repeats; so do
 
 from __future__ import annotations
 
-import dataclasses
 import struct
-import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9
+from kio.schema.types import TopicName
 from kio.serial.readers import read_compact_string_nullable, read_nullable_legacy_string
 from kio.static.primitive import i32, i32Timedelta, i64
 
 from .codec import (
-    Payload,
     Undecodable,
-    decode_request,
-    decode_response,
+    built,
+    decode_request_as,
+    decode_response_as,
     encode_request,
     encode_response,
+    replaced,
+    schema_of,
 )
 from .framing import DECODE_ERRORS, FrameRejected, RequestHeader
 from .results import ItemError
@@ -55,6 +56,58 @@ _NO_OFFSET: Final = i64(-1)
 
 _ACKS: Final = struct.Struct(">h")
 
+ProduceRequest: TypeAlias = (
+    v3.ProduceRequest
+    | v4.ProduceRequest
+    | v5.ProduceRequest
+    | v6.ProduceRequest
+    | v7.ProduceRequest
+    | v8.ProduceRequest
+    | v9.ProduceRequest
+)
+"""kio's request entity, in the versions carried (:data:`VERSIONS`)."""
+ProduceResponse: TypeAlias = (
+    v3.ProduceResponse
+    | v4.ProduceResponse
+    | v5.ProduceResponse
+    | v6.ProduceResponse
+    | v7.ProduceResponse
+    | v8.ProduceResponse
+    | v9.ProduceResponse
+)
+"""kio's response entity, in the versions carried."""
+TopicProduceResponse: TypeAlias = (
+    v3.response.TopicProduceResponse
+    | v4.response.TopicProduceResponse
+    | v5.response.TopicProduceResponse
+    | v6.response.TopicProduceResponse
+    | v7.response.TopicProduceResponse
+    | v8.response.TopicProduceResponse
+    | v9.response.TopicProduceResponse
+)
+PartitionProduceResponse: TypeAlias = (
+    v3.response.PartitionProduceResponse
+    | v4.response.PartitionProduceResponse
+    | v5.response.PartitionProduceResponse
+    | v6.response.PartitionProduceResponse
+    | v7.response.PartitionProduceResponse
+    | v8.response.PartitionProduceResponse
+    | v9.response.PartitionProduceResponse
+)
+BatchIndexAndErrorMessage: TypeAlias = (
+    v8.response.BatchIndexAndErrorMessage | v9.response.BatchIndexAndErrorMessage
+)
+
+_REQUESTS: Final[tuple[type[ProduceRequest], ...]] = get_args(ProduceRequest)
+_RESPONSES: Final[tuple[type[ProduceResponse], ...]] = get_args(ProduceResponse)
+_TOPIC_RESPONSES: Final[tuple[type[TopicProduceResponse], ...]] = get_args(TopicProduceResponse)
+_PARTITION_RESPONSES: Final[tuple[type[PartitionProduceResponse], ...]] = get_args(
+    PartitionProduceResponse
+)
+_RECORD_ERRORS: Final[tuple[type[BatchIndexAndErrorMessage], ...]] = get_args(
+    BatchIndexAndErrorMessage
+)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionRecords:
@@ -67,7 +120,7 @@ class PartitionRecords:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProduceView:
-    """A decoded Produce request. ``payload`` is the kio entity (opaque outside protocol/)."""
+    """A decoded Produce request. ``payload`` is the kio entity."""
 
     version: int
     transactional_id: str | None
@@ -75,7 +128,7 @@ class ProduceView:
     timeout_ms: int
     partitions: tuple[PartitionRecords, ...]
     """In request order, repeats included."""
-    payload: Payload
+    payload: ProduceRequest
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:
@@ -130,7 +183,7 @@ def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:
         raise ValueError(f"API key {header.api_key} is not Produce")
     if header.api_version not in VERSIONS:
         raise Undecodable(f"Produce v{header.api_version} is not carried (only v3 to v9)")
-    payload = decode_request(header, frame)
+    payload = decode_request_as(_REQUESTS, header, frame)
     transactional_id = payload.transactional_id
     return ProduceView(
         version=header.api_version,
@@ -160,8 +213,8 @@ def produce_request_keeping(
     for topic in view.payload.topic_data:
         kept = tuple(data for data in topic.partition_data if (topic.name, data.index) in wanted)
         if kept:
-            topics.append(dataclasses.replace(topic, partition_data=kept))
-    payload = dataclasses.replace(view.payload, topic_data=tuple(topics))
+            topics.append(replaced(topic, partition_data=kept))
+    payload = replaced(view.payload, topic_data=tuple(topics))
     frame = encode_request(PRODUCE, view.version, header.correlation_id, header.client_id, payload)
     return frame[4:]
 
@@ -187,15 +240,19 @@ def produce_answer(
     :raises ValueError: for a local error code Kafka does not define.
     """
     schema = _response_schema(view.version)
-    broker = None if broker_frame is None else decode_response(PRODUCE, view.version, broker_frame)
-    from_broker: dict[tuple[str, int], Payload] = {}
+    broker = (
+        None
+        if broker_frame is None
+        else decode_response_as(_RESPONSES, PRODUCE, view.version, broker_frame)
+    )
+    from_broker: dict[tuple[str, int], PartitionProduceResponse] = {}
     if broker is not None:
         for topic_response in broker.responses:
             for partition_response in topic_response.partition_responses:
                 from_broker[(str(topic_response.name), int(partition_response.index))] = (
                     partition_response
                 )
-    answers: dict[str, dict[int, Payload]] = {}
+    answers: dict[str, dict[int, PartitionProduceResponse]] = {}
     for partition in view.partitions:
         topic_answers = answers.setdefault(partition.topic, {})
         if partition.partition in topic_answers:
@@ -214,12 +271,18 @@ def produce_answer(
                 f"nor in {source}"
             )
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
-    payload = schema.response(
-        responses=tuple(
-            schema.topic(name=name, partition_responses=tuple(partitions.values()))
-            for name, partitions in answers.items()
-        ),
-        throttle_time=throttle,
+    payload = built(
+        schema.response,
+        {
+            "responses": tuple(
+                built(
+                    schema.topic,
+                    {"name": TopicName(name), "partition_responses": tuple(partitions.values())},
+                )
+                for name, partitions in answers.items()
+            ),
+            "throttle_time": throttle,
+        },
     )
     return encode_response(correlation_id, PRODUCE, view.version, payload)
 
@@ -228,28 +291,28 @@ def produce_answer(
 class _ResponseSchema:
     """kio's response entity classes for one Produce version."""
 
-    response: Any
-    topic: Any
-    partition: Any
-    record_error: Any
+    response: type[ProduceResponse]
+    topic: type[TopicProduceResponse]
+    partition: type[PartitionProduceResponse]
+    record_error: type[BatchIndexAndErrorMessage] | None
     """None before v8."""
 
 
 @cache
 def _response_schema(version: int) -> _ResponseSchema:
-    response = load_response_schema(PRODUCE, version)
-    module = sys.modules[response.__module__]
     return _ResponseSchema(
-        response=response,
-        topic=module.TopicProduceResponse,
-        partition=module.PartitionProduceResponse,
-        record_error=getattr(module, "BatchIndexAndErrorMessage", None),
+        response=schema_of(_RESPONSES, version),
+        topic=schema_of(_TOPIC_RESPONSES, version),
+        partition=schema_of(_PARTITION_RESPONSES, version),
+        record_error=schema_of(_RECORD_ERRORS, version)
+        if version >= _RECORD_ERRORS_SINCE
+        else None,
     )
 
 
 def _local_answer(
     schema: _ResponseSchema, version: int, partition: int, error: ItemError
-) -> Payload:
+) -> PartitionProduceResponse:
     fields: dict[str, object] = {
         "index": i32(partition),
         "error_code": ErrorCode(error.error_code),
@@ -258,10 +321,11 @@ def _local_answer(
     }
     if version >= _LOG_START_OFFSET_SINCE:
         fields["log_start_offset"] = _NO_OFFSET
-    if version >= _RECORD_ERRORS_SINCE:
+    record_error = schema.record_error
+    if record_error is not None:  # v8 and later (_RECORD_ERRORS_SINCE)
         fields["record_errors"] = tuple(
-            schema.record_error(batch_index=i32(index), batch_index_error_message=message)
+            record_error(batch_index=i32(index), batch_index_error_message=message)
             for index, message in error.record_errors
         )
         fields["error_message"] = error.error_message
-    return schema.partition(**fields)
+    return built(schema.partition, fields)

@@ -15,28 +15,40 @@ taken from the broker's answer.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final, TypeAlias, get_args
 
-from kio.index import load_response_schema
+from kio.schema.create_partitions import v0 as create_partitions_v0
+from kio.schema.create_partitions import v1 as create_partitions_v1
+from kio.schema.create_partitions import v2 as create_partitions_v2
+from kio.schema.create_partitions import v3 as create_partitions_v3
+from kio.schema.delete_topics import v1 as delete_topics_v1
+from kio.schema.delete_topics import v2 as delete_topics_v2
+from kio.schema.delete_topics import v3 as delete_topics_v3
+from kio.schema.delete_topics import v4 as delete_topics_v4
+from kio.schema.delete_topics import v5 as delete_topics_v5
+from kio.schema.delete_topics import v6 as delete_topics_v6
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest as MetadataV12
+from kio.schema.metadata.v12.response import MetadataResponse as MetadataResponseV12
+from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
+from kio.static.protocol import Entity
 
 from .addresses import METADATA
 from .admin import InternalRequest
 from .codec import (
-    Payload,
     Undecodable,
-    decode_request,
-    decode_response,
+    built,
+    decode_request_as,
+    decode_response_as,
     encode_request,
     encode_response,
+    replaced,
+    schema_of,
 )
 from .framing import RequestHeader
 from .results import ItemError
@@ -48,6 +60,74 @@ CREATE_PARTITIONS_VERSIONS: Final[VersionRange] = DECODABLE[CREATE_PARTITIONS]
 DELETE_TOPICS_VERSIONS: Final[VersionRange] = DECODABLE[DELETE_TOPICS]
 DELETE_TOPICS_ERROR_MESSAGE_VERSION: Final = 5
 DELETE_TOPICS_TOPIC_ID_VERSION: Final = 6
+
+CreatePartitionsRequest: TypeAlias = (
+    create_partitions_v0.CreatePartitionsRequest
+    | create_partitions_v1.CreatePartitionsRequest
+    | create_partitions_v2.CreatePartitionsRequest
+    | create_partitions_v3.CreatePartitionsRequest
+)
+"""kio's CreatePartitions request entity, v0 to v3."""
+CreatePartitionsResponse: TypeAlias = (
+    create_partitions_v0.CreatePartitionsResponse
+    | create_partitions_v1.CreatePartitionsResponse
+    | create_partitions_v2.CreatePartitionsResponse
+    | create_partitions_v3.CreatePartitionsResponse
+)
+"""kio's CreatePartitions response entity, v0 to v3."""
+CreatePartitionsTopicResult: TypeAlias = (
+    create_partitions_v0.response.CreatePartitionsTopicResult
+    | create_partitions_v1.response.CreatePartitionsTopicResult
+    | create_partitions_v2.response.CreatePartitionsTopicResult
+    | create_partitions_v3.response.CreatePartitionsTopicResult
+)
+DeleteTopicsRequest: TypeAlias = (
+    delete_topics_v1.DeleteTopicsRequest
+    | delete_topics_v2.DeleteTopicsRequest
+    | delete_topics_v3.DeleteTopicsRequest
+    | delete_topics_v4.DeleteTopicsRequest
+    | delete_topics_v5.DeleteTopicsRequest
+    | delete_topics_v6.DeleteTopicsRequest
+)
+"""kio's DeleteTopics request entity, v1 to v6."""
+DeleteTopicsResponse: TypeAlias = (
+    delete_topics_v1.DeleteTopicsResponse
+    | delete_topics_v2.DeleteTopicsResponse
+    | delete_topics_v3.DeleteTopicsResponse
+    | delete_topics_v4.DeleteTopicsResponse
+    | delete_topics_v5.DeleteTopicsResponse
+    | delete_topics_v6.DeleteTopicsResponse
+)
+"""kio's DeleteTopics response entity, v1 to v6."""
+DeletableTopicResult: TypeAlias = (
+    delete_topics_v1.response.DeletableTopicResult
+    | delete_topics_v2.response.DeletableTopicResult
+    | delete_topics_v3.response.DeletableTopicResult
+    | delete_topics_v4.response.DeletableTopicResult
+    | delete_topics_v5.response.DeletableTopicResult
+    | delete_topics_v6.response.DeletableTopicResult
+)
+DeleteTopicsEntry: TypeAlias = TopicName | delete_topics_v6.request.DeleteTopicState
+"""A topic a DeleteTopics request names: by name before v6, a name or an id from v6."""
+
+_CREATE_PARTITIONS_REQUESTS: Final[tuple[type[CreatePartitionsRequest], ...]] = get_args(
+    CreatePartitionsRequest
+)
+_CREATE_PARTITIONS_RESPONSES: Final[tuple[type[CreatePartitionsResponse], ...]] = get_args(
+    CreatePartitionsResponse
+)
+_CREATE_PARTITIONS_RESULTS: Final[tuple[type[CreatePartitionsTopicResult], ...]] = get_args(
+    CreatePartitionsTopicResult
+)
+_DELETE_TOPICS_REQUESTS: Final[tuple[type[DeleteTopicsRequest], ...]] = get_args(
+    DeleteTopicsRequest
+)
+_DELETE_TOPICS_RESPONSES: Final[tuple[type[DeleteTopicsResponse], ...]] = get_args(
+    DeleteTopicsResponse
+)
+_DELETE_TOPICS_RESULTS: Final[tuple[type[DeletableTopicResult], ...]] = get_args(
+    DeletableTopicResult
+)
 
 
 # --- CreatePartitions -------------------------------------------------------------------------
@@ -68,12 +148,12 @@ class CreatePartitions:
     version: int
     topics: tuple[PartitionsIncrease, ...]
     validate_only: bool
-    payload: Payload
+    payload: CreatePartitionsRequest
 
 
 def read_create_partitions(header: RequestHeader, frame: bytes) -> CreatePartitions:
     """:raises Undecodable: for a malformed body or a version kio lacks."""
-    payload = decode_request(header, frame)
+    payload = decode_request_as(_CREATE_PARTITIONS_REQUESTS, header, frame)
     return CreatePartitions(
         version=header.api_version,
         topics=tuple(
@@ -95,45 +175,53 @@ def create_partitions_for_broker(
     request: CreatePartitions, header: RequestHeader, keep: Collection[str]
 ) -> bytes:
     """The request frame (no size prefix) with only the topics named in ``keep``."""
-    payload = dataclasses.replace(
+    payload = replaced(
         request.payload, topics=tuple(t for t in request.payload.topics if t.name in keep)
     )
     return _request_frame(CREATE_PARTITIONS, header, payload)
 
 
-def read_create_partitions_response(request: CreatePartitions, frame: bytes) -> Payload:
+def read_create_partitions_response(
+    request: CreatePartitions, frame: bytes
+) -> CreatePartitionsResponse:
     """:raises Undecodable: when the broker's answer does not decode."""
-    return decode_response(CREATE_PARTITIONS, request.version, frame)
+    return decode_response_as(
+        _CREATE_PARTITIONS_RESPONSES, CREATE_PARTITIONS, request.version, frame
+    )
 
 
 def create_partitions_answer(
     request: CreatePartitions,
     correlation_id: int,
     local: Mapping[str, ItemError],
-    broker: Payload | None,
+    broker: CreatePartitionsResponse | None,
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout.
 
     :raises KeyError: when a topic is neither in ``local`` nor in the broker's answer.
     """
     version = request.version
-    result_cls = _nested("create_partitions", version, "CreatePartitionsTopicResult")
-    from_broker = {r.name: r for r in broker.results} if broker is not None else {}
-    results = []
+    result_cls = schema_of(_CREATE_PARTITIONS_RESULTS, version)
+    from_broker: dict[str, CreatePartitionsTopicResult] = (
+        {r.name: r for r in broker.results} if broker is not None else {}
+    )
+    results: list[CreatePartitionsTopicResult] = []
     for name in dict.fromkeys(t.name for t in request.topics):
         if name in local:
             mine = local[name]
             results.append(
                 result_cls(
-                    name=name,
+                    name=TopicName(name),
                     error_code=ErrorCode(mine.error_code),
                     error_message=mine.error_message,
                 )
             )
         else:
             results.append(from_broker[name])
-    schema: Any = load_response_schema(CREATE_PARTITIONS, version)
-    payload = schema(throttle_time=_throttle(broker), results=tuple(results))
+    payload = built(
+        schema_of(_CREATE_PARTITIONS_RESPONSES, version),
+        {"throttle_time": _throttle(broker), "results": tuple(results)},
+    )
     return encode_response(correlation_id, CREATE_PARTITIONS, version, payload)
 
 
@@ -155,16 +243,16 @@ class DeleteTarget:
 class DeleteTopics:
     version: int
     targets: tuple[DeleteTarget, ...]
-    payload: Payload
+    payload: DeleteTopicsRequest
 
 
 def read_delete_topics(header: RequestHeader, frame: bytes) -> DeleteTopics:
     """:raises Undecodable: for a malformed body, a version kio lacks, or a v6 entry with
     neither a name nor a topic id."""
-    payload = decode_request(header, frame)
+    payload = decode_request_as(_DELETE_TOPICS_REQUESTS, header, frame)
     return DeleteTopics(
         version=header.api_version,
-        targets=tuple(_target(entry) for entry in _entries(header.api_version, payload)),
+        targets=tuple(_target(entry) for entry in _entries(payload)),
         payload=payload,
     )
 
@@ -174,32 +262,39 @@ def delete_topics_for_broker(
 ) -> bytes:
     """The request frame (no size prefix) with only the entries whose targets are in ``keep``,
     each as the client wrote it (an id stays an id)."""
-    entries = tuple(e for e in _entries(request.version, request.payload) if _target(e) in keep)
+    entries = tuple(e for e in _entries(request.payload) if _target(e) in keep)
     field = "topics" if request.version >= DELETE_TOPICS_TOPIC_ID_VERSION else "topic_names"
-    payload = dataclasses.replace(request.payload, **{field: entries})
+    payload = replaced(request.payload, **{field: entries})
     return _request_frame(DELETE_TOPICS, header, payload)
 
 
-def read_delete_topics_response(request: DeleteTopics, frame: bytes) -> Payload:
+def read_delete_topics_response(request: DeleteTopics, frame: bytes) -> DeleteTopicsResponse:
     """:raises Undecodable: when the broker's answer does not decode."""
-    return decode_response(DELETE_TOPICS, request.version, frame)
+    return decode_response_as(_DELETE_TOPICS_RESPONSES, DELETE_TOPICS, request.version, frame)
 
 
-def deleted(broker: Payload) -> tuple[frozenset[str], frozenset[uuid.UUID]]:
+def deleted(broker: DeleteTopicsResponse) -> tuple[frozenset[str], frozenset[uuid.UUID]]:
     """The names and topic ids the broker's DeleteTopics answer (from
     :func:`read_delete_topics_response`) reports as deleted."""
     ok = [r for r in broker.responses if int(r.error_code) == 0]
     return (
         frozenset(r.name for r in ok if r.name is not None),
-        frozenset(t for r in ok if (t := getattr(r, "topic_id", None)) is not None),
+        frozenset(t for r in ok if (t := _topic_id(r)) is not None),
     )
+
+
+def _topic_id(result: DeletableTopicResult) -> uuid.UUID | None:
+    """A result's topic id: v6 has one (None for Kafka's zero UUID), older versions none."""
+    if isinstance(result, delete_topics_v6.response.DeletableTopicResult):
+        return result.topic_id
+    return None
 
 
 def delete_topics_answer(
     request: DeleteTopics,
     correlation_id: int,
     local: Mapping[DeleteTarget, ItemError],
-    broker: Payload | None,
+    broker: DeleteTopicsResponse | None,
     names: Mapping[DeleteTarget, str] = {},  # noqa: B006 - read only
 ) -> bytes:
     """The response frame (no size prefix) for the client, in its version's layout: before v5
@@ -209,16 +304,16 @@ def delete_topics_answer(
     :raises KeyError: when a target is neither in ``local`` nor in the broker's answer.
     """
     version = request.version
-    result_cls = _nested("delete_topics", version, "DeletableTopicResult")
-    by_id: dict[uuid.UUID, Payload] = {}
-    by_name: dict[str, Payload] = {}
+    result_cls = schema_of(_DELETE_TOPICS_RESULTS, version)
+    by_id: dict[uuid.UUID, DeletableTopicResult] = {}
+    by_name: dict[str, DeletableTopicResult] = {}
     for r in broker.responses if broker is not None else ():
-        topic_id = getattr(r, "topic_id", None)
+        topic_id = _topic_id(r)
         if topic_id is not None:
             by_id.setdefault(topic_id, r)
         if r.name is not None:
             by_name.setdefault(r.name, r)
-    results = []
+    results: list[DeletableTopicResult] = []
     for target in dict.fromkeys(request.targets):
         if target in local:
             name = target.name if target.name is not None else names.get(target)
@@ -228,18 +323,22 @@ def delete_topics_answer(
         else:
             assert target.name is not None
             results.append(by_name[target.name])
-    schema: Any = load_response_schema(DELETE_TOPICS, version)
-    payload = schema(throttle_time=_throttle(broker), responses=tuple(results))
+    payload = built(
+        schema_of(_DELETE_TOPICS_RESPONSES, version),
+        {"throttle_time": _throttle(broker), "responses": tuple(results)},
+    )
     return encode_response(correlation_id, DELETE_TOPICS, version, payload)
 
 
-def _entries(version: int, payload: Payload) -> tuple[Any, ...]:
-    if version >= DELETE_TOPICS_TOPIC_ID_VERSION:
+def _entries(payload: DeleteTopicsRequest) -> tuple[DeleteTopicsEntry, ...]:
+    """The request's topics: ``topics`` from v6 (:data:`DELETE_TOPICS_TOPIC_ID_VERSION`),
+    ``topic_names`` before."""
+    if isinstance(payload, delete_topics_v6.DeleteTopicsRequest):
         return tuple(payload.topics)
     return tuple(payload.topic_names)
 
 
-def _target(entry: Any) -> DeleteTarget:
+def _target(entry: DeleteTopicsEntry) -> DeleteTarget:
     if isinstance(entry, str):
         return DeleteTarget(name=entry, topic_id=None)
     if entry.topic_id is not None:  # kio reads Kafka's zero UUID as None
@@ -250,8 +349,12 @@ def _target(entry: Any) -> DeleteTarget:
 
 
 def _local_delete_result(
-    cls: type, version: int, target: DeleteTarget, name: str | None, result: ItemError
-) -> Payload:
+    cls: type[DeletableTopicResult],
+    version: int,
+    target: DeleteTarget,
+    name: str | None,
+    result: ItemError,
+) -> DeletableTopicResult:
     fields: dict[str, object] = {"name": name, "error_code": ErrorCode(result.error_code)}
     if version >= DELETE_TOPICS_ERROR_MESSAGE_VERSION:
         fields["error_message"] = result.error_message
@@ -259,13 +362,13 @@ def _local_delete_result(
         fields["topic_id"] = target.topic_id
     elif name is None:
         raise ValueError("DeleteTopics before v6 needs a topic name in every result")
-    return cls(**fields)
+    return built(cls, fields)
 
 
 # --- Metadata, to resolve topic ids ---------------------------------------------------------
 
 
-def describe_all_topics() -> InternalRequest:
+def describe_all_topics() -> InternalRequest[MetadataResponseV12]:
     """Metadata v12 for every topic, with topic ids.
 
     Kafka does not look topics up by id in Metadata, so ids are resolved from the full list.
@@ -273,10 +376,12 @@ def describe_all_topics() -> InternalRequest:
     payload = MetadataV12(
         topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
     )
-    return InternalRequest(api_key=METADATA, api_version=12, payload=payload)
+    return InternalRequest(
+        api_key=METADATA, api_version=12, payload=payload, response=MetadataResponseV12
+    )
 
 
-def read_topic_ids(payload: Payload) -> dict[uuid.UUID, str]:
+def read_topic_ids(payload: MetadataResponseV12) -> dict[uuid.UUID, str]:
     """topic id -> name, for the topics of a Metadata v10+ answer that have both."""
     return {
         t.topic_id: t.name
@@ -288,19 +393,13 @@ def read_topic_ids(payload: Payload) -> dict[uuid.UUID, str]:
 # --- shared -----------------------------------------------------------------------------------
 
 
-def _request_frame(api_key: int, header: RequestHeader, payload: Payload) -> bytes:
+def _request_frame(api_key: int, header: RequestHeader, payload: Entity) -> bytes:
     return encode_request(
         api_key, header.api_version, header.correlation_id, header.client_id, payload
     )[4:]
 
 
-def _nested(module: str, version: int, name: str) -> type:
-    response = importlib.import_module(f"kio.schema.{module}.v{version}.response")
-    cls: type = getattr(response, name)
-    return cls
-
-
-def _throttle(broker: Payload | None) -> Any:
+def _throttle(broker: CreatePartitionsResponse | DeleteTopicsResponse | None) -> i32Timedelta:
     if broker is not None:
         return broker.throttle_time
     return i32Timedelta.parse(timedelta(0))
@@ -320,8 +419,12 @@ __all__ = [
     "DELETE_TOPICS",
     "DELETE_TOPICS_VERSIONS",
     "CreatePartitions",
+    "CreatePartitionsRequest",
+    "CreatePartitionsResponse",
     "DeleteTarget",
     "DeleteTopics",
+    "DeleteTopicsRequest",
+    "DeleteTopicsResponse",
     "PartitionsIncrease",
     "create_partitions_answer",
     "create_partitions_for_broker",
