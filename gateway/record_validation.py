@@ -27,10 +27,10 @@ the records its batches declare, counted before any is read; what its compressed
 decompress to; the size of one record. A partition over it is refused unread (or as soon as
 the reader gets there) with INVALID_RECORD and a message that names the limit and by how
 much, in dry-run mode too. On the event loop (:meth:`RecordValidator.validate_sliced`) the
-work goes in slices of about a millisecond, with the loop's other work run between them; the
-answers are the same as in one go (:meth:`RecordValidator.validate`, on a worker thread).
-A slice ends after a bounded step: a window of the reader, or 64 records checked; one record
-is never split.
+work goes in slices of about a quarter of a millisecond, with the loop's other work run
+between them; the answers are the same as in one go (:meth:`RecordValidator.validate`, on a
+worker thread). A slice ends after a bounded step: a window of the reader, or 64 records
+checked; one record is never split.
 """
 
 from __future__ import annotations
@@ -83,8 +83,11 @@ _MODE_KEY: Final = "record.validation.policy.mode"
 _REGISTRY_KEY: Final = "record.validation.schema.registry.url"
 _DEFAULT_CLASS: Final = "policies.records.BuiltinRecordValidationPolicy"
 _SHOWN_ERRORS: Final = 3
-_SLICE_SECONDS: Final = 0.001
-"""How long validation runs on the event loop before the loop's other work gets a turn."""
+_SLICE_SECONDS: Final = 0.00025
+"""How long validation runs on the event loop before the loop's other work gets a turn. A
+request through the gateway waits for a turn about five times on its way (its frame, the
+broker's answer, ...): with 1 ms slices a victim of a client sending bombs waited 5 ms more
+(p50) and 9 ms (p99); with 0.25 ms, 1 ms. A turn given when nothing else waits costs 2 us."""
 _CLOCK_EVERY: Final = 64
 """Records checked between two looks at the clock."""
 _MAX_RECORD_ERRORS: Final = 1000

@@ -129,8 +129,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         self, checks: Sequence[tuple[PartitionRecords, str]]
     ) -> Sequence[PartitionOutcome]:
         """Validate the partitions, under one budget for the request (``limits:``). The
-        built-in policies run right here, in slices of about a millisecond with the loop's
-        other work between them; a plug-in runs on the policy pool, and one that does not
+        built-in policies run right here, in slices of a quarter of a millisecond with the
+        loop's other work between them; a plug-in runs on the policy pool, and one that does not
         finish in time (or finds no free worker) rejects every partition (fail closed)."""
         validator = self._services.records
         partitions = [(p.topic, p.partition, policy, p.records) for p, policy in checks]

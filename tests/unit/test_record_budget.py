@@ -348,7 +348,7 @@ def test_records_come_in_windows_of_a_bounded_size(codec: str, full: bool) -> No
         windows = [len(window) for window in records.windows()]
 
     assert sum(windows) == 20_000 == records.records_read
-    assert max(windows) == (256 if full else 2048)
+    assert max(windows) == (128 if full else 1024)
 
 
 ZSTD_LAYOUTS = {
