@@ -38,7 +38,7 @@ from kio.schema.metadata import v13 as metadata_v13
 from kio.static.primitive import i32
 from kio.static.protocol import Entity
 
-from .codec import replaced
+from .codec import decode_response_as, replaced
 
 METADATA: Final = 3
 FIND_COORDINATOR: Final = 10
@@ -178,3 +178,14 @@ def _no_addresses(api_key: int, payload: AddressBearingResponse) -> ValueError:
     if api_key in ADDRESS_BEARING_APIS:
         return ValueError(f"{type(payload).__name__} is no answer of API key {api_key}")
     return ValueError(f"API key {api_key} carries no broker addresses")
+
+
+_ADDRESS_BEARING: Final[tuple[type[AddressBearingResponse], ...]] = get_args(AddressBearingResponse)
+
+
+def decode_address_bearing(api_key: int, api_version: int, frame: bytes) -> AddressBearingResponse:
+    """The answer of one of :data:`ADDRESS_BEARING_APIS`, decoded and typed.
+
+    :raises Undecodable: for a malformed answer.
+    """
+    return decode_response_as(_ADDRESS_BEARING, api_key, api_version, frame)

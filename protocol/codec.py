@@ -40,12 +40,6 @@ E = TypeVar("E", bound=Entity)
 A = TypeVar("A", bound=ApiEntity)
 T = TypeVar("T")
 
-Payload = Any
-"""Erased: a kio entity of any API. protocol/ itself no longer uses it (each module names its
-API's entities, and these functions take any :class:`Entity`); it stays only for
-``gateway/handlers/_addresses.py`` and ``gateway/handlers/metadata.py``, which annotate with it
-and read fields off it, and for the tests that import it."""
-
 
 class Undecodable(Exception):
     """A body the gateway must inspect but cannot decode: the caller refuses the request."""

@@ -41,7 +41,6 @@ from policies.chain import PolicyChain
 from policies.loader import flatten_configs, load_policy_chain
 from protocol.admin import SOURCE_DEFAULT, TopicDescription
 from protocol.codec import (
-    Payload,
     decode_request,
     decode_response,
     encode_request,
@@ -351,7 +350,7 @@ def make(cls: type, **values: object) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def request(api_key: int, version: int, payload: Payload) -> bytes:
+def request(api_key: int, version: int, payload: Any) -> bytes:
     """A request frame, no size prefix (what the handlers are given)."""
     return encode_request(api_key, version, CORRELATION_ID, CLIENT_ID, payload)[4:]
 
@@ -494,7 +493,7 @@ def produce(
     return request(PRODUCE, version, payload)
 
 
-def forwarded(outcome: Outcome) -> tuple[RequestHeader, Payload]:
+def forwarded(outcome: Outcome) -> tuple[RequestHeader, Any]:
     """The header and decoded body of what an outcome sends the broker."""
     assert isinstance(outcome, Forward), outcome
     header = parse_request_header(outcome.frame)
@@ -504,7 +503,7 @@ def forwarded(outcome: Outcome) -> tuple[RequestHeader, Payload]:
 # --- broker answers (encoded here, as a broker would) ---------------------------------------
 
 
-def _response(api_key: int, version: int, payload: Payload) -> bytes:
+def _response(api_key: int, version: int, payload: Any) -> bytes:
     return encode_response(CORRELATION_ID, api_key, version, payload)
 
 
@@ -678,7 +677,7 @@ def _resource_items(results: Sequence[Any]) -> list[Item]:
     ]
 
 
-_READERS: dict[int, Callable[[Payload], list[Item]]] = {
+_READERS: dict[int, Callable[[Any], list[Item]]] = {
     CREATE_TOPICS: lambda p: [(t.name, int(t.error_code), t.error_message) for t in p.topics],
     CREATE_PARTITIONS: lambda p: [(r.name, int(r.error_code), r.error_message) for r in p.results],
     DELETE_TOPICS: lambda p: [

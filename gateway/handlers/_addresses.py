@@ -3,16 +3,25 @@ broker address in the broker's answer for the gateway listener of that node."""
 
 from __future__ import annotations
 
-from protocol.addresses import broker_endpoints, replace_endpoints
-from protocol.codec import Payload, decode_response, encode_response
+from typing import TypeVar
+
+from protocol.addresses import (
+    AddressBearingResponse,
+    broker_endpoints,
+    decode_address_bearing,
+    replace_endpoints,
+)
+from protocol.codec import encode_response
 
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Forward, Outcome
 from ..services import Services
 from .base import Handler
 
+R = TypeVar("R", bound=AddressBearingResponse)
 
-async def with_gateway_addresses(api_key: int, services: Services, payload: Payload) -> Payload:
+
+async def with_gateway_addresses(api_key: int, services: Services, payload: R) -> R:
     """``payload`` (a decoded answer of ``api_key``) with each broker address replaced by the
     gateway's listener of that node.
 
@@ -31,7 +40,7 @@ def rewrite_addresses(
     async def on_response(response: bytes) -> bytes:
         # Undecodable or a node without a listener raises: the connection is closed
         # rather than a broker address reaching the client.
-        payload = decode_response(api_key, version, response)
+        payload = decode_address_bearing(api_key, version, response)
         rewritten = await with_gateway_addresses(api_key, services, payload)
         return encode_response(ctx.correlation_id, api_key, version, rewritten)
 

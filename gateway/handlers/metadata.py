@@ -51,8 +51,7 @@ from dataclasses import dataclass
 from policies.api import ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import Decision
 from protocol import metadata as md
-from protocol.addresses import METADATA
-from protocol.codec import Payload
+from protocol.addresses import METADATA, MetadataResponse
 from protocol.errors import (
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
@@ -98,7 +97,7 @@ class AutoCreationCall:
     """One Metadata request after the broker's answer: what is left to judge."""
 
     request: md.MetadataRequest
-    answer: Payload
+    answer: MetadataResponse
     """The broker's answer to the reissued request, with the gateway's addresses."""
     illegal: Mapping[str, str]
     """Name -> why it is not a legal topic name."""
@@ -270,7 +269,7 @@ class MetadataHandler:
         enforcement = AutoCreation(self._services, call)
         return await self._services.engine.run(enforcement, ctx, cluster, frame)
 
-    async def _creation(self, cluster: ClusterView, answer: Payload) -> Creation:
+    async def _creation(self, cluster: ClusterView, answer: MetadataResponse) -> Creation:
         """The counts a topic would be auto-created with: as stated in
         ``upstream.broker_defaults``, else as the first broker of ``answer`` reports them."""
         stated = self._services.upstream.broker_defaults

@@ -28,7 +28,7 @@ from gateway.handlers.metadata import MetadataHandler
 from gateway.outcomes import Answer
 from protocol.addresses import BrokerEndpoint
 from protocol.admin import InternalRequest
-from protocol.codec import Payload, decode_response, encode_request
+from protocol.codec import decode_response, encode_request
 from tests.enforcement_support import BROKER, Harness, StandInCluster, context, described, make
 
 pytestmark = pytest.mark.unit
@@ -52,7 +52,7 @@ class BrokerStandIn(StandInCluster):
     created: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
     sent: list[tuple[int, bool | None]] = dataclasses.field(default_factory=list)
 
-    async def send(self, request: InternalRequest) -> Payload:
+    async def send(self, request: InternalRequest) -> Any:
         payload = request.payload
         if request.api_key == CREATE_TOPICS:
             self.sent.append((CREATE_TOPICS, None))
