@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
+from kio.schema.offset_fetch.v8 import response as offset_fetch_v8
+from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from prometheus_client import CollectorRegistry, Counter
 
@@ -39,7 +41,7 @@ from gateway.services import Services
 from gateway.state import SqliteStore
 from policies.chain import PolicyChain
 from policies.loader import flatten_configs, load_policy_chain
-from protocol.admin import SOURCE_DEFAULT, TopicDescription
+from protocol.admin import SOURCE_DEFAULT, InternalRequest, TopicDescription
 from protocol.codec import (
     decode_request,
     decode_response,
@@ -61,8 +63,12 @@ TIMEOUT = i32Timedelta.parse(timedelta(seconds=30))
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CONFIGS, PRODUCE = 33, 44, 32, 0
+FETCH, LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 21, 23
+DELETE_GROUPS, ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, OFFSET_DELETE = 42, 43, 45, 47
+DESCRIBE_PRODUCERS, OFFSET_FETCH = 61, 9
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+PREFERRED, UNCLEAN = 0, 1
 
 _API_MODULES = {
     CREATE_TOPICS: "create_topics",
@@ -72,6 +78,15 @@ _API_MODULES = {
     INCREMENTAL_ALTER_CONFIGS: "incremental_alter_configs",
     DESCRIBE_CONFIGS: "describe_configs",
     PRODUCE: "produce",
+    FETCH: "fetch",
+    LIST_OFFSETS: "list_offsets",
+    DELETE_RECORDS: "delete_records",
+    OFFSET_FOR_LEADER_EPOCH: "offset_for_leader_epoch",
+    DELETE_GROUPS: "delete_groups",
+    ELECT_LEADERS: "elect_leaders",
+    ALTER_PARTITION_REASSIGNMENTS: "alter_partition_reassignments",
+    OFFSET_DELETE: "offset_delete",
+    DESCRIBE_PRODUCERS: "describe_producers",
 }
 
 
@@ -119,7 +134,9 @@ class StandInCluster:
     A topic it does not hold is answered as a broker answers it: Metadata with
     UNKNOWN_TOPIC_OR_PARTITION (or the code set in ``metadata_errors``), DescribeConfigs
     with UNKNOWN_TOPIC_OR_PARTITION. Every client is authorized to alter configs, unless
-    ``alter_refusals`` says otherwise.
+    ``alter_refusals`` says otherwise. Of the requests the gateway writes itself (``send``)
+    it answers OffsetFetch, from ``committed`` and ``group_errors``, as a group coordinator
+    does; anything else fails the test.
     """
 
     topics: dict[str, TopicDescription] = field(default_factory=dict)
@@ -130,6 +147,13 @@ class StandInCluster:
     alter_refusals: dict[tuple[int, str], ItemError] = field(default_factory=dict)
     """What the broker answers an empty validate_only IncrementalAlterConfigs for a resource
     (its authorization check); OK for any other."""
+    committed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """group -> the topics it has committed offsets for (partition 0 of each); a group not
+    here has none, which is how a coordinator answers a group it does not know."""
+    group_errors: dict[str, int] = field(default_factory=dict)
+    """group -> the error its coordinator answers OffsetFetch with."""
+    left_out_groups: set[str] = field(default_factory=set)
+    """Groups the OffsetFetch answer leaves out altogether."""
     asked: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
 
     def add_topic(
@@ -188,6 +212,42 @@ class StandInCluster:
     ) -> Mapping[tuple[int, str], ItemError]:
         self.asked.append(("authorize_alter_configs", tuple(resources)))
         return {key: self.alter_refusals.get(key, OK) for key in resources}
+
+    async def send(self, request: InternalRequest[Any]) -> Any:
+        assert request.api_key == OFFSET_FETCH, f"the stand-in cannot answer {request}"
+        groups = [str(g.group_id) for g in request.payload.groups]
+        assert all(g.topics is None for g in request.payload.groups), "every topic is asked"
+        self.asked.append(("offset_fetch", (request.api_version, *groups)))
+        m = offset_fetch_v8
+        answer = m.OffsetFetchResponse(
+            throttle_time=TIMEOUT,
+            groups=tuple(
+                m.OffsetFetchResponseGroup(
+                    group_id=GroupId(group),
+                    topics=tuple(
+                        m.OffsetFetchResponseTopics(
+                            name=TopicName(topic),
+                            partitions=(
+                                m.OffsetFetchResponsePartitions(
+                                    partition_index=i32(0),
+                                    committed_offset=i64(12),
+                                    committed_leader_epoch=i32(-1),
+                                    metadata=None,
+                                    error_code=ErrorCode.none,
+                                ),
+                            ),
+                        )
+                        for topic in self.committed.get(group, ())
+                    ),
+                    error_code=ErrorCode(self.group_errors.get(group, 0)),
+                )
+                for group in groups
+                if group not in self.left_out_groups
+            ),
+        )
+        # what the gateway reads is what the wire carries: the answer goes through kio both ways
+        encoded = encode_response(CORRELATION_ID, OFFSET_FETCH, request.api_version, answer)
+        return request.read(encoded)
 
     def _topic(self, name: str) -> TopicDescription:
         found = self.topics.get(name)
@@ -493,11 +553,261 @@ def produce(
     return request(PRODUCE, version, payload)
 
 
+Partition = tuple[str | uuid.UUID, int]
+"""(topic name, or from Fetch v13 a topic id; partition index)."""
+
+
+def _by_topic(partitions: Sequence[Partition]) -> dict[str | uuid.UUID, list[int]]:
+    """Partition indexes per topic, topics in first-seen order."""
+    grouped: dict[str | uuid.UUID, list[int]] = {}
+    for topic, index in partitions:
+        grouped.setdefault(topic, []).append(index)
+    return grouped
+
+
+def fetch(version: int, *partitions: Partition) -> bytes:
+    """Fetch (v4 and later: kio's) from offset 0 of each partition; topics by id from v13."""
+    m = kio_module(FETCH, version)
+    by_id = version >= 13
+    topics = []
+    for topic, indexes in _by_topic(partitions).items():
+        assert isinstance(topic, uuid.UUID) == by_id, (topic, version)
+        fetched = tuple(
+            make(
+                m.FetchPartition,
+                partition=i32(index),
+                current_leader_epoch=i32(-1),
+                fetch_offset=i64(0),
+                last_fetched_epoch=i32(-1),
+                log_start_offset=i64(-1),
+                partition_max_bytes=i32(1 << 20),
+            )
+            for index in indexes
+        )
+        named = {"topic_id": topic} if by_id else {"topic": topic}
+        topics.append(m.FetchTopic(**named, partitions=fetched))
+    payload = make(
+        m.FetchRequest,
+        replica_id=BrokerId(-1),
+        max_wait=i32Timedelta.parse(timedelta(milliseconds=500)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 24),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=tuple(topics),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return request(FETCH, version, payload)
+
+
+def legacy_fetch(version: int, *partitions: tuple[str, int]) -> bytes:
+    """Fetch v0 to v3, which kio lacks, written here: replica id, max wait, min bytes, (v3)
+    max bytes, then per topic its name and per partition index, offset and max bytes."""
+    assert 0 <= version <= 3
+
+    def string(value: str) -> bytes:
+        return struct.pack(">h", len(value)) + value.encode()
+
+    body = struct.pack(">iii", -1, 500, 1) + (struct.pack(">i", 1 << 24) if version == 3 else b"")
+    grouped = _by_topic(partitions)
+    body += struct.pack(">i", len(grouped))
+    for topic, indexes in grouped.items():
+        assert isinstance(topic, str)
+        body += string(topic) + struct.pack(">i", len(indexes))
+        body += b"".join(struct.pack(">iqi", index, 0, 1 << 20) for index in indexes)
+    header = struct.pack(">hhi", FETCH, version, CORRELATION_ID) + string(CLIENT_ID)
+    return header + body
+
+
+def list_offsets(version: int, *partitions: Partition) -> bytes:
+    """ListOffsets of each partition's latest offset."""
+    m = kio_module(LIST_OFFSETS, version)
+    payload = make(
+        m.ListOffsetsRequest,
+        replica_id=BrokerId(-1),
+        isolation_level=i8(0),
+        timeout=TIMEOUT,
+        topics=tuple(
+            m.ListOffsetsTopic(
+                name=topic,
+                partitions=tuple(
+                    make(
+                        m.ListOffsetsPartition,
+                        partition_index=i32(index),
+                        current_leader_epoch=i32(-1),
+                        timestamp=i64(-1),
+                    )
+                    for index in indexes
+                ),
+            )
+            for topic, indexes in _by_topic(partitions).items()
+        ),
+    )
+    return request(LIST_OFFSETS, version, payload)
+
+
+def offset_for_leader_epoch(version: int, *partitions: Partition) -> bytes:
+    m = kio_module(OFFSET_FOR_LEADER_EPOCH, version)
+    payload = make(
+        m.OffsetForLeaderEpochRequest,
+        replica_id=BrokerId(-1),
+        topics=tuple(
+            m.OffsetForLeaderTopic(
+                topic=topic,
+                partitions=tuple(
+                    m.OffsetForLeaderPartition(
+                        partition=i32(index), current_leader_epoch=i32(-1), leader_epoch=i32(0)
+                    )
+                    for index in indexes
+                ),
+            )
+            for topic, indexes in _by_topic(partitions).items()
+        ),
+    )
+    return request(OFFSET_FOR_LEADER_EPOCH, version, payload)
+
+
+def describe_producers(version: int, *partitions: Partition) -> bytes:
+    m = kio_module(DESCRIBE_PRODUCERS, version)
+    payload = m.DescribeProducersRequest(
+        topics=tuple(
+            m.TopicRequest(name=topic, partition_indexes=tuple(i32(i) for i in indexes))
+            for topic, indexes in _by_topic(partitions).items()
+        )
+    )
+    return request(DESCRIBE_PRODUCERS, version, payload)
+
+
+def delete_records(version: int, *partitions: Partition) -> bytes:
+    """DeleteRecords of each partition's records before offset 5."""
+    m = kio_module(DELETE_RECORDS, version)
+    payload = m.DeleteRecordsRequest(
+        topics=tuple(
+            m.DeleteRecordsTopic(
+                name=topic,
+                partitions=tuple(
+                    m.DeleteRecordsPartition(partition_index=i32(index), offset=i64(5))
+                    for index in indexes
+                ),
+            )
+            for topic, indexes in _by_topic(partitions).items()
+        ),
+        timeout=TIMEOUT,
+    )
+    return request(DELETE_RECORDS, version, payload)
+
+
+def offset_delete(version: int, group: str, *partitions: Partition) -> bytes:
+    """OffsetDelete of ``group``'s offsets of each partition."""
+    m = kio_module(OFFSET_DELETE, version)
+    payload = m.OffsetDeleteRequest(
+        group_id=GroupId(group),
+        topics=tuple(
+            m.OffsetDeleteRequestTopic(
+                name=topic,
+                partitions=tuple(
+                    m.OffsetDeleteRequestPartition(partition_index=i32(index)) for index in indexes
+                ),
+            )
+            for topic, indexes in _by_topic(partitions).items()
+        ),
+    )
+    return request(OFFSET_DELETE, version, payload)
+
+
+def elect_leaders(
+    version: int, partitions: Sequence[Partition] | None, *, election_type: int = PREFERRED
+) -> bytes:
+    """ElectLeaders of ``partitions`` (None: every partition); v0 has no election type and
+    elects preferred leaders."""
+    m = kio_module(ELECT_LEADERS, version)
+    topic_partitions = (
+        None
+        if partitions is None
+        else tuple(
+            m.TopicPartitions(topic=topic, partitions=tuple(i32(i) for i in indexes))
+            for topic, indexes in _by_topic(partitions).items()
+        )
+    )
+    assert version >= 1 or election_type == PREFERRED
+    payload = make(
+        m.ElectLeadersRequest,
+        election_type=i8(election_type),
+        topic_partitions=topic_partitions,
+        timeout=TIMEOUT,
+    )
+    return request(ELECT_LEADERS, version, payload)
+
+
+Move = tuple[str, int, tuple[int, ...] | None]
+"""(topic, partition, its new replicas; None cancels a reassignment)."""
+
+
+def alter_partition_reassignments(
+    version: int, *moves: Move, allow_replication_factor_change: bool = True
+) -> bytes:
+    m = kio_module(ALTER_PARTITION_REASSIGNMENTS, version)
+    by_topic: dict[str, list[Any]] = {}
+    for topic, index, replicas in moves:
+        by_topic.setdefault(topic, []).append(
+            m.ReassignablePartition(
+                partition_index=i32(index),
+                replicas=None if replicas is None else tuple(BrokerId(r) for r in replicas),
+            )
+        )
+    payload = make(
+        m.AlterPartitionReassignmentsRequest,
+        timeout=TIMEOUT,
+        allow_replication_factor_change=allow_replication_factor_change,
+        topics=tuple(
+            m.ReassignableTopic(name=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()
+        ),
+    )
+    return request(ALTER_PARTITION_REASSIGNMENTS, version, payload)
+
+
+def delete_groups(version: int, *groups: str) -> bytes:
+    m = kio_module(DELETE_GROUPS, version)
+    payload = m.DeleteGroupsRequest(groups_names=tuple(GroupId(g) for g in groups))
+    return request(DELETE_GROUPS, version, payload)
+
+
 def forwarded(outcome: Outcome) -> tuple[RequestHeader, Any]:
     """The header and decoded body of what an outcome sends the broker."""
     assert isinstance(outcome, Forward), outcome
     header = parse_request_header(outcome.frame)
     return header, decode_request(header, outcome.frame)
+
+
+_REQUEST_LAYOUTS: dict[int, tuple[str, str, str, str | None]] = {
+    FETCH: ("topics", "topic", "partitions", "partition"),
+    LIST_OFFSETS: ("topics", "name", "partitions", "partition_index"),
+    DELETE_RECORDS: ("topics", "name", "partitions", "partition_index"),
+    OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "partitions", "partition"),
+    ELECT_LEADERS: ("topic_partitions", "topic", "partitions", None),
+    ALTER_PARTITION_REASSIGNMENTS: ("topics", "name", "partitions", "partition_index"),
+    OFFSET_DELETE: ("topics", "name", "partitions", "partition_index"),
+    DESCRIBE_PRODUCERS: ("topics", "name", "partition_indexes", None),
+}
+"""Per partitioned API: the request's topics, a topic's name, its partitions, a partition's
+index (None: the partitions are bare indexes)."""
+
+
+def forwarded_partitions(outcome: Outcome) -> list[Partition]:
+    """The (topic or topic id, partition) items of what an outcome sends the broker, in
+    order, read with kio."""
+    header, body = forwarded(outcome)
+    topics_field, topic_field, partitions_field, index_field = _REQUEST_LAYOUTS[header.api_key]
+    found: list[Partition] = []
+    for topic in getattr(body, topics_field) or ():
+        name = getattr(topic, "topic_id", None) or getattr(topic, topic_field)
+        for partition in getattr(topic, partitions_field):
+            index = partition if index_field is None else getattr(partition, index_field)
+            found.append((name, int(index)))
+    return found
 
 
 # --- broker answers (encoded here, as a broker would) ---------------------------------------
@@ -641,6 +951,185 @@ def describe_configs_response(
     )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Layout:
+    """Where a partitioned API's answer keeps its topics and partitions (kio's names), and
+    what a broker puts in a partition's other fields."""
+
+    response: str
+    topics: str
+    topic_entity: str
+    topic: str
+    partitions: str
+    partition_entity: str
+    index: str
+    values: Mapping[str, object]
+
+
+_LAYOUTS: dict[int, _Layout] = {
+    FETCH: _Layout(
+        response="FetchResponse",
+        topics="responses",
+        topic_entity="FetchableTopicResponse",
+        topic="topic",
+        partitions="partitions",
+        partition_entity="PartitionData",
+        index="partition_index",
+        values={
+            "high_watermark": i64(10),
+            "last_stable_offset": i64(10),
+            "log_start_offset": i64(0),
+            "aborted_transactions": (),
+            "preferred_read_replica": BrokerId(-1),
+            "records": None,
+        },
+    ),
+    LIST_OFFSETS: _Layout(
+        response="ListOffsetsResponse",
+        topics="topics",
+        topic_entity="ListOffsetsTopicResponse",
+        topic="name",
+        partitions="partitions",
+        partition_entity="ListOffsetsPartitionResponse",
+        index="partition_index",
+        values={"timestamp": i64(-1), "offset": i64(10), "leader_epoch": i32(0)},
+    ),
+    DELETE_RECORDS: _Layout(
+        response="DeleteRecordsResponse",
+        topics="topics",
+        topic_entity="DeleteRecordsTopicResult",
+        topic="name",
+        partitions="partitions",
+        partition_entity="DeleteRecordsPartitionResult",
+        index="partition_index",
+        values={"low_watermark": i64(10)},
+    ),
+    OFFSET_FOR_LEADER_EPOCH: _Layout(
+        response="OffsetForLeaderEpochResponse",
+        topics="topics",
+        topic_entity="OffsetForLeaderTopicResult",
+        topic="topic",
+        partitions="partitions",
+        partition_entity="EpochEndOffset",
+        index="partition",
+        values={"leader_epoch": i32(0), "end_offset": i64(10)},
+    ),
+    ELECT_LEADERS: _Layout(
+        response="ElectLeadersResponse",
+        topics="replica_election_results",
+        topic_entity="ReplicaElectionResult",
+        topic="topic",
+        partitions="partition_result",
+        partition_entity="PartitionResult",
+        index="partition_id",
+        values={"error_message": None},
+    ),
+    ALTER_PARTITION_REASSIGNMENTS: _Layout(
+        response="AlterPartitionReassignmentsResponse",
+        topics="responses",
+        topic_entity="ReassignableTopicResponse",
+        topic="name",
+        partitions="partitions",
+        partition_entity="ReassignablePartitionResponse",
+        index="partition_index",
+        values={"error_message": None},
+    ),
+    OFFSET_DELETE: _Layout(
+        response="OffsetDeleteResponse",
+        topics="topics",
+        topic_entity="OffsetDeleteResponseTopic",
+        topic="name",
+        partitions="partitions",
+        partition_entity="OffsetDeleteResponsePartition",
+        index="partition_index",
+        values={},
+    ),
+    DESCRIBE_PRODUCERS: _Layout(
+        response="DescribeProducersResponse",
+        topics="topics",
+        topic_entity="TopicResponse",
+        topic="name",
+        partitions="partitions",
+        partition_entity="PartitionResponse",
+        index="partition_index",
+        values={"error_message": None, "active_producers": ()},
+    ),
+}
+PARTITIONED_APIS = frozenset(_LAYOUTS)
+
+
+def partitioned_response(api_key: int, version: int, codes: Mapping[Partition, int]) -> bytes:
+    """A broker's answer to a partitioned API: each (topic, partition) with its error code,
+    topics in first-seen order, the other numbers as in :data:`_LAYOUTS` (10 where a
+    partition has an offset)."""
+    layout = _LAYOUTS[api_key]
+    m = kio_module(api_key, version, "response")
+    grouped: dict[str | uuid.UUID, list[Any]] = {}
+    for (topic, index), code in codes.items():
+        grouped.setdefault(topic, []).append(
+            make(
+                getattr(m, layout.partition_entity),
+                **{layout.index: i32(index), "error_code": ErrorCode(code)},
+                **layout.values,
+            )
+        )
+    topics = tuple(
+        getattr(m, layout.topic_entity)(
+            **{
+                "topic_id" if isinstance(topic, uuid.UUID) else layout.topic: topic,
+                layout.partitions: tuple(partitions),
+            }
+        )
+        for topic, partitions in grouped.items()
+    )
+    payload = make(
+        getattr(m, layout.response),
+        **{layout.topics: topics},
+        throttle_time=TIMEOUT,
+        error_code=ErrorCode.none,
+        error_message=None,
+        session_id=i32(0),
+        allow_replication_factor_change=True,
+    )
+    return _response(api_key, version, payload)
+
+
+def delete_groups_response(version: int, codes: Mapping[str, int]) -> bytes:
+    m = kio_module(DELETE_GROUPS, version, "response")
+    results = tuple(
+        m.DeletableGroupResult(group_id=GroupId(group), error_code=ErrorCode(code))
+        for group, code in codes.items()
+    )
+    return _response(
+        DELETE_GROUPS, version, m.DeleteGroupsResponse(throttle_time=TIMEOUT, results=results)
+    )
+
+
+def _partitions_of(api_key: int, payload: Any) -> list[tuple[Partition, Any]]:
+    """((topic or topic id, index), the partition entity) of a partitioned answer, in order."""
+    layout = _LAYOUTS[api_key]
+    found: list[tuple[Partition, Any]] = []
+    for topic in getattr(payload, layout.topics):
+        name = getattr(topic, "topic_id", None) or getattr(topic, layout.topic)
+        for partition in getattr(topic, layout.partitions):
+            found.append(((name, int(getattr(partition, layout.index))), partition))
+    return found
+
+
+def partition_values(api_key: int, version: int, frame: bytes, field_name: str) -> list[Any]:
+    """One field of every partition of a partitioned answer, in order (-1 where the gateway
+    answered the partition itself)."""
+    payload = decode_response(api_key, version, frame)
+    return [getattr(partition, field_name) for _, partition in _partitions_of(api_key, payload)]
+
+
+def top_level(api_key: int, version: int, frame: bytes) -> dict[str, Any]:
+    """An answer's fields other than its list of results."""
+    payload = decode_response(api_key, version, frame)
+    skip = _LAYOUTS[api_key].topics if api_key in _LAYOUTS else "results"
+    return {f.name: getattr(payload, f.name) for f in dataclasses.fields(payload) if f.name != skip}
+
+
 # --- reading the client's answer ------------------------------------------------------------
 
 
@@ -658,7 +1147,8 @@ def items(api_key: int, version: int, frame: bytes) -> list[Item]:
 
     A version without ``error_message`` reads as None. DeleteTopics items are topic names
     (in a v6 answer the topic id where the name is null), config resources are
-    (resource type, name), Produce items (topic, partition).
+    (resource type, name), Produce items and those of the other partitioned APIs (topic,
+    partition), Fetch's from v13 (topic id, partition); DeleteGroups items are groups.
     """
     assert response_correlation_id(frame) == CORRELATION_ID
     if api_key == CREATE_TOPICS and version < 2:
@@ -692,7 +1182,13 @@ _READERS: dict[int, Callable[[Any], list[Item]]] = {
         for t in p.responses
         for r in t.partition_responses
     ],
+    DELETE_GROUPS: lambda p: [(r.group_id, int(r.error_code), None) for r in p.results],
 }
+for _api_key in PARTITIONED_APIS:
+    _READERS[_api_key] = lambda p, key=_api_key: [
+        (item, int(partition.error_code), _message(partition))
+        for item, partition in _partitions_of(key, p)
+    ]
 
 
 def codes(api_key: int, version: int, frame: bytes) -> list[tuple[Any, int]]:

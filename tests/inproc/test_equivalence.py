@@ -15,9 +15,9 @@ What the test broker (Tansu 0.6.0, TEST_BROKER.md) cannot show, and what is done
 - AlterConfigs (33) v0-v2 and CreatePartitions (37) v0-v3: Tansu lacks both and closes the
   connection on either. The gateway does not advertise them in front of it; a client that
   sends one anyway has it judged, forwarded as sent (a tap shows it) and gets the same end,
-  the connection closed with no answer: :func:`test_an_api_the_broker_lacks`. Answers of a
-  broker that has them are covered with a scripted upstream in test_alter_configs.py and
-  test_delete_and_partitions.py, not here.
+  the connection closed with no answer: :func:`test_a_request_the_broker_never_answers`.
+  Answers of a broker that has them are covered with a scripted upstream in
+  test_alter_configs.py and test_delete_and_partitions.py, not here.
 - CreateTopics v0 and v1: kio has no schema for them, the gateway sends them to the broker
   as v2. Tansu takes v0 and v1 itself, so they are compared like every other version: the
   request is v2's bytes less what v0/v1 lack, the answers are read by a small decoder here.
@@ -33,6 +33,29 @@ What the test broker (Tansu 0.6.0, TEST_BROKER.md) cannot show, and what is done
   UNKNOWN_TOPIC_ID, as Kafka does; Tansu answers UNKNOWN_TOPIC_OR_PARTITION. Left out.
 - DescribeConfigs naming keys: Tansu closes the connection on a non-empty
   ``configuration_keys``, so the cases ask for every key (a null list and an empty one).
+- OffsetForLeaderEpoch (23) v2-v4, DescribeProducers (61) v0, OffsetDelete (47) v0,
+  ElectLeaders (43) v0-v2 and AlterPartitionReassignments (45) v0-v1: Tansu does not
+  advertise them and closes the connection on each (its log: ``UnknownServiceFrame``), as
+  on AlterConfigs: compared the same way, in :func:`test_a_request_the_broker_never_answers`.
+  The unclean elections (v1, v2) and the reassignments are judged first (DescribeConfigs,
+  Metadata on the client's link), so the tap shows the request forwarded after its judgement.
+- DeleteRecords (21) v0-v2: Tansu advertises it, but its memory storage panics on it
+  ("not yet implemented", tansu-storage dynostore.rs) and the connection closes with no
+  answer; the broker stays up. Compared the same way.
+- Fetch v0-v3: kio has no schema for them; Tansu answers them (with magic 2 batches: it
+  does not down-convert). The request is written and the answer read here, as for
+  CreateTopics v0/v1. Fetch goes through two gateways: one with no topics of its own, where
+  every Fetch passes unread, and one whose own (audit) topic's name begins every case
+  topic's name, so that every Fetch's bytes name it and the gateway reads and judges the
+  request (v4 and later; from v13, which names topics by id, a gateway's first Fetch is read
+  to learn its own topics' ids). Fetch v0-v3 naming an own topic closes the connection
+  (test_enforcements.py), so they go through the first gateway only.
+- Metadata: brokers are named with the gateway's address through it, so ``host`` and
+  ``port`` are blanked. Every version asks for existing topics with auto-creation off
+  (v0-v3 have no such switch: they always allow it, so the gateway reissues them as v4 with
+  it off and answers in the client's version).
+- DeleteGroups of groups that do not exist: Tansu answers NONE (Kafka: GROUP_ID_NOT_FOUND);
+  both paths get Tansu's answer, so the case stays.
 """
 
 from __future__ import annotations
@@ -51,12 +74,16 @@ from typing import Any, Literal
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.schema.offset_commit.v8 import request as offset_commit
+from kio.schema.offset_fetch.v8 import request as offset_fetch
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.config import HostPort
+from gateway.handlers import version_caps
+from gateway.handlers.coverage import COVERAGE
 from protocol.codec import encode_request
-from protocol.versions import DECODABLE
+from protocol.versions import API_NAMES
 from tests.batches import batch_with, record
 from tests.support import (
     BrokerTap,
@@ -72,7 +99,9 @@ pytestmark = pytest.mark.inproc
 
 PRODUCE, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 0, 3, 18, 19, 20
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
-FETCH = 1
+FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, DELETE_RECORDS = 1, 2, 8, 9, 21
+OFFSET_FOR_LEADER_EPOCH, DELETE_GROUPS, ELECT_LEADERS = 23, 42, 43
+ALTER_PARTITION_REASSIGNMENTS, OFFSET_DELETE, DESCRIBE_PRODUCERS = 45, 47, 61
 TOPIC_RESOURCE = 2
 SET, DELETE = 0, 1
 NONE, TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 0, 36, 3
@@ -80,6 +109,9 @@ TIMEOUT = i32Timedelta.parse(timedelta(seconds=10))
 POLICY_KEY = "record.validation.policy"
 NO_TOPIC_ID = uuid.UUID(int=0)
 CREATED_CONFIGS = {"cleanup.policy": "compact", "retention.ms": "3600000"}
+OWN_TOPIC = "eq-audit"
+"""The audit topic of the guarding gateway: every topic of a case through it is named
+``eq-audit-...``, so every request's bytes name the gateway's own topic."""
 
 Path = Literal["direct", "gateway"]
 
@@ -106,7 +138,9 @@ Prepare = Callable[[Paths, Path, tuple[str, ...]], None]
 class Case:
     """One allowed request: ``build(version, topics)`` makes it for a path's two topics
     after ``prepare`` made them. ``shared``: it changes nothing, so both paths use the same
-    topics. ``error_codes``: every error code the broker's own answer holds."""
+    topics. ``error_codes``: every error code the broker's own answer holds. ``guarding``:
+    through a gateway with an audit topic, :data:`OWN_TOPIC`, whose name begins the case's
+    topic names."""
 
     api: str
     api_key: int
@@ -116,6 +150,7 @@ class Case:
     prepare: Prepare
     shared: bool = False
     error_codes: frozenset[int] = frozenset({NONE})
+    guarding: bool = False
 
     @property
     def id(self) -> str:
@@ -168,6 +203,63 @@ def at_broker(**configs: str) -> Prepare:
         create_topics_at(str(paths.broker), names, configs)
 
     return prepare
+
+
+def produce_at(address: str, names: Sequence[str]) -> None:
+    """Three records to partition 0 of each of ``names``, straight through ``address``."""
+    client = RawClient(address)
+    try:
+        answer = client.request(PRODUCE, 9, produce("none")(9, Topics(names=tuple(names), ids=())))
+    finally:
+        client.close()
+    codes = [int(p.error_code) for t in answer.responses for p in t.partition_responses]
+    assert codes == [NONE] * len(names)
+
+
+def with_records(paths: Paths, path: Path, names: tuple[str, ...]) -> None:
+    """Each path's topics created at the broker with three records in partition 0."""
+    create_topics_at(str(paths.broker), names, {})
+    produce_at(str(paths.broker), names)
+
+
+def group_of(topic: str) -> str:
+    """The consumer group a case names after ``topic`` (so it is normalised with it)."""
+    return f"{topic}-group"
+
+
+def committed(paths: Paths, path: Path, names: tuple[str, ...]) -> None:
+    """Each topic created at the broker, and its group's offset 1 of partition 0 committed
+    there (a group with no members, as a tool that commits offsets makes one)."""
+    create_topics_at(str(paths.broker), names, {})
+    client = RawClient(paths.broker)
+    try:
+        for name in names:
+            answer = client.request(
+                OFFSET_COMMIT,
+                8,
+                offset_commit.OffsetCommitRequest(
+                    group_id=GroupId(group_of(name)),
+                    generation_id_or_member_epoch=i32(-1),
+                    member_id="",
+                    group_instance_id=None,
+                    topics=(
+                        offset_commit.OffsetCommitRequestTopic(
+                            name=TopicName(name),
+                            partitions=(
+                                offset_commit.OffsetCommitRequestPartition(
+                                    partition_index=i32(0),
+                                    committed_offset=i64(1),
+                                    committed_leader_epoch=i32(-1),
+                                    committed_metadata=None,
+                                ),
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            assert [int(p.error_code) for t in answer.topics for p in t.partitions] == [NONE]
+    finally:
+        client.close()
 
 
 def validated(policy: str) -> Prepare:
@@ -318,6 +410,99 @@ def produce(codec: str) -> Build:
     return build
 
 
+def entity(cls: type, **values: Any) -> Any:
+    """A kio entity of ``values``, less those its version does not have."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def list_offsets(timestamp: int) -> Build:
+    """The offset of partition 0 of each topic at ``timestamp`` (-1 latest, -2 earliest)."""
+
+    def build(version: int, topics: Topics) -> Any:
+        m = request_module("list_offsets", version)
+        return entity(
+            m.ListOffsetsRequest,
+            replica_id=BrokerId(-1),
+            isolation_level=i8(0),
+            timeout=TIMEOUT,
+            topics=tuple(
+                m.ListOffsetsTopic(
+                    name=TopicName(name),
+                    partitions=(
+                        entity(
+                            m.ListOffsetsPartition,
+                            partition_index=i32(0),
+                            current_leader_epoch=i32(-1),
+                            timestamp=i64(timestamp),
+                        ),
+                    ),
+                )
+                for name in topics.names
+            ),
+        )
+
+    return build
+
+
+def fetch(version: int, topics: Topics) -> Any:
+    """Partition 0 of each topic from offset 0, up to 1 MiB, waiting at most 50 ms (Tansu
+    answers a Fetch with no wait at all with no topics); by topic id from v13. v0-v3 are
+    built as v4, which has their fields (:func:`legacy_fetch`)."""
+    m = request_module("fetch", max(version, 4))
+    by_id = version >= 13
+    if by_id:
+        assert all(topics.ids), "the topics to fetch by id must exist"
+    return entity(
+        m.FetchRequest,
+        replica_id=BrokerId(-1),
+        max_wait=i32Timedelta.parse(timedelta(milliseconds=50)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=tuple(
+            m.FetchTopic(
+                **({"topic_id": topic_id} if by_id else {"topic": TopicName(name)}),
+                partitions=(
+                    entity(
+                        m.FetchPartition,
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            )
+            for name, topic_id in zip(topics.names, topics.ids, strict=True)
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def delete_groups(version: int, topics: Topics) -> Any:
+    m = request_module("delete_groups", version)
+    return m.DeleteGroupsRequest(groups_names=tuple(GroupId(group_of(n)) for n in topics.names))
+
+
+def metadata_of(version: int, topics: Topics) -> Any:
+    """Metadata of both topics, auto-creation off (v4 and later; v0-v3 cannot say so)."""
+    m = request_module("metadata", version)
+    return entity(
+        m.MetadataRequest,
+        topics=tuple(
+            entity(m.MetadataRequestTopic, name=TopicName(n), topic_id=None) for n in topics.names
+        ),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
 def alter_configs(version: int, name: str) -> Any:
     return legacy_alter_configs_request(version, [(TOPIC_RESOURCE, name, {"retention.ms": "5"})])
 
@@ -335,13 +520,19 @@ def create_partitions(version: int, name: str) -> Any:
 
 API_KEYS = {
     "Produce": PRODUCE,
+    "Fetch": FETCH,
+    "ListOffsets": LIST_OFFSETS,
+    "Metadata": METADATA,
     "CreateTopics": CREATE_TOPICS,
     "DeleteTopics": DELETE_TOPICS,
     "DescribeConfigs": DESCRIBE_CONFIGS,
+    "DeleteGroups": DELETE_GROUPS,
     "IncrementalAlterConfigs": INCREMENTAL_ALTER_CONFIGS,
 }
-READ_ONLY = {"DescribeConfigs"}
+READ_ONLY = {"DescribeConfigs", "Fetch", "ListOffsets", "Metadata"}
 """APIs that change nothing: both paths ask about the same topics."""
+GUARDING = {("Fetch", "read")}
+"""(API, variant) of the cases that go through the gateway with an own topic."""
 
 OK = frozenset({NONE})
 EXISTS = frozenset({TOPIC_ALREADY_EXISTS})
@@ -353,6 +544,9 @@ FULL_POLICY = "header:trace-id;key-required;json"
 # Produce: no policy; header rules alone (the header scan); value rules alone (the value
 # check); both and the key (the full reader). Each with its own codec.
 # IncrementalAlterConfigs of a missing topic: Tansu answers NONE (Kafka would not).
+# DeleteGroups of groups that do not exist: Tansu answers NONE (Kafka: GROUP_ID_NOT_FOUND).
+# ListOffsets of a missing topic: Tansu answers NONE and offset 0 (Kafka:
+# UNKNOWN_TOPIC_OR_PARTITION); the gateway must still ask the broker, not answer itself.
 # fmt: off
 TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     # API, versions, variant, request, topics before, error codes the broker answers with
@@ -369,6 +563,14 @@ TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     ("Produce", range(3, 10), "value-policy", produce("lz4"), validated("json"), OK),
     ("Produce", range(3, 10), "full-policy", produce("zstd"), validated(FULL_POLICY), OK),
     ("DescribeConfigs", range(1, 5), "topics", describe_configs, configured, OK),
+    ("Fetch", range(0, 16), "unread", fetch, with_records, OK),
+    ("Fetch", range(4, 16), "read", fetch, with_records, OK),
+    ("ListOffsets", range(1, 10), "latest", list_offsets(-1), with_records, OK),
+    ("ListOffsets", range(1, 10), "earliest", list_offsets(-2), with_records, OK),
+    ("ListOffsets", range(1, 10), "missing", list_offsets(-1), nothing, OK),
+    ("Metadata", range(0, 13), "existing", metadata_of, existing, OK),
+    ("DeleteGroups", range(0, 3), "with-offsets", delete_groups, committed, OK),
+    ("DeleteGroups", range(0, 3), "missing", delete_groups, nothing, OK),
 ]
 # fmt: on
 
@@ -394,13 +596,37 @@ CASES = [
         prepare=prepare,
         shared=api in READ_ONLY,
         error_codes=codes,
+        guarding=(api, variant) in GUARDING,
     )
     for api, versions, variant, build, prepare, codes in TABLE
     for version in versions
 ]
 
-LACKING = [(ALTER_CONFIGS, v) for v in range(0, 3)] + [(CREATE_PARTITIONS, v) for v in range(0, 4)]
-"""The judged APIs the test broker lacks, in each version the gateway takes."""
+BROKER_LACKS = frozenset(
+    {
+        ALTER_CONFIGS,
+        CREATE_PARTITIONS,
+        OFFSET_FOR_LEADER_EPOCH,
+        DESCRIBE_PRODUCERS,
+        OFFSET_DELETE,
+        ELECT_LEADERS,
+        ALTER_PARTITION_REASSIGNMENTS,
+    }
+)
+"""The judged APIs the test broker does not advertise (it closes the connection on each)."""
+NEVER_ANSWERED = BROKER_LACKS | {DELETE_RECORDS}
+"""... and DeleteRecords, which it advertises but panics on."""
+
+
+def taken(api_key: int) -> range:
+    """The versions the gateway takes of ``api_key``."""
+    caps = version_caps()[api_key]
+    assert caps is not None
+    return range(caps.min_version, caps.max_version + 1)
+
+
+LACKING = [(key, version) for key in sorted(NEVER_ANSWERED) for version in taken(key)]
+"""The judged APIs the test broker never answers, in each version the gateway takes."""
 
 
 # --- asking and normalising --------------------------------------------------------------------
@@ -410,20 +636,15 @@ def plain(value: Any, names: Sequence[str]) -> Any:
     """``value`` (a kio entity, or what :func:`read_legacy_create_topics` returns) as dicts
     and tuples, with what differs between the two paths by design made equal: each of
     ``names`` becomes ``<topic-N>`` wherever it appears, throttle times and topic ids are
-    blanked (a zero id, meaning none, is kept)."""
+    blanked (a zero id, meaning none, is kept), and so are brokers' hosts and ports (the
+    gateway names itself in their place)."""
     if isinstance(value, dict):
         return {k: plain(v, names) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields: dict[str, Any] = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if f.name == "throttle_time":
-                fields[f.name] = "<throttle>"
-            elif f.name == "topic_id" and item not in (None, NO_TOPIC_ID):
-                fields[f.name] = "<topic-id>"
-            else:
-                fields[f.name] = plain(item, names)
-        return fields
+        return {
+            f.name: blanked(f.name, getattr(value, f.name), names)
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, tuple | list):
         return tuple(plain(v, names) for v in value)
     if isinstance(value, enum.Enum):
@@ -433,6 +654,17 @@ def plain(value: Any, names: Sequence[str]) -> Any:
             value = value.replace(name, f"<topic-{index}>")
         return value
     return value
+
+
+def blanked(field: str, value: Any, names: Sequence[str]) -> Any:
+    """A field of an entity, :func:`plain`, or its placeholder when it differs by design."""
+    if field == "throttle_time":
+        return "<throttle>"
+    if field == "topic_id" and value not in (None, NO_TOPIC_ID):
+        return "<topic-id>"
+    if field in ("host", "port"):
+        return f"<{field}>"
+    return plain(value, names)
 
 
 def flat(tree: Any, path: str = "") -> list[str]:
@@ -490,6 +722,60 @@ def read_legacy_create_topics(version: int, frame: bytes, correlation_id: int) -
     return {"topics": tuple(topics)}
 
 
+def legacy_fetch(client: RawClient, version: int, payload: Any) -> dict[str, Any]:
+    """Fetch v0-v3, which kio lacks, from v4's fields: replica id, max wait, min bytes, (v3)
+    max bytes, then per topic its name and per partition its index, offset and max bytes.
+    The answer is read here: (v1 and later) throttle time, then per topic its name and per
+    partition its index, error code, high watermark and records."""
+    correlation_id = 9
+
+    def string(value: str) -> bytes:
+        return struct.pack(">h", len(value)) + value.encode()
+
+    max_wait = int(payload.max_wait.total_seconds() * 1000)
+    body = struct.pack(">iii", payload.replica_id, max_wait, payload.min_bytes)
+    if version == 3:
+        body += struct.pack(">i", payload.max_bytes)
+    body += struct.pack(">i", len(payload.topics))
+    for topic in payload.topics:
+        body += string(topic.topic) + struct.pack(">i", len(topic.partitions))
+        for p in topic.partitions:
+            body += struct.pack(">iqi", p.partition, p.fetch_offset, p.partition_max_bytes)
+    frame = struct.pack(">hhi", FETCH, version, correlation_id) + string("raw-test") + body
+    client.send_bytes(struct.pack(">i", len(frame)) + frame)
+    return read_legacy_fetch(version, client.recv_frame(), correlation_id)
+
+
+def read_legacy_fetch(version: int, frame: bytes, correlation_id: int) -> dict[str, Any]:
+    body = io.BytesIO(frame)
+
+    def take(fmt: str) -> Any:
+        return struct.unpack(fmt, body.read(struct.calcsize(fmt)))[0]
+
+    def string() -> str:
+        return body.read(take(">h")).decode()
+
+    assert take(">i") == correlation_id
+    answer: dict[str, Any] = {}
+    if version >= 1:
+        take(">i")
+        answer["throttle_time"] = "<throttle>"
+    topics = []
+    for _ in range(take(">i")):
+        name = string()
+        partitions = []
+        for _ in range(take(">i")):
+            partition = {"partition_index": take(">i"), "error_code": take(">h")}
+            partition["high_watermark"] = take(">q")
+            size = take(">i")
+            partition["records"] = None if size < 0 else body.read(size)
+            partitions.append(partition)
+        topics.append({"topic": name, "partitions": tuple(partitions)})
+    answer["responses"] = tuple(topics)
+    assert body.read() == b"", "trailing bytes after the answer"
+    return answer
+
+
 def ask(address: str, case: Case, topics: Topics) -> Any:
     """``case``'s request for ``topics`` through ``address``; the answer, :func:`plain`."""
     client = RawClient(address)
@@ -497,6 +783,8 @@ def ask(address: str, case: Case, topics: Topics) -> Any:
         request = case.build(case.version, topics)
         if case.api_key == CREATE_TOPICS and case.version < 2:
             answer = legacy_create_topics(client, case.version, request)
+        elif case.api_key == FETCH and case.version < 4:
+            answer = legacy_fetch(client, case.version, request)
         else:
             answer = client.request(case.api_key, case.version, request)
     finally:
@@ -548,8 +836,9 @@ def described_configs(address: str | HostPort, names: Sequence[str]) -> list[dic
 
 
 def broker_view(broker: HostPort, names: tuple[str, ...]) -> Any:
-    """What the broker reports about ``names``: Metadata, configs, and the records of
-    partition 0 of those that exist; :func:`plain`."""
+    """What the broker reports about ``names``: Metadata, configs, the records of partition 0
+    of those that exist, and the offsets committed by the groups named after them
+    (:func:`group_of`); :func:`plain`."""
     topics = metadata(broker, names).topics
     existing = [t.name for t in topics if t.error_code == NONE]
     client = RawClient(broker)
@@ -559,17 +848,40 @@ def broker_view(broker: HostPort, names: tuple[str, ...]) -> Any:
             client.request(FETCH, 12, fetch_request(n, max_wait=timedelta(milliseconds=50)))
             for n in existing
         ]
+        offsets = client.request(
+            OFFSET_FETCH,
+            8,
+            offset_fetch.OffsetFetchRequest(
+                groups=tuple(
+                    offset_fetch.OffsetFetchRequestGroup(group_id=GroupId(group_of(n)), topics=None)
+                    for n in names
+                ),
+                require_stable=False,
+            ),
+        )
     finally:
         client.close()
     view = {
         "metadata": sorted(topics, key=lambda t: names.index(t.name)),
         "configs": described_configs(broker, existing),
         "fetched from partition 0": [r.responses for r in fetched],
+        "committed offsets": offsets.groups,
     }
     return plain(view, names)
 
 
 # --- the tests ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def guarding_gateway(broker: HostPort) -> Iterator[GatewayThread]:
+    """The real gateway with an audit topic, :data:`OWN_TOPIC`, on the session broker."""
+    running = GatewayThread(gateway_config(broker, audit={"topic": OWN_TOPIC})).start()
+    try:
+        assert running.gateway.own_topics == {OWN_TOPIC}
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.mark.parametrize(
@@ -586,11 +898,15 @@ def broker_view(broker: HostPort, names: tuple[str, ...]) -> Any:
     ],
 )
 def test_same_answer_through_the_gateway(
-    broker: HostPort, gateway: GatewayThread, case: Case
+    broker: HostPort, request: pytest.FixtureRequest, case: Case
 ) -> None:
+    gateway: GatewayThread = request.getfixturevalue(
+        "guarding_gateway" if case.guarding else "gateway"
+    )
     paths = Paths(broker=broker, gateway=gateway)
-    direct_names = (unique_name("eq"), unique_name("eq"))
-    through_names = direct_names if case.shared else (unique_name("eq"), unique_name("eq"))
+    prefix = OWN_TOPIC if case.guarding else "eq"
+    direct_names = (unique_name(prefix), unique_name(prefix))
+    through_names = direct_names if case.shared else (unique_name(prefix), unique_name(prefix))
     case.prepare(paths, "direct", direct_names)
     if not case.shared:
         case.prepare(paths, "gateway", through_names)
@@ -605,9 +921,9 @@ def test_same_answer_through_the_gateway(
 
 
 def test_the_table_holds_every_version_the_gateway_takes(gateway: GatewayThread) -> None:
-    """The table's versions per API are those the gateway advertises in front of the test
-    broker; for the APIs the broker lacks (so the gateway does not advertise them), those the
-    gateway can read (kio's)."""
+    """Every API the gateway judges (its coverage table) is here, each in the versions the
+    gateway advertises in front of the test broker; for the APIs the broker lacks (so the
+    gateway does not advertise them), in those the gateway takes."""
     client = RawClient(gateway.bootstrap)
     try:
         answer = client.request(
@@ -617,17 +933,16 @@ def test_the_table_holds_every_version_the_gateway_takes(gateway: GatewayThread)
         )
     finally:
         client.close()
-    judged = {c.api_key for c in CASES} | {key for key, _ in LACKING}
+    judged = {key for key, coverage in COVERAGE.items() if coverage.treatment == "judged"}
+    assert {c.api_key for c in CASES} | {key for key, _ in LACKING} == judged
     advertised = {
         int(k.api_key): set(range(k.min_version, k.max_version + 1))
         for k in answer.api_keys
         if k.api_key in judged
     }
-    lacking = {key for key, _ in LACKING}
-    for key in lacking:
+    for key in BROKER_LACKS:
         assert key not in advertised
-        decodable = DECODABLE[key]
-        advertised[key] = set(range(decodable.min_version, decodable.max_version + 1))
+        advertised[key] = set(taken(key))
     covered: dict[int, set[int]] = {}
     for c in CASES:
         covered.setdefault(c.api_key, set()).add(c.version)
@@ -657,24 +972,101 @@ def answer_or_close(address: str | HostPort, api_key: int, version: int, request
         client.close()
 
 
+def delete_records(version: int, name: str) -> Any:
+    m = request_module("delete_records", version)
+    partition = m.DeleteRecordsPartition(partition_index=i32(0), offset=i64(0))
+    return m.DeleteRecordsRequest(
+        topics=(m.DeleteRecordsTopic(name=TopicName(name), partitions=(partition,)),),
+        timeout=TIMEOUT,
+    )
+
+
+def offset_for_leader_epoch(version: int, name: str) -> Any:
+    m = request_module("offset_for_leader_epoch", version)
+    partition = m.OffsetForLeaderPartition(
+        partition=i32(0), current_leader_epoch=i32(-1), leader_epoch=i32(0)
+    )
+    return entity(
+        m.OffsetForLeaderEpochRequest,
+        replica_id=BrokerId(-1),
+        topics=(m.OffsetForLeaderTopic(topic=TopicName(name), partitions=(partition,)),),
+    )
+
+
+def describe_producers(version: int, name: str) -> Any:
+    m = request_module("describe_producers", version)
+    return m.DescribeProducersRequest(
+        topics=(m.TopicRequest(name=TopicName(name), partition_indexes=(i32(0),)),)
+    )
+
+
+def offset_delete(version: int, name: str) -> Any:
+    m = request_module("offset_delete", version)
+    return m.OffsetDeleteRequest(
+        group_id=GroupId(group_of(name)),
+        topics=(
+            m.OffsetDeleteRequestTopic(
+                name=TopicName(name),
+                partitions=(m.OffsetDeleteRequestPartition(partition_index=i32(0)),),
+            ),
+        ),
+    )
+
+
+def elect_leaders(version: int, name: str) -> Any:
+    """v0 elects the preferred leader; v1 and later an unclean one, which is judged."""
+    m = request_module("elect_leaders", version)
+    return entity(
+        m.ElectLeadersRequest,
+        election_type=i8(1),
+        topic_partitions=(m.TopicPartitions(topic=TopicName(name), partitions=(i32(0),)),),
+        timeout=TIMEOUT,
+    )
+
+
+def alter_partition_reassignments(version: int, name: str) -> Any:
+    m = request_module("alter_partition_reassignments", version)
+    partition = m.ReassignablePartition(partition_index=i32(0), replicas=(BrokerId(1),))
+    return m.AlterPartitionReassignmentsRequest(
+        timeout=TIMEOUT,
+        topics=(m.ReassignableTopic(name=TopicName(name), partitions=(partition,)),),
+    )
+
+
+JUDGED_WITH = {ELECT_LEADERS: DESCRIBE_CONFIGS, ALTER_PARTITION_REASSIGNMENTS: METADATA}
+"""What the gateway asks the broker, on the client's link, to judge an unclean election (the
+topic's configs) and a reassignment (the topic's replicas)."""
+
+NEVER_ANSWERED_REQUESTS: dict[int, Callable[[int, str], Any]] = {
+    ALTER_CONFIGS: alter_configs,
+    CREATE_PARTITIONS: create_partitions,
+    DELETE_RECORDS: delete_records,
+    OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch,
+    DESCRIBE_PRODUCERS: describe_producers,
+    OFFSET_DELETE: offset_delete,
+    ELECT_LEADERS: elect_leaders,
+    ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+}
+
+
 @pytest.mark.parametrize(
-    ("api_key", "version"),
-    LACKING,
-    ids=[
-        f"{'AlterConfigs' if k == ALTER_CONFIGS else 'CreatePartitions'}-v{v}" for k, v in LACKING
-    ],
+    ("api_key", "version"), LACKING, ids=[f"{API_NAMES[k]}-v{v}" for k, v in LACKING]
 )
-def test_an_api_the_broker_lacks(
+def test_a_request_the_broker_never_answers(
     tap: BrokerTap, tapped_gateway: GatewayThread, api_key: int, version: int
 ) -> None:
-    """AlterConfigs and CreatePartitions: the test broker closes the connection on either
-    with no answer, so the gateway's answer can only be compared with that: the gateway
-    forwards the allowed request as the client sent it, and the client sees the same end."""
+    """The test broker closes the connection with no answer on these (it lacks the API, or
+    panics on DeleteRecords), so the gateway's answer can only be compared with that: the
+    gateway forwards the allowed request as the client sent it, and the client sees the same
+    end."""
     name = unique_name("eq")
     create_topics_at(str(tap.broker), [name], {})
-    build = alter_configs if api_key == ALTER_CONFIGS else create_partitions
-    request = build(version, name)
+    request = NEVER_ANSWERED_REQUESTS[api_key](version, name)
 
     assert answer_or_close(tap.broker, api_key, version, request) == b""
     assert answer_or_close(tapped_gateway.bootstrap, api_key, version, request) == b""
     assert tap.forwarded(api_key) == [request]
+    sent = [r.api_key for r in tap.requests]
+    lookup = JUDGED_WITH.get(api_key) if (api_key, version) != (ELECT_LEADERS, 0) else None
+    if lookup is not None:  # judged before it was forwarded
+        assert lookup in sent[: sent.index(api_key)], sent
