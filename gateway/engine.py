@@ -267,11 +267,14 @@ class Engine:
                 local[key] = duplicate
         unique = [key for key in counts if key not in local]
         rulings = await enforcement.judge(ctx, cluster, request, unique)
+        audited: set[int] = set()
         for key in unique:
             ruling = rulings.get(key)
             if isinstance(ruling, Judged):
                 error = ruling.error()
-                await self._audit(ctx, ruling, error)
+                if id(ruling) not in audited:  # one decision shared by items is one event
+                    audited.add(id(ruling))
+                    await self._audit(ctx, ruling, error)
                 if not ruling.decision.allowed:
                     local[key] = error
             elif ruling is not None:

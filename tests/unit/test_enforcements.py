@@ -988,8 +988,8 @@ def audited(gateway: Harness) -> list[tuple[str, str, str, str | None]]:
 
 
 def decided(gateway: Harness) -> list[tuple[str, str, str, str | None]]:
-    """:func:`audited`, each event once: a topic's decision is audited once per partition
-    today (test_a_topic_decision_is_audited_once_whatever_its_partitions)."""
+    """:func:`audited`, each event once (a topic's decision is one event whatever its
+    partitions: test_a_topic_decision_is_audited_once_whatever_its_partitions)."""
     return list(dict.fromkeys(audited(gateway)))
 
 
@@ -1114,12 +1114,6 @@ def test_data_deletion_by_an_allowed_principal_is_forwarded(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway bug: the partitioned APIs judge a topic once but the engine audits that "
-    "decision once per partition key: a topic named with two partitions gives two identical "
-    "audit events, two log lines and counts twice in kpg_policy_decisions_total",
-)
 @pytest.mark.parametrize(
     "frame",
     [
