@@ -16,9 +16,14 @@ Scenarios:
   header       record.validation.policy=trace-id (required header), uncompressed batches
   header-zstd  the same on zstd batches (the gateway decompresses to read headers)
   json-schema  record.validation.policy=json-schema:bench on ~1 KiB JSON values
+  hostile      a victim producer at a fixed rate (acks=1, one small record per request) to
+               a validated topic, alone and while another client sends record bombs
+               through the gateway without pause (one at a time, each answer awaited):
+               its latency p50/p99 in both phases, in ABBA order (issue 11 item 10)
 
     .venv/bin/python bench/produce_bench.py                       # every scenario
     .venv/bin/python bench/produce_bench.py --scenario passthrough --records 500000
+    .venv/bin/python bench/produce_bench.py --scenario hostile
 """
 
 from __future__ import annotations
@@ -28,15 +33,18 @@ import json
 import os
 import re
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +55,20 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import zstandard  # noqa: E402
+from crc32c import crc32c  # noqa: E402
+from kio.schema.produce.v9.request import (  # noqa: E402
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from kio.schema.types import TopicName  # noqa: E402
+from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
+
 from gateway.embedded import EmbeddedBroker, free_port  # noqa: E402
-from protocol.records import record_scanner  # noqa: E402
+from protocol.codec import encode_request  # noqa: E402
+from protocol.records import CompressionType, record_scanner  # noqa: E402
+from tests.batches import HEADER_SIZE, record, reframe, uncompressed_batch  # noqa: E402
 
 SCHEMA = {
     "type": "object",
@@ -329,12 +349,244 @@ def bench_scenario(
     }
 
 
+# The hostile-neighbour scenario (issue 11 item 10).
+
+HOSTILE = "hostile"
+_VICTIM_VALUE = b"v" * 100
+_VICTIM_HEADERS = [("trace-id", b"0af7651916cd43dd8448eb211c80319c")]
+
+
+def _bomb_batch(one: bytes, count: int) -> bytes:
+    """A zstd batch of ``count`` copies of the record ``one``, compressed about a megabyte at
+    a time (a bomb is never whole in memory here)."""
+    compressor = zstandard.ZstdCompressor().compressobj()
+    per_chunk = max(1, (1 << 20) // len(one))
+    chunk = one * per_chunk
+    compressed = [compressor.compress(chunk) for _ in range(count // per_chunk)]
+    compressed.append(compressor.compress(one * (count % per_chunk)))
+    batch = bytearray(
+        reframe(
+            uncompressed_batch((record(0, None, None),)),
+            records_section=b"".join([*compressed, compressor.flush()]),
+            attributes=int(CompressionType.ZSTD),
+            record_count=count,
+        )
+    )
+    struct.pack_into(">i", batch, 23, count - 1)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def bombs() -> dict[str, bytes]:
+    """The records of each bomb: a few KB of zstd each."""
+    tiny = uncompressed_batch((record(0, None, None),))[HEADER_SIZE:]  # 7 bytes
+    kib = uncompressed_batch((record(0, None, bytes(1024)),))[HEADER_SIZE:]
+    return {
+        # the issue's: refused from the batch header (record.validation.max.records)
+        "6M records declared": _bomb_batch(tiny, 6_000_000),
+        # 1 GiB of records: refused once 100 MiB is inflated (.max.inflated.bytes)
+        "1 GiB inflated": _bomb_batch(kib, 1_000_000),
+        # within every limit: a million records that all fail, the most work one request
+        # may cost (seconds)
+        "1M failing records": _bomb_batch(tiny, 1_000_000),
+    }
+
+
+def _produce_frame(topic: str, records: bytes) -> bytes:
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(0), records=records),),
+            ),
+        ),
+    )
+    return encode_request(0, 9, 1, "bomber", request)
+
+
+class Bomber(threading.Thread):
+    """One client connection sending bomb Produce requests without pause, one at a time:
+    the next as soon as the gateway answers the last."""
+
+    def __init__(self, bootstrap: str, topic: str, kinds: dict[str, bytes]) -> None:
+        super().__init__(name="bomber", daemon=True)
+        host, _, port = bootstrap.rpartition(":")
+        self._address = (host, int(port))
+        self._frames = [(kind, _produce_frame(topic, data)) for kind, data in kinds.items()]
+        self._stopping = threading.Event()
+        self.answered: dict[str, list[float]] = {kind: [] for kind in kinds}
+        self.error_codes: set[int] = set()
+
+    def run(self) -> None:
+        with socket.create_connection(self._address, timeout=300) as sock:
+            while not self._stopping.is_set():
+                for kind, frame in self._frames:
+                    started = time.perf_counter()
+                    sock.sendall(frame)
+                    answer = _read_frame(sock)
+                    self.answered[kind].append(time.perf_counter() - started)
+                    self.error_codes.add(_first_error_code(answer))
+                    if self._stopping.is_set():
+                        return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(300)
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the gateway closed the bomber's connection")
+            data += chunk
+        return bytes(data)
+
+    return exact(struct.unpack(">i", exact(4))[0])
+
+
+def _first_error_code(frame: bytes) -> int:
+    """The first partition's error_code in a Produce v9 answer (compact arrays), read by
+    hand: decoding a whole answer (a million record errors, before the budget) would hold
+    this process's GIL for seconds, beside the victim."""
+
+    def uvarint(position: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = frame[position]
+            value |= (byte & 0x7F) << shift
+            position, shift = position + 1, shift + 7
+            if byte < 0x80:
+                return value, position
+
+    position = 4 + 1  # the correlation id, the header's tagged fields
+    _, position = uvarint(position)  # topics + 1
+    name_length, position = uvarint(position)  # the topic name's length + 1
+    _, position = uvarint(position + name_length - 1)  # its partitions + 1
+    return int(struct.unpack_from(">h", frame, position + 4)[0])  # after the index
+
+
+def victim_latencies(
+    bootstrap: str, topic: str, rate: float, seconds: float
+) -> tuple[list[float], list[Any]]:
+    """One small record per request (linger.ms=0) at ``rate`` per second, acks=1: each
+    record's latency from produce() to its delivery report, in seconds; and the errors of
+    those not delivered (a gateway that stalls long enough times them out)."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": 1, "enable.idempotence": False}
+    )
+    latencies: list[float] = []
+    errors: list[Any] = []
+
+    def delivered(err: object, msg: Any) -> None:
+        (errors if err is not None else latencies).append(err or msg.latency())
+
+    producer.produce(topic, _VICTIM_VALUE, headers=_VICTIM_HEADERS)  # connect first
+    producer.flush(30)
+    count = int(rate * seconds)
+    started = time.perf_counter()
+    for i in range(count):
+        # poll() returns early once it has served a delivery report: wait out the whole gap
+        while (ahead := started + i / rate - time.perf_counter()) > 0:
+            producer.poll(ahead)
+        producer.produce(topic, _VICTIM_VALUE, headers=_VICTIM_HEADERS, on_delivery=delivered)
+        producer.poll(0)
+    producer.flush(600)
+    if len(errors) + len(latencies) != count:
+        raise SystemExit(f"victim: {len(errors)} errors, {len(latencies)}/{count} delivered")
+    return latencies, errors
+
+
+def _percentiles(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies) or [float("nan")]
+    return {
+        "p50_ms": ordered[len(ordered) // 2] * 1000,
+        "p99_ms": ordered[int(len(ordered) * 0.99)] * 1000,
+        "max_ms": ordered[-1] * 1000,
+        "records": len(ordered),
+    }
+
+
+def bench_hostile(gateway: str, gateway_pid: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The victim alone and bombed, in ABBA order over --hostile-rounds rounds."""
+    victim_topic = create_topic(gateway, "trace-id")
+    bomb_topic = create_topic(gateway, "trace-id")
+    kinds = bombs()
+    phases: dict[str, list[float]] = {"alone": [], "bombed": []}
+    runs: list[dict[str, Any]] = []
+    bombs_answered: dict[str, list[float]] = {kind: [] for kind in kinds}
+    codes: set[int] = set()
+    for round_ in range(args.hostile_rounds):
+        order = ["alone", "bombed"] if round_ % 2 == 0 else ["bombed", "alone"]
+        for phase in order:
+            bomber = Bomber(gateway, bomb_topic, kinds) if phase == "bombed" else None
+            if bomber is not None:
+                bomber.start()
+                time.sleep(1)  # the first bombs are in
+            cpu_before, started = cpu_seconds(gateway_pid), time.perf_counter()
+            latencies, errors = victim_latencies(
+                gateway, victim_topic, args.victim_rate, args.hostile_seconds
+            )
+            cpu = (cpu_seconds(gateway_pid) - cpu_before) / (time.perf_counter() - started)
+            if bomber is not None:
+                bomber.stop()
+                for kind, times in bomber.answered.items():
+                    bombs_answered[kind] += times
+                codes |= bomber.error_codes
+            phases[phase] += latencies
+            run = {
+                "phase": phase,
+                **_percentiles(latencies),
+                "not_delivered": len(errors),
+                "gateway_cpu_share": cpu,
+            }
+            if bomber is not None:
+                run["bombs_answered"] = {k: len(v) for k, v in bomber.answered.items()}
+            runs.append(run)
+            answered = (
+                ", bombs answered: "
+                + ", ".join(f"{k} {len(v)}" for k, v in bomber.answered.items())
+                if bomber is not None
+                else ""
+            )
+            print(
+                f"{HOSTILE:12s} round {round_ + 1} {phase:7s} victim at {args.victim_rate:.0f} "
+                f"rec/s: p50 {run['p50_ms']:6.2f} ms p99 {run['p99_ms']:6.2f} ms max "
+                f"{run['max_ms']:7.2f} ms, {len(errors)} not delivered | gateway CPU {cpu:4.0%}"
+                f"{answered}",
+                flush=True,
+            )
+    delete_topic(gateway, victim_topic)
+    delete_topic(gateway, bomb_topic)
+    alone, bombed = _percentiles(phases["alone"]), _percentiles(phases["bombed"])
+    return {
+        "victim_rate": args.victim_rate,
+        "seconds_per_phase": args.hostile_seconds,
+        "rounds": args.hostile_rounds,
+        "bomb_bytes": {kind: len(data) for kind, data in kinds.items()},
+        "bomb_answer_s": {
+            kind: _percentiles(times) if times else None for kind, times in bombs_answered.items()
+        },
+        "bomb_error_codes": sorted(codes),
+        "runs": runs,
+        "alone": alone,
+        "bombed": bombed,
+        "added_p50_ms": bombed["p50_ms"] - alone["p50_ms"],
+        "added_p99_ms": bombed["p99_ms"] - alone["p99_ms"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=sorted(SCENARIOS),
+        choices=[*sorted(SCENARIOS), HOSTILE],
         help="repeatable; default: every scenario",
     )
     parser.add_argument("--records", type=int, help="records per run (default per scenario)")
@@ -346,18 +598,31 @@ def main() -> int:
         help="records/s of the fixed-rate run that measures latency",
     )
     parser.add_argument("--latency-records", type=int, default=25_000)
+    parser.add_argument(
+        "--victim-rate", type=float, default=200, help="hostile: the victim's records/s"
+    )
+    parser.add_argument(
+        "--hostile-seconds", type=float, default=15, help="hostile: seconds per phase"
+    )
+    parser.add_argument(
+        "--hostile-rounds", type=int, default=2, help="hostile: alone/bombed rounds (ABBA)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
-    names = args.scenario or list(SCENARIOS)
+    names = args.scenario or [*SCENARIOS, HOSTILE]
 
     results: dict[str, Any] = {}
+    load_at_start = os.getloadavg()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
         process, gateway = start_gateway(str(broker.address), Path(workdir))
         try:
             warm_up(str(broker.address), gateway)
             for name in names:
+                if name == HOSTILE:
+                    results[name] = bench_hostile(gateway, process.pid, args)
+                    continue
                 results[name] = bench_scenario(
                     SCENARIOS[name], str(broker.address), gateway, process.pid, args
                 )
@@ -367,6 +632,15 @@ def main() -> int:
 
     print(f"\nrecord scanner: {record_scanner()}")
     for name, result in results.items():
+        if name == HOSTILE:
+            alone, bombed = result["alone"], result["bombed"]
+            print(
+                f"{name:12s} victim at {result['victim_rate']:.0f} rec/s: alone p50 "
+                f"{alone['p50_ms']:.2f} ms p99 {alone['p99_ms']:.2f} ms; bombed p50 "
+                f"{bombed['p50_ms']:.2f} ms p99 {bombed['p99_ms']:.2f} ms; added p99 "
+                f"{result['added_p99_ms']:+.2f} ms"
+            )
+            continue
         m = result["medians"]
         spread = ", ".join(f"{r:.2f}" for r in result["pair_ratios"])
         print(
@@ -380,6 +654,7 @@ def main() -> int:
     summary = {
         "benchmark": "produce",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_average": {"start": load_at_start, "end": os.getloadavg()},
         "pairs": args.pairs,
         "latency_rate": args.latency_rate,
         "broker": "tansu (embedded, memory)",
