@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from kio.schema.errors import ErrorCode
+
+from .results import ItemError
+
 MAX_NAME_LENGTH: Final = 249
 _LEGAL: Final = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -26,3 +30,11 @@ def topic_name_problem(name: str | None) -> str | None:
             "alphanumerics, '.', '_' and '-'"
         )
     return None
+
+
+def illegal_topic(name: str | None) -> ItemError | None:
+    """INVALID_TOPIC_EXCEPTION (17) with Kafka's words for a name no topic can have."""
+    problem = topic_name_problem(name)
+    if problem is None:
+        return None
+    return ItemError(error_code=int(ErrorCode.invalid_topic_exception), error_message=problem)

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from policies.rules import TopicOperation
 from protocol import partitioned as pt
-from protocol.errors import INVALID_TOPIC_EXCEPTION, TOPIC_AUTHORIZATION_FAILED
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
-from protocol.topic_names import topic_name_problem
+from protocol.topic_names import illegal_topic
 from protocol.versions import VersionRange
 
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling
@@ -91,11 +91,9 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         if request.by_id and self._services.own_topics:
             own_ids = await self._own_ids.learn(cluster)
         for topic in pt.topics(request):
-            problem = None if request.by_id else topic_name_problem(topic)
-            if problem is not None:
-                refused[topic] = ItemError(
-                    error_code=int(INVALID_TOPIC_EXCEPTION), error_message=problem
-                )
+            illegal = None if request.by_id else illegal_topic(topic)
+            if illegal is not None:
+                refused[topic] = illegal
             elif topic in self._services.own_topics or topic in own_ids:
                 refused[topic] = ItemError(
                     error_code=int(TOPIC_AUTHORIZATION_FAILED),

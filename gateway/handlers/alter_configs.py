@@ -65,6 +65,7 @@ from protocol.errors import (
 )
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
+from protocol.topic_names import illegal_topic
 
 from .. import client_configs, config_changes
 from ..cluster import state_of, undescribed_topic
@@ -168,6 +169,11 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 rulings[resource.key] = await self._client_config_change(ctx, request, resource)
             elif _resource_type(resource.resource_type) is None:
                 rulings[resource.key] = _invalid(f"Unknown resource type {resource.resource_type}")
+            elif (
+                resource.resource_type == _TOPIC
+                and (illegal := illegal_topic(resource.resource_name)) is not None
+            ):
+                rulings[resource.key] = illegal
             else:
                 broker_resources.append(resource)
         if broker_resources:

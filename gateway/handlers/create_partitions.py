@@ -21,6 +21,7 @@ from protocol import topic_admin as ta
 from protocol.errors import INVALID_REQUEST
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
+from protocol.topic_names import illegal_topic
 
 from ..cluster import current_topics
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling
@@ -59,13 +60,19 @@ class CreatePartitions(BaseEnforcement[ta.CreatePartitions, str]):
     ) -> Mapping[str, Ruling]:
         services = self._services
         chain = services.policies.chain
+        rulings: dict[str, Ruling] = {}
+        for name in keys:
+            illegal = illegal_topic(name)
+            if illegal is not None:
+                rulings[name] = illegal
+        keys = [name for name in keys if name not in rulings]
         known = await current_topics(
             cluster,
             keys,
             with_configs=chain.needs_topic_state,
             configs_unreliable=services.upstream.topic_config_source_unreliable,
         )
-        rulings: dict[str, Ruling] = dict(known.errors)
+        rulings.update(known.errors)
         increases = {t.name: t for t in request.topics}
         for name in keys:
             if name in known.errors:

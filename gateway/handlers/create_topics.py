@@ -56,6 +56,7 @@ from protocol.errors import (
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
 from protocol.topic_admin import error_name
+from protocol.topic_names import illegal_topic
 
 from ..cluster import broker_defaults
 from ..config import BrokerDefaults
@@ -105,7 +106,9 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         for spec in request.topics:
             if spec.name not in wanted:
                 continue
-            refused = refusal(spec, lambda value: invalid_value(value, policy))
+            refused = illegal_topic(spec.name) or refusal(
+                spec, lambda value: invalid_value(value, policy)
+            )
             if refused is None:
                 specs.append(spec)
             else:

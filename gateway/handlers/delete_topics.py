@@ -25,6 +25,7 @@ from protocol.admin import TopicDescription
 from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
+from protocol.topic_names import illegal_topic
 
 from ..cluster import current_topics
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
@@ -76,24 +77,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
     ) -> Mapping[ta.DeleteTarget, Ruling]:
         services = self._services
         chain = services.policies.chain
-        rulings: dict[ta.DeleteTarget, Ruling] = {}
-        described: Mapping[str, TopicDescription] | None = None
-        if any(t.topic_id is not None for t in keys):
-            described, by_id = await cluster.describe_all_topics()
-            for target in keys:
-                if target.topic_id is None:
-                    continue
-                name = by_id.get(target.topic_id)
-                if name is None:
-                    rulings[target] = ItemError(
-                        error_code=int(UNKNOWN_TOPIC_ID),
-                        error_message="This server does not host this topic ID.",
-                    )
-                else:
-                    request.names[target] = name
-        for target in keys:
-            if target.name is not None:
-                request.names[target] = target.name
+        rulings, described = await self._resolve(cluster, request, keys)
         known = await current_topics(
             cluster,
             list(request.names.values()),
@@ -115,6 +99,38 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                 decision=decision, resource_type="topic", resource_name=name, action="delete"
             )
         return rulings
+
+    @staticmethod
+    async def _resolve(
+        cluster: ClusterView, request: Deletion, keys: Sequence[ta.DeleteTarget]
+    ) -> tuple[dict[ta.DeleteTarget, Ruling], Mapping[str, TopicDescription] | None]:
+        """The name each entry stands for (into ``request.names``), and the entries refused
+        before any policy: an unknown topic id, an illegal name. Also Metadata of every topic,
+        when ids had to be resolved with it."""
+        rulings: dict[ta.DeleteTarget, Ruling] = {}
+        described: Mapping[str, TopicDescription] | None = None
+        if any(t.topic_id is not None for t in keys):
+            described, by_id = await cluster.describe_all_topics()
+            for target in keys:
+                if target.topic_id is None:
+                    continue
+                name = by_id.get(target.topic_id)
+                if name is None:
+                    rulings[target] = ItemError(
+                        error_code=int(UNKNOWN_TOPIC_ID),
+                        error_message="This server does not host this topic ID.",
+                    )
+                else:
+                    request.names[target] = name
+        for target in keys:
+            if target.name is None:
+                continue
+            illegal = illegal_topic(target.name)
+            if illegal is None:
+                request.names[target] = target.name
+            else:
+                rulings[target] = illegal
+        return rulings, described
 
     async def settle(
         self,

@@ -28,7 +28,6 @@ from functools import partial
 from policies.chain import Decision, Mode, Verdict
 from protocol.errors import (
     INVALID_RECORD,
-    INVALID_TOPIC_EXCEPTION,
     TOPIC_AUTHORIZATION_FAILED,
 )
 from protocol.framing import FrameRejected, RequestHeader
@@ -43,7 +42,7 @@ from protocol.produce import (
     with_acks,
 )
 from protocol.results import ItemError
-from protocol.topic_names import topic_name_problem
+from protocol.topic_names import illegal_topic
 
 from .. import client_configs
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
@@ -232,9 +231,9 @@ class Produce(BaseEnforcement[ProduceView, Key]):
 def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
     """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
     gateway's own topics."""
-    problem = topic_name_problem(topic)
-    if problem is not None:
-        return ItemError(error_code=int(INVALID_TOPIC_EXCEPTION), error_message=problem)
+    illegal = illegal_topic(topic)
+    if illegal is not None:
+        return illegal
     if topic in own_topics:
         return ItemError(
             error_code=int(TOPIC_AUTHORIZATION_FAILED),
