@@ -314,15 +314,11 @@ class PolicyChain:
             steps.append(
                 PluginCall(plugin=self._create_topic, call=lambda: create_policy.validate(request))
             )
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.CREATE,
-                topic=request.topic,
-                principal=principal,
-                pre_request_state=None,
-                post_request_state=TopicState.requested_by(request),
+        steps.extend(
+            self._topic_action_steps(
+                TopicAction.CREATE, request.topic, principal, None, TopicState.requested_by(request)
             )
-            steps.append(self._topic_action_call(metadata))
+        )
         return Check(steps=tuple(steps))
 
     def plan_alter_config(
@@ -398,15 +394,9 @@ class PolicyChain:
         """One topic of a CreatePartitions request: ``post_state`` has the new count."""
         change = TopicChange.create_partitions(topic, post_state.num_partitions, principal)
         steps: list[Verdict | PluginCall] = list(self._run_rules(change))
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.MODIFY,
-                topic=topic,
-                principal=principal,
-                pre_request_state=pre_state,
-                post_request_state=post_state,
-            )
-            steps.append(self._topic_action_call(metadata))
+        steps.extend(
+            self._topic_action_steps(TopicAction.MODIFY, topic, principal, pre_state, post_state)
+        )
         return Check(steps=tuple(steps))
 
     def plan_delete_topic(
@@ -416,15 +406,9 @@ class PolicyChain:
         steps: list[Verdict | PluginCall] = list(
             self._run_rules(TopicChange.delete_topic(topic, principal))
         )
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.DELETE,
-                topic=topic,
-                principal=principal,
-                pre_request_state=pre_state,
-                post_request_state=None,
-            )
-            steps.append(self._topic_action_call(metadata))
+        steps.extend(
+            self._topic_action_steps(TopicAction.DELETE, topic, principal, pre_state, None)
+        )
         return Check(steps=tuple(steps))
 
     def plan_data_operation(
@@ -452,15 +436,9 @@ class PolicyChain:
         )
         change = TopicChange.reassign_partitions(topic, moved, principal)
         steps: list[Verdict | PluginCall] = list(self._run_rules(change))
-        if self._topic_action is not None:
-            metadata = TopicActionRequestMetadata(
-                action=TopicAction.MODIFY,
-                topic=topic,
-                principal=principal,
-                pre_request_state=pre_state,
-                post_request_state=post_state,
-            )
-            steps.append(self._topic_action_call(metadata))
+        steps.extend(
+            self._topic_action_steps(TopicAction.MODIFY, topic, principal, pre_state, post_state)
+        )
         return Check(steps=tuple(steps))
 
     def plan_unclean_election(
@@ -585,6 +563,26 @@ class PolicyChain:
                 denial = f"rule {rule.name} failed: {type(exc).__name__}: {exc}"
             verdicts.append(_verdict(rule.name, rule.mode, denial))
         return verdicts
+
+    def _topic_action_steps(
+        self,
+        action: TopicAction,
+        topic: str,
+        principal: str | None,
+        pre: TopicState | None,
+        post: TopicState | None,
+    ) -> tuple[PluginCall, ...]:
+        """The TopicActionPolicy's call for this action, when one is configured."""
+        if self._topic_action is None:
+            return ()
+        metadata = TopicActionRequestMetadata(
+            action=action,
+            topic=topic,
+            principal=principal,
+            pre_request_state=pre,
+            post_request_state=post,
+        )
+        return (self._topic_action_call(metadata),)
 
     def _topic_action_call(self, metadata: TopicActionRequestMetadata) -> PluginCall:
         assert self._topic_action is not None

@@ -349,3 +349,26 @@ def _element_class(cls: type, field_name: str) -> type:
             if isinstance(inner, type) and dataclasses.is_dataclass(inner):
                 return inner
     raise LookupError(f"{cls.__name__}.{field_name} holds no entity")
+
+
+def election_type(request: Partitioned) -> int:
+    """ElectLeaders: 0 preferred, 1 unclean (v0 has no field: preferred only)."""
+    return int(getattr(request.payload, "election_type", 0))
+
+
+def elects_every_partition(request: Partitioned) -> bool:
+    """ElectLeaders with a null topic list: every partition of the cluster."""
+    return request.payload.topic_partitions is None
+
+
+def reassignments(request: Partitioned) -> dict[str, dict[int, tuple[int, ...]]]:
+    """AlterPartitionReassignments: topic -> partition -> its new replicas (a null replica
+    list cancels a reassignment and is left out)."""
+    moves: dict[str, dict[int, tuple[int, ...]]] = {}
+    for topic in request.payload.topics:
+        for partition in topic.partitions:
+            if partition.replicas is not None:
+                moves.setdefault(str(topic.name), {})[int(partition.partition_index)] = tuple(
+                    int(r) for r in partition.replicas
+                )
+    return moves

@@ -40,7 +40,7 @@ class AlterPartitionReassignments(TopicPartitions):
             with_configs=policies.chain.needs_topic_state,
             configs_unreliable=services.upstream.topic_config_source_unreliable,
         )
-        moves = _moves(request)
+        moves = pt.reassignments(request)
         rulings: dict[str, Ruling] = dict(known.errors)
         for topic in topics:
             if topic in known.errors:
@@ -63,18 +63,6 @@ class AlterPartitionReassignments(TopicPartitions):
                 action="reassign_partitions",
             )
         return rulings
-
-
-def _moves(request: pt.Partitioned) -> dict[str, dict[int, tuple[int, ...]]]:
-    """topic -> partition -> its new replicas (cancellations left out)."""
-    moves: dict[str, dict[int, tuple[int, ...]]] = {}
-    for topic in request.payload.topics:
-        for partition in topic.partitions:
-            if partition.replicas is not None:
-                moves.setdefault(str(topic.name), {})[int(partition.partition_index)] = tuple(
-                    int(r) for r in partition.replicas
-                )
-    return moves
 
 
 def _after(pre: TopicState, moves: Mapping[int, tuple[int, ...]]) -> TopicState:

@@ -30,7 +30,7 @@ UNCLEAN = 1
 class ElectLeaders(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         request = pt.read(ctx.header, frame)
-        if _unclean(request) and request.payload.topic_partitions is None:
+        if _unclean(request) and pt.elects_every_partition(request):
             refused = ItemError(
                 error_code=int(INVALID_REQUEST),
                 error_message="The policy gateway judges unclean leader elections topic by "
@@ -69,8 +69,7 @@ class ElectLeaders(TopicPartitions):
 
 
 def _unclean(request: pt.Partitioned) -> bool:
-    """ElectLeaders v0 has no election type: it elects preferred leaders only."""
-    return int(getattr(request.payload, "election_type", 0)) == UNCLEAN
+    return pt.election_type(request) == UNCLEAN
 
 
 def handler(services: Services) -> Handler:
