@@ -16,10 +16,12 @@ TOPIC_ALREADY_EXISTS = ErrorCode.topic_already_exists
 INVALID_TOPIC_EXCEPTION = ErrorCode.invalid_topic_exception
 INVALID_CONFIG = ErrorCode.invalid_config
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
+COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
+    "COORDINATOR_NOT_AVAILABLE",
     "CORRUPT_MESSAGE",
     "INVALID_CONFIG",
     "INVALID_RECORD",

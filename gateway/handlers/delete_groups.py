@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from policies.chain import Decision, Verdict
 from policies.rules import TopicOperation
 from protocol import groups as gr
+from protocol.errors import COORDINATOR_NOT_AVAILABLE
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.versions import DECODABLE
@@ -52,7 +53,7 @@ class DeleteGroups(BaseEnforcement[gr.DeleteGroups, str]):
             code, topics = committed.get(group, (-1, ()))
             if code != 0:
                 rulings[group] = ItemError(
-                    error_code=code if code > 0 else 15,  # COORDINATOR_NOT_AVAILABLE
+                    error_code=code if code > 0 else int(COORDINATOR_NOT_AVAILABLE),
                     error_message=f"The offsets of group {group} could not be read.",
                 )
                 continue
