@@ -6,6 +6,8 @@ and the file.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import resource
 from collections.abc import Mapping
@@ -206,6 +208,9 @@ class GatewayConfig:
     client_configs: ClientConfigsConfig = ClientConfigsConfig()
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     source: str = "<defaults>"
+    policy_version: str = ""
+    """``sha256:`` and 16 hex digits of the configuration that decides verdicts (see
+    :func:`policy_version`); every audit event records it."""
 
 
 _TOP_KEYS = frozenset(
@@ -642,6 +647,24 @@ def _advertised_host(raw: Mapping[str, Any], listen: HostPort, source: str) -> s
     return advertised
 
 
+_VERDICT_KEYS = ("policies", "limits", "client_configs")
+_VERDICT_UPSTREAM_KEYS = ("auto_create", "broker_defaults")
+
+
+def policy_version(raw: Mapping[str, Any]) -> str:
+    """The version of the configuration that decides verdicts: a hash of ``policies``,
+    ``limits``, ``client_configs`` and the upstream keys that change a judgement
+    (``auto_create``, ``broker_defaults``), as parsed from YAML, keys sorted. Addresses,
+    audit, TLS and state settings do not change it; neither does the content of files a
+    plug-in reads by path."""
+    upstream = raw.get("upstream") or {}
+    verdict: dict[str, Any] = {key: raw.get(key) for key in _VERDICT_KEYS}
+    if isinstance(upstream, Mapping):
+        verdict["upstream"] = {key: upstream.get(key) for key in _VERDICT_UPSTREAM_KEYS}
+    text = json.dumps(verdict, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
     """Build the config from parsed YAML.
 
@@ -691,6 +714,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         client_configs=_client_configs(raw, source),
         policies=MappingProxyType(dict(policies)),
         source=source,
+        policy_version=policy_version(raw),
     )
 
 

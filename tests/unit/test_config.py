@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway import config
 from gateway.config import ConfigError, HostPort, LimitsConfig, load
 
 pytestmark = pytest.mark.unit
@@ -187,3 +188,15 @@ def test_max_connections_defaults_to_what_the_open_file_limit_allows() -> None:
     ).stdout
     assert int(out) == 480
     assert LimitsConfig().max_connections == load(None).limits.max_connections
+
+
+def test_policy_version_changes_with_the_rules_and_not_with_addresses() -> None:
+    base = {"policies": {"rules": [{"name": "p", "type": "partitions", "max": 5}]}}
+    first = config.from_mapping(base, "t").policy_version
+    assert first.startswith("sha256:") and len(first) == len("sha256:") + 16
+    moved = config.from_mapping({**base, "listen": "127.0.0.1:19092"}, "t").policy_version
+    assert moved == first
+    tightened = {"policies": {"rules": [{"name": "p", "type": "partitions", "max": 4}]}}
+    assert config.from_mapping(tightened, "t").policy_version != first
+    limited = {**base, "limits": {"record.validation.max.records": 10}}
+    assert config.from_mapping(limited, "t").policy_version != first
