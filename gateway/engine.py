@@ -11,7 +11,9 @@ the rest, the same way for every API:
 3. ``judge``: each remaining item is either answered here (an :class:`ItemError`: the topic
    does not exist, the request is invalid) or decided by the policies (a :class:`Judged`).
 4. Audit: every :class:`Judged` goes to the decision recorder (log, metrics, audit events)
-   before the client hears of it. A denied item gets its ``denial``.
+   before the client hears of it. A denied item gets its ``denial``. An allowed item of a
+   validate_only request that dry-run rules object to is answered with their message on its
+   success, where the enforcement can write it (``dry_run_notes``).
 5. ``settle``: what happens to the allowed items besides forwarding them (a dry run answered
    here, state written first, a request that must be re-encoded, a step after the broker's
    answer).
@@ -35,7 +37,7 @@ from policies.chain import Decision
 from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDescription
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
-from protocol.results import ItemError
+from protocol.results import ItemError, Note
 from protocol.versions import VersionRange
 
 from .decisions import DecisionRecorder, Subject
@@ -165,6 +167,9 @@ class Enforcement(Protocol[R, K]):
 
     api_key: int
     versions: VersionRange
+    dry_run_notes: bool
+    """Whether :meth:`answer` puts a :class:`protocol.results.Note` on the broker's success
+    (then a validate_only item the dry-run rules object to is answered with their message)."""
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         """The frame to enforce (possibly rewritten), or an outcome decided unread."""
@@ -208,7 +213,10 @@ class Enforcement(Protocol[R, K]):
 
 class BaseEnforcement(Generic[R, K]):
     """The defaults most enforcements keep: nothing decided unread, repeats refused as the
-    subclass words it, an answer expected, the allowed items simply forwarded."""
+    subclass words it, an answer expected, the allowed items simply forwarded, no dry-run
+    notes."""
+
+    dry_run_notes: bool = False
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         return frame
@@ -240,12 +248,14 @@ class Engine:
             return prepared
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
-        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys)
+        local, allowed, notes = await self._judge(enforcement, ctx, cluster, request, keys)
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
             return settlement
         local.update(settlement.local)
         allowed = [key for key in allowed if key not in settlement.local]
+        if enforcement.dry_run_notes:
+            _add_notes(local, notes)
         if not allowed and keys:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
         return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
@@ -257,9 +267,11 @@ class Engine:
         cluster: ClusterView,
         request: R,
         keys: Sequence[K],
-    ) -> tuple[dict[K, ItemError], list[K]]:
-        """Dedupe, judge and audit: the items answered here, and the allowed ones in order."""
+    ) -> tuple[dict[K, ItemError], list[K], dict[K, str]]:
+        """Dedupe, judge and audit: the items answered here, the allowed ones in order, and
+        what the dry-run rules say of allowed items of a validate_only request."""
         local: dict[K, ItemError] = {}
+        notes: dict[K, str] = {}
         counts = Counter(keys)
         for key, count in counts.items():
             duplicate = enforcement.duplicate(key) if count > 1 else None
@@ -277,9 +289,11 @@ class Engine:
                     await self._audit(ctx, ruling, error)
                 if not ruling.decision.allowed:
                     local[key] = error
+                elif ruling.validate_only and ruling.decision.message is not None:
+                    notes[key] = ruling.decision.message
             elif ruling is not None:
                 local[key] = ruling
-        return local, [key for key in unique if key not in local]
+        return local, [key for key in unique if key not in local], notes
 
     async def _audit(self, ctx: RequestContext, judged: Judged, error: ItemError) -> None:
         subject = Subject(
@@ -297,6 +311,16 @@ class Engine:
         )
         code = None if judged.decision.allowed else error.error_code
         await self._decisions.record(subject, judged.decision, code)
+
+
+def _add_notes(local: dict[K, ItemError], notes: Mapping[K, str]) -> None:
+    """A validate_only item the dry-run rules object to, but which succeeds, is answered with
+    their message: as a :class:`Note` on the broker's success when it is forwarded, in place
+    of the gateway's own bare success when answered here."""
+    for key, message in notes.items():
+        here = local.get(key)
+        if here is None or (here.ok and here.error_message is None):
+            local[key] = Note(error_message=message)
 
 
 def _route(

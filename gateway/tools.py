@@ -5,7 +5,12 @@
 - ``kpg policy check`` evaluates the same manifest against a gateway config's policies with
   no cluster at all, for the CI pipeline of a topic repository.
 
-Both print a verdict table and exit 1 when any topic is denied, 2 on bad input.
+Both print the same table, made by one function (:func:`verdict_rows`) from the same
+violations: one row per violated rule, ``DENIED`` for an enforced rule, ``would-deny`` for a
+dry-run one, or one ``allowed`` row. ``kpg policy check`` takes them from the policy chain's
+decision; ``kpg dry-run`` from the gateway's answer, whose error message lists every violation
+(:mod:`policies.violations`; a topic only dry-run rules object to is answered with success and
+their message). Both exit 1 when any topic is denied (would-deny alone is 0), 2 on bad input.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ import yaml
 from policies.api import CreateTopicRequestMetadata
 from policies.loader import PolicyConfigError, load_policy_chain
 from policies.manifest import ManifestError, check_manifest, parse_manifest
+from policies.violations import Violation, parse_message
 from protocol import create_topics as ct
 from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
+from protocol.results import ItemError
 
 from .config import ConfigError, load, parse_host_port
 from .exchange import exchange
 
+POLICY_VIOLATION_CODE = 44
 _ERROR_NAMES = {
     0: "ok",
     36: "TOPIC_ALREADY_EXISTS",
@@ -55,8 +63,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="validate topic creations through a running gateway (validate_only)",
         description=(
             "Send CreateTopics with validate_only=true through the gateway for the topics "
-            "given with --topic or in a manifest, print a verdict per topic, and exit 1 when "
-            "any is refused. Nothing is created."
+            "given with --topic or in a manifest and print every rule each topic breaks, one "
+            "row per rule: DENIED (enforced) or would-deny (dry-run); allowed when none. "
+            "Exits 1 when any topic is refused. Nothing is created."
         ),
     )
     dry.add_argument(
@@ -90,8 +99,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="check a topic manifest against a gateway config's policies, offline",
         description=(
             "Evaluate the manifest's topics against the policies of the gateway config, with no "
-            "cluster. Prints a verdict per topic (dry-run rules show as would-deny) and exits 1 "
-            "when any topic is denied."
+            "cluster. Prints every rule each topic breaks, one row per rule, as kpg dry-run "
+            "does: DENIED (enforced) or would-deny (dry-run); allowed when none. Exits 1 when "
+            "any topic is denied."
         ),
     )
     check.add_argument("--config", required=True, type=Path, help="gateway YAML config")
@@ -129,6 +139,49 @@ def _topic_flag(text: str) -> CreateTopicRequestMetadata:
         replication_factor=int(parts[2]),
         replicas_assignments=None,
         configs=configs,
+    )
+
+
+def verdict_rows(
+    topic: str, partitions: object, replication_factor: object, violations: Sequence[Violation]
+) -> list[Row]:
+    """The rows of one topic: one per violation (``DENIED`` for an enforced rule,
+    ``would-deny`` for a dry-run one), or one ``allowed`` row."""
+
+    def row(verdict: str, message: str) -> Row:
+        return Row(
+            topic=topic,
+            partitions=str(partitions),
+            replication_factor=str(replication_factor),
+            verdict=verdict,
+            message=message,
+        )
+
+    if not violations:
+        return [row("allowed", "")]
+    return [row("DENIED" if v.outcome == "denied" else "would-deny", v.message) for v in violations]
+
+
+def answer_rows(spec: ct.TopicSpec, result: ItemError | None) -> list[Row]:
+    """The rows for the gateway's answer about one topic of a dry run."""
+    if result is None:
+        return [_error_row(spec, "error", "no answer for this topic")]
+    if result.error_code in (0, POLICY_VIOLATION_CODE):
+        violations = parse_message(result.error_message)
+        if result.error_code == POLICY_VIOLATION_CODE and not violations:
+            violations = (Violation(outcome="denied", message=""),)
+        return verdict_rows(spec.name, spec.num_partitions, spec.replication_factor, violations)
+    name = _ERROR_NAMES.get(result.error_code, f"error {result.error_code}")
+    return [_error_row(spec, name, result.error_message or "")]
+
+
+def _error_row(spec: ct.TopicSpec, verdict: str, message: str) -> Row:
+    return Row(
+        topic=spec.name,
+        partitions=str(spec.num_partitions),
+        replication_factor=str(spec.replication_factor),
+        verdict=verdict,
+        message=message,
     )
 
 
@@ -189,25 +242,9 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except (FrameRejected, Undecodable) as exc:
         print(f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}", file=sys.stderr)
         return 2
-    rows = []
-    for spec in specs:
-        result = results.get(spec.name)
-        code = result.error_code if result else -1
-        rows.append(
-            Row(
-                topic=spec.name,
-                partitions=str(spec.num_partitions),
-                replication_factor=str(spec.replication_factor),
-                verdict="allowed"
-                if code == 0
-                else "DENIED"
-                if code == 44
-                else _ERROR_NAMES.get(code, f"error {code}"),
-                message=(result.error_message or "") if result else "no answer for this topic",
-            )
-        )
+    rows = [row for spec in specs for row in answer_rows(spec, results.get(spec.name))]
     _print_table(rows, out)
-    return 0 if all(r.verdict == "allowed" for r in rows) else 1
+    return 0 if all(r.verdict in ("allowed", "would-deny") for r in rows) else 1
 
 
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -232,25 +269,15 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except ManifestError as exc:
         print(f"kpg policy check: {exc}", file=sys.stderr)
         return 2
-    rows = []
-    for check in checks:
-        request = requests[check.topic]
-        would = [v for v in check.decision.verdicts if v.outcome == "would_deny"]
-        if not check.decision.allowed:
-            verdict, message = "DENIED", check.decision.message or ""
-        elif would:
-            verdict = "would-deny"
-            message = "; ".join(f"{v.policy}: {v.message}" for v in would)
-        else:
-            verdict, message = "allowed", ""
-        rows.append(
-            Row(
-                topic=check.topic,
-                partitions=str(request.num_partitions),
-                replication_factor=str(request.replication_factor),
-                verdict=verdict,
-                message=message,
-            )
+    rows = [
+        row
+        for check in checks
+        for row in verdict_rows(
+            check.topic,
+            requests[check.topic].num_partitions,
+            requests[check.topic].replication_factor,
+            check.decision.violations,
         )
+    ]
     _print_table(rows, out)
     return 0 if all(c.decision.allowed for c in checks) else 1

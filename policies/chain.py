@@ -13,8 +13,8 @@ topic (or config resource) the chain consults, in this order:
    delete.
 
 Everything that applies is consulted, even after a denial, so the verdicts show every rule and
-plug-in that objects (dry-run ones included). The decision's message is the first enforced
-denial's.
+plug-in that objects (dry-run ones included). The decision's message lists them all
+(:mod:`policies.violations`), enforced denials and dry-run ones, so a client sees every reason.
 
 Each ``plan_*`` method runs the built-in rules at once and returns a :class:`Check`: their
 verdicts and the plug-in calls still to make, in order. The gateway makes those calls through
@@ -59,6 +59,7 @@ from policies.api import (
     TopicState,
 )
 from policies.rules import Mode, ResourceConfigChange, Rule, TopicChange, TopicOperation
+from policies.violations import Violation, client_message, violations_of
 
 __all__ = [
     "Decision",
@@ -95,9 +96,15 @@ class Decision:
     verdicts: tuple[Verdict, ...]
 
     @property
+    def violations(self) -> tuple[Violation, ...]:
+        """Every verdict that objects, enforced or dry-run, in the chain's order."""
+        return violations_of(self.verdicts)
+
+    @property
     def message(self) -> str | None:
-        """The message for the client (Kafka's error_message): the first enforced denial's."""
-        return next((v.message for v in self.verdicts if v.outcome == "denied"), None)
+        """The message for the client (Kafka's error_message): every violation, enforced and
+        dry-run, in one (:func:`policies.violations.client_message`); None when none."""
+        return client_message(self.violations)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -33,7 +33,7 @@ from .codec import (
     schema_of,
 )
 from .framing import RequestHeader, frame_bytes, response_header
-from .results import ItemError
+from .results import ItemError, Note
 from .versions import VersionRange
 
 CREATE_TOPICS: Final = 19
@@ -177,7 +177,8 @@ def answer(
     """The response frame (no size prefix) for the client, in its version's layout.
 
     Topics come in request order: each from ``local`` if decided here, else from the
-    broker's answer. Every topic of the request must be in one of the two.
+    broker's answer. Every topic of the request must be in one of the two. A :class:`Note`
+    in ``local`` for a topic the broker answered puts its message on the broker's success.
 
     :raises KeyError: when a topic is in neither.
     """
@@ -192,8 +193,12 @@ def answer(
         if spec.name in seen:
             continue
         seen.add(spec.name)
-        if spec.name in local:
-            results.append(_local_result(topic_cls, version, spec.name, local[spec.name]))
+        mine = local.get(spec.name)
+        theirs = from_broker.get(spec.name)
+        if isinstance(mine, Note) and theirs is not None:
+            results.append(_noted(theirs, mine))
+        elif mine is not None:
+            results.append(_local_result(topic_cls, version, spec.name, mine))
         else:
             results.append(from_broker[spec.name])
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
@@ -205,6 +210,13 @@ def answer(
     return response_header(correlation_id, CREATE_TOPICS, request.version) + _legacy_body(
         request.version, payload
     )
+
+
+def _noted(result: CreatableTopicResult, note: Note) -> CreatableTopicResult:
+    """The broker's result, with the note as its message when it is a success."""
+    if int(result.error_code) != 0:
+        return result
+    return dataclasses.replace(result, error_message=note.error_message)
 
 
 def _local_result(

@@ -27,3 +27,13 @@ class ItemError:
 
 OK = ItemError(error_code=0)
 """An item handled here with success."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Note(ItemError):
+    """A success with something to say, for an item that is still forwarded: where the broker
+    answers the item with success, the answer carries ``error_message``; where the broker
+    refuses it, the broker's error stands. (The gateway's dry-run rules on a validate_only
+    request: the request would succeed, and the client learns what they would deny.)"""
+
+    error_code: int = 0

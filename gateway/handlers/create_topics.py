@@ -25,7 +25,11 @@ gateway denies the topic with a message saying why: it never guesses a default.
 
 validate_only: the policies run and nothing is created. In front of a broker that ignores
 validate_only (``upstream.ignores_validate_only``) the gateway answers the dry run itself,
-with TOPIC_ALREADY_EXISTS for topics that exist, instead of forwarding it.
+with TOPIC_ALREADY_EXISTS for topics that exist, instead of forwarding it. A topic that would
+be created but that dry-run rules object to is answered with success (a real create would
+succeed) carrying their message (``would deny (dry-run): ...``, :mod:`policies.violations`):
+what ``kpg dry-run`` reads to list them. A denied topic's message lists every violation,
+enforced and dry-run.
 
 ``record.validation.policy`` is the gateway's own topic config: taken out of what the broker
 sees (a broker refuses config names it does not know) and written to the state store before
@@ -76,6 +80,7 @@ VERSIONS = ct.VERSIONS
 class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
     api_key = API_KEY
     versions = VERSIONS
+    dry_run_notes = True
 
     def __init__(self, services: Services) -> None:
         self._services = services

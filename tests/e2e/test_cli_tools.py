@@ -55,7 +55,7 @@ def test_dry_run_prints_verdicts_and_creates_nothing(tmp_path: Path, broker: Hos
         assert "DENIED" in lines["team.big.v1"]
         assert "500 partitions is above the maximum of 50" in lines["team.big.v1"]
         assert "allowed" in lines["payments.orders.v1"]
-        assert "DENIED" in lines["scratch"]
+        assert "DENIED" in result.stdout.split("scratch", 1)[1]
         admin = AdminClient({"bootstrap.servers": bootstrap})
         assert not {"team.ok.v1", "payments.orders.v1"} & set(admin.list_topics(timeout=10).topics)
 
@@ -66,6 +66,72 @@ def test_dry_run_prints_verdicts_and_creates_nothing(tmp_path: Path, broker: Hos
             timeout=60,
         )
         assert only_good.returncode == 0 and "allowed" in only_good.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+def table(stdout: str) -> list[tuple[str, str, str]]:
+    """(topic, verdict, message) of each row a tool printed (header left out)."""
+    rows = []
+    for line in stdout.splitlines()[1:]:
+        topic, _partitions, _rf, verdict, *message = line.split(maxsplit=4)
+        rows.append((topic, verdict, message[0] if message else ""))
+    return rows
+
+
+def test_dry_run_and_policy_check_list_every_violation_alike(
+    tmp_path: Path, broker: HostPort
+) -> None:
+    """The same manifest through a running gateway and offline: the same rows, every violated
+    rule with its mode, a topic breaking an enforced rule and a dry-run one showing both."""
+    config = write_config(tmp_path, broker)
+    manifest = tmp_path / "topics.yaml"
+    manifest.write_text(
+        "topics:\n"
+        "  - {name: Big_Name, partitions: 200, replication_factor: 1}\n"
+        "  - {name: Odd_Name, partitions: 3, replication_factor: 1}\n"
+        "  - {name: team.ok.v1, partitions: 3, replication_factor: 1}\n"
+    )
+    naming = "does not match the pattern '[a-z][a-z0-9-]*\\\\.[a-z0-9-]+\\\\.v[0-9]+'"
+    expected = [
+        (
+            "Big_Name",
+            "DENIED",
+            "topic Big_Name: 200 partitions is above the maximum of 50 (rule partition-count)",
+        ),
+        ("Big_Name", "would-deny", f"topic name 'Big_Name' {naming} (rule topic-naming)"),
+        ("Odd_Name", "would-deny", f"topic name 'Odd_Name' {naming} (rule topic-naming)"),
+        ("team.ok.v1", "allowed", ""),
+    ]
+    offline = subprocess.run(
+        [KPG, "policy", "check", "--config", str(config), str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert offline.returncode == 1, offline.stderr
+    assert table(offline.stdout) == expected
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        online = subprocess.run(
+            [KPG, "dry-run", "--bootstrap-server", bootstrap, str(manifest)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert online.returncode == 1, online.stderr
+        assert table(online.stdout) == expected
+        assert online.stdout == offline.stdout
+
+        only_dry_run = subprocess.run(
+            [KPG, "dry-run", "--bootstrap-server", bootstrap, "--topic", "Odd_Name:3:1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert only_dry_run.returncode == 0, only_dry_run.stdout
+        assert table(only_dry_run.stdout) == [expected[2]]
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)

@@ -1562,3 +1562,68 @@ def test_delete_groups_mixed_forwards_the_allowed_and_merges_in_request_order(
         ("idle-app", NOT_COORDINATOR),
         ("lost-app", COORDINATOR_NOT_AVAILABLE),
     ]
+
+
+# --- dry-run notes on validate_only ----------------------------------------------------------
+
+DRY_RUN_NAMING = {
+    "rules": [*RULES, {"name": "naming", "type": "topic.name", "mode": "dry-run", "pattern": "ok"}]
+}
+
+
+def naming(topic: str) -> str:
+    return (
+        f"would deny (dry-run): topic name {topic!r} does not match the pattern 'ok' (rule naming)"
+    )
+
+
+@pytest.mark.parametrize("version", [1, 5])
+def test_create_topics_validate_only_answers_what_dry_run_rules_would_deny(
+    gateway_with: Callable[..., Harness], version: int
+) -> None:
+    """A real create would succeed, so the topic is answered with success; its message lists
+    the dry-run rule. A denied topic's message lists the dry-run rule after the enforced one."""
+    gateway = gateway_with(ignores_validate_only=True, policies=DRY_RUN_NAMING)
+    frame = create_topics(
+        version,
+        NewTopic("ok"),
+        NewTopic("named"),
+        NewTopic("few", num_partitions=1),
+        validate_only=True,
+    )
+    answer = answer_of(gateway.send(frame))
+    assert items(CREATE_TOPICS, version, answer) == [
+        ("ok", NONE, None),
+        ("named", NONE, naming("named")),
+        (
+            "few",
+            POLICY_VIOLATION,
+            f"2 policy violations: 1) {too_few('few', 1)}; 2) {naming('few')}",
+        ),
+    ]
+
+
+def test_create_topics_validate_only_puts_the_note_on_the_brokers_success_only(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """In front of a broker that honours validate_only (a scripted answer: Tansu ignores it),
+    the note goes on the broker's success and the broker's refusal stands."""
+    gateway = gateway_with(policies=DRY_RUN_NAMING)
+    frame = create_topics(5, NewTopic("named"), NewTopic("taken"), validate_only=True)
+    outcome = gateway.send(frame)
+    header, body = forwarded(outcome)
+    assert [t.name for t in body.topics] == ["named", "taken"]
+    broker = create_topics_response(header.api_version, {"named": 0, "taken": 36})
+    assert items(CREATE_TOPICS, 5, gateway.broker_answers(outcome, broker)) == [
+        ("named", NONE, naming("named")),
+        ("taken", TOPIC_ALREADY_EXISTS, "broker error 36"),
+    ]
+
+
+def test_create_topics_a_real_create_carries_no_dry_run_note(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """Only a dry run is answered with the note: a real create goes as sent, its answer too."""
+    gateway = gateway_with(policies=DRY_RUN_NAMING)
+    frame = create_topics(5, NewTopic("named"))
+    assert_forwarded_as_sent(gateway.send(frame), frame)

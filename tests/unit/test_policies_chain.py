@@ -323,12 +323,13 @@ def test_a_dry_run_plugin_records_would_deny_and_allows() -> None:
     with PolicyChain(create_topic_policy=plugin) as chain:
         decision = chain.check_create_topic(REQUEST, principal=None)
     assert decision.allowed
-    assert decision.message is None
+    # Allowed, and the message still says what the dry-run plug-in would deny.
+    assert decision.message == "would deny (dry-run): too many partitions"
     assert verdict_table(decision) == [("acme.Create", "would_deny", "too many partitions")]
     assert decision.verdicts[0].mode is Mode.DRY_RUN
 
 
-def test_every_rule_and_plugin_is_asked_and_the_first_enforced_denial_answers() -> None:
+def test_every_rule_and_plugin_is_asked_and_every_violation_answers() -> None:
     dry = PartitionsRule(name="dry", mode=Mode.DRY_RUN, max=1)
     loose = PartitionsRule(name="loose", max=100)
     strict = PartitionsRule(name="strict", max=2)
@@ -345,8 +346,13 @@ def test_every_rule_and_plugin_is_asked_and_the_first_enforced_denial_answers() 
         ("strict", "denied"),
         ("acme.C", "denied"),
     ]
-    assert decision.message is not None
-    assert decision.message.startswith("topic orders: 6 partitions is above the maximum of 2")
+    assert decision.message == (
+        "3 policy violations: "
+        "1) would deny (dry-run): topic orders: 6 partitions is above the maximum of 1 "
+        "(rule dry); "
+        "2) topic orders: 6 partitions is above the maximum of 2 (rule strict); "
+        "3) plug-in says no"
+    )
 
 
 def test_nothing_configured_allows_with_no_verdicts() -> None:

@@ -681,7 +681,10 @@ def test_a_dry_run_rule_records_would_deny_and_allows() -> None:
     rule = PartitionsRule(name="partition-count", mode=Mode.DRY_RUN, max=1)
     decision = decide(rule, create(partitions=2))
     assert decision.allowed
-    assert decision.message is None
+    assert decision.message == (
+        "would deny (dry-run): topic orders: 2 partitions is above the maximum of 1 "
+        "(rule partition-count)"
+    )
     [verdict] = decision.verdicts
     assert (verdict.outcome, verdict.mode) == ("would_deny", Mode.DRY_RUN)
     assert verdict.message is not None and "above the maximum of 1" in verdict.message

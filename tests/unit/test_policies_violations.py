@@ -1,0 +1,72 @@
+"""Every violation of a decision in one Kafka error message, and read back by the tools."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from policies.api import CreateTopicRequestMetadata
+from policies.chain import PolicyChain, PolicyPlugin
+from policies.rules import Mode, PartitionsRule, TopicNameRule
+from policies.violations import Violation, client_message, parse_message
+from tests.unit.test_policies_chain import RecordingCreateTopicPolicy
+
+pytestmark = pytest.mark.unit
+
+DENIED = Violation(outcome="denied", message="topic x: 6 partitions is above the maximum of 2")
+WOULD = Violation(outcome="would_deny", message="topic name 'x' does not match the pattern 'a'")
+
+
+@pytest.mark.parametrize(
+    ("violations", "message"),
+    [
+        ((), None),
+        ((DENIED,), "topic x: 6 partitions is above the maximum of 2"),
+        ((WOULD,), "would deny (dry-run): topic name 'x' does not match the pattern 'a'"),
+        (
+            (DENIED, WOULD),
+            "2 policy violations: 1) topic x: 6 partitions is above the maximum of 2; "
+            "2) would deny (dry-run): topic name 'x' does not match the pattern 'a'",
+        ),
+    ],
+)
+def test_the_message_and_back(violations: tuple[Violation, ...], message: str | None) -> None:
+    assert client_message(violations) == message
+    assert parse_message(message) == violations
+
+
+def test_items_whose_text_has_separators_of_their_own_come_back_whole() -> None:
+    tricky = (
+        Violation(outcome="denied", message="no; 3) not a third item; 1) nor a first"),
+        Violation(outcome="would_deny", message="2 policy violations: 1) quoted"),
+        Violation(outcome="denied", message=""),
+    )
+    assert parse_message(client_message(tricky)) == tricky
+
+
+def test_a_message_that_does_not_follow_the_numbering_is_one_violation() -> None:
+    text = "3 policy violations: 1) a; 2) b"
+    assert parse_message(text) == (Violation(outcome="denied", message=text),)
+
+
+def test_the_chain_puts_every_violation_in_the_message_in_order() -> None:
+    """A topic breaking an enforced rule, a plug-in and a dry-run rule: all three, in order."""
+    policy = RecordingCreateTopicPolicy()
+    policy.deny = "plug-in says no"
+    rules = [
+        TopicNameRule(name="naming", mode=Mode.DRY_RUN, pattern=re.compile("[a-z.]+")),
+        PartitionsRule(name="max-partitions", max=2),
+    ]
+    request = CreateTopicRequestMetadata(
+        topic="Bad", num_partitions=6, replication_factor=1, replicas_assignments=None, configs={}
+    )
+    plugin = PolicyPlugin(policy=policy, name="acme.C")
+    with PolicyChain(rules=rules, create_topic_policy=plugin) as chain:
+        decision = chain.check_create_topic(request, principal=None)
+    assert [(v.verdict, v.message) for v in parse_message(decision.message)] == [
+        ("would-deny", "topic name 'Bad' does not match the pattern '[a-z.]+' (rule naming)"),
+        ("denied", "topic Bad: 6 partitions is above the maximum of 2 (rule max-partitions)"),
+        ("denied", "plug-in says no"),
+    ]
+    assert parse_message(decision.message) == decision.violations
