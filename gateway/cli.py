@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -57,9 +58,23 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     run.set_defaults(func=_cmd_run)
 
 
+def package_version() -> str:
+    """The installed distribution's version (its metadata, as pip reports it)."""
+    try:
+        return importlib.metadata.version("kafka-policy-gateway")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kpg", description="kafka-policy-gateway: a policy gateway for Apache Kafka."
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {package_version()}",
+        help="print the installed kafka-policy-gateway version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)

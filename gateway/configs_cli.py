@@ -65,6 +65,9 @@ class Target:
     """None: a CLIENT resource, whose user the gateway takes from the connection."""
     client_id: str
     """"": the user's default."""
+    head: tuple[str, str | None] = ("users", None)
+    """The first entity type on the command line and its name (None: --entity-default), which
+    kafka-configs.sh's message after an alter names."""
 
     def heading(self, all_configs: bool = False) -> str:
         """kafka-configs.sh's line before the entries."""
@@ -76,10 +79,12 @@ class Target:
         return f"{kind} configs for user {self.user}:{self.client_id} are:"
 
     def altered(self) -> str:
-        """kafka-configs.sh's line after a successful alter (it names the first entity)."""
-        if self.client_id == "":
-            return f"Completed updating default config for user {self.user}."
-        return f"Completed updating config for user {self.user}."
+        """kafka-configs.sh's line after a successful alter: it names the first entity type
+        given and its name, and says "default" only for --entity-default there."""
+        kind, name = self.head
+        if name is None:
+            return f"Completed updating default config for {kind} in the cluster."
+        return f"Completed updating config for {kind[:-1]} {name}."
 
 
 class _Entity(argparse.Action):
@@ -202,6 +207,7 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
     :raises UsageError:
     """
     named = _named_entities(entities)
+    head = next(iter(named.items()))
     if "users" in named:
         user = named["users"]
         if user is None:
@@ -215,12 +221,17 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
             resource_name=f"{user}:{client_id}",
             user=user,
             client_id=client_id,
+            head=head,
         )
     client = named["clients"]
     if client is None:
         raise UsageError("--entity-type clients --entity-default needs --entity-type users")
     return Target(
-        resource_type=codes.client_type, resource_name=client, user=None, client_id=client
+        resource_type=codes.client_type,
+        resource_name=client,
+        user=None,
+        client_id=client,
+        head=head,
     )
 
 

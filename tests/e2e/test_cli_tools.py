@@ -200,3 +200,11 @@ def test_dry_run_against_something_that_is_not_a_gateway() -> None:
     assert result.returncode == 2
     assert "did not answer as a Kafka gateway" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_version_is_the_installed_package_version() -> None:
+    from importlib.metadata import version
+
+    result = subprocess.run([KPG, "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"kpg {version('kafka-policy-gateway')}\n"

@@ -127,7 +127,7 @@ def test_round_trip_through_the_cli_and_applications(
     assert kpg(at, "--alter", *alice, "--add-config", "acks=-1,producer_byte_rate=50000")[0] == 2
     assert kpg(at, "--alter", *alice, "--add-config", "acks=-1,session.timeout.ms=11000") == (
         0,
-        "Completed updating default config for user alice.\n",
+        "Completed updating config for user alice.\n",
         "",
     )
     assert kpg(at, "--alter", *override, "--add-config", "acks=0,heartbeat.interval.ms=2000") == (

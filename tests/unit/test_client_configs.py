@@ -539,11 +539,11 @@ SEED_OVERRIDE = (
 def test_users_and_clients_name_the_user_client_resource(entity_args: tuple[str, ...]) -> None:
     args = _parse("--describe", *entity_args)
     target = cli.target_of(args.entities, CODES)
-    assert target == cli.Target(
-        resource_type=121,
-        resource_name="alice:clientid-override",
-        user="alice",
-        client_id="clientid-override",
+    assert (target.resource_type, target.resource_name, target.user, target.client_id) == (
+        121,
+        "alice:clientid-override",
+        "alice",
+        "clientid-override",
     )
 
 
@@ -557,7 +557,29 @@ def test_users_and_clients_name_the_user_client_resource(entity_args: tuple[str,
 def test_a_user_alone_names_the_default(entity_args: tuple[str, ...]) -> None:
     target = cli.target_of(_parse("--alter", *entity_args).entities, CODES)
     assert (target.resource_type, target.resource_name, target.client_id) == (121, "alice:", "")
-    assert target.altered() == "Completed updating default config for user alice."
+
+
+@pytest.mark.parametrize(
+    ("entity_args", "message"),
+    [
+        (("--user", "alice"), "Completed updating config for user alice."),
+        (
+            ("--user", "alice", "--entity-type", "clients", "--entity-default"),
+            "Completed updating config for user alice.",
+        ),
+        (SEED_OVERRIDE, "Completed updating config for user alice."),
+        (("--client", "app-1", "--user", "alice"), "Completed updating config for client app-1."),
+        (
+            ("--entity-type", "clients", "--entity-default", "--user", "alice"),
+            "Completed updating default config for clients in the cluster.",
+        ),
+    ],
+)
+def test_the_alter_message_is_kafka_configs_own(entity_args: tuple[str, ...], message: str) -> None:
+    """kafka-configs.sh names the first entity type given and its name; "default" only for
+    --entity-default there (ConfigCommand.alterConfig)."""
+    target = cli.target_of(_parse("--alter", *entity_args).entities, CODES)
+    assert target.altered() == message
 
 
 def test_a_client_alone_is_the_client_resource() -> None:
