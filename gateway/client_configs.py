@@ -467,6 +467,20 @@ def entity_configs(items: Mapping[str, str], user: str, client_id: str) -> dict[
     return {k[len(prefix) :]: v for k, v in items.items() if k.startswith(prefix)}
 
 
+def entities(items: Mapping[str, str]) -> tuple[ClientEntity, ...]:
+    """Every entity with a supported config stored in ``items`` (the namespace), sorted by
+    user, then client-id (the user's default first)."""
+    found = set()
+    for key in items:
+        try:
+            user, client_id, name = parse_store_key(key)
+        except ValueError:
+            continue
+        if name in KEYS:
+            found.add((user, client_id))
+    return tuple(ClientEntity(user=u, client_id=c) for u, c in sorted(found))
+
+
 def describe(
     items: Mapping[str, str],
     user: str,

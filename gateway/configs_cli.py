@@ -1,12 +1,23 @@
 """``kpg configs``: dynamic client configs per user and client-id, as kafka-configs.sh shows
 them (seed 003), through a running gateway.
 
-It speaks Kafka's protocol over a plain socket (no TLS, no SASL) to the gateway, which keeps
-these configs itself: DescribeConfigs (v4, with synonyms) for ``--describe`` and
-IncrementalAlterConfigs (v1: SET for ``--add-config``, DELETE for ``--delete-config``) for
-``--alter``, on the gateway's USER_CLIENT resource ``user:client-id`` (CLIENT, the
-connection's own user, for ``--describe`` of a client-id alone). The type codes must be the
-gateway's (``--client-codes``, default: :class:`gateway.client_configs.ClientConfigCodes`).
+It speaks Kafka's protocol to the gateway (plaintext, or TLS and SASL as
+``--command-config`` says: :mod:`gateway.client_security`), which keeps these configs itself:
+DescribeConfigs (v4, with synonyms) for ``--describe`` and IncrementalAlterConfigs (v1: SET
+for ``--add-config``, DELETE for ``--delete-config``) for ``--alter``, on the gateway's
+USER_CLIENT resource ``user:client-id`` (CLIENT, the connection's own user, for
+``--describe`` of a client-id alone). The type codes must be the gateway's
+(``--client-codes``, default: :class:`gateway.client_configs.ClientConfigCodes`).
+
+``--describe`` with an entity type left unnamed describes every entity of it, as
+kafka-configs.sh does: ListConfigResources (v1) for the gateway's type lists the entities,
+then one DescribeConfigs describes them, printed one after the other as a named describe
+prints one (``--entity-type users``: every user's default; with ``--entity-type clients``:
+every user's client-ids; ``--entity-type clients`` alone: the connection's own user's).
+
+Messages are kafka-configs.sh's: after an alter, "Completed updating config for user alice."
+(the first entity type given and its name; "Completed updating default config for clients in
+the cluster." when that one is an --entity-default).
 
 Quota keys are refused before anything is sent: kafka-configs.sh sends them with
 AlterClientQuotas, which this command does not. Exit codes: 0 done, 1 the gateway refused
@@ -16,20 +27,31 @@ AlterClientQuotas, which this command does not. Exit codes: 0 done, 1 the gatewa
 from __future__ import annotations
 
 import argparse
+import enum
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 from protocol import client_configs as wire
+from protocol import list_config_resources as lcr
 from protocol.alter_configs import DELETE, SET
 from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
 
-from .client_configs import QUOTA_KEYS, ClientConfigCodes, quota_message
+from .client_configs import QUOTA_KEYS, ClientConfigCodes, parse_user_client, quota_message
+from .client_security import (
+    COMMAND_CONFIG_HELP,
+    AuthenticationFailed,
+    CommandConfigError,
+    Connection,
+    connect,
+    load_command_config,
+    unreachable_hint,
+)
 from .config import ConfigError, parse_host_port
-from .exchange import exchange
 
 _EXAMPLES: Final = """\
 examples:
@@ -41,12 +63,16 @@ examples:
       --add-config 'acks=0,partition.assignment.strategy=[range,cooperative-sticky]'
   kpg configs --bootstrap-server localhost:9092 --describe --user alice --client app-1
   kpg configs --bootstrap-server localhost:9092 --alter --user alice --delete-config acks
+  kpg configs --bootstrap-server localhost:9092 --describe --entity-type users
+  kpg configs --bootstrap-server gateway:9093 --command-config client-ssl.properties \\
+      --describe --entity-type users --entity-name alice --entity-type clients
 """
 
 _ADD_CONFIG_FORMAT: Final = (
     'Invalid entity config: all configs to be added must be in the format "key=val" or '
     '"key=[val1,val2]".'
 )
+_CLIENT_ID: Final = "kpg-configs"
 _SPLIT_OUTSIDE_BRACKETS: Final = re.compile(r",(?=[^\]]*(?:\[|$))")
 _EQUALS: Final = re.compile(r"\s*=\s*")
 
@@ -134,7 +160,10 @@ def add_configs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action=_Entity,
         const="type",
         metavar="users|clients",
-        help="users (then --entity-name USER) and optionally clients (then a client-id)",
+        help=(
+            "users (then --entity-name USER) and optionally clients (then a client-id); "
+            "with --describe, a type with no name after it means every entity of it"
+        ),
     )
     parser.add_argument(
         "--entity-name", action=_Entity, const="name", metavar="NAME", help="names the type before"
@@ -182,6 +211,7 @@ def add_configs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for each answer (default: 30)"
     )
+    parser.add_argument("--command-config", type=Path, metavar="FILE", help=COMMAND_CONFIG_HELP)
     parser.set_defaults(func=cmd_configs)
 
 
@@ -206,7 +236,7 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
 
     :raises UsageError:
     """
-    named = _named_entities(entities)
+    named = {k: v for k, v in _named_entities(entities).items() if not isinstance(v, _Every)}
     head = next(iter(named.items()))
     if "users" in named:
         user = named["users"]
@@ -235,16 +265,107 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
     )
 
 
-def _named_entities(entities: Sequence[tuple[str, str | None]]) -> dict[str, str | None]:
-    """Entity type -> entity name (None for --entity-default), each type paired with the
-    name or default option that follows it.
+class _Every(enum.Enum):
+    ENTITY = "every entity"
+
+
+EVERY: Final = _Every.ENTITY
+"""An --entity-type with no name after it, in a --describe: every entity of the type."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listing:
+    """What a --describe with an entity type left unnamed asks for: the entities of
+    ``resource_type`` the gateway lists (ListConfigResources) whose user and client-id match
+    (a name, "" for the user's default, or :data:`EVERY`)."""
+
+    resource_type: int
+    user: str | _Every | None
+    """None: the CLIENT type, the connection's own user."""
+    client_id: str | _Every
+
+    def targets(self, listed: Sequence[tuple[int, str]], codes: ClientConfigCodes) -> list[Target]:
+        """The listed resources this listing wants, as targets, in the gateway's order."""
+        found = []
+        for resource_type, name in listed:
+            if resource_type != self.resource_type:
+                continue
+            if self.user is None:
+                found.append(
+                    Target(
+                        resource_type=resource_type, resource_name=name, user=None, client_id=name
+                    )
+                )
+                continue
+            try:
+                entity = parse_user_client(name)
+            except ValueError:
+                continue
+            if self.user is not EVERY and entity.user != self.user:
+                continue
+            if self.client_id is EVERY:
+                if entity.client_id == "":
+                    continue
+            elif entity.client_id != self.client_id:
+                continue
+            found.append(
+                Target(
+                    resource_type=resource_type,
+                    resource_name=name,
+                    user=entity.user,
+                    client_id=entity.client_id,
+                )
+            )
+        return found
+
+
+def listing_of(
+    entities: Sequence[tuple[str, str | None]], codes: ClientConfigCodes
+) -> Listing | None:
+    """For a --describe: the listing its entity options ask for when an entity type is left
+    unnamed (as kafka-configs.sh then describes every entity of it); None when every type is
+    named (then :func:`target_of`).
+
+    ``users`` alone: every user's default; ``users`` and ``clients``: every user's client-ids
+    (either one may be named); ``clients`` alone: the connection's own user's client-ids.
 
     :raises UsageError:
     """
-    named: dict[str, str | None] = {}
+    named = _named_entities(entities, every=True)
+    if EVERY not in named.values():
+        return None
+    if "users" not in named:
+        return Listing(resource_type=codes.client_type, user=None, client_id=EVERY)
+    user = named["users"]
+    if user is None:
+        raise UsageError(
+            "dynamic client configs are kept per user, with no default across users: "
+            "--entity-type users takes --entity-name, or nothing to describe every user"
+        )
+    client = named.get("clients", "")
+    return Listing(
+        resource_type=codes.user_client_type,
+        user=user,
+        client_id="" if client is None else client,
+    )
+
+
+def _named_entities(
+    entities: Sequence[tuple[str, str | None]], every: bool = False
+) -> dict[str, str | None | _Every]:
+    """Entity type -> entity name (None for --entity-default), each type paired with the
+    name or default option that follows it; with ``every`` (a --describe), a type followed by
+    no name is :data:`EVERY`.
+
+    :raises UsageError:
+    """
+    named: dict[str, str | None | _Every] = {}
     pending: str | None = None
     for kind, value in entities:
         if kind == "type":
+            if every and pending is not None:
+                named[pending] = EVERY
+                pending = None
             _check_entity_type(value, pending, named)
             pending = value
             continue
@@ -255,16 +376,16 @@ def _named_entities(entities: Sequence[tuple[str, str | None]]) -> dict[str, str
             raise UsageError(f"--entity-type {pending}: the entity name is empty")
         named[pending] = value if kind == "name" else None
         pending = None
-    if pending is not None:
+    if pending is not None and every:
+        named[pending] = EVERY
+    elif pending is not None:
         raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
     if not named:
         raise UsageError("name the entity: --entity-type users --entity-name USER")
     return named
 
 
-def _check_entity_type(
-    value: str | None, pending: str | None, named: dict[str, str | None]
-) -> None:
+def _check_entity_type(value: str | None, pending: str | None, named: Mapping[str, object]) -> None:
     """:raises UsageError: unless ``--entity-type value`` may come next."""
     if pending is not None:
         raise UsageError(f"--entity-type {pending} needs --entity-name or --entity-default")
@@ -363,22 +484,46 @@ def format_error(error_code: int, error_message: str | None) -> str:
 def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         codes = parse_codes(args.client_codes)
-        target = target_of(args.entities, codes)
+        listing = listing_of(args.entities, codes) if args.describe else None
+        target = target_of(args.entities, codes) if listing is None else None
         address = parse_host_port(args.bootstrap_server, "--bootstrap-server", "command line")
-        frame = _request_frame(args, target)
-    except (UsageError, ConfigError) as exc:
+        security = load_command_config(args.command_config)
+        if args.describe and (args.add_config is not None or args.delete_config is not None):
+            raise UsageError("--add-config and --delete-config go with --alter")
+        frame = _request_frame(args, target) if target is not None else b""
+    except (UsageError, ConfigError, CommandConfigError) as exc:
         print(f"kpg configs: {exc}", file=sys.stderr)
         return 2
     try:
-        answer = exchange(address.host, address.port, frame, args.timeout)
-        results: Sequence[wire.DescribedResource | wire.AlteredResource] = (
-            wire.read_describe_response(answer)
-            if args.describe
-            else wire.read_incremental_alter_response(answer)
-        )
-    except (OSError, Undecodable, FrameRejected) as exc:
-        print(f"kpg configs: no usable answer from {address}: {exc}", file=sys.stderr)
+        with connect(address.host, address.port, args.timeout, security, _CLIENT_ID) as link:
+            if listing is not None:
+                return _describe_every(link, listing, codes, args.all, out)
+            assert target is not None
+            return _one_entity(link, frame, target, codes, args, out)
+    except AuthenticationFailed as exc:
+        print(f"kpg configs: {address}: {exc}", file=sys.stderr)
         return 2
+    except (OSError, Undecodable, FrameRejected) as exc:
+        hint = unreachable_hint(security)
+        print(f"kpg configs: no usable answer from {address}: {exc}{hint}", file=sys.stderr)
+        return 2
+
+
+def _one_entity(
+    link: Connection,
+    frame: bytes,
+    target: Target,
+    codes: ClientConfigCodes,
+    args: argparse.Namespace,
+    out: TextIO,
+) -> int:
+    """:raises OSError, Undecodable, FrameRejected:"""
+    answer = link.request(frame)
+    results: Sequence[wire.DescribedResource | wire.AlteredResource] = (
+        wire.read_describe_response(answer)
+        if args.describe
+        else wire.read_incremental_alter_response(answer)
+    )
     result = next(
         (
             r
@@ -403,14 +548,56 @@ def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0
 
 
+def _describe_every(
+    link: Connection, listing: Listing, codes: ClientConfigCodes, all_configs: bool, out: TextIO
+) -> int:
+    """Every entity the listing matches: ListConfigResources, then one DescribeConfigs for
+    them all, printed entity by entity as a named --describe prints one.
+
+    :raises OSError, Undecodable, FrameRejected:
+    """
+    code, listed = lcr.read_list_response(
+        link.request(
+            lcr.list_request([listing.resource_type], correlation_id=1, client_id=_CLIENT_ID)
+        )
+    )
+    if code != 0:
+        print(f"kpg configs: listing the entities: {format_error(code, None)}", file=sys.stderr)
+        return 1
+    targets = listing.targets(listed, codes)
+    if not targets:
+        return 0
+    answer = link.request(
+        wire.describe_request(
+            [(t.resource_type, t.resource_name) for t in targets],
+            correlation_id=2,
+            client_id=_CLIENT_ID,
+        )
+    )
+    described = {(r.resource_type, r.resource_name): r for r in wire.read_describe_response(answer)}
+    status = 0
+    for target in targets:
+        result = described.get((target.resource_type, target.resource_name))
+        if result is None or result.error_code != 0:
+            why = (
+                "no answer"
+                if result is None
+                else format_error(result.error_code, result.error_message)
+            )
+            print(f"kpg configs: {target.resource_name}: {why}", file=sys.stderr)
+            status = 1
+            continue
+        for line in format_description(target, result, codes, all_configs):
+            print(line, file=out)
+    return status
+
+
 def _request_frame(args: argparse.Namespace, target: Target) -> bytes:
     """The DescribeConfigs (``--describe``) or IncrementalAlterConfigs (``--alter``) request.
 
     :raises UsageError:
     """
     if args.describe:
-        if args.add_config is not None or args.delete_config is not None:
-            raise UsageError("--add-config and --delete-config go with --alter")
         return wire.describe_request(
             [(target.resource_type, target.resource_name)],
             correlation_id=1,

@@ -1,30 +1,25 @@
-"""One request, one answer, over a plain socket: how the ``kpg`` tools talk to a gateway."""
+"""One request, one answer: how the ``kpg`` tools talk to a gateway, over plaintext, TLS or
+SASL as their ``--command-config`` says (:mod:`gateway.client_security`)."""
 
 from __future__ import annotations
 
-import socket
-
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, SIZE, check_frame_size
+from .client_security import PLAINTEXT, ClientSecurity, connect
 
 
-def exchange(host: str, port: int, frame: bytes, timeout: float) -> bytes:
+def exchange(
+    host: str,
+    port: int,
+    frame: bytes,
+    timeout: float,
+    security: ClientSecurity = PLAINTEXT,
+    client_id: str = "kpg",
+) -> bytes:
     """Send one request frame (size prefix included) and return the response frame (without).
 
-    :raises OSError: when the gateway cannot be reached or closes the connection early.
+    :raises OSError: when the gateway cannot be reached, TLS fails, SASL is refused, or the
+        gateway closes the connection early.
     :raises FrameRejected: when the answer's size is negative or above Kafka's default cap.
+    :raises Undecodable: for a SASL answer that does not decode.
     """
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-
-        def exact(n: int) -> bytes:
-            data = b""
-            while len(data) < n:
-                chunk = sock.recv(n - len(data))
-                if not chunk:
-                    raise ConnectionError("the gateway closed the connection")
-                data += chunk
-            return data
-
-        size: int = SIZE.unpack(exact(4))[0]
-        check_frame_size(size, DEFAULT_MAX_FRAME_BYTES)
-        return exact(size)
+    with connect(host, port, timeout, security, client_id) as connection:
+        return connection.request(frame)

@@ -33,6 +33,13 @@ from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
 from protocol.results import ItemError
 
+from .client_security import (
+    COMMAND_CONFIG_HELP,
+    AuthenticationFailed,
+    CommandConfigError,
+    load_command_config,
+    unreachable_hint,
+)
 from .config import ConfigError, load, parse_host_port
 from .exchange import exchange
 
@@ -90,6 +97,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     dry.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for the answer (default: 30)"
     )
+    dry.add_argument("--command-config", type=Path, metavar="FILE", help=COMMAND_CONFIG_HELP)
     dry.set_defaults(func=cmd_dry_run)
 
     policy = sub.add_parser("policy", help="policy tools that need no cluster")
@@ -210,7 +218,8 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         if args.manifest is not None:
             requests += parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
         address = parse_host_port(args.bootstrap_server, "--bootstrap-server", "command line")
-    except (ManifestError, ConfigError) as exc:
+        security = load_command_config(args.command_config)
+    except (ManifestError, ConfigError, CommandConfigError) as exc:
         print(f"kpg dry-run: {exc}", file=sys.stderr)
         return 2
     if not requests:
@@ -233,14 +242,23 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         correlation_id=1,
         client_id="kpg-dry-run",
     )
+    hint = unreachable_hint(security)
     try:
-        answer = exchange(address.host, address.port, frame, args.timeout)
+        answer = exchange(
+            address.host, address.port, frame, args.timeout, security, client_id="kpg-dry-run"
+        )
         results = ct.read_answer(4, answer)
+    except AuthenticationFailed as exc:
+        print(f"kpg dry-run: {address}: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
-        print(f"kpg dry-run: cannot reach {address}: {exc}", file=sys.stderr)
+        print(f"kpg dry-run: cannot reach {address}: {exc}{hint}", file=sys.stderr)
         return 2
     except (FrameRejected, Undecodable) as exc:
-        print(f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}", file=sys.stderr)
+        print(
+            f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}{hint}",
+            file=sys.stderr,
+        )
         return 2
     rows = [row for spec in specs for row in answer_rows(spec, results.get(spec.name))]
     _print_table(rows, out)

@@ -10,7 +10,7 @@ from kio.schema.sasl_authenticate import v2 as sasl_authenticate_v2
 from kio.schema.sasl_handshake import v0 as sasl_handshake_v0
 from kio.schema.sasl_handshake import v1 as sasl_handshake_v1
 
-from .codec import decode_request_as, decode_response_as
+from .codec import decode_request_as, decode_response_as, encode_request
 from .framing import RequestHeader
 
 SASL_HANDSHAKE: Final = 17
@@ -56,3 +56,50 @@ def authenticate_result(api_version: int, frame: bytes) -> tuple[int, str | None
     """
     payload = decode_response_as(_AUTHENTICATE_RESPONSES, SASL_AUTHENTICATE, api_version, frame)
     return int(payload.error_code), payload.error_message
+
+
+# --- the client's side, for the kpg tools ----------------------------------------------------
+
+CLIENT_HANDSHAKE_VERSION: Final = 1
+CLIENT_AUTHENTICATE_VERSION: Final = 2
+
+
+def handshake_request(mechanism: str, *, correlation_id: int, client_id: str) -> bytes:
+    """A SaslHandshake v1 request frame (size prefix included)."""
+    payload = sasl_handshake_v1.SaslHandshakeRequest(mechanism=mechanism)
+    return encode_request(
+        SASL_HANDSHAKE, CLIENT_HANDSHAKE_VERSION, correlation_id, client_id, payload
+    )
+
+
+def read_handshake_response(frame: bytes) -> tuple[int, tuple[str, ...]]:
+    """(error code, the mechanisms the server enables) of a SaslHandshake v1 answer.
+
+    :raises Undecodable:
+    """
+    payload = decode_response_as(
+        (sasl_handshake_v1.SaslHandshakeResponse,), SASL_HANDSHAKE, CLIENT_HANDSHAKE_VERSION, frame
+    )
+    return int(payload.error_code), tuple(payload.mechanisms)
+
+
+def authenticate_request(auth_bytes: bytes, *, correlation_id: int, client_id: str) -> bytes:
+    """A SaslAuthenticate v2 request frame (size prefix included)."""
+    payload = sasl_authenticate_v2.SaslAuthenticateRequest(auth_bytes=auth_bytes)
+    return encode_request(
+        SASL_AUTHENTICATE, CLIENT_AUTHENTICATE_VERSION, correlation_id, client_id, payload
+    )
+
+
+def read_authenticate_response(frame: bytes) -> tuple[int, str | None, bytes]:
+    """(error code, error message, the server's auth bytes) of a SaslAuthenticate v2 answer.
+
+    :raises Undecodable:
+    """
+    payload = decode_response_as(
+        (sasl_authenticate_v2.SaslAuthenticateResponse,),
+        SASL_AUTHENTICATE,
+        CLIENT_AUTHENTICATE_VERSION,
+        frame,
+    )
+    return int(payload.error_code), payload.error_message, bytes(payload.auth_bytes)

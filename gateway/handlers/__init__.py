@@ -30,6 +30,7 @@ from . import (
     fetch,
     find_coordinator,
     join_group,
+    list_config_resources,
     list_offsets,
     metadata,
     offset_delete,
@@ -62,6 +63,7 @@ _MODULES = (
     elect_leaders,
     describe_configs,
     join_group,
+    list_config_resources,
 )
 
 REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")

@@ -124,7 +124,7 @@ COVERAGE: Final[dict[int, Coverage]] = {
     71: _p("client telemetry subscription; changes nothing"),
     72: _p("client telemetry; changes nothing"),
     73: _r(_INTERNAL),
-    74: _p(_READ),
+    74: _w("reads only; the gateway answers for its own dynamic client config types"),
     75: _p(_READ),
     76: _r(_SHARE),
     77: _r(_SHARE),

@@ -198,3 +198,135 @@ def test_cli_reports_the_gateways_refusal(gateway: GatewayThread) -> None:
         "Dynamic configs for user alice are:\n",
         "",
     )
+
+
+def test_describe_without_a_name_answers_every_entity(gateway: GatewayThread) -> None:
+    """As kafka-configs.sh describes every entity of a type left unnamed: here each one as a
+    named --describe prints it, in user then client-id order."""
+    at = gateway.bootstrap
+    for entity, config in (
+        (["--user", "bob"], "linger.ms=5"),
+        (["--user", "alice"], "acks=1"),
+        (["--user", "alice", "--client", "app-1"], "acks=0"),
+        (["--user", "bob", "--client", "app-2"], "batch.size=10"),
+        (["--user", "ANONYMOUS", "--client", "app-3"], "max.poll.records=7"),
+    ):
+        assert kpg(at, "--alter", *entity, "--add-config", config)[0] == 0
+    default = "DYNAMIC_DEFAULT_CLIENT_CONFIG"
+    assert kpg(at, "--describe", "--entity-type", "users") == (
+        0,
+        "Dynamic configs for user alice are:\n"
+        f"  acks=1 sensitive=false synonyms={{{default}:acks=1}}\n"
+        f"Dynamic configs for user bob are:\n"
+        f"  linger.ms=5 sensitive=false synonyms={{{default}:linger.ms=5}}\n",
+        "",
+    )
+    code, every_client, _ = kpg(
+        at, "--describe", "--entity-type", "users", "--entity-type", "clients"
+    )
+    assert code == 0
+    assert [line for line in every_client.splitlines() if not line.startswith(" ")] == [
+        "Dynamic configs for user ANONYMOUS:app-3 are:",
+        "Dynamic configs for user alice:app-1 are:",
+        "Dynamic configs for user bob:app-2 are:",
+    ]
+    assert kpg(at, "--describe", "--user", "alice", "--entity-type", "clients") == (
+        0,
+        "Dynamic configs for user alice:app-1 are:\n"
+        "  acks=0 sensitive=false synonyms={DYNAMIC_CLIENT_CONFIG:acks=0, "
+        f"{default}:acks=1}}\n",
+        "",
+    )
+    # clients alone: the connection's own user's client-ids (this one is ANONYMOUS).
+    assert kpg(at, "--describe", "--entity-type", "clients") == (
+        0,
+        "Dynamic configs for client app-3 are:\n"
+        "  max.poll.records=7 sensitive=false "
+        "synonyms={DYNAMIC_CLIENT_CONFIG:max.poll.records=7}\n",
+        "",
+    )
+    # An alter still needs the names.
+    code, _, stderr = kpg(at, "--alter", "--entity-type", "users", "--add-config", "acks=1")
+    assert code == 2 and "needs --entity-name" in stderr
+
+
+def write_properties(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def tls_properties(tmp_path: Path, pki: Path) -> Path:
+    """Kafka client properties for the TLS gateway: its CA, and the client's key and
+    certificate in one PEM file, as Kafka's PEM keystore holds them."""
+    keystore = tmp_path / "client-keystore.pem"
+    keystore.write_text((pki / "client.key").read_text() + (pki / "client.pem").read_text())
+    return write_properties(
+        tmp_path / "client-ssl.properties",
+        "# as for kafka-configs.sh\n"
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={pki / 'ca.pem'}\n"
+        "ssl.truststore.type=PEM\n"
+        f"ssl.keystore.location={keystore}\n"
+        "ssl.keystore.type=PEM\n",
+    )
+
+
+def test_command_config_reaches_a_gateway_that_requires_client_certificates(
+    gateways: tuple[GatewayThread, GatewayThread], pki: Path, tmp_path: Path
+) -> None:
+    _, secure = gateways
+    at = secure.bootstrap
+    properties = tls_properties(tmp_path, pki)
+    me = ["--entity-type", "users", "--entity-name", CERT_USER]
+    with_tls = ["--command-config", str(properties)]
+    assert kpg(at, *with_tls, "--alter", *me, "--add-config", "acks=all") == (
+        0,
+        f"Completed updating config for user {CERT_USER}.\n",
+        "",
+    )
+    assert kpg(at, *with_tls, "--describe", "--entity-type", "users") == (
+        0,
+        f"Dynamic configs for user {CERT_USER} are:\n"
+        "  acks=all sensitive=false synonyms={DYNAMIC_DEFAULT_CLIENT_CONFIG:acks=all}\n",
+        "",
+    )
+
+    code, stdout, stderr = kpg(at, "--describe", *me)
+    assert (code, stdout) == (2, "")
+    assert "if the gateway requires TLS or SASL, give --command-config" in stderr
+    assert "Traceback" not in stderr
+
+    # TLS without the client certificate: the gateway refuses the handshake.
+    no_certificate = write_properties(
+        tmp_path / "no-cert.properties",
+        f"security.protocol=SSL\nssl.truststore.location={pki / 'ca.pem'}\n",
+    )
+    code, _, stderr = kpg(at, "--command-config", str(no_certificate), "--describe", *me)
+    assert code == 2 and "no usable answer" in stderr and "Traceback" not in stderr
+
+    # Without the CA the gateway's certificate is not trusted.
+    untrusted = write_properties(tmp_path / "untrusted.properties", "security.protocol=SSL\n")
+    code, _, stderr = kpg(at, "--command-config", str(untrusted), "--describe", *me)
+    assert code == 2 and "CERTIFICATE_VERIFY_FAILED" in stderr
+
+
+@pytest.mark.parametrize(
+    ("properties", "message"),
+    [
+        ("security.protocol=SSL\nssl.truststore.type=JKS\n", "ssl.truststore.type=JKS is not"),
+        ("security.protocol=SSL\nssl.keystore.type=PKCS12\n", "ssl.keystore.type=PKCS12 is not"),
+        ("security.protocol=SSL\nssl.protocol=TLSv1.3\n", "ssl.protocol is not supported"),
+        ("security.protocol=SSL\nssl.truststore.location=/nonexistent.pem\n", "no such file"),
+        ("security.protocol=KERBEROS\n", "security.protocol=KERBEROS: expected one of"),
+        ("sasl.mechanism=PLAIN\n", "sasl.mechanism is set but security.protocol=PLAINTEXT"),
+    ],
+)
+def test_a_command_config_the_tools_cannot_use_is_refused_naming_the_property(
+    gateway: GatewayThread, tmp_path: Path, properties: str, message: str
+) -> None:
+    path = write_properties(tmp_path / "bad.properties", properties)
+    code, _, stderr = kpg(
+        gateway.bootstrap, "--command-config", str(path), "--describe", "--user", "a"
+    )
+    assert code == 2
+    assert message in stderr and str(path) in stderr
