@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from gateway.config import HostPort
 from gateway.embedded import free_port
 from tests.e2e.test_gateway_process import KPG, start_kpg
+from tests.support import GatewayThread, gateway_config, make_pki, tls_listener
 
 pytestmark = pytest.mark.e2e
 
@@ -208,3 +209,49 @@ def test_version_is_the_installed_package_version() -> None:
     result = subprocess.run([KPG, "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"kpg {version('kafka-policy-gateway')}\n"
+
+
+def test_dry_run_reaches_a_gateway_that_requires_client_certificates(
+    tmp_path: Path, broker: HostPort
+) -> None:
+    """--command-config with Kafka's SSL properties: TLS to the gateway's listener, which
+    requires a client certificate; without it the tool says what to give."""
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki", {"client": "/CN=ci"})
+    policies = {"rules": [{"name": "partition-count", "type": "partitions", "max": 5}]}
+    gateway = GatewayThread(
+        gateway_config(broker, tls=tls_listener(pki), policies=policies)
+    ).start()
+    keystore = tmp_path / "keystore.pem"
+    keystore.write_text((pki / "client.key").read_text() + (pki / "client.pem").read_text())
+    properties = tmp_path / "ssl.properties"
+    properties.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.truststore.location={pki / 'ca.pem'}\n"
+        f"ssl.keystore.location={keystore}\n"
+        "ssl.endpoint.identification.algorithm=https\n"
+    )
+    dry_run = [KPG, "dry-run", "--bootstrap-server", gateway.bootstrap]
+    try:
+        result = subprocess.run(
+            [*dry_run, "--command-config", str(properties), "--topic", "t.big:9:1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 1, result.stderr
+        assert table(result.stdout) == [
+            (
+                "t.big",
+                "DENIED",
+                "topic t.big: 9 partitions is above the maximum of 5 (rule partition-count)",
+            )
+        ]
+        plain = subprocess.run(
+            [*dry_run, "--topic", "t.big:9:1"], capture_output=True, text=True, timeout=60
+        )
+        assert plain.returncode == 2 and plain.stdout == ""
+        assert "if the gateway requires TLS or SASL, give --command-config" in plain.stderr
+        assert "Traceback" not in plain.stderr
+    finally:
+        gateway.stop()
