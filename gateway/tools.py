@@ -27,7 +27,7 @@ import yaml
 from policies.api import CreateTopicRequestMetadata
 from policies.loader import PolicyConfigError, load_policy_chain
 from policies.manifest import ManifestError, check_manifest, parse_manifest
-from policies.violations import Violation, parse_message
+from policies.violations import Violation, parse_message, split_request_id
 from protocol import create_topics as ct
 from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
@@ -174,13 +174,14 @@ def answer_rows(spec: ct.TopicSpec, result: ItemError | None) -> list[Row]:
     """The rows for the gateway's answer about one topic of a dry run."""
     if result is None:
         return [_error_row(spec, "error", "no answer for this topic")]
+    message, _ = split_request_id(result.error_message)
     if result.error_code in (0, POLICY_VIOLATION_CODE):
-        violations = parse_message(result.error_message)
+        violations = parse_message(message)
         if result.error_code == POLICY_VIOLATION_CODE and not violations:
             violations = (Violation(outcome="denied", message=""),)
         return verdict_rows(spec.name, spec.num_partitions, spec.replication_factor, violations)
     name = _ERROR_NAMES.get(result.error_code, f"error {result.error_code}")
-    return [_error_row(spec, name, result.error_message or "")]
+    return [_error_row(spec, name, message or "")]
 
 
 def _error_row(spec: ct.TopicSpec, verdict: str, message: str) -> Row:
@@ -262,6 +263,11 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
     rows = [row for spec in specs for row in answer_rows(spec, results.get(spec.name))]
     _print_table(rows, out)
+    request_ids = sorted(
+        {i for r in results.values() if (i := split_request_id(r.error_message)[1]) is not None}
+    )
+    if request_ids:
+        print(f"kpg dry-run: audit request id {', '.join(request_ids)}", file=sys.stderr)
     return 0 if all(r.verdict in ("allowed", "would-deny") for r in rows) else 1
 
 

@@ -14,6 +14,10 @@ violation of the decision in it, enforced denials and dry-run ones alike, in the
 (``kpg policy check``). A denial's own text may contain anything; the numbering (checked to
 run 1..n) is what keeps the items apart, and a message that does not follow it is read as one
 violation.
+
+The gateway may end a denial's message with `` (audit request id <id>)``, so that a client's
+log joins the audit table (:func:`with_request_id`); :func:`split_request_id` takes it off
+before the violations are read.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ Outcome = Literal["denied", "would_deny"]
 WOULD_DENY_PREFIX: Final = "would deny (dry-run): "
 _COUNTED: Final = re.compile(r"(\d+) policy violations: 1\) ")
 _ITEM_SEPARATOR: Final = re.compile(r"; (\d+)\) ")
+_REQUEST_ID: Final = re.compile(
+    r"(?:^| )\(audit request id ([^\s()]+)\)$|^audit request id ([^\s()]+)$"
+)
 
 
 class _VerdictLike(Protocol):
@@ -109,3 +116,19 @@ def _split_numbered(text: str, count: int) -> list[str] | None:
         expected += 1
     items.append(text[start:])
     return items if len(items) == count else None
+
+
+def with_request_id(message: str | None, request_id: str) -> str:
+    """``message`` ending in the audit request id (the id alone for no message)."""
+    note = f"(audit request id {request_id})"
+    return f"{message} {note}" if message else note
+
+
+def split_request_id(message: str | None) -> tuple[str | None, str | None]:
+    """(the message without a trailing audit request id, the id or None)."""
+    if not message:
+        return message, None
+    found = _REQUEST_ID.search(message)
+    if found is None:
+        return message, None
+    return message[: found.start()] or None, found.group(1) or found.group(2)

@@ -9,7 +9,13 @@ import pytest
 from policies.api import CreateTopicRequestMetadata
 from policies.chain import PolicyChain, PolicyPlugin
 from policies.rules import Mode, PartitionsRule, TopicNameRule
-from policies.violations import Violation, client_message, parse_message
+from policies.violations import (
+    Violation,
+    client_message,
+    parse_message,
+    split_request_id,
+    with_request_id,
+)
 from tests.unit.test_policies_chain import RecordingCreateTopicPolicy
 
 pytestmark = pytest.mark.unit
@@ -70,3 +76,27 @@ def test_the_chain_puts_every_violation_in_the_message_in_order() -> None:
         ("denied", "plug-in says no"),
     ]
     assert parse_message(decision.message) == decision.violations
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("topic x: no (audit request id 5f1e-a2)", ("topic x: no", "5f1e-a2")),
+        ("(audit request id 5f1e-a2)", (None, "5f1e-a2")),
+        ("audit request id 5f1e-a2", (None, "5f1e-a2")),
+        ("topic x: no", ("topic x: no", None)),
+        ("a (audit request id two words)", ("a (audit request id two words)", None)),
+        (None, (None, None)),
+    ],
+)
+def test_the_audit_request_id_comes_off_the_end(
+    message: str | None, expected: tuple[str | None, str | None]
+) -> None:
+    assert split_request_id(message) == expected
+
+
+def test_a_tagged_message_still_gives_every_violation() -> None:
+    tagged = with_request_id(client_message((DENIED, WOULD)), "5f1e")
+    message, request_id = split_request_id(tagged)
+    assert request_id == "5f1e"
+    assert parse_message(message) == (DENIED, WOULD)
