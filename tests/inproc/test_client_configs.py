@@ -35,6 +35,7 @@ from gateway.config import ConfigError, HostPort, from_mapping
 from gateway.embedded import broker_binary, free_port
 from policies.api import AlterConfigV2Policy, AlterConfigV2RequestMetadata, PolicyViolation
 from protocol import client_configs as wire
+from protocol import list_config_resources as lcr
 from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT
 from protocol.codec import encode_request
 from protocol.framing import parse_request_header
@@ -608,5 +609,82 @@ def test_an_admin_principal_alters_and_reads_every_users_configs(
         assert values(bob)["acks"][0] == "1"
         [bob_for_alice] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=alice)
         assert bob_for_alice.error_code == 31
+    finally:
+        gw.stop()
+
+
+# --- ListConfigResources ---------------------------------------------------------------------
+
+
+def list_resources(
+    bootstrap: str, types: Sequence[int], tls: ssl.SSLContext | None = None
+) -> tuple[int, tuple[tuple[int, str], ...]]:
+    frame = lcr.list_request(types, correlation_id=5, client_id="raw-test")
+    return lcr.read_list_response(exchange(bootstrap, frame, tls))
+
+
+def test_list_config_resources_lists_the_gateways_entities_and_never_asks_the_broker(
+    tapped: tuple[GatewayThread, BrokerTap],
+) -> None:
+    gw, tap = tapped
+    set_configs(
+        gw.bootstrap,
+        {
+            "bob:": {"acks": "1"},
+            "alice:app-1": {"linger.ms": "5"},
+            "alice:": {"acks": "0"},
+            "ANONYMOUS:app-9": {"batch.size": "10"},
+        },
+    )
+    assert list_resources(gw.bootstrap, [USER_CLIENT]) == (
+        0,
+        (
+            (USER_CLIENT, "ANONYMOUS:app-9"),
+            (USER_CLIENT, "alice:"),
+            (USER_CLIENT, "alice:app-1"),
+            (USER_CLIENT, "bob:"),
+        ),
+    )
+    # CLIENT: the connection's own user's client-ids (this connection is ANONYMOUS).
+    assert list_resources(gw.bootstrap, [CLIENT, USER_CLIENT]) == (
+        0,
+        (
+            (USER_CLIENT, "ANONYMOUS:app-9"),
+            (CLIENT, "app-9"),
+            (USER_CLIENT, "alice:"),
+            (USER_CLIENT, "alice:app-1"),
+            (USER_CLIENT, "bob:"),
+        ),
+    )
+    assert list_resources(gw.bootstrap, [CLIENT]) == (0, ((CLIENT, "app-9"),))
+    # Mixed with a broker type: refused, not half answered.
+    assert list_resources(gw.bootstrap, [USER_CLIENT, TOPIC]) == (INVALID_REQUEST, ())
+    assert tap.forwarded(lcr.LIST_CONFIG_RESOURCES) == []
+
+
+def test_list_config_resources_shows_only_its_own_user_to_a_non_admin(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    pki = make_pki(tmp_path, {"platform-admin": "/CN=platform-admin", "alice": "/CN=alice"})
+    gw = GatewayThread(
+        gateway_config(
+            broker,
+            tls=tls_listener(pki),
+            client_configs={"admin_principals": ["User:CN=platform-admin"]},
+        )
+    ).start()
+    try:
+        admin, alice = tls_context(pki, "platform-admin"), tls_context(pki, "alice")
+        change = [(USER_CLIENT, name, [("acks", SET, "1")]) for name in ("bob:", "CN=alice:app-a")]
+        assert [code for _, _, code, _ in alter(gw.bootstrap, change, tls=admin)] == [0, 0]
+        assert list_resources(gw.bootstrap, [USER_CLIENT], tls=admin) == (
+            0,
+            ((USER_CLIENT, "CN=alice:app-a"), (USER_CLIENT, "bob:")),
+        )
+        assert list_resources(gw.bootstrap, [USER_CLIENT], tls=alice) == (
+            0,
+            ((USER_CLIENT, "CN=alice:app-a"),),
+        )
+        assert list_resources(gw.bootstrap, [CLIENT], tls=alice) == (0, ((CLIENT, "app-a"),))
     finally:
         gw.stop()
