@@ -37,6 +37,8 @@ from . import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
 )
 from .base import Registration, refuse
 from .coverage import COVERAGE
@@ -62,6 +64,8 @@ _MODULES = (
     elect_leaders,
     describe_configs,
     join_group,
+    share_fetch,
+    share_acknowledge,
 )
 
 REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")
