@@ -166,10 +166,15 @@ class ProduceView:
         return self.version >= TOPIC_IDS_SINCE
 
 
+_NULL_ID: Final = uuid.UUID(int=0)
+
+
 def _topic_key(version: int, topic: object) -> str:
     """How a topic of the request or answer is named in the gateway's keys: its name, or from
-    v13 its id's string form."""
-    return str(getattr(topic, "topic_id" if version >= TOPIC_IDS_SINCE else "name"))
+    v13 its id's string form (the null id, which kio reads as None, as all zeros)."""
+    if version >= TOPIC_IDS_SINCE:
+        return str(getattr(topic, "topic_id", None) or _NULL_ID)
+    return str(topic.name)
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:

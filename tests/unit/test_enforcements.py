@@ -890,6 +890,97 @@ def test_produce_to_the_gateways_own_topics_is_refused(
     ]
 
 
+# --- Produce v13: topics named by id (KIP-516), judged by the names they resolve to --------
+
+
+@pytest.fixture
+def validating_by_id(validating: Harness) -> tuple[Harness, uuid.UUID, uuid.UUID]:
+    """``orders`` validated (trace-id) and ``plain`` not, both known to the cluster."""
+    return validating, validating.cluster.add_topic("orders"), validating.cluster.add_topic("plain")
+
+
+def test_produce_v13_validates_a_topic_named_by_id_as_by_name(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, plain = validating_by_id
+    unknown = uuid.uuid4()
+    frame = produce(
+        13,
+        {(orders, 0): UNTRACED, (plain, 0): UNTRACED, (unknown, 2): TRACED, (orders, 1): TRACED},
+    )
+    outcome = gateway.send(frame)
+    header, body = forwarded(outcome)
+    assert header.api_version == 13
+    kept = [(t.topic_id, int(p.index)) for t in body.topic_data for p in t.partition_data]
+    assert kept == [(orders, 1), (plain, 0)]
+    answer = gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0, (orders, 1): 0}))
+    assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
+        ((orders, 0), INVALID_RECORD),
+        ((orders, 1), NONE),
+        ((plain, 0), NONE),
+        ((unknown, 2), UNKNOWN_TOPIC_ID),
+    ]
+    assert record_errors(13, answer)[(orders, 0)] == [(0, NO_TRACE_ID), (1, NO_TRACE_ID)]
+    # judged and audited under the topic's name, as a v9 request naming it
+    assert gateway.decisions("Produce", gateway.services.records.name, "denied") == 1
+
+
+def test_produce_v13_of_valid_records_forwards_the_clients_bytes(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, plain = validating_by_id
+    frame = produce(13, {(orders, 0): TRACED, (plain, 0): UNTRACED})
+    outcome = gateway.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+
+
+def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, _ = validating_by_id
+
+    def lookups() -> int:
+        return gateway.cluster.asked.count(("describe_all_topics", ()))
+
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    assert lookups() == 1
+    later = gateway.cluster.add_topic("later")
+    gateway.set_validation_policy("later", "trace-id")
+    answer = answer_of(gateway.send(produce(13, {(later, 0): UNTRACED})))
+    assert lookups() == 2
+    assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
+        ((later, 0), INVALID_RECORD)
+    ]
+
+
+def test_produce_v13_to_the_gateways_own_topics_is_refused(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    gateway = gateway_with(own_topics=["_kpg_audit"])
+    own, plain = gateway.cluster.add_topic("_kpg_audit"), gateway.cluster.add_topic("plain")
+    for _ in range(2):  # the second time with the own ids learnt: the unread path's check
+        outcome = gateway.send(produce(13, {(own, 0): TRACED, (plain, 0): TRACED}))
+        _, body = forwarded(outcome)
+        assert [t.topic_id for t in body.topic_data] == [plain]
+        answer = gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0}))
+        assert items(PRODUCE, 13, answer) == [
+            (
+                (own, 0),
+                TOPIC_AUTHORIZATION_FAILED,
+                "Topic '_kpg_audit' is written by the gateway only.",
+            ),
+            ((plain, 0), NONE, None),
+        ]
+    # with nothing validated and the own ids learnt, a request to other topics goes unread
+    frame = produce(13, {(plain, 0): TRACED})
+    outcome = gateway.send(frame)
+    assert outcome == Forward(frame=frame, expect_response=True, on_response=outcome.on_response)
+    assert gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0})) == (
+        produce_response(13, {(plain, 0): 0})
+    )
+
+
 # --- DescribeConfigs -------------------------------------------------------------------------
 
 
