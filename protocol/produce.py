@@ -174,8 +174,9 @@ def _topic_key(version: int, topic: object) -> str:
     v13 its id's string form (the null id, which kio reads as None, as all zeros). ``topic``
     is a request's or an answer's topic entity of any version, whose field differs by version
     (``name`` or ``topic_id``): read by name."""
-    field = "topic_id" if version >= TOPIC_IDS_SINCE else "name"
-    return str(getattr(topic, field, None) or _NULL_ID)
+    if version >= TOPIC_IDS_SINCE:
+        return str(getattr(topic, "topic_id", None) or _NULL_ID)
+    return str(getattr(topic, "name", ""))
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:
