@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
 from gateway.outcomes import Answer, Close, Forward
-from protocol.codec import Undecodable
+from protocol.codec import Undecodable, decode_response
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
 from spark_audit.event import AuditEvent
@@ -31,6 +32,7 @@ from tests.enforcement_support import (
     ALTER_CONFIGS,
     ALTER_PARTITION_REASSIGNMENTS,
     APPEND,
+    BROKER,
     CORRELATION_ID,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -75,6 +77,7 @@ from tests.enforcement_support import (
     describe_configs,
     describe_configs_response,
     describe_producers,
+    described,
     elect_leaders,
     fetch,
     forwarded,
@@ -334,6 +337,105 @@ def test_create_topics_validate_only_is_answered_here_before_a_broker_that_ignor
     ]
     assert gateway.validation_policy("fresh") is None
     assert [e.validate_only for e in gateway.sink.events] == [True, True, True]
+
+
+BROKER_REPORT = {
+    "own": {"log.retention.hours": "72", "num.partitions": "4"},  # DYNAMIC_BROKER_CONFIG (2)
+    "defaults": {  # DEFAULT_CONFIG (5)
+        "log.retention.ms": None,  # unset: the next synonym (hours) stands
+        "log.cleanup.policy": "delete",
+        "min.insync.replicas": "1",
+        "message.max.bytes": "1048588",
+        "default.replication.factor": "1",
+    },
+}
+NO_SYNONYM = [
+    ("follower.replication.throttled.replicas", "", 5),
+    ("leader.replication.throttled.replicas", "", 5),
+    ("remote.log.copy.disable", "false", 5),
+    ("remote.log.delete.on.disable", "false", 5),
+    ("remote.storage.enable", "false", 5),
+]
+
+
+def dry_run_rows(version: int, frame: bytes) -> list[tuple[Any, ...]]:
+    payload = decode_response(CREATE_TOPICS, version, frame)
+    return [
+        (
+            t.name,
+            int(t.error_code),
+            int(t.num_partitions),
+            int(t.replication_factor),
+            None
+            if t.configs is None
+            else [
+                (c.name, c.value, int(c.config_source), c.read_only, c.is_sensitive)
+                for c in t.configs
+            ],
+            getattr(t, "topic_id", None) is not None,  # v7 has the field
+        )
+        for t in payload.topics
+    ]
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_create_topics_dry_run_answered_here_is_filled_as_kafka_fills_it(
+    gateway_with: Callable[..., Harness], version: int
+) -> None:
+    """KIP-525, as Kafka's controller answers a validate_only topic (ReplicationControlManager
+    .createTopic: the row of the creation, validate_only discarding only the records): the
+    counts the topic would get (-1 resolved), a topic id (v7), and every topic config sorted
+    by name, the given ones DYNAMIC_TOPIC_CONFIG (1), the rest from the broker configs that
+    stand for them with their source, none read-only or sensitive."""
+    gateway = gateway_with(ignores_validate_only=True)
+    gateway.cluster.brokers = [3]
+    report: Any = BROKER_REPORT
+    gateway.cluster.configs[(BROKER, "3")] = described(
+        BROKER, "3", report["own"], {k: v for k, v in report["defaults"].items() if v}
+    )
+    gateway.cluster.add_topic("existing")
+    frame = create_topics(
+        version,
+        NewTopic("existing"),
+        NewTopic(
+            "fresh",
+            num_partitions=-1,
+            configs={"cleanup.policy": "compact", POLICY_KEY: "trace-id"},
+        ),
+        validate_only=True,
+    )
+    rows = dry_run_rows(version, answer_of(gateway.send(frame)))
+    has_id = version >= 7
+    expected_configs = sorted(
+        [
+            ("cleanup.policy", "compact", 1, False, False),
+            ("max.message.bytes", "1048588", 5, False, False),
+            ("min.insync.replicas", "1", 5, False, False),
+            (POLICY_KEY, "trace-id", 1, False, False),
+            ("retention.ms", str(72 * 3_600_000), 2, False, False),
+        ]
+        + [(n, v, src, False, False) for n, v, src in NO_SYNONYM]
+    )
+    assert rows == [
+        ("existing", TOPIC_ALREADY_EXISTS, -1, -1, None, False),
+        ("fresh", NONE, 4, 1, expected_configs, has_id),
+    ]
+
+
+def test_create_topics_dry_run_lists_only_the_given_configs_when_the_broker_reports_none(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """A broker that reports no broker configs (Tansu), or one the client may not describe:
+    the topic configs not given are unknown, and left out rather than guessed."""
+    gateway = gateway_with(ignores_validate_only=True)
+    frame = create_topics(
+        7,
+        NewTopic("fresh", num_partitions=6, configs={"retention.ms": "7200000"}),
+        validate_only=True,
+    )
+    assert dry_run_rows(7, answer_of(gateway.send(frame))) == [
+        ("fresh", NONE, 6, 1, [("retention.ms", "7200000", 1, False, False)], True)
+    ]
 
 
 def test_create_topics_validate_only_is_forwarded_to_a_broker_that_honours_it(
