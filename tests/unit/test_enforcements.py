@@ -9,6 +9,7 @@ the broker would, and its merge is fed a broker answer encoded here.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +53,7 @@ from tests.enforcement_support import (
     PRODUCE,
     SET,
     SUBTRACT,
+    TIMEOUT,
     TOPIC,
     UNCLEAN,
     Harness,
@@ -85,6 +87,7 @@ from tests.enforcement_support import (
     items,
     legacy_fetch,
     list_offsets,
+    make,
     offset_delete,
     offset_for_leader_epoch,
     partition_values,
@@ -92,6 +95,7 @@ from tests.enforcement_support import (
     produce,
     produce_response,
     record_errors,
+    request,
     top_level,
     upstream,
 )
@@ -1505,6 +1509,58 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert items(FETCH, version, answer_of(guarded.send(fetch(version, (own, 1))))) == [
         ((own, 1), TOPIC_AUTHORIZATION_FAILED, None)
     ]
+
+
+# --- ShareFetch and ShareAcknowledge: topics by id, the gateway's own refused ---------------
+
+
+def share_request(api_key: int, version: int, topic_id: uuid.UUID) -> bytes:
+    """A ShareFetch (78) or ShareAcknowledge (79) of partition 0 of ``topic_id``."""
+    m = importlib.import_module(
+        f"kio.schema.{'share_fetch' if api_key == 78 else 'share_acknowledge'}.v{version}.request"
+    )
+    if api_key == 78:
+        topic = m.FetchTopic(
+            topic_id=topic_id,
+            partitions=(m.FetchPartition(partition_index=0, acknowledgement_batches=()),),
+        )
+        payload = make(
+            m.ShareFetchRequest,
+            group_id="g",
+            member_id="m",
+            share_session_epoch=0,
+            max_wait=TIMEOUT,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=500,
+            batch_size=500,
+            topics=(topic,),
+            forgotten_topics_data=(),
+        )
+    else:
+        partition = m.AcknowledgePartition(partition_index=0, acknowledgement_batches=())
+        payload = m.ShareAcknowledgeRequest(
+            group_id="g",
+            member_id="m",
+            share_session_epoch=1,
+            topics=(m.AcknowledgeTopic(topic_id=topic_id, partitions=(partition,)),),
+        )
+    return request(api_key, version, payload)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("api_key", [78, 79], ids=["ShareFetch", "ShareAcknowledge"])
+def test_share_requests_naming_an_own_topic_id_are_refused(
+    guarded: Harness, api_key: int, version: int
+) -> None:
+    cluster = guarded.cluster
+    other = share_request(api_key, version, cluster.id_of("orders"))
+    outcome = guarded.send(other)
+    assert isinstance(outcome, Forward) and outcome.frame == other
+    assert cluster.asked == [("describe_all_topics", ())]  # learnt once
+    refused = guarded.send(share_request(api_key, version, cluster.id_of(OWN)))
+    assert isinstance(refused, Close) and refused.metric_reason == "own_topic"
+    assert cluster.asked == [("describe_all_topics", ())]
 
 
 # --- ElectLeaders ----------------------------------------------------------------------------
