@@ -10,7 +10,10 @@ The gateway swaps each address for its own listener of that node
 Most Produce and Fetch answers carry none, and decoding every one (records included) would
 cost the data path its throughput, so :func:`has_node_endpoints` walks the answer's layout,
 skipping records and strings by their lengths, to the tagged fields at its end: only an
-answer holding ``node_endpoints`` is decoded and rewritten.
+answer holding ``node_endpoints`` is decoded and rewritten. Measured on this machine (shared,
+noisy): a 1 MiB Fetch v17 answer of one partition, 2-8 us walked against 45-230 us decoded;
+about 1.3 us a partition walked, about what kio's decode costs a partition, without copying
+records.
 """
 
 from __future__ import annotations
@@ -35,48 +38,6 @@ NODE_ENDPOINTS_SINCE: Final[Mapping[int, int]] = {
 
 _NODE_ENDPOINTS_TAG: Final = 0
 
-# A layout is a tuple of steps: an int (that many fixed bytes), or one of the names below, or
-# ("array", layout) for a compact array of entries laid out so.
-_STRING: Final = "string"  # compact (nullable) string
-_BYTES: Final = "bytes"  # compact (nullable) bytes: records
-_TAGS: Final = "tags"  # tagged fields
-
-Layout = tuple[object, ...]
-
-_PRODUCE_PARTITION: Final[Layout] = (
-    4 + 2 + 8 + 8 + 8,  # index, error_code, base_offset, log_append_time, log_start_offset
-    ("array", (4, _STRING, _TAGS)),  # record_errors
-    _STRING,  # error_message
-    _TAGS,
-)
-_PRODUCE_BY_NAME: Final[Layout] = (
-    ("array", (_STRING, ("array", _PRODUCE_PARTITION), _TAGS)),
-    4,  # throttle_time_ms
-)
-_PRODUCE_BY_ID: Final[Layout] = (
-    ("array", (16, ("array", _PRODUCE_PARTITION), _TAGS)),
-    4,
-)
-_FETCH: Final[Layout] = (
-    4 + 2 + 4,  # throttle_time_ms, error_code, session_id
-    (
-        "array",
-        (
-            16,  # topic_id
-            (
-                "array",
-                (
-                    4 + 2 + 8 + 8 + 8,  # index, error, high watermark, LSO, log start offset
-                    ("array", (8 + 8, _TAGS)),  # aborted_transactions
-                    4,  # preferred_read_replica
-                    _BYTES,  # records
-                    _TAGS,
-                ),
-            ),
-            _TAGS,
-        ),
-    ),
-)
 _PRODUCE_TOPIC_IDS_SINCE: Final = 13
 
 
@@ -95,15 +56,18 @@ def has_node_endpoints(api_key: int, api_version: int, frame: bytes) -> bool:
     """
     if not carries_node_endpoints(api_key, api_version):
         return False
-    if api_key == FETCH:
-        layout = _FETCH
-    elif api_key == PRODUCE:
-        layout = _PRODUCE_BY_ID if api_version >= _PRODUCE_TOPIC_IDS_SINCE else _PRODUCE_BY_NAME
-    else:
+    if api_key not in (FETCH, PRODUCE):
         return True
     try:
         position = _skip_tags(frame, 4)  # correlation id, then the flexible header's tags
-        position = _walk(layout, frame, position)
+        if api_key == FETCH:
+            position = _fetch_topics_end(frame, position)
+        else:
+            position = _produce_topics_end(
+                frame, position, by_id=api_version >= _PRODUCE_TOPIC_IDS_SINCE
+            )
+        if position > len(frame):
+            raise IndexError(position)
         return _has_tag(frame, position, _NODE_ENDPOINTS_TAG)
     except IndexError:
         raise Undecodable(f"API key {api_key} v{api_version} answer is truncated") from None
@@ -123,6 +87,8 @@ def _uvarint(frame: bytes, position: int) -> tuple[int, int]:
 
 
 def _skip_tags(frame: bytes, position: int) -> int:
+    if frame[position] == 0:  # no tagged fields: nearly always
+        return position + 1
     count, position = _uvarint(frame, position)
     for _ in range(count):
         _, position = _uvarint(frame, position)
@@ -131,23 +97,58 @@ def _skip_tags(frame: bytes, position: int) -> int:
     return position
 
 
-def _walk(layout: Layout, frame: bytes, position: int) -> int:
-    for step in layout:
-        if isinstance(step, int):
-            position += step
-        elif step == _TAGS:
+def _skip_compact(frame: bytes, position: int) -> int:
+    """Past a compact (nullable) string or bytes: its length + 1 (0 for null), then it."""
+    length = frame[position]
+    if length < 0x80:
+        return position + length if length else position + 1
+    second = frame[position + 1]
+    if second < 0x80:  # up to 16 KiB: two bytes
+        return position + 1 + (length & 0x7F | second << 7)
+    length, position = _uvarint(frame, position)
+    return position + length - 1
+
+
+def _count(frame: bytes, position: int) -> tuple[int, int]:
+    """A compact array's length (0 for a null array) and where its entries start."""
+    count = frame[position]
+    if count < 0x80:
+        return (count - 1 if count else 0), position + 1
+    count, position = _uvarint(frame, position)
+    return count - 1, position
+
+
+def _fetch_topics_end(frame: bytes, position: int) -> int:
+    """Past throttle_time_ms, error_code, session_id and the topics of a Fetch v16+ answer;
+    each partition's records are skipped by their length."""
+    topics, position = _count(frame, position + 4 + 2 + 4)
+    for _ in range(topics):
+        partitions, position = _count(frame, position + 16)  # topic_id
+        for _ in range(partitions):
+            # index, error_code, high watermark, last stable offset, log start offset
+            aborted, position = _count(frame, position + 4 + 2 + 8 + 8 + 8)
+            for _ in range(aborted):
+                position = _skip_tags(frame, position + 8 + 8)  # producer id, first offset
+            position = _skip_compact(frame, position + 4)  # preferred read replica, records
             position = _skip_tags(frame, position)
-        elif step in (_STRING, _BYTES):
-            length, position = _uvarint(frame, position)
-            position += max(length - 1, 0)  # 0 is null, n + 1 is n bytes
-        else:
-            assert isinstance(step, tuple)
-            count, position = _uvarint(frame, position)
-            for _ in range(count - 1):
-                position = _walk(step[1], frame, position)
-    if position > len(frame):
-        raise IndexError(position)
+        position = _skip_tags(frame, position)
     return position
+
+
+def _produce_topics_end(frame: bytes, position: int, *, by_id: bool) -> int:
+    """Past the topics and throttle_time_ms of a Produce v10+ answer."""
+    topics, position = _count(frame, position)
+    for _ in range(topics):
+        position = position + 16 if by_id else _skip_compact(frame, position)
+        partitions, position = _count(frame, position)
+        for _ in range(partitions):
+            # index, error_code, base offset, log append time, log start offset
+            errors, position = _count(frame, position + 4 + 2 + 8 + 8 + 8)
+            for _ in range(errors):
+                position = _skip_tags(frame, _skip_compact(frame, position + 4))
+            position = _skip_tags(frame, _skip_compact(frame, position))  # error_message
+        position = _skip_tags(frame, position)
+    return position + 4  # throttle_time_ms
 
 
 def _has_tag(frame: bytes, position: int, wanted: int) -> bool:
