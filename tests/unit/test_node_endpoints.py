@@ -155,3 +155,54 @@ def test_a_rewrite_of_a_node_without_a_listener_fails() -> None:
     payload = decode_address_bearing(1, 16, fetch_answer(16, True))
     with pytest.raises(KeyError):
         replace_endpoints(1, payload, {2: ("gw.example", 1)})
+
+
+@pytest.mark.parametrize("version", [16, 17, 18])
+def test_a_fetch_answer_merged_with_local_errors_keeps_the_brokers_leader_endpoints(
+    version: int,
+) -> None:
+    """A Fetch naming one of the gateway's own topics is read and answered partly here; the
+    merged answer must keep the leader endpoints for the rewrite that follows the merge."""
+    from protocol import partitioned as pt
+    from protocol.codec import decode_response, encode_request
+    from protocol.framing import parse_request_header
+    from protocol.results import ItemError
+
+    own = uuid.uuid5(uuid.NAMESPACE_DNS, "own")
+    m = importlib.import_module(f"kio.schema.fetch.v{version}.request")
+    payload = m.FetchRequest(
+        max_wait=ZERO,
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        isolation_level=0,
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=tuple(
+            m.FetchTopic(
+                topic_id=t,
+                partitions=tuple(
+                    m.FetchPartition(
+                        partition=i32(p),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    )
+                    for p in range(3)
+                ),
+            )
+            for t in (own, TOPIC_ID)
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    frame = encode_request(1, version, 7, "c", payload)[4:]
+    request = pt.read(parse_request_header(frame), frame)
+    local = {(str(own), p): ItemError(error_code=29) for p in range(3)}
+    merged = decode_response(1, version, pt.answer(request, 7, local, fetch_answer(version, True)))
+    assert [(e.node_id, e.host) for e in merged.node_endpoints] == [
+        (2, "broker-2.internal"),
+        (3, "broker-3.internal"),
+    ]
+    assert has_node_endpoints(1, version, pt.answer(request, 7, local, fetch_answer(version, True)))
