@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -316,11 +316,14 @@ class Engine:
 def _add_notes(local: dict[K, ItemError], notes: Mapping[K, str]) -> None:
     """A validate_only item the dry-run rules object to, but which succeeds, is answered with
     their message: as a :class:`Note` on the broker's success when it is forwarded, in place
-    of the gateway's own bare success when answered here."""
+    on the gateway's own success when answered here (keeping what that success says of the
+    item: a dry run's filled-in topic)."""
     for key, message in notes.items():
         here = local.get(key)
-        if here is None or (here.ok and here.error_message is None):
+        if here is None:
             local[key] = Note(error_message=message)
+        elif here.ok and here.error_message is None:
+            local[key] = replace(here, error_message=message)
 
 
 def _route(

@@ -1,7 +1,9 @@
 """Broker addresses inside responses: find them and replace them.
 
 Metadata, FindCoordinator (one coordinator before v4, a list from v4) and DescribeCluster
-hand out ``(node_id, host, port)``. The gateway swaps each for its own listener of that node,
+hand out ``(node_id, host, port)``, and so do the leader endpoints (KIP-951
+``node_endpoints``) of Produce v10+, Fetch v16+, ShareFetch and ShareAcknowledge answers
+(:mod:`protocol.node_endpoints`). The gateway swaps each for its own listener of that node,
 so no client ever learns a broker address.
 """
 
@@ -14,6 +16,9 @@ from typing import Final, TypeAlias, TypeVar, get_args
 from kio.schema.describe_cluster import v0 as describe_cluster_v0
 from kio.schema.describe_cluster import v1 as describe_cluster_v1
 from kio.schema.describe_cluster import v2 as describe_cluster_v2
+from kio.schema.fetch import v16 as fetch_v16
+from kio.schema.fetch import v17 as fetch_v17
+from kio.schema.fetch import v18 as fetch_v18
 from kio.schema.find_coordinator import v0 as find_coordinator_v0
 from kio.schema.find_coordinator import v1 as find_coordinator_v1
 from kio.schema.find_coordinator import v2 as find_coordinator_v2
@@ -35,17 +40,29 @@ from kio.schema.metadata import v10 as metadata_v10
 from kio.schema.metadata import v11 as metadata_v11
 from kio.schema.metadata import v12 as metadata_v12
 from kio.schema.metadata import v13 as metadata_v13
+from kio.schema.produce import v10 as produce_v10
+from kio.schema.produce import v11 as produce_v11
+from kio.schema.produce import v12 as produce_v12
+from kio.schema.produce import v13 as produce_v13
+from kio.schema.share_acknowledge import v1 as share_acknowledge_v1
+from kio.schema.share_acknowledge import v2 as share_acknowledge_v2
+from kio.schema.share_fetch import v1 as share_fetch_v1
+from kio.schema.share_fetch import v2 as share_fetch_v2
 from kio.static.primitive import i32
 from kio.static.protocol import Entity
 
 from .codec import decode_response_as, replaced
+from .node_endpoints import NODE_ENDPOINTS_SINCE
 
 METADATA: Final = 3
 FIND_COORDINATOR: Final = 10
 DESCRIBE_CLUSTER: Final = 60
 
-ADDRESS_BEARING_APIS: Final = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
-"""Responses of these APIs carry broker addresses that the gateway must rewrite."""
+ADDRESS_BEARING_APIS: Final = frozenset(
+    {METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, *NODE_ENDPOINTS_SINCE}
+)
+"""Responses of these APIs carry broker addresses that the gateway must rewrite (Produce and
+Fetch only from the versions in :data:`protocol.node_endpoints.NODE_ENDPOINTS_SINCE`)."""
 
 MetadataResponse: TypeAlias = (
     metadata_v0.MetadataResponse
@@ -80,8 +97,22 @@ DescribeClusterResponse: TypeAlias = (
     | describe_cluster_v2.DescribeClusterResponse
 )
 """kio's DescribeCluster response entity, any version."""
+LeaderEndpointsResponse: TypeAlias = (
+    produce_v10.ProduceResponse
+    | produce_v11.ProduceResponse
+    | produce_v12.ProduceResponse
+    | produce_v13.ProduceResponse
+    | fetch_v16.FetchResponse
+    | fetch_v17.FetchResponse
+    | fetch_v18.FetchResponse
+    | share_fetch_v1.ShareFetchResponse
+    | share_fetch_v2.ShareFetchResponse
+    | share_acknowledge_v1.ShareAcknowledgeResponse
+    | share_acknowledge_v2.ShareAcknowledgeResponse
+)
+"""An answer with a ``node_endpoints`` list (KIP-951, KIP-932), any API and version."""
 AddressBearingResponse: TypeAlias = (
-    MetadataResponse | FindCoordinatorResponse | DescribeClusterResponse
+    MetadataResponse | FindCoordinatorResponse | DescribeClusterResponse | LeaderEndpointsResponse
 )
 """The answer of one of :data:`ADDRESS_BEARING_APIS`."""
 R = TypeVar("R", bound=AddressBearingResponse)
@@ -108,6 +139,9 @@ _COORDINATORS: Final = (
     find_coordinator_v6.FindCoordinatorResponse,
 )
 """FindCoordinator from v4 answers a list of coordinators."""
+_LEADER_ENDPOINTS: Final[tuple[type[LeaderEndpointsResponse], ...]] = get_args(
+    LeaderEndpointsResponse
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +177,11 @@ def broker_endpoints(api_key: int, payload: AddressBearingResponse) -> tuple[Bro
         if payload.node_id >= 0:
             return (BrokerEndpoint(node_id=payload.node_id, host=payload.host, port=payload.port),)
         return ()
+    if isinstance(payload, _LEADER_ENDPOINTS) and payload.__api_key__ == api_key:
+        return tuple(
+            BrokerEndpoint(node_id=e.node_id, host=e.host, port=e.port)
+            for e in payload.node_endpoints
+        )
     raise _no_addresses(api_key, payload)
 
 
@@ -171,6 +210,10 @@ def replace_endpoints(api_key: int, payload: R, gateway: Mapping[int, tuple[str,
         return replaced(payload, coordinators=coordinators)
     if api_key == FIND_COORDINATOR and isinstance(payload, _ONE_COORDINATOR):
         return swap(payload, payload.node_id) if payload.node_id >= 0 else payload
+    if isinstance(payload, _LEADER_ENDPOINTS) and payload.__api_key__ == api_key:
+        return replaced(
+            payload, node_endpoints=tuple(swap(e, e.node_id) for e in payload.node_endpoints)
+        )
     raise _no_addresses(api_key, payload)
 
 

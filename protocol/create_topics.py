@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +22,7 @@ from kio.schema.create_topics import v2, v3, v4, v5, v6, v7
 from kio.schema.errors import ErrorCode
 from kio.schema.types import BrokerId, TopicName
 from kio.serial.writers import write_int16, write_int32, write_legacy_string
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from .codec import (
     built,
@@ -39,6 +40,8 @@ from .versions import VersionRange
 CREATE_TOPICS: Final = 19
 VERSIONS: Final = VersionRange(min_version=0, max_version=7)
 BROKER_MIN_VERSION: Final = 2
+CONFIGS_IN_ANSWER_SINCE: Final = 5
+"""From v5 (KIP-525) an answer carries the topic's partitions, replication factor and configs."""
 
 CreateTopicsRequest: TypeAlias = (
     v2.CreateTopicsRequest
@@ -70,6 +73,13 @@ CreatableTopicResult: TypeAlias = (
 _REQUESTS: Final[tuple[type[CreateTopicsRequest], ...]] = get_args(CreateTopicsRequest)
 _RESPONSES: Final[tuple[type[CreateTopicsResponse], ...]] = get_args(CreateTopicsResponse)
 _RESULTS: Final[tuple[type[CreatableTopicResult], ...]] = get_args(CreatableTopicResult)
+CreatableTopicConfigs: TypeAlias = (
+    v5.response.CreatableTopicConfigs
+    | v6.response.CreatableTopicConfigs
+    | v7.response.CreatableTopicConfigs
+)
+"""A config of a topic in a CreateTopics v5+ answer (KIP-525)."""
+_CONFIGS: Final[tuple[type[CreatableTopicConfigs], ...]] = get_args(CreatableTopicConfigs)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +229,29 @@ def _noted(result: CreatableTopicResult, note: Note) -> CreatableTopicResult:
     return dataclasses.replace(result, error_message=note.error_message)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    """One config of a topic as a CreateTopics v5+ answer lists it (KIP-525)."""
+
+    name: str
+    value: str | None
+    config_source: int
+    read_only: bool = False
+    is_sensitive: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WouldCreate(ItemError):
+    """A dry run (validate_only) the gateway answers itself with success, and what the topic
+    would be created as: Kafka's controller answers a validate_only topic with the row it
+    would answer the creation with (KIP-525), topic id included, and discards the rest."""
+
+    num_partitions: int
+    replication_factor: int
+    configs: tuple[TopicConfig, ...]
+    """Sorted by name, as Kafka lists them."""
+
+
 def _local_result(
     cls: type[CreatableTopicResult], version: int, name: str, result: ItemError
 ) -> CreatableTopicResult:
@@ -234,8 +267,25 @@ def _local_result(
             replication_factor=i16(-1),
             configs=None,
         )
+        if isinstance(result, WouldCreate):
+            config_cls = schema_of(_CONFIGS, version)
+            fields.update(
+                num_partitions=i32(result.num_partitions),
+                replication_factor=i16(result.replication_factor),
+                configs=tuple(
+                    config_cls(
+                        name=c.name,
+                        value=None if c.is_sensitive else c.value,
+                        read_only=c.read_only,
+                        config_source=i8(c.config_source),
+                        is_sensitive=c.is_sensitive,
+                    )
+                    for c in result.configs
+                ),
+            )
     if version >= 7:
-        fields["topic_id"] = None
+        # Kafka's controller gives a dry-run topic the random id it would have had
+        fields["topic_id"] = uuid.uuid4() if isinstance(result, WouldCreate) else None
     return built(cls, fields)
 
 

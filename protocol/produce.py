@@ -1,4 +1,4 @@
-"""Produce (API key 0), v3 to v9: what the record-validation handler reads and writes.
+"""Produce (API key 0), v3 to v13: what the record-validation handler reads and writes.
 
 - :func:`produce_acks` reads only ``acks``, for the pass-through path; :func:`with_acks`
   writes it in place (the opt-in enforcement of a configured acks=-1).
@@ -9,8 +9,10 @@
   errors into the broker's answer to that reduced request, in the client's version.
 
 v3 is where magic 2 batches and the transactional id start (Kafka 4 brokers take nothing
-older). v10 and later are not carried: their answers may hold leader endpoints (KIP-951
-``node_endpoints``) and v13 names topics by id.
+older). From v10 answers may hold leader endpoints (KIP-951 ``node_endpoints``): the merged
+answer keeps the broker's, and the handler rewrites them (:mod:`protocol.node_endpoints`).
+From v13 (KIP-516) topics are named by id: a partition's ``topic`` is then the id's string
+form, and the handler resolves it to a name before judging.
 
 Kafka answers each topic and partition once, whatever the request repeats; so does
 :func:`produce_answer`.
@@ -19,6 +21,7 @@ Kafka answers each topic and partition once, whatever the request repeats; so do
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +29,7 @@ from functools import cache
 from typing import Final, TypeAlias, get_args
 
 from kio.schema.errors import ErrorCode
-from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9
+from kio.schema.produce import v3, v4, v5, v6, v7, v8, v9, v10, v11, v12, v13
 from kio.schema.types import TopicName
 from kio.serial.readers import read_compact_string_nullable, read_nullable_legacy_string
 from kio.static.primitive import i32, i32Timedelta, i64
@@ -46,12 +49,15 @@ from .results import ItemError
 from .versions import VersionRange, is_flexible
 
 PRODUCE: Final = 0
-VERSIONS: Final = VersionRange(min_version=3, max_version=9)
+VERSIONS: Final = VersionRange(min_version=3, max_version=13)
 """The Produce versions this module decodes, re-encodes and answers."""
 
 _LOG_START_OFFSET_SINCE: Final = 5
 _RECORD_ERRORS_SINCE: Final = 8
 """From v8 (KIP-467) a partition answer carries ``record_errors`` and ``error_message``."""
+_NODE_ENDPOINTS_SINCE: Final = 10
+TOPIC_IDS_SINCE: Final = 13
+"""From v13 (KIP-516) topics are named by ``topic_id``."""
 _NO_OFFSET: Final = i64(-1)
 
 _ACKS: Final = struct.Struct(">h")
@@ -64,6 +70,10 @@ ProduceRequest: TypeAlias = (
     | v7.ProduceRequest
     | v8.ProduceRequest
     | v9.ProduceRequest
+    | v10.ProduceRequest
+    | v11.ProduceRequest
+    | v12.ProduceRequest
+    | v13.ProduceRequest
 )
 """kio's request entity, in the versions carried (:data:`VERSIONS`)."""
 ProduceResponse: TypeAlias = (
@@ -74,6 +84,10 @@ ProduceResponse: TypeAlias = (
     | v7.ProduceResponse
     | v8.ProduceResponse
     | v9.ProduceResponse
+    | v10.ProduceResponse
+    | v11.ProduceResponse
+    | v12.ProduceResponse
+    | v13.ProduceResponse
 )
 """kio's response entity, in the versions carried."""
 TopicProduceResponse: TypeAlias = (
@@ -84,6 +98,10 @@ TopicProduceResponse: TypeAlias = (
     | v7.response.TopicProduceResponse
     | v8.response.TopicProduceResponse
     | v9.response.TopicProduceResponse
+    | v10.response.TopicProduceResponse
+    | v11.response.TopicProduceResponse
+    | v12.response.TopicProduceResponse
+    | v13.response.TopicProduceResponse
 )
 PartitionProduceResponse: TypeAlias = (
     v3.response.PartitionProduceResponse
@@ -93,9 +111,18 @@ PartitionProduceResponse: TypeAlias = (
     | v7.response.PartitionProduceResponse
     | v8.response.PartitionProduceResponse
     | v9.response.PartitionProduceResponse
+    | v10.response.PartitionProduceResponse
+    | v11.response.PartitionProduceResponse
+    | v12.response.PartitionProduceResponse
+    | v13.response.PartitionProduceResponse
 )
 BatchIndexAndErrorMessage: TypeAlias = (
-    v8.response.BatchIndexAndErrorMessage | v9.response.BatchIndexAndErrorMessage
+    v8.response.BatchIndexAndErrorMessage
+    | v9.response.BatchIndexAndErrorMessage
+    | v10.response.BatchIndexAndErrorMessage
+    | v11.response.BatchIndexAndErrorMessage
+    | v12.response.BatchIndexAndErrorMessage
+    | v13.response.BatchIndexAndErrorMessage
 )
 
 _REQUESTS: Final[tuple[type[ProduceRequest], ...]] = get_args(ProduceRequest)
@@ -114,8 +141,11 @@ class PartitionRecords:
     """One partition of a Produce request and its records field as the client sent it."""
 
     topic: str
+    """The topic's name; from v13 its id's string form (:attr:`topic_id`)."""
     partition: int
     records: bytes | memoryview | None
+    topic_id: uuid.UUID | None = None
+    """v13 and later: the id the request names the topic by."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,6 +159,24 @@ class ProduceView:
     partitions: tuple[PartitionRecords, ...]
     """In request order, repeats included."""
     payload: ProduceRequest
+
+    @property
+    def by_id(self) -> bool:
+        """Whether topics are named by id (v13 and later)."""
+        return self.version >= TOPIC_IDS_SINCE
+
+
+_NULL_ID: Final = uuid.UUID(int=0)
+
+
+def _topic_key(version: int, topic: object) -> str:
+    """How a topic of the request or answer is named in the gateway's keys: its name, or from
+    v13 its id's string form (the null id, which kio reads as None, as all zeros). ``topic``
+    is a request's or an answer's topic entity of any version, whose field differs by version
+    (``name`` or ``topic_id``): read by name."""
+    if version >= TOPIC_IDS_SINCE:
+        return str(getattr(topic, "topic_id", None) or _NULL_ID)
+    return str(getattr(topic, "name", ""))
 
 
 def produce_acks(header: RequestHeader, frame: bytes) -> int:
@@ -182,7 +230,7 @@ def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:
     if header.api_key != PRODUCE:
         raise ValueError(f"API key {header.api_key} is not Produce")
     if header.api_version not in VERSIONS:
-        raise Undecodable(f"Produce v{header.api_version} is not carried (only v3 to v9)")
+        raise Undecodable(f"Produce v{header.api_version} is not carried (only v3 to v13)")
     payload = decode_request_as(_REQUESTS, header, frame)
     transactional_id = payload.transactional_id
     return ProduceView(
@@ -191,7 +239,12 @@ def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:
         acks=int(payload.acks),
         timeout_ms=payload.timeout // timedelta(milliseconds=1),
         partitions=tuple(
-            PartitionRecords(topic=str(topic.name), partition=int(data.index), records=data.records)
+            PartitionRecords(
+                topic=_topic_key(header.api_version, topic),
+                partition=int(data.index),
+                records=data.records,
+                topic_id=getattr(topic, "topic_id", None),
+            )
             for topic in payload.topic_data
             for data in topic.partition_data
         ),
@@ -211,7 +264,8 @@ def produce_request_keeping(
     wanted = frozenset(keep)
     topics = []
     for topic in view.payload.topic_data:
-        kept = tuple(data for data in topic.partition_data if (topic.name, data.index) in wanted)
+        key = _topic_key(view.version, topic)
+        kept = tuple(data for data in topic.partition_data if (key, data.index) in wanted)
         if kept:
             topics.append(replaced(topic, partition_data=kept))
     payload = replaced(view.payload, topic_data=tuple(topics))
@@ -249,9 +303,9 @@ def produce_answer(
     if broker is not None:
         for topic_response in broker.responses:
             for partition_response in topic_response.partition_responses:
-                from_broker[(str(topic_response.name), int(partition_response.index))] = (
-                    partition_response
-                )
+                from_broker[
+                    (_topic_key(view.version, topic_response), int(partition_response.index))
+                ] = partition_response
     answers: dict[str, dict[int, PartitionProduceResponse]] = {}
     for partition in view.partitions:
         topic_answers = answers.setdefault(partition.topic, {})
@@ -271,20 +325,30 @@ def produce_answer(
                 f"nor in {source}"
             )
     throttle = broker.throttle_time if broker is not None else i32Timedelta.parse(timedelta(0))
-    payload = built(
-        schema.response,
-        {
-            "responses": tuple(
-                built(
-                    schema.topic,
-                    {"name": TopicName(name), "partition_responses": tuple(partitions.values())},
-                )
-                for name, partitions in answers.items()
-            ),
-            "throttle_time": throttle,
-        },
-    )
+    fields: dict[str, object] = {
+        "responses": tuple(
+            built(
+                schema.topic,
+                {
+                    **_topic_field(view.version, name),
+                    "partition_responses": tuple(partitions.values()),
+                },
+            )
+            for name, partitions in answers.items()
+        ),
+        "throttle_time": throttle,
+    }
+    if broker is not None and view.version >= _NODE_ENDPOINTS_SINCE:
+        # the leaders the broker names, rewritten to the gateway's by the handler
+        fields["node_endpoints"] = getattr(broker, "node_endpoints", ())
+    payload = built(schema.response, fields)
     return encode_response(correlation_id, PRODUCE, view.version, payload)
+
+
+def _topic_field(version: int, key: str) -> dict[str, object]:
+    if version >= TOPIC_IDS_SINCE:
+        return {"topic_id": uuid.UUID(key)}
+    return {"name": TopicName(key)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

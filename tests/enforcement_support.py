@@ -529,14 +529,15 @@ def describe_configs(version: int, resources: Sequence[tuple[int, str]]) -> byte
 
 def produce(
     version: int,
-    partitions: Mapping[tuple[str, int], bytes],
+    partitions: Mapping[tuple[str | uuid.UUID, int], bytes],
     *,
     acks: int = -1,
     transactional_id: str | None = None,
 ) -> bytes:
-    """Produce with one records field per (topic, partition), topics in first-seen order."""
+    """Produce with one records field per (topic, partition), topics in first-seen order;
+    from v13 topics are ids."""
     m = kio_module(PRODUCE, version)
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str | uuid.UUID, list[Any]] = {}
     for (topic, partition), records in partitions.items():
         by_topic.setdefault(topic, []).append(
             m.PartitionProduceData(index=i32(partition), records=records)
@@ -546,7 +547,7 @@ def produce(
         acks=i16(acks),
         timeout=TIMEOUT,
         topic_data=tuple(
-            m.TopicProduceData(name=topic, partition_data=tuple(data))
+            m.TopicProduceData(**_produce_topic(version, topic), partition_data=tuple(data))
             for topic, data in by_topic.items()
         ),
     )
@@ -892,9 +893,18 @@ def alter_configs_response(
     return _response(api_key, version, response_cls(throttle_time=TIMEOUT, responses=responses))
 
 
-def produce_response(version: int, codes: Mapping[tuple[str, int], int]) -> bytes:
+def _produce_topic(version: int, topic: str | uuid.UUID) -> dict[str, Any]:
+    return {"topic_id": topic} if version >= 13 else {"name": topic}
+
+
+def produce_response(
+    version: int,
+    codes: Mapping[tuple[str | uuid.UUID, int], int],
+    node_endpoints: Sequence[tuple[int, str, int]] = (),
+) -> bytes:
+    """A broker's Produce answer; from v10 with ``node_endpoints`` (node id, host, port)."""
     m = kio_module(PRODUCE, version, "response")
-    by_topic: dict[str, list[Any]] = {}
+    by_topic: dict[str | uuid.UUID, list[Any]] = {}
     for (topic, partition), code in codes.items():
         by_topic.setdefault(topic, []).append(
             make(
@@ -910,10 +920,22 @@ def produce_response(version: int, codes: Mapping[tuple[str, int], int]) -> byte
         )
     payload = m.ProduceResponse(
         responses=tuple(
-            m.TopicProduceResponse(name=topic, partition_responses=tuple(parts))
+            m.TopicProduceResponse(
+                **_produce_topic(version, topic), partition_responses=tuple(parts)
+            )
             for topic, parts in by_topic.items()
         ),
         throttle_time=TIMEOUT,
+        **(
+            {
+                "node_endpoints": tuple(
+                    m.NodeEndpoint(node_id=i32(n), host=h, port=i32(port))
+                    for n, h, port in node_endpoints
+                )
+            }
+            if node_endpoints
+            else {}
+        ),
     )
     return _response(PRODUCE, version, payload)
 
@@ -1178,7 +1200,11 @@ _READERS: dict[int, Callable[[Any], list[Item]]] = {
     INCREMENTAL_ALTER_CONFIGS: lambda p: _resource_items(p.responses),
     DESCRIBE_CONFIGS: lambda p: _resource_items(p.results),
     PRODUCE: lambda p: [
-        ((t.name, int(r.index)), int(r.error_code), _message(r))
+        (
+            (getattr(t, "topic_id", None) or getattr(t, "name", None), int(r.index)),
+            int(r.error_code),
+            _message(r),
+        )
         for t in p.responses
         for r in t.partition_responses
     ],
@@ -1198,11 +1224,12 @@ def codes(api_key: int, version: int, frame: bytes) -> list[tuple[Any, int]]:
 
 def record_errors(
     version: int, frame: bytes
-) -> dict[tuple[str, int], list[tuple[int, str | None]]]:
-    """Produce answer: (topic, partition) -> its (batch_index, message) record errors."""
+) -> dict[tuple[str | uuid.UUID, int], list[tuple[int, str | None]]]:
+    """Produce answer: (topic, or from v13 its id; partition) -> its (batch_index, message)
+    record errors."""
     payload = decode_response(PRODUCE, version, frame)
     return {
-        (t.name, int(p.index)): [
+        (getattr(t, "topic_id", None) or t.name, int(p.index)): [
             (int(e.batch_index), e.batch_index_error_message) for e in p.record_errors
         ]
         for t in payload.responses

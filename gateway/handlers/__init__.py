@@ -38,6 +38,8 @@ from . import (
     produce,
     sasl_authenticate,
     sasl_handshake,
+    share_acknowledge,
+    share_fetch,
 )
 from .base import Registration, refuse
 from .coverage import COVERAGE
@@ -64,6 +66,8 @@ _MODULES = (
     describe_configs,
     join_group,
     list_config_resources,
+    share_fetch,
+    share_acknowledge,
 )
 
 REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")

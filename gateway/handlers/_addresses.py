@@ -1,8 +1,11 @@
-"""The shared step of the Metadata, FindCoordinator and DescribeCluster handlers: swap every
-broker address in the broker's answer for the gateway listener of that node."""
+"""The shared step of the handlers whose answers carry broker addresses (Metadata,
+FindCoordinator, DescribeCluster; the leader endpoints of Produce v10+, Fetch v16+, ShareFetch
+and ShareAcknowledge): swap every broker address in the broker's answer for the gateway
+listener of that node."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TypeVar
 
 from protocol.addresses import (
@@ -12,6 +15,7 @@ from protocol.addresses import (
     replace_endpoints,
 )
 from protocol.codec import encode_response
+from protocol.node_endpoints import carries_node_endpoints, has_node_endpoints
 
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Forward, Outcome
@@ -50,5 +54,38 @@ def rewrite_addresses(
 def address_rewriter(api_key: int, services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         return rewrite_addresses(api_key, services, ctx, frame)
+
+    return handle
+
+
+def with_leader_endpoints(api_key: int, services: Services, handler: Handler) -> Handler:
+    """``handler``, with the leader endpoints (KIP-951) of every answer it forwards swapped for
+    the gateway's listeners: after the handler's own step on the answer (merging local
+    errors), so whatever leaves carries gateway addresses only. An answer without leader
+    endpoints leaves as it was, unread beyond its layout."""
+
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        outcome = await handler(ctx, cluster, frame)
+        version = ctx.api_version
+        if (
+            not isinstance(outcome, Forward)
+            or not outcome.expect_response
+            or not carries_node_endpoints(api_key, version)
+        ):
+            return outcome
+        inner = outcome.on_response
+
+        async def on_response(response: bytes) -> bytes:
+            if inner is not None:
+                response = await inner(response)
+            # Undecodable or a node without a listener raises: the connection is closed
+            # rather than a broker address reaching the client.
+            if not has_node_endpoints(api_key, version, response):
+                return response
+            payload = decode_address_bearing(api_key, version, response)
+            rewritten = await with_gateway_addresses(api_key, services, payload)
+            return encode_response(ctx.correlation_id, api_key, version, rewritten)
+
+        return dataclasses.replace(outcome, on_response=on_response)
 
     return handle

@@ -19,10 +19,12 @@ from protocol.errors import TOPIC_AUTHORIZATION_FAILED
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.topic_names import illegal_topic
-from protocol.versions import VersionRange
+from protocol.versions import VersionRange, api_name
 
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling
+from ..outcomes import Close, Forward, Outcome
 from ..services import Services
+from .base import Handler
 
 Item = pt.Item
 _IDS_TTL_S = 60.0
@@ -49,6 +51,29 @@ class OwnTopicIds:
         self._ids = frozenset(str(i) for i, name in by_id.items() if name in self._own)
         self._learned_at = time.monotonic()
         return self._ids
+
+
+class TopicNamesById:
+    """Topic id -> name, as the cluster last answered (for requests that name topics by id,
+    Produce v13 and later).
+
+    A topic's id never names another topic, so a known id is resolved from what was learned;
+    a request naming an id not known asks the cluster again, and every id of that request is
+    resolved from the new answer (one snapshot: no two ids of it share a name). An id the
+    cluster does not know is None.
+    """
+
+    def __init__(self) -> None:
+        self._names: Mapping[uuid.UUID, str] = {}
+
+    async def resolve(
+        self, cluster: ClusterView, ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, str | None]:
+        names = self._names
+        if any(topic_id not in names for topic_id in ids):
+            _, names = await cluster.describe_all_topics()
+            self._names = names
+        return {topic_id: names.get(topic_id) for topic_id in ids}
 
 
 class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
@@ -165,3 +190,25 @@ class RulesPerTopic(TopicPartitions):
                 action=self._action,
             )
         return rulings
+
+
+def refusing_own_topic_ids(services: Services) -> Handler:
+    """The handler of an API naming topics by id that the gateway otherwise forwards as sent
+    (ShareFetch, ShareAcknowledge): a request holding the bytes of one of the gateway's own
+    topics' ids (learnt from the cluster when a minute old) is refused, the connection closed,
+    as no client reads those topics; any other request is forwarded unread."""
+    own_ids = OwnTopicIds(services.own_topics)
+
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        if services.own_topics:
+            ids = own_ids.fresh()
+            if ids is None:
+                ids = frozenset(uuid.UUID(i) for i in await own_ids.learn(cluster))
+            if any(topic_id.bytes in frame for topic_id in ids):
+                return Close(
+                    reason=f"{api_name(ctx.api_key)} names one of the gateway's own topics",
+                    metric_reason="own_topic",
+                )
+        return Forward(frame=frame)
+
+    return handle

@@ -48,11 +48,20 @@ _INTERNAL = "inter-broker or controller API: no client sends it"
 _GROUP = "group membership and coordination; no policy governs groups"
 _READ = "reads only"
 _TXN = "transaction bookkeeping; the records themselves are judged at Produce"
-_SHARE = "share groups are not carried: ShareFetch and ShareAcknowledge hand out leader endpoints"
+_SHARE = (
+    "share group membership and offsets: not judged yet (a heartbeat subscribes topics, "
+    "own ones included); ShareFetch and ShareAcknowledge are carried"
+)
 
 COVERAGE: Final[dict[int, Coverage]] = {
-    0: _j("record validation; the gateway's own topics refused"),
-    1: _j("the gateway's own topics refused; every other fetch passes unread"),
+    0: _j(
+        "record validation (v13: topic ids resolved to names first); the gateway's own topics "
+        "refused; leader endpoints (v10+) rewritten"
+    ),
+    1: _j(
+        "the gateway's own topics refused; every other fetch passes unread; leader endpoints "
+        "(v16+) rewritten"
+    ),
     2: _j("legal topic names; the gateway's own topics refused"),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
     8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
@@ -128,8 +137,8 @@ COVERAGE: Final[dict[int, Coverage]] = {
     75: _p(_READ),
     76: _r(_SHARE),
     77: _r(_SHARE),
-    78: _r(_SHARE),
-    79: _r(_SHARE),
+    78: _w("leader endpoints rewritten; the gateway's own topics (by id) refused"),
+    79: _w("leader endpoints rewritten; the gateway's own topics (by id) refused"),
     80: _r("changes the controller quorum: an operator's task"),
     81: _r("changes the controller quorum: an operator's task"),
     82: _r("changes the controller quorum: an operator's task"),

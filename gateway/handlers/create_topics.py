@@ -25,11 +25,14 @@ gateway denies the topic with a message saying why: it never guesses a default.
 
 validate_only: the policies run and nothing is created. In front of a broker that ignores
 validate_only (``upstream.ignores_validate_only``) the gateway answers the dry run itself,
-with TOPIC_ALREADY_EXISTS for topics that exist, instead of forwarding it. A topic that would
-be created but that dry-run rules object to is answered with success (a real create would
-succeed) carrying their message (``would deny (dry-run): ...``, :mod:`policies.violations`):
-what ``kpg dry-run`` reads to list them. A denied topic's message lists every violation,
-enforced and dry-run.
+with TOPIC_ALREADY_EXISTS for topics that exist, instead of forwarding it; for the others, from
+v5, with what Kafka's controller answers a dry run (KIP-525): the partition count and
+replication factor the topic would get (those the policies judged, -1 resolved), a topic id,
+and its configs (:mod:`gateway.topic_defaults`: the given ones, and the broker's values for
+the rest as a broker reports them to the client). A topic that would be created but that
+dry-run rules object to is answered with success (a real create would succeed) carrying their
+message (``would deny (dry-run): ...``, :mod:`policies.violations`): what ``kpg dry-run``
+reads to list them. A denied topic's message lists every violation, enforced and dry-run.
 
 ``record.validation.policy`` is the gateway's own topic config: taken out of what the broker
 sees (a broker refuses config names it does not know) and written to the state store before
@@ -46,10 +49,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from policies.api import CreateTopicRequestMetadata
+from policies.api import ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import Decision
 from protocol import admin
 from protocol import create_topics as ct
+from protocol.describe_configs import DescribedResource
 from protocol.errors import (
     INVALID_CONFIG,
     INVALID_REQUEST,
@@ -70,6 +74,7 @@ from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
+from ..topic_defaults import topic_configs
 from ._validation_policy import invalid_value
 from .base import Handler, enforced
 
@@ -151,17 +156,35 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
     ) -> Settlement[str] | Close:
         translate = ct.needs_translation(request)
         if request.validate_only and self._services.upstream.ignores_validate_only and allowed:
-            existing = await cluster.describe_topics(allowed)
-            local: dict[str, ItemError] = {}
-            for name in allowed:
-                found = existing.get(name)
-                local[name] = _already_exists(name) if found is not None and found.exists else OK
-            return Settlement(local=local, reencode_answer=translate)
+            return Settlement(
+                local=await self._dry_run(cluster, request, allowed), reencode_answer=translate
+            )
         names_key = any(k == VALIDATION_POLICY_KEY for t in request.topics for k, _ in t.configs)
         kept = _validation_policies(request, allowed)
         if not kept or request.validate_only:
             return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
         return await self._store_first(cluster, request, kept)
+
+    async def _dry_run(
+        self, cluster: ClusterView, request: ct.CreateTopics, allowed: Sequence[str]
+    ) -> dict[str, ItemError]:
+        """The answer of each allowed topic of a dry run the gateway answers itself: as Kafka
+        fills it (KIP-525) from v5, the bare success before."""
+        existing = await cluster.describe_topics(allowed)
+        specs = {t.name: t for t in request.topics}
+        fresh = [n for n in allowed if not ((found := existing.get(n)) and found.exists)]
+        local: dict[str, ItemError] = {n: _already_exists(n) for n in allowed if n not in fresh}
+        if request.version < ct.CONFIGS_IN_ANSWER_SINCE or not fresh:
+            return {**local, **dict.fromkeys(fresh, OK)}
+        defaults = BrokerDefaults()
+        if any(_uses_defaults(specs[n]) for n in fresh):
+            defaults = await broker_defaults(cluster, self._services.upstream.broker_defaults)
+        reported = await _broker_configs(cluster)
+        for name in fresh:
+            metadata = _metadata(specs[name], defaults)
+            # a count nobody knows (allowed all the same in a dry-run policy mode): bare
+            local[name] = OK if isinstance(metadata, str) else _would_create(metadata, reported)
+        return local
 
     async def _store_first(
         self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str]
@@ -285,6 +308,36 @@ def _count_refusal(spec: ct.TopicSpec) -> ItemError | None:
 
 
 # --- what the policies judge ---------------------------------------------------------------
+
+
+def _would_create(
+    metadata: CreateTopicRequestMetadata, broker: DescribedResource | None
+) -> ct.WouldCreate:
+    """What a dry run of the topic the policies judged answers (KIP-525)."""
+    assignments = metadata.replicas_assignments
+    if assignments:
+        partitions = len(assignments)
+        replication = len(next(iter(assignments.values())))
+    else:
+        partitions = metadata.num_partitions or -1
+        replication = metadata.replication_factor or -1
+    return ct.WouldCreate(
+        error_code=0,
+        num_partitions=partitions,
+        replication_factor=replication,
+        configs=topic_configs(metadata.configs, broker),
+    )
+
+
+async def _broker_configs(cluster: ClusterView) -> DescribedResource | None:
+    """A broker's configs as it reports them to the client; None when it reports none (no
+    broker, an error: the client may not describe the cluster)."""
+    brokers = await cluster.broker_ids()
+    if not brokers:
+        return None
+    resource = (int(ConfigResourceType.BROKER), str(brokers[0]))
+    found = (await cluster.describe_configs([resource])).get(resource)
+    return found if found is not None and found.error_code == 0 else None
 
 
 def _uses_defaults(spec: ct.TopicSpec) -> bool:

@@ -1,9 +1,9 @@
-"""Fetch: passed through as raw bytes, capped below v16, unless it may name one of the
-gateway's own topics.
+"""Fetch: passed through as raw bytes, unless it may name one of the gateway's own topics.
 
 Fetch v16 and later answers may carry leader endpoints (KIP-951 ``node_endpoints``) when
-leadership moved; decoding every fetch answer to rewrite them would cost the gateway its
-throughput, so the gateway does not advertise those versions and refuses them.
+leadership moved: each answer's layout is walked to its tagged fields (records skipped by
+their length, never copied or read), and only one holding leader endpoints is decoded and has
+them swapped for the gateway's listeners (:mod:`._addresses`).
 
 The gateway's own topics (state and audit) are read by no client: a request whose bytes hold
 one of their names (or, from v13, which names topics by id, one of their ids) is decoded and
@@ -14,16 +14,17 @@ as asked. Any other request is never decoded.
 from __future__ import annotations
 
 from protocol.codec import can_decode
-from protocol.versions import VersionRange
+from protocol.versions import DECODABLE, VersionRange
 
 from ..engine import RequestContext
 from ..outcomes import Close, Forward, Outcome
 from ..services import Services
+from ._addresses import with_leader_endpoints
 from ._partitioned import TopicPartitions
 from .base import Handler, enforced
 
 API_KEY = 1
-VERSIONS = VersionRange(min_version=0, max_version=15)
+VERSIONS = VersionRange(min_version=0, max_version=DECODABLE[API_KEY].max_version)
 _TOPIC_IDS_SINCE = 13
 
 
@@ -49,4 +50,6 @@ class Fetch(TopicPartitions):
 
 
 def handler(services: Services) -> Handler:
-    return enforced(services, Fetch(services, API_KEY, VERSIONS))
+    return with_leader_endpoints(
+        API_KEY, services, enforced(services, Fetch(services, API_KEY, VERSIONS))
+    )

@@ -1,8 +1,12 @@
 """Produce: records of validated topics go through the RecordValidationPolicy (seed 002).
 
-Versions: 3 and later (magic 2 record batches; Kafka 4 brokers take nothing older), capped
-below v10, whose answers may carry leader endpoints (KIP-951 ``node_endpoints``) that would
-leak broker addresses.
+Versions: 3 to 13 (magic 2 record batches; Kafka 4 brokers take nothing older). From v10
+answers may carry leader endpoints (KIP-951 ``node_endpoints``): each is swapped for the
+gateway's listener of that node before the answer leaves (:mod:`._addresses`). From v13
+(KIP-516) topics are named by id: the ids are resolved to names through the cluster (Metadata,
+on the client's link; :class:`._partitioned.TopicNamesById`) and each partition is judged and
+validated as the same partition named by name in v9 would be. An id the cluster does not know
+gets UNKNOWN_TOPIC_ID (100), as Kafka answers it, and is never forwarded.
 
 Items are partitions. No topic of the request validated and none of the gateway's own: the
 client's bytes are forwarded, records unread. Per partition, one rejected record fails the
@@ -23,15 +27,18 @@ thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
 from policies.chain import Decision, Mode, Verdict
 from protocol.errors import (
     INVALID_RECORD,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
 )
 from protocol.framing import FrameRejected, RequestHeader
 from protocol.produce import (
+    TOPIC_IDS_SINCE,
     VERSIONS,
     PartitionRecords,
     ProduceView,
@@ -50,6 +57,8 @@ from ..outcomes import Close, Forward, Outcome
 from ..policy_runner import PolicyUnavailable
 from ..record_validation import PartitionOutcome
 from ..services import Services
+from ._addresses import with_leader_endpoints
+from ._partitioned import OwnTopicIds, TopicNamesById
 from .base import Handler, enforced
 
 API_KEY = 0
@@ -63,6 +72,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
 
     def __init__(self, services: Services) -> None:
         self._services = services
+        self._own_ids = OwnTopicIds(services.own_topics)
+        self._names = TopicNamesById()
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         services = self._services
@@ -86,10 +97,21 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         # topics under any name (an alias such as "state/" holds the name too). A request
         # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
         # it reaches nothing a policy guards that the plain name would not.
-        writes_own = any(topic.encode() in frame for topic in services.own_topics)
-        if not writes_own and not services.validated_topics():
+        if not services.validated_topics() and not self._may_write_own(header, frame):
             return Forward(frame=frame, expect_response=acks != 0)
         return frame
+
+    def _may_write_own(self, header: RequestHeader, frame: bytes) -> bool:
+        """Whether the request may name one of the gateway's own topics: by name (v12 and
+        earlier), or by id from v13, where the ids are known (learnt at most a minute ago);
+        when they are not, it may."""
+        own = self._services.own_topics
+        if header.api_version < TOPIC_IDS_SINCE:
+            return any(topic.encode() in frame for topic in own)
+        if not own:
+            return False
+        ids = self._own_ids.fresh()
+        return ids is None or any(topic_id.bytes in frame for topic_id in ids)
 
     def read(self, header: RequestHeader, frame: bytes) -> ProduceView:
         return read_produce(header, frame)
@@ -107,22 +129,46 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView, keys: Sequence[Key]
     ) -> Mapping[Key, Ruling]:
         services = self._services
+        names = await self._topic_names(cluster, request)
         rulings: dict[Key, Ruling] = {}
         for p in request.partitions:
-            refused = _refused_topic(p.topic, services.own_topics)
+            name = names.get(p.topic, p.topic)
+            refused = _UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)
             if refused is not None:
                 rulings[(p.topic, p.partition)] = refused
+        # validated under their names (the audit and the policy see names), keyed back
+        keys_of = {
+            (names.get(p.topic, p.topic), p.partition): (p.topic, p.partition)
+            for p in request.partitions
+        }
         checks = [
-            (p, policy)
+            (replace(p, topic=name), policy)
             for p in request.partitions
             if (p.topic, p.partition) not in rulings
-            and (policy := services.validation_policy_of(p.topic)) is not None
+            and (name := names.get(p.topic, p.topic)) is not None
+            and (policy := services.validation_policy_of(name)) is not None
         ]
         for outcome in await self._validate(checks) if checks else ():
             ruling = self._ruling(ctx, outcome)
             if ruling is not None:
-                rulings[(outcome.topic, outcome.partition)] = ruling
+                rulings[keys_of[(outcome.topic, outcome.partition)]] = ruling
         return rulings
+
+    async def _topic_names(
+        self, cluster: ClusterView, request: ProduceView
+    ) -> Mapping[str, str | None]:
+        """v13 and later: each id string of the request -> the topic's name, None for an id
+        the cluster does not know. Before v13 topics are named by name: empty."""
+        if not request.by_id:
+            return {}
+        ids = list(dict.fromkeys(p.topic_id for p in request.partitions if p.topic_id))
+        resolved = await self._names.resolve(cluster, ids)
+        if self._services.own_topics and self._own_ids.fresh() is None:
+            await self._own_ids.learn(cluster)  # so that prepare() can pass the rest unread
+        names: dict[str, str | None] = {str(i): name for i, name in resolved.items()}
+        for p in request.partitions:
+            names.setdefault(p.topic, None)  # a null id names no topic
+        return names
 
     async def _validate(
         self, checks: Sequence[tuple[PartitionRecords, str]]
@@ -228,6 +274,11 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         return produce_answer(request, correlation_id, local, broker)
 
 
+_UNKNOWN_ID = ItemError(
+    error_code=int(UNKNOWN_TOPIC_ID), error_message="This server does not host this topic ID."
+)
+
+
 def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
     """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
     gateway's own topics."""
@@ -243,4 +294,4 @@ def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
 
 
 def handler(services: Services) -> Handler:
-    return enforced(services, Produce(services))
+    return with_leader_endpoints(API_KEY, services, enforced(services, Produce(services)))

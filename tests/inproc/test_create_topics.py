@@ -276,3 +276,56 @@ def test_failing_policy_denies_and_gateway_keeps_serving(broker: HostPort, polic
 
         HangingCreateTopicPolicy.release.set()
         gw.stop()
+
+
+def test_a_dry_run_answered_here_carries_what_the_topic_would_get(
+    tapped: tuple[GatewayThread, BrokerTap],
+) -> None:
+    """KIP-525: the test broker ignores validate_only, so the gateway answers the dry run
+    itself, and fills it as Kafka's controller does: the counts the topic would get (a
+    replication factor of -1 is the broker's default.replication.factor, 1 for Tansu, as
+    stated in upstream.broker_defaults), a topic id, and the configs. Tansu reports no broker
+    configs, so the configs are the given ones only: those a Kafka broker would add from its
+    own configs are unknown here, and left out (a broker that reports them:
+    test_enforcements.py)."""
+    from kio.schema.create_topics.v7 import request as v7
+
+    gw, tap = tapped
+    topic = unique_name("dry-filled")
+    payload = v7.CreateTopicsRequest(
+        topics=(
+            v7.CreatableTopic(
+                name=TopicName(topic),
+                num_partitions=i32(6),
+                replication_factor=i16(-1),
+                assignments=(),
+                configs=(v7.CreatableTopicConfig(name="cleanup.policy", value="compact"),),
+            ),
+        ),
+        timeout=i32Timedelta.parse(__import__("datetime").timedelta(seconds=5)),
+        validate_only=True,
+    )
+    client = RawClient(gw.bootstrap)
+    try:
+        answer = client.request(19, 7, payload)
+    finally:
+        client.close()
+    (row,) = answer.topics
+    assert (
+        row.name,
+        int(row.error_code),
+        int(row.num_partitions),
+        int(row.replication_factor),
+    ) == (
+        topic,
+        0,
+        6,
+        1,
+    )
+    assert row.topic_id is not None
+    assert [
+        (c.name, c.value, int(c.config_source), c.read_only, c.is_sensitive)
+        for c in row.configs or ()
+    ] == [("cleanup.policy", "compact", 1, False, False)]
+    assert topic not in existing_topics(gw.bootstrap)
+    assert not any(r.api_key == 19 for r in tap.requests)

@@ -50,6 +50,12 @@ What the test broker (Tansu 0.6.0, TEST_BROKER.md) cannot show, and what is done
   request (v4 and later; from v13, which names topics by id, a gateway's first Fetch is read
   to learn its own topics' ids). Fetch v0-v3 naming an own topic closes the connection
   (test_enforcements.py), so they go through the first gateway only.
+- Produce v12 and v13, Fetch v18: Tansu takes Produce to v11 and Fetch to v17, so the gateway
+  advertises no more in front of it. Produce v13 (topic ids) is judged through the tap and a
+  scripted upstream instead (tests/adversarial/test_produce_by_topic_id.py,
+  tests/inproc/test_leader_endpoints.py). Tansu sends no leader endpoints, so the answers
+  compared here have none; their rewrite is shown with a scripted upstream
+  (test_leader_endpoints.py).
 - Metadata: brokers are named with the gateway's address through it, so ``host`` and
   ``port`` are blanked. Every version asks for existing topics with auto-creation off
   (v0-v3 have no such switch: they always allow it, so the gateway reissues them as v4 with
@@ -558,13 +564,13 @@ TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     ("DeleteTopics", range(6, 7), "by-id", delete_topics_by_id, existing, OK),
     ("IncrementalAlterConfigs", range(0, 2), "set-delete", alter_incrementally, configured, OK),
     ("IncrementalAlterConfigs", range(0, 2), "missing", alter_incrementally, nothing, OK),
-    ("Produce", range(3, 10), "no-policy", produce("none"), existing, OK),
-    ("Produce", range(3, 10), "header-policy", produce("none"), validated("trace-id"), OK),
-    ("Produce", range(3, 10), "value-policy", produce("lz4"), validated("json"), OK),
-    ("Produce", range(3, 10), "full-policy", produce("zstd"), validated(FULL_POLICY), OK),
+    ("Produce", range(3, 12), "no-policy", produce("none"), existing, OK),
+    ("Produce", range(3, 12), "header-policy", produce("none"), validated("trace-id"), OK),
+    ("Produce", range(3, 12), "value-policy", produce("lz4"), validated("json"), OK),
+    ("Produce", range(3, 12), "full-policy", produce("zstd"), validated(FULL_POLICY), OK),
     ("DescribeConfigs", range(1, 5), "topics", describe_configs, configured, OK),
-    ("Fetch", range(0, 16), "unread", fetch, with_records, OK),
-    ("Fetch", range(4, 16), "read", fetch, with_records, OK),
+    ("Fetch", range(0, 18), "unread", fetch, with_records, OK),
+    ("Fetch", range(4, 18), "read", fetch, with_records, OK),
     ("ListOffsets", range(1, 10), "latest", list_offsets(-1), with_records, OK),
     ("ListOffsets", range(1, 10), "earliest", list_offsets(-2), with_records, OK),
     ("ListOffsets", range(1, 10), "missing", list_offsets(-1), nothing, OK),

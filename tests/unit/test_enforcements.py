@@ -9,10 +9,12 @@ the broker would, and its merge is fed a broker answer encoded here.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
 from gateway.outcomes import Answer, Close, Forward
-from protocol.codec import Undecodable
+from protocol.codec import Undecodable, decode_response
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
 from spark_audit.event import AuditEvent
@@ -31,6 +33,7 @@ from tests.enforcement_support import (
     ALTER_CONFIGS,
     ALTER_PARTITION_REASSIGNMENTS,
     APPEND,
+    BROKER,
     CORRELATION_ID,
     CREATE_PARTITIONS,
     CREATE_TOPICS,
@@ -50,6 +53,7 @@ from tests.enforcement_support import (
     PRODUCE,
     SET,
     SUBTRACT,
+    TIMEOUT,
     TOPIC,
     UNCLEAN,
     Harness,
@@ -75,6 +79,7 @@ from tests.enforcement_support import (
     describe_configs,
     describe_configs_response,
     describe_producers,
+    described,
     elect_leaders,
     fetch,
     forwarded,
@@ -82,6 +87,7 @@ from tests.enforcement_support import (
     items,
     legacy_fetch,
     list_offsets,
+    make,
     offset_delete,
     offset_for_leader_epoch,
     partition_values,
@@ -89,6 +95,7 @@ from tests.enforcement_support import (
     produce,
     produce_response,
     record_errors,
+    request,
     top_level,
     upstream,
 )
@@ -334,6 +341,105 @@ def test_create_topics_validate_only_is_answered_here_before_a_broker_that_ignor
     ]
     assert gateway.validation_policy("fresh") is None
     assert [e.validate_only for e in gateway.sink.events] == [True, True, True]
+
+
+BROKER_REPORT = {
+    "own": {"log.retention.hours": "72", "num.partitions": "4"},  # DYNAMIC_BROKER_CONFIG (2)
+    "defaults": {  # DEFAULT_CONFIG (5)
+        "log.retention.ms": None,  # unset: the next synonym (hours) stands
+        "log.cleanup.policy": "delete",
+        "min.insync.replicas": "1",
+        "message.max.bytes": "1048588",
+        "default.replication.factor": "1",
+    },
+}
+NO_SYNONYM = [
+    ("follower.replication.throttled.replicas", "", 5),
+    ("leader.replication.throttled.replicas", "", 5),
+    ("remote.log.copy.disable", "false", 5),
+    ("remote.log.delete.on.disable", "false", 5),
+    ("remote.storage.enable", "false", 5),
+]
+
+
+def dry_run_rows(version: int, frame: bytes) -> list[tuple[Any, ...]]:
+    payload = decode_response(CREATE_TOPICS, version, frame)
+    return [
+        (
+            t.name,
+            int(t.error_code),
+            int(t.num_partitions),
+            int(t.replication_factor),
+            None
+            if t.configs is None
+            else [
+                (c.name, c.value, int(c.config_source), c.read_only, c.is_sensitive)
+                for c in t.configs
+            ],
+            getattr(t, "topic_id", None) is not None,  # v7 has the field
+        )
+        for t in payload.topics
+    ]
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_create_topics_dry_run_answered_here_is_filled_as_kafka_fills_it(
+    gateway_with: Callable[..., Harness], version: int
+) -> None:
+    """KIP-525, as Kafka's controller answers a validate_only topic (ReplicationControlManager
+    .createTopic: the row of the creation, validate_only discarding only the records): the
+    counts the topic would get (-1 resolved), a topic id (v7), and every topic config sorted
+    by name, the given ones DYNAMIC_TOPIC_CONFIG (1), the rest from the broker configs that
+    stand for them with their source, none read-only or sensitive."""
+    gateway = gateway_with(ignores_validate_only=True)
+    gateway.cluster.brokers = [3]
+    report: Any = BROKER_REPORT
+    gateway.cluster.configs[(BROKER, "3")] = described(
+        BROKER, "3", report["own"], {k: v for k, v in report["defaults"].items() if v}
+    )
+    gateway.cluster.add_topic("existing")
+    frame = create_topics(
+        version,
+        NewTopic("existing"),
+        NewTopic(
+            "fresh",
+            num_partitions=-1,
+            configs={"cleanup.policy": "compact", POLICY_KEY: "trace-id"},
+        ),
+        validate_only=True,
+    )
+    rows = dry_run_rows(version, answer_of(gateway.send(frame)))
+    has_id = version >= 7
+    expected_configs = sorted(
+        [
+            ("cleanup.policy", "compact", 1, False, False),
+            ("max.message.bytes", "1048588", 5, False, False),
+            ("min.insync.replicas", "1", 5, False, False),
+            (POLICY_KEY, "trace-id", 1, False, False),
+            ("retention.ms", str(72 * 3_600_000), 2, False, False),
+        ]
+        + [(n, v, src, False, False) for n, v, src in NO_SYNONYM]
+    )
+    assert rows == [
+        ("existing", TOPIC_ALREADY_EXISTS, -1, -1, None, False),
+        ("fresh", NONE, 4, 1, expected_configs, has_id),
+    ]
+
+
+def test_create_topics_dry_run_lists_only_the_given_configs_when_the_broker_reports_none(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """A broker that reports no broker configs (Tansu), or one the client may not describe:
+    the topic configs not given are unknown, and left out rather than guessed."""
+    gateway = gateway_with(ignores_validate_only=True)
+    frame = create_topics(
+        7,
+        NewTopic("fresh", num_partitions=6, configs={"retention.ms": "7200000"}),
+        validate_only=True,
+    )
+    assert dry_run_rows(7, answer_of(gateway.send(frame))) == [
+        ("fresh", NONE, 6, 1, [("retention.ms", "7200000", 1, False, False)], True)
+    ]
 
 
 def test_create_topics_validate_only_is_forwarded_to_a_broker_that_honours_it(
@@ -890,6 +996,97 @@ def test_produce_to_the_gateways_own_topics_is_refused(
     ]
 
 
+# --- Produce v13: topics named by id (KIP-516), judged by the names they resolve to --------
+
+
+@pytest.fixture
+def validating_by_id(validating: Harness) -> tuple[Harness, uuid.UUID, uuid.UUID]:
+    """``orders`` validated (trace-id) and ``plain`` not, both known to the cluster."""
+    return validating, validating.cluster.add_topic("orders"), validating.cluster.add_topic("plain")
+
+
+def test_produce_v13_validates_a_topic_named_by_id_as_by_name(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, plain = validating_by_id
+    unknown = uuid.uuid4()
+    frame = produce(
+        13,
+        {(orders, 0): UNTRACED, (plain, 0): UNTRACED, (unknown, 2): TRACED, (orders, 1): TRACED},
+    )
+    outcome = gateway.send(frame)
+    header, body = forwarded(outcome)
+    assert header.api_version == 13
+    kept = [(t.topic_id, int(p.index)) for t in body.topic_data for p in t.partition_data]
+    assert kept == [(orders, 1), (plain, 0)]
+    answer = gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0, (orders, 1): 0}))
+    assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
+        ((orders, 0), INVALID_RECORD),
+        ((orders, 1), NONE),
+        ((plain, 0), NONE),
+        ((unknown, 2), UNKNOWN_TOPIC_ID),
+    ]
+    assert record_errors(13, answer)[(orders, 0)] == [(0, NO_TRACE_ID), (1, NO_TRACE_ID)]
+    # judged and audited under the topic's name, as a v9 request naming it
+    assert gateway.decisions("Produce", gateway.services.records.name, "denied") == 1
+
+
+def test_produce_v13_of_valid_records_forwards_the_clients_bytes(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, plain = validating_by_id
+    frame = produce(13, {(orders, 0): TRACED, (plain, 0): UNTRACED})
+    outcome = gateway.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+
+
+def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+) -> None:
+    gateway, orders, _ = validating_by_id
+
+    def lookups() -> int:
+        return gateway.cluster.asked.count(("describe_all_topics", ()))
+
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    assert lookups() == 1
+    later = gateway.cluster.add_topic("later")
+    gateway.set_validation_policy("later", "trace-id")
+    answer = answer_of(gateway.send(produce(13, {(later, 0): UNTRACED})))
+    assert lookups() == 2
+    assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
+        ((later, 0), INVALID_RECORD)
+    ]
+
+
+def test_produce_v13_to_the_gateways_own_topics_is_refused(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    gateway = gateway_with(own_topics=["_kpg_audit"])
+    own, plain = gateway.cluster.add_topic("_kpg_audit"), gateway.cluster.add_topic("plain")
+    for _ in range(2):  # the second time with the own ids learnt: the unread path's check
+        outcome = gateway.send(produce(13, {(own, 0): TRACED, (plain, 0): TRACED}))
+        _, body = forwarded(outcome)
+        assert [t.topic_id for t in body.topic_data] == [plain]
+        answer = gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0}))
+        assert items(PRODUCE, 13, answer) == [
+            (
+                (own, 0),
+                TOPIC_AUTHORIZATION_FAILED,
+                "Topic '_kpg_audit' is written by the gateway only.",
+            ),
+            ((plain, 0), NONE, None),
+        ]
+    # with nothing validated and the own ids learnt, a request to other topics goes unread
+    frame = produce(13, {(plain, 0): TRACED})
+    outcome = gateway.send(frame)
+    assert outcome == Forward(frame=frame, expect_response=True, on_response=outcome.on_response)
+    assert gateway.broker_answers(outcome, produce_response(13, {(plain, 0): 0})) == (
+        produce_response(13, {(plain, 0): 0})
+    )
+
+
 # --- DescribeConfigs -------------------------------------------------------------------------
 
 
@@ -1314,6 +1511,58 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     ]
 
 
+# --- ShareFetch and ShareAcknowledge: topics by id, the gateway's own refused ---------------
+
+
+def share_request(api_key: int, version: int, topic_id: uuid.UUID) -> bytes:
+    """A ShareFetch (78) or ShareAcknowledge (79) of partition 0 of ``topic_id``."""
+    m = importlib.import_module(
+        f"kio.schema.{'share_fetch' if api_key == 78 else 'share_acknowledge'}.v{version}.request"
+    )
+    if api_key == 78:
+        topic = m.FetchTopic(
+            topic_id=topic_id,
+            partitions=(m.FetchPartition(partition_index=0, acknowledgement_batches=()),),
+        )
+        payload = make(
+            m.ShareFetchRequest,
+            group_id="g",
+            member_id="m",
+            share_session_epoch=0,
+            max_wait=TIMEOUT,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            max_records=500,
+            batch_size=500,
+            topics=(topic,),
+            forgotten_topics_data=(),
+        )
+    else:
+        partition = m.AcknowledgePartition(partition_index=0, acknowledgement_batches=())
+        payload = m.ShareAcknowledgeRequest(
+            group_id="g",
+            member_id="m",
+            share_session_epoch=1,
+            topics=(m.AcknowledgeTopic(topic_id=topic_id, partitions=(partition,)),),
+        )
+    return request(api_key, version, payload)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("api_key", [78, 79], ids=["ShareFetch", "ShareAcknowledge"])
+def test_share_requests_naming_an_own_topic_id_are_refused(
+    guarded: Harness, api_key: int, version: int
+) -> None:
+    cluster = guarded.cluster
+    other = share_request(api_key, version, cluster.id_of("orders"))
+    outcome = guarded.send(other)
+    assert isinstance(outcome, Forward) and outcome.frame == other
+    assert cluster.asked == [("describe_all_topics", ())]  # learnt once
+    refused = guarded.send(share_request(api_key, version, cluster.id_of(OWN)))
+    assert isinstance(refused, Close) and refused.metric_reason == "own_topic"
+    assert cluster.asked == [("describe_all_topics", ())]
+
+
 # --- ElectLeaders ----------------------------------------------------------------------------
 
 ELECTIONS = [1, 2]
@@ -1601,6 +1850,19 @@ def test_create_topics_validate_only_answers_what_dry_run_rules_would_deny(
             f"2 policy violations: 1) {too_few('few', 1)}; 2) {naming('few')}",
         ),
     ]
+
+
+def test_create_topics_dry_run_answered_here_keeps_what_it_fills_beside_the_note(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """A dry run the gateway answers itself, of a topic a dry-run rule objects to: the answer
+    is both the filled-in topic (KIP-525) and the rule's message, not one instead of the
+    other."""
+    gateway = gateway_with(ignores_validate_only=True, policies=DRY_RUN_NAMING)
+    frame = create_topics(7, NewTopic("named", num_partitions=6), validate_only=True)
+    answer = answer_of(gateway.send(frame))
+    assert dry_run_rows(7, answer) == [("named", NONE, 6, 1, [], True)]
+    assert items(CREATE_TOPICS, 7, answer) == [("named", NONE, naming("named"))]
 
 
 def test_create_topics_validate_only_puts_the_note_on_the_brokers_success_only(

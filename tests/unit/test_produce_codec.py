@@ -1,10 +1,12 @@
-"""Produce v3..v9: requests and answers built with kio's schemas, read, reduced and merged."""
+"""Produce v3..v13: requests and answers built with kio's schemas, read, reduced and merged
+(v13, which names topics by id, in tests of its own at the end)."""
 
 from __future__ import annotations
 
 import datetime
 import importlib
 import io
+import uuid
 from types import ModuleType
 from typing import Any
 
@@ -29,7 +31,8 @@ from protocol.results import ItemError
 
 pytestmark = pytest.mark.unit
 
-VERSIONS = range(3, 10)
+VERSIONS = range(3, 13)
+"""The versions naming topics by name."""
 CORRELATION_ID = 4242
 CLIENT_ID = "producer-1"
 TIMESTAMP = TZAwareMicros.parse(datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC))
@@ -217,10 +220,12 @@ def test_read_produce_refuses_a_truncated_body(version: int) -> None:
         read(frame[:-3])
 
 
-@pytest.mark.parametrize("version", [10, 11])
+@pytest.mark.parametrize("version", [14, 15])
 def test_read_produce_refuses_versions_the_gateway_does_not_carry(version: int) -> None:
+    frame = bytearray(request_frame(12))
+    frame[2:4] = version.to_bytes(2, "big")  # a version newer than kio's
     with pytest.raises(Undecodable, match="not carried"):
-        read(request_frame(version))
+        read(bytes(frame))
 
 
 # --- produce_request_keeping ----------------------------------------------------------------
@@ -399,3 +404,114 @@ def test_answer_refuses_a_malformed_broker_answer(version: int) -> None:
     good = broker_frame(version, (("orders", (broker_partition(version, 0, 100),)),))
     with pytest.raises(Undecodable):
         produce_answer(view, CORRELATION_ID, local, good[:-2])
+
+
+# --- v13: topics named by id (KIP-516); v10+: the broker's leader endpoints kept ------------
+
+ORDERS_ID = uuid.uuid5(uuid.NAMESPACE_DNS, "orders")
+AUDIT_ID = uuid.uuid5(uuid.NAMESPACE_DNS, "audit")
+
+
+def request_frame_by_id(
+    topics: tuple[tuple[uuid.UUID, tuple[tuple[int, bytes], ...]], ...],
+) -> bytes:
+    schema = request_module(13)
+    payload = schema.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=30_000)),
+        topic_data=tuple(
+            schema.TopicProduceData(
+                topic_id=topic_id,
+                partition_data=tuple(
+                    schema.PartitionProduceData(index=i32(index), records=records)
+                    for index, records in partitions
+                ),
+            )
+            for topic_id, partitions in topics
+        ),
+    )
+    return encode_request(0, 13, CORRELATION_ID, CLIENT_ID, payload)[4:]
+
+
+def test_v13_partitions_are_keyed_by_topic_id() -> None:
+    view = read(request_frame_by_id(((ORDERS_ID, ((0, ORDERS_0),)), (AUDIT_ID, ((0, AUDIT_0),)))))
+    assert view.by_id
+    assert [(p.topic, p.partition, p.topic_id) for p in view.partitions] == [
+        (str(ORDERS_ID), 0, ORDERS_ID),
+        (str(AUDIT_ID), 0, AUDIT_ID),
+    ]
+
+
+def test_v13_keeping_and_answer_go_by_topic_id() -> None:
+    frame = request_frame_by_id(
+        ((ORDERS_ID, ((0, ORDERS_0), (2, ORDERS_2))), (AUDIT_ID, ((0, AUDIT_0),)))
+    )
+    header = parse_request_header(frame)
+    view = read_produce(header, frame)
+
+    reduced = read(produce_request_keeping(view, header, [(str(ORDERS_ID), 2)]))
+    assert [(p.topic_id, p.partition) for p in reduced.partitions] == [(ORDERS_ID, 2)]
+
+    schema = response_module(13)
+    broker = encode_response(
+        CORRELATION_ID,
+        0,
+        13,
+        schema.ProduceResponse(
+            responses=(
+                schema.TopicProduceResponse(
+                    topic_id=ORDERS_ID, partition_responses=(broker_partition(13, 2, 40),)
+                ),
+            ),
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+        ),
+    )
+    local = {(str(ORDERS_ID), 0): REJECTED, (str(AUDIT_ID), 0): DENIED}
+    answer = decode_response(0, 13, produce_answer(view, CORRELATION_ID, local, broker))
+    assert [
+        (t.topic_id, [(int(p.index), p.error_code) for p in t.partition_responses])
+        for t in answer.responses
+    ] == [
+        (ORDERS_ID, [(0, ErrorCode.invalid_record), (2, ErrorCode.none)]),
+        (AUDIT_ID, [(0, ErrorCode.policy_violation)]),
+    ]
+
+
+@pytest.mark.parametrize("version", [10, 11, 12])
+def test_a_merged_answer_keeps_the_brokers_leader_endpoints(version: int) -> None:
+    """The handler rewrites them after the merge; a merge that dropped them would withhold
+    the new leader from the client."""
+    frame = request_frame(version)
+    view = read(frame)
+    schema = response_module(version)
+    moved = schema.PartitionProduceResponse(
+        index=i32(2),
+        error_code=ErrorCode.not_leader_or_follower,
+        base_offset=i64(-1),
+        record_errors=(),
+        current_leader=schema.LeaderIdAndEpoch(leader_id=i32(7), leader_epoch=i32(3)),
+    )
+    endpoint = schema.NodeEndpoint(node_id=i32(7), host="broker-7.internal", port=i32(9092))
+    broker = encode_response(
+        CORRELATION_ID,
+        0,
+        version,
+        schema.ProduceResponse(
+            responses=(
+                schema.TopicProduceResponse(
+                    name="orders", partition_responses=(broker_partition(version, 0, 1), moved)
+                ),
+                schema.TopicProduceResponse(
+                    name="payments", partition_responses=(broker_partition(version, 1, 5),)
+                ),
+            ),
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            node_endpoints=(endpoint,),
+        ),
+    )
+    answer = decode_response(
+        0, version, produce_answer(view, CORRELATION_ID, {("audit", 0): DENIED}, broker)
+    )
+    assert answer.node_endpoints == (endpoint,)
+    assert partition_answer(answer, "orders", 2) == moved
