@@ -29,6 +29,7 @@ from .outcomes import Answer, Close, Forward, Outcome
 from .principal import ssl_principal
 from .tasks import TaskSet
 from .upstream import UpstreamClosed, UpstreamLink
+from .upstream_security import UpstreamSecurity
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,10 @@ class ClientConnection:
         listener: str,
         targets: Callable[[], Sequence[HostPort]],
         memory: RequestMemory,
+        upstream_security: UpstreamSecurity | None = None,
     ) -> None:
         self._config = config
+        self._upstream_security = upstream_security
         self._reader = reader
         self._writer = writer
         self._listener = listener
@@ -188,6 +191,7 @@ class ClientConnection:
                 self._metrics,
                 self._tasks,
                 self._upstream_closed,
+                self._upstream_security,
             )
         except UpstreamClosed as exc:
             log.warning("%s: closing client connection: %s", self.peer, exc)
