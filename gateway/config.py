@@ -22,6 +22,7 @@ import yaml
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 from .client_configs import ClientConfigCodes
+from .principal import SslPrincipalMapper
 
 
 class ConfigError(Exception):
@@ -203,6 +204,20 @@ class TlsConfig:
     ca_file: str | None = None
     client_auth: str = "none"
     """``required``, ``requested`` or ``none``, like Kafka's ssl.client.auth."""
+    principal_mapping_rules: str = "DEFAULT"
+    """Kafka's ``ssl.principal.mapping.rules``, as written: from a certificate's subject to
+    the principal's name."""
+    principal_mapper: SslPrincipalMapper = field(default_factory=SslPrincipalMapper, repr=False)
+    """The rules, parsed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslListenerConfig:
+    """SASL on the client listeners: the exchange passes through to the brokers; this only
+    says how the gateway reads the principal once the broker has accepted it."""
+
+    oauthbearer_sub_claim_name: str = "sub"
+    """Kafka's ``sasl.oauthbearer.sub.claim.name``: the token claim that names the principal."""
 
 
 KAFKA_UNLIMITED: Final = 2_147_483_647
@@ -275,6 +290,7 @@ class GatewayConfig:
     shutdown_timeout_s: float = 10.0
     audit: AuditConfig = AuditConfig()
     tls: TlsConfig | None = None
+    sasl: SaslListenerConfig = SaslListenerConfig()
     state: StateConfig = StateConfig()
     client_configs: ClientConfigsConfig = ClientConfigsConfig()
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -296,6 +312,7 @@ _TOP_KEYS = frozenset(
         "policies",
         "audit",
         "tls",
+        "sasl",
         "state",
         "client_configs",
     }
@@ -332,7 +349,10 @@ _BROKER_DEFAULT_KEYS = frozenset({"num.partitions", "default.replication.factor"
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
 _CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce", "admin_principals"})
 _ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
-_TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
+_TLS_KEYS = frozenset(
+    {"cert_file", "key_file", "ca_file", "client_auth", "principal_mapping_rules"}
+)
+_SASL_LISTENER_KEYS = frozenset({"oauthbearer_sub_claim_name"})
 _AUDIT_KEYS = frozenset(
     {
         "spool_dir",
@@ -430,12 +450,31 @@ def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
         path = section.get(key)
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{source}: tls.{key}: no such file: {path}")
+    rules = section.get("principal_mapping_rules", "DEFAULT")
+    if not isinstance(rules, str):
+        raise ConfigError(
+            f"{source}: tls.principal_mapping_rules: expected Kafka's rules text "
+            f"(RULE:pattern/replacement/[LU], ..., DEFAULT), got {rules!r}"
+        )
+    try:
+        mapper = SslPrincipalMapper(rules)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: tls.principal_mapping_rules: {exc}") from None
     return TlsConfig(
         cert_file=section["cert_file"],
         key_file=section["key_file"],
         ca_file=ca_file,
         client_auth=client_auth,
+        principal_mapping_rules=rules,
+        principal_mapper=mapper,
     )
+
+
+def _sasl_listener(raw: Mapping[str, Any], source: str) -> SaslListenerConfig:
+    """The top-level ``sasl`` section."""
+    section = _section(raw, "sasl", _SASL_LISTENER_KEYS, source)
+    claim = _text(section, "oauthbearer_sub_claim_name", "sasl", source)
+    return SaslListenerConfig(oauthbearer_sub_claim_name=claim or "sub")
 
 
 def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
@@ -919,6 +958,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
         audit=audit,
         tls=tls,
+        sasl=_sasl_listener(raw, source),
         state=state,
         client_configs=_client_configs(raw, source),
         policies=MappingProxyType(dict(policies)),
