@@ -31,7 +31,7 @@ from .record_validation import RecordValidator, load_record_validator
 from .services import Services
 from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
-from .upstream_security import UpstreamSecurity
+from .upstream_security import UpstreamAuthenticationError, UpstreamSecurity
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,7 @@ class Gateway:
         :raises OSError: when a port cannot be bound.
         :raises ConfigError: when the state store cannot be opened or TLS files do not load.
         """
+        await self._check_upstream_credentials()
         try:
             await self.state.start()
         except StateStoreError as exc:
@@ -166,6 +167,21 @@ class Gateway:
                 "is not built, or KPG_RECORD_SCANNER=python): the same answers, at a fraction "
                 "of the throughput"
             )
+
+    async def _check_upstream_credentials(self) -> None:
+        """Before the gateway's own clients start: the brokers accept its TLS and SASL.
+
+        :raises ConfigError: saying why not.
+        """
+        if not gateway_topics(self.config):
+            return  # no client of the gateway's own
+        upstream = self.config.upstream
+        try:
+            await self.upstream_security.check(
+                upstream.bootstrap_servers, upstream.request_timeout_s
+            )
+        except UpstreamAuthenticationError as exc:
+            raise ConfigError(f"{self.config.source}: {exc}") from None
 
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers

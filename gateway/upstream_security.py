@@ -23,11 +23,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import Any, Final
 
 from aiokafka.abc import AbstractTokenProvider
 
-from .config import ConfigError, GatewayConfig, UpstreamSaslConfig, UpstreamTlsConfig
+from .config import ConfigError, GatewayConfig, HostPort, UpstreamSaslConfig, UpstreamTlsConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[mis
         async with self._lock:
             if self._token is None or time.monotonic() >= self._refresh_at:
                 token, lifetime_s = await asyncio.to_thread(self._fetch)
+                withhold_secrets(token)
                 self._token = token
                 self._refresh_at = time.monotonic() + lifetime_s * _REFRESH_MARGIN
             return self._token
@@ -125,6 +127,59 @@ class TokenEndpointError(Exception):
     """The token endpoint gave no token (its message names the endpoint, never a secret)."""
 
 
+class UpstreamAuthenticationError(Exception):
+    """The brokers refused the gateway's own credentials (``upstream.sasl``), or their TLS
+    handshake failed; the message says which, never a secret."""
+
+
+class _WithholdSecrets(logging.Filter):
+    """On aiokafka's loggers: its connections log every request at DEBUG, SaslAuthenticate
+    with the PLAIN password or the OAUTHBEARER token in it. Such lines are withheld, and any
+    known secret left in a line is blanked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True
+        if "SaslAuthenticateRequest" in message:
+            record.msg, record.args = "SaslAuthenticate request (withheld: credentials)", ()
+            return True
+        blanked = message
+        for secret in self.secrets:
+            for form in (secret, repr(secret.encode())[2:-1]):
+                blanked = blanked.replace(form, "[secret]")
+        if blanked != message:
+            record.msg, record.args = blanked, ()
+        return True
+
+
+_WITHHOLD: Final = _WithholdSecrets()
+_AIOKAFKA_LOGGERS: Final = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.client",
+    "aiokafka.producer.sender",
+    "aiokafka.producer.producer",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.admin.client",
+)
+
+
+def withhold_secrets(*secrets: str) -> None:
+    """Keep ``secrets`` and SaslAuthenticate requests out of aiokafka's log lines."""
+    _WITHHOLD.secrets.update(s for s in secrets if s)
+    for name in _AIOKAFKA_LOGGERS:
+        logger = logging.getLogger(name)
+        if _WITHHOLD not in logger.filters:
+            logger.addFilter(_WITHHOLD)
+
+
 class UpstreamSecurity:
     """``upstream.tls`` and ``upstream.sasl``, loaded once at start-up.
 
@@ -143,6 +198,14 @@ class UpstreamSecurity:
             if upstream.sasl is not None and upstream.sasl.mechanism == "OAUTHBEARER"
             else None
         )
+        if upstream.sasl is not None:
+            withhold_secrets(
+                *(
+                    secret.reveal()
+                    for secret in (upstream.sasl.password, upstream.sasl.client_secret)
+                    if secret is not None
+                )
+            )
 
     @property
     def security_protocol(self) -> str:
@@ -173,6 +236,47 @@ class UpstreamSecurity:
             kwargs["sasl_plain_username"] = sasl.username
             kwargs["sasl_plain_password"] = sasl.password.reveal()
         return kwargs
+
+    async def check(self, servers: Sequence[HostPort], timeout_s: float) -> None:
+        """Open one connection as the gateway's own clients do, to the first of ``servers``
+        that answers, and see it through TLS and SASL. aiokafka's clients report a refused
+        authentication only as "Unable to bootstrap"; this says why. A broker that cannot be
+        reached at all is left for the clients to report.
+
+        :raises UpstreamAuthenticationError: when the TLS handshake or the SASL exchange fails.
+        """
+        from aiokafka.conn import create_conn
+        from aiokafka.errors import KafkaError
+
+        for server in servers:
+            try:
+                connection = await create_conn(
+                    server.host,
+                    server.port,
+                    client_id="kpg-check",
+                    request_timeout_ms=int(timeout_s * 1000),
+                    **self.aiokafka_kwargs(),
+                )
+            except ssl.SSLError as exc:
+                raise UpstreamAuthenticationError(
+                    f"upstream.tls: TLS with {server} failed: {exc.reason or exc}"
+                ) from None
+            except TokenEndpointError as exc:
+                raise UpstreamAuthenticationError(f"upstream.sasl: {exc}") from None
+            except (OSError, TimeoutError):
+                continue  # not reachable: try the next
+            except KafkaError as exc:
+                raise UpstreamAuthenticationError(self._refused(server, exc)) from None
+            connection.close()
+            return
+
+    def _refused(self, server: HostPort, exc: Exception) -> str:
+        sasl = self.sasl
+        who = f" ({sasl.mechanism} as {sasl.username or sasl.client_id})" if sasl else ""
+        return (
+            f"upstream.sasl: broker {server} refused the gateway's credentials{who}: "
+            f"{type(exc).__name__}: {exc}"
+        )
 
     def describe(self) -> str:
         """For the start-up log line: what is used, without a secret."""

@@ -38,10 +38,13 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import uvloop
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i64Timedelta
 
 from gateway.config import HostPort
 from protocol.codec import decode_request, encode_response, filled
@@ -298,6 +301,9 @@ def _answer(writer: asyncio.StreamWriter, header: Any, fields: dict[str, Any]) -
         if header.api_key == SASL_HANDSHAKE
         else (module.SaslAuthenticateResponse)
     )
+    fields = {**fields, "error_code": ErrorCode(fields["error_code"])}
+    if header.api_key == SASL_AUTHENTICATE:
+        fields["session_lifetime"] = i64Timedelta.parse(timedelta(0))
     payload = filled(cls, fields)
     frame = encode_response(header.correlation_id, header.api_key, header.api_version, payload)
     writer.write(SIZE.pack(len(frame)) + frame)
