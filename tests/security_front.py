@@ -104,7 +104,9 @@ class _Scram:
     def final(self, message: str) -> str:
         without_proof, _, proof_text = message.rpartition(",p=")
         attributes = dict(part.split("=", 1) for part in without_proof.split(",") if "=" in part)
-        if attributes.get("r") != self._nonce or attributes.get("c") != "biws":
+        # Kafka's ScramSaslServer checks that the client's nonce *ends with* the server's:
+        # librdkafka up to 2.0 (Debian's kcat) sends its own nonce twice in front of it.
+        if not attributes.get("r", "").endswith(self._nonce) or attributes.get("c") != "biws":
             raise AuthenticationFailed("Authentication failed: invalid nonce or channel binding")
         auth_message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
         client_key = self._hmac(self._salted, b"Client Key")

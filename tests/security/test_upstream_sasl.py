@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -279,3 +280,23 @@ def test_secrets_come_from_files_or_environment(tmp_path: Path) -> None:
     kwargs = Gateway(config).upstream_security.aiokafka_kwargs()
     assert kwargs["security_protocol"] == "SASL_PLAINTEXT"
     assert kwargs["sasl_plain_password"] == KPG_PASSWORD
+
+
+def test_sasl_handshake_v0_offered_and_refused(sasl_ssl_upstream: Upstream) -> None:
+    """librdkafka 2.0 (Debian's kcat) starts no SASL exchange unless SaslHandshake v0 is
+    listed, then sends v1: the gateway lists 0-1. A v0 handshake itself, after which the
+    client would send unframed tokens, is answered UNSUPPORTED_VERSION by the gateway."""
+    pki = sasl_ssl_upstream.pki
+    gw = secured_gateway(sasl_ssl_upstream).start()
+    try:
+        raw = RawClient(gw.bootstrap, tls=tls_context(pki, "alice"))
+        versions = raw.request(
+            18, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        )
+        (handshake,) = [k for k in versions.api_keys if k.api_key == 17]
+        assert (handshake.min_version, handshake.max_version) == (0, 1)
+        answer = raw.request(17, 0, SaslHandshakeRequest(mechanism="PLAIN"))
+        assert answer.error_code == 35  # UNSUPPORTED_VERSION
+        assert tuple(answer.mechanisms) == ()
+    finally:
+        gw.stop()
