@@ -147,6 +147,11 @@ class Gateway:
         )
         log.info("upstream security: %s", self.upstream_security.describe())
         tls = self.config.upstream.tls
+        if self.config.upstream.sasl is not None and tls is None:
+            log.warning(
+                "upstream.sasl without upstream.tls: the gateway's own Kafka sessions are not "
+                "encrypted (and a PLAIN password crosses the network as sent)"
+            )
         if tls is not None and not tls.check_hostname:
             log.warning(
                 "upstream.tls.check_hostname is false: any broker certificate the CA signed is "

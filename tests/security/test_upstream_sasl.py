@@ -300,3 +300,56 @@ def test_sasl_handshake_v0_offered_and_refused(sasl_ssl_upstream: Upstream) -> N
         assert tuple(answer.mechanisms) == ()
     finally:
         gw.stop()
+
+
+def test_wrong_oauth_client_secret_stops_start_up(
+    sasl_ssl_upstream: Upstream, audit_logs: pytest.LogCaptureFixture
+) -> None:
+    """A client secret the token endpoint refuses: the gateway does not start, and says the
+    token endpoint answered 401, without the secret."""
+    tokens = sasl_ssl_upstream.tokens
+    assert tokens is not None
+    os.environ["KPG_TEST_WRONG_SECRET"] = "wrong-" + OAUTH_CLIENT_SECRET
+    try:
+        config = gateway_config(
+            sasl_ssl_upstream.front.address,
+            upstream={
+                "tls": {"ca_file": str(sasl_ssl_upstream.pki / "ca.pem")},
+                "sasl": {
+                    "mechanism": "OAUTHBEARER",
+                    "token_endpoint_url": tokens.url,
+                    "client_id": "kpg-oauth",
+                    "client_secret_env": "KPG_TEST_WRONG_SECRET",
+                },
+            },
+            audit={"topic": unique_name("_kpg_audit")},
+        )
+    finally:
+        del os.environ["KPG_TEST_WRONG_SECRET"]
+    gw = GatewayThread(config)
+    with pytest.raises(ConfigError, match=r"upstream\.sasl: token endpoint .*: HTTP 401"):
+        gw.start()
+    gw.stop()
+    assert OAUTH_CLIENT_SECRET not in audit_logs.text
+
+
+@pytest.mark.unit
+def test_upstream_tls_keys(tmp_path: Path) -> None:
+    """cert_file and key_file go together; a missing file names its key."""
+    pem = tmp_path / "x.pem"
+    pem.write_text("-")
+    base = {"bootstrap_servers": ["127.0.0.1:9"]}
+    with pytest.raises(ConfigError, match=r"upstream\.tls: cert_file and key_file go together"):
+        gateway_config([], upstream={**base, "tls": {"cert_file": str(pem)}})
+    with pytest.raises(ConfigError, match=r"upstream\.tls\.ca_file: no such file: /nowhere"):
+        gateway_config([], upstream={**base, "tls": {"ca_file": "/nowhere"}})
+    with pytest.raises(ConfigError, match=r"upstream\.tls\.verify: unknown key"):
+        gateway_config([], upstream={**base, "tls": {"verify": False}})
+    with pytest.raises(ConfigError, match=r"tls\.principal_mapping_rules: invalid rule"):
+        gateway_config(
+            [],
+            upstream=base,
+            tls={"cert_file": str(pem), "key_file": str(pem), "principal_mapping_rules": "x"},
+        )
+    assert gateway_config([], upstream={**base, "tls": True}).upstream.tls is not None
+    assert gateway_config([], upstream={**base, "tls": False}).upstream.tls is None
