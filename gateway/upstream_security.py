@@ -64,7 +64,8 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[mis
     80% of its lifetime has passed."""
 
     def __init__(self, sasl: UpstreamSaslConfig, timeout_s: float) -> None:
-        assert sasl.token_endpoint_url and sasl.client_id and sasl.client_secret
+        if not (sasl.token_endpoint_url and sasl.client_id and sasl.client_secret):
+            raise ValueError("OAUTHBEARER needs token_endpoint_url, client_id and a secret")
         self._url = sasl.token_endpoint_url
         self._client_id = sasl.client_id
         self._secret = sasl.client_secret

@@ -125,6 +125,8 @@ def test_ssl_both_legs_with_principal_mapping(tls_upstream: Upstream) -> None:
         with pytest.raises(KafkaException):
             outsider.list_topics(timeout=5)
         assert gw.metric("kpg_rejected_frames_total", reason="principal_mapping") >= 1
+        # The producer and consumer went through a node listener, so over a per-node link.
+        assert gw.metric("kpg_connections_total", listener="node-111") >= 1
     finally:
         gw.stop()
     subjects = tls_upstream.front.client_subjects[before:]
