@@ -72,7 +72,9 @@ def test_kafka_mapper_cases() -> None:
     assert mapper.name("CN=Duke,OU=SME,O=mycp,L=Fulton,ST=MD,C=US") == "duke@sme"
     assert mapper.name("cn=duke,ou=sme,dc=mycp,dc=com") == "DUKE@SME"
     assert mapper.name("cN=duke,OU=JavaSoft,O=Sun Microsystems") == "DUKE"
-    assert mapper.name("OU=JavaSoft,O=Sun Microsystems,C=US") == "OU=JavaSoft,O=Sun Microsystems,C=US"
+    assert (
+        mapper.name("OU=JavaSoft,O=Sun Microsystems,C=US") == "OU=JavaSoft,O=Sun Microsystems,C=US"
+    )
 
 
 def test_kafka_documentation_example() -> None:
