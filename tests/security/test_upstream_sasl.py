@@ -7,6 +7,7 @@ audit sink authenticate with ``upstream.sasl``. No secret may reach a log line."
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,17 @@ from tests.security.conftest import (
     SECRETS,
     Upstream,
 )
-from tests.security.test_upstream_tls import POLICIES, listener_tls, produce_consume_deny
+from tests.security.test_upstream_tls import (
+    POLICIES,
+    listener_tls,
+    produce_consume_deny,
+    read_topic,
+)
 from tests.support import (
     GatewayThread,
     RawClient,
     gateway_config,
+    make_pki,
     tls_context,
     unique_name,
     wait_for,
@@ -159,20 +166,37 @@ def test_state_store_and_audit_sink_authenticate(
     write lands, a denial is audited; the front saw kpg authenticate with the mechanism."""
     front = sasl_ssl_upstream.front
     before = len(front.authenticated)
+    audit_topic = unique_name("_kpg_audit")
     gw = secured_gateway(
         sasl_ssl_upstream,
         upstream={"sasl": own_credentials(mechanism, tmp_path, monkeypatch)},
         state={"store": "kafka", "topic": unique_name("_kpg_state")},
-        audit={"topic": unique_name("_kpg_audit")},
+        audit={"topic": audit_topic},
     ).start()
+    big = unique_name("big")
     try:
         gw.run(gw.gateway.state.put("test", "who", mechanism))
         assert gw.gateway.state.get("test", "who") == mechanism
         assert_no_secret(repr(gw.config), str(gw.config.upstream.sasl))
+        client = sasl_ssl_client(gw.bootstrap, sasl_ssl_upstream.pki, mechanism, ALICE_PASSWORD)
+        admin = AdminClient(client)
+        with pytest.raises(KafkaException):
+            admin.create_topics([NewTopic(big, 20, 1)])[big].result(30)
     finally:
         gw.stop()
     assert (mechanism, "kpg") in front.authenticated[before:]
-    assert_no_secret(audit_logs.text)
+    direct = {
+        "bootstrap.servers": sasl_ssl_upstream.bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(sasl_ssl_upstream.pki / "ca.pem"),
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "kpg",
+        "sasl.password": KPG_PASSWORD,
+    }
+    events = [json.loads(v) for v in read_topic(direct, audit_topic).values()]
+    (denial,) = [e for e in events if e["resource_name"] == big]
+    assert (denial["verdict"], denial["principal"]) == ("denied", "User:alice")
+    assert_no_secret(audit_logs.text, *map(json.dumps, events))
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -300,6 +324,27 @@ def test_sasl_handshake_v0_offered_and_refused(sasl_ssl_upstream: Upstream) -> N
         assert tuple(answer.mechanisms) == ()
     finally:
         gw.stop()
+
+
+def test_untrusted_broker_certificate_stops_start_up(
+    sasl_ssl_upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """upstream.tls trusting another CA: the gateway's own clients cannot verify the broker,
+    and start-up stops saying so."""
+    other = make_pki(tmp_path, {})
+    monkeypatch.setenv("KPG_TEST_PASSWORD", KPG_PASSWORD)
+    config = gateway_config(
+        sasl_ssl_upstream.front.address,
+        upstream={
+            "tls": {"ca_file": str(other / "ca.pem")},
+            "sasl": {"mechanism": "PLAIN", "username": "kpg", "password_env": "KPG_TEST_PASSWORD"},
+        },
+        state={"store": "kafka", "topic": unique_name("_kpg_state")},
+    )
+    gw = GatewayThread(config)
+    with pytest.raises(ConfigError, match=r"upstream\.tls: TLS with .* CERTIFICATE_VERIFY_FAILED"):
+        gw.start()
+    gw.stop()
 
 
 def test_wrong_oauth_client_secret_stops_start_up(

@@ -190,12 +190,12 @@ def test_state_store_and_audit_topic_over_tls(tls_upstream: Upstream, tmp_path: 
         "ssl.certificate.location": str(pki / "kpg.pem"),
         "ssl.key.location": str(pki / "kpg.key"),
     }
-    assert {"test\x00key": "value"}.items() <= _read_topic(direct, state_topic).items()
-    audited = _read_topic(direct, audit_topic)
+    assert {"test\x00key": "value"}.items() <= read_topic(direct, state_topic).items()
+    audited = read_topic(direct, audit_topic)
     assert any(big in value and "max-partitions" in value for value in audited.values())
 
 
-def _read_topic(config: dict[str, str], topic: str) -> dict[str, str]:
+def read_topic(config: dict[str, str], topic: str) -> dict[str, str]:
     consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     found: dict[str, str] = {}
