@@ -713,8 +713,10 @@ class KafkaTopicSink:
         replication_factor: int = -1,
         partitions: int = 1,
         timeout_s: float = 30.0,
+        client_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.bootstrap_servers = list(bootstrap_servers)
+        self._client_kwargs = dict(client_kwargs or {})  # TLS and SASL: upstream_security
         self.topic = topic
         self.replication_factor = replication_factor
         self.partitions = partitions
@@ -739,7 +741,9 @@ class KafkaTopicSink:
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
         from aiokafka.errors import TopicAlreadyExistsError, for_code
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id="kpg-audit")
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap_servers, client_id="kpg-audit", **self._client_kwargs
+        )
         try:
             await admin.start()
             response = await admin.create_topics(
@@ -762,7 +766,10 @@ class KafkaTopicSink:
                     f"{for_code(code).__name__}: {topic_error.get('error_message')}"
                 )
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap_servers, client_id="kpg-audit", acks="all"
+            bootstrap_servers=self.bootstrap_servers,
+            client_id="kpg-audit",
+            acks="all",
+            **self._client_kwargs,
         )
         await self._producer.start()
 

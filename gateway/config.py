@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import resource
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ import yaml
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 from .client_configs import ClientConfigCodes
+from .principal import SslPrincipalMapper
 
 
 class ConfigError(Exception):
@@ -52,6 +54,72 @@ TANSU_BROKER_DEFAULTS = BrokerDefaults(num_partitions=3, default_replication_fac
 replica. It reports no broker configs, so the gateway cannot read them there."""
 
 
+class Secret:
+    """A password or client secret, read from a file or an environment variable at start-up.
+
+    Its ``repr`` and ``str`` name only where it came from, so a config object, a log line or
+    an exception that shows it never shows the secret; :meth:`reveal` is the one way to it.
+    """
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: str) -> None:
+        self._value = value
+        self.source = source
+        """``file /run/secrets/x`` or ``environment KPG_PASSWORD``."""
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret(<from {self.source}>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamTlsConfig:
+    """TLS to the brokers (``upstream.tls``), for every connection the gateway opens to one."""
+
+    ca_file: str | None = None
+    """The CA bundle that signs the brokers' certificates; None: the system's trust store."""
+    cert_file: str | None = None
+    """The gateway's own certificate (mTLS to the brokers), with ``key_file``."""
+    key_file: str | None = None
+    check_hostname: bool = True
+    """The broker's certificate must name the host the gateway dialled (Kafka's
+    ssl.endpoint.identification.algorithm=https). Off only for brokers whose certificates
+    name no usable host: the connection is then open to anyone holding a certificate from
+    the CA."""
+
+
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamSaslConfig:
+    """The credentials of the gateway's own clients (``upstream.sasl``): the state store, the
+    audit sink. Client connections authenticate themselves, through the gateway."""
+
+    mechanism: str
+    username: str | None = None
+    """PLAIN and SCRAM."""
+    password: Secret | None = None
+    """PLAIN and SCRAM, from ``password_file`` or ``password_env``."""
+    token_endpoint_url: str | None = None
+    """OAUTHBEARER: the OAuth 2 token endpoint (client credentials grant)."""
+    client_id: str | None = None
+    client_secret: Secret | None = None
+    """OAUTHBEARER, from ``client_secret_file`` or ``client_secret_env``."""
+    scope: str | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamConfig:
     bootstrap_servers: tuple[HostPort, ...]
@@ -73,6 +141,10 @@ class UpstreamConfig:
     """What becomes of the topics a Metadata request would make the brokers create
     (``auto.create.topics.enable``): ``judge`` (as a CreateTopics with the broker's defaults),
     ``deny`` (none is created) or ``pass`` (the brokers create them unjudged: unsafe)."""
+    tls: UpstreamTlsConfig | None = None
+    """TLS to the brokers; None: plaintext."""
+    sasl: UpstreamSaslConfig | None = None
+    """The gateway's own clients' credentials; None: they connect unauthenticated."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,6 +204,20 @@ class TlsConfig:
     ca_file: str | None = None
     client_auth: str = "none"
     """``required``, ``requested`` or ``none``, like Kafka's ssl.client.auth."""
+    principal_mapping_rules: str = "DEFAULT"
+    """Kafka's ``ssl.principal.mapping.rules``, as written: from a certificate's subject to
+    the principal's name."""
+    principal_mapper: SslPrincipalMapper = field(default_factory=SslPrincipalMapper, repr=False)
+    """The rules, parsed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaslListenerConfig:
+    """SASL on the client listeners: the exchange passes through to the brokers; this only
+    says how the gateway reads the principal once the broker has accepted it."""
+
+    oauthbearer_sub_claim_name: str = "sub"
+    """Kafka's ``sasl.oauthbearer.sub.claim.name``: the token claim that names the principal."""
 
 
 KAFKA_UNLIMITED: Final = 2_147_483_647
@@ -204,6 +290,7 @@ class GatewayConfig:
     shutdown_timeout_s: float = 10.0
     audit: AuditConfig = AuditConfig()
     tls: TlsConfig | None = None
+    sasl: SaslListenerConfig = SaslListenerConfig()
     state: StateConfig = StateConfig()
     client_configs: ClientConfigsConfig = ClientConfigsConfig()
     policies: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
@@ -225,6 +312,7 @@ _TOP_KEYS = frozenset(
         "policies",
         "audit",
         "tls",
+        "sasl",
         "state",
         "client_configs",
     }
@@ -238,6 +326,22 @@ _UPSTREAM_KEYS = frozenset(
         "request_timeout_s",
         "broker_defaults",
         "auto_create",
+        "tls",
+        "sasl",
+    }
+)
+_UPSTREAM_TLS_KEYS = frozenset({"ca_file", "cert_file", "key_file", "check_hostname"})
+_UPSTREAM_SASL_KEYS = frozenset(
+    {
+        "mechanism",
+        "username",
+        "password_file",
+        "password_env",
+        "token_endpoint_url",
+        "client_id",
+        "client_secret_file",
+        "client_secret_env",
+        "scope",
     }
 )
 _AUTO_CREATE_MODES = ("judge", "deny", "pass")
@@ -245,7 +349,10 @@ _BROKER_DEFAULT_KEYS = frozenset({"num.partitions", "default.replication.factor"
 _STATE_KEYS = frozenset({"store", "path", "topic", "refresh_interval_s"})
 _CLIENT_CONFIGS_KEYS = frozenset({"codes", "enforce", "admin_principals"})
 _ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
-_TLS_KEYS = frozenset({"cert_file", "key_file", "ca_file", "client_auth"})
+_TLS_KEYS = frozenset(
+    {"cert_file", "key_file", "ca_file", "client_auth", "principal_mapping_rules"}
+)
+_SASL_LISTENER_KEYS = frozenset({"oauthbearer_sub_claim_name"})
 _AUDIT_KEYS = frozenset(
     {
         "spool_dir",
@@ -343,12 +450,31 @@ def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
         path = section.get(key)
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{source}: tls.{key}: no such file: {path}")
+    rules = section.get("principal_mapping_rules", "DEFAULT")
+    if not isinstance(rules, str):
+        raise ConfigError(
+            f"{source}: tls.principal_mapping_rules: expected Kafka's rules text "
+            f"(RULE:pattern/replacement/[LU], ..., DEFAULT), got {rules!r}"
+        )
+    try:
+        mapper = SslPrincipalMapper(rules)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: tls.principal_mapping_rules: {exc}") from None
     return TlsConfig(
         cert_file=section["cert_file"],
         key_file=section["key_file"],
         ca_file=ca_file,
         client_auth=client_auth,
+        principal_mapping_rules=rules,
+        principal_mapper=mapper,
     )
+
+
+def _sasl_listener(raw: Mapping[str, Any], source: str) -> SaslListenerConfig:
+    """The top-level ``sasl`` section."""
+    section = _section(raw, "sasl", _SASL_LISTENER_KEYS, source)
+    claim = _text(section, "oauthbearer_sub_claim_name", "sasl", source)
+    return SaslListenerConfig(oauthbearer_sub_claim_name=claim or "sub")
 
 
 def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
@@ -450,6 +576,128 @@ def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
         ),
         broker_defaults=_broker_defaults(up, source),
         auto_create=_auto_create(up.get("auto_create", "judge"), source),
+        tls=_upstream_tls(up, source),
+        sasl=_upstream_sasl(up, source),
+    )
+
+
+def _pem_file(section: Mapping[str, Any], key: str, where: str, source: str) -> str | None:
+    path = section.get(key)
+    if path is None:
+        return None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{source}: {where}.{key}: expected the path of a PEM file")
+    if not Path(path).is_file():
+        raise ConfigError(f"{source}: {where}.{key}: no such file: {path}")
+    return path
+
+
+def _upstream_tls(up: Mapping[str, Any], source: str) -> UpstreamTlsConfig | None:
+    """``upstream.tls``: absent or false for plaintext; true or a mapping for TLS."""
+    value = up.get("tls")
+    if value is None or value is False:
+        return None
+    if value is True:
+        return UpstreamTlsConfig()
+    section = _section({"upstream.tls": value}, "upstream.tls", _UPSTREAM_TLS_KEYS, source)
+    files = {key: _pem_file(section, key, "upstream.tls", source) for key in _PEM_KEYS}
+    if (files["cert_file"] is None) != (files["key_file"] is None):
+        raise ConfigError(
+            f"{source}: upstream.tls: cert_file and key_file go together (the gateway's "
+            "client certificate and its key)"
+        )
+    return UpstreamTlsConfig(
+        ca_file=files["ca_file"],
+        cert_file=files["cert_file"],
+        key_file=files["key_file"],
+        check_hostname=_flag(
+            section.get("check_hostname", True), "upstream.tls.check_hostname", source
+        ),
+    )
+
+
+_PEM_KEYS: Final = ("ca_file", "cert_file", "key_file")
+
+
+def _secret(section: Mapping[str, Any], name: str, where: str, source: str) -> Secret | None:
+    """``<name>_file`` or ``<name>_env``: never the secret itself in the config."""
+    file_key, env_key = f"{name}_file", f"{name}_env"
+    if file_key in section and env_key in section:
+        raise ConfigError(f"{source}: {where}: give {file_key} or {env_key}, not both")
+    if file_key in section:
+        path = section[file_key]
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{source}: {where}.{file_key}: expected a file path")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(
+                f"{source}: {where}.{file_key}: cannot read {path}: {reason}"
+            ) from None
+        value, origin = text.rstrip("\r\n"), f"file {path}"
+    elif env_key in section:
+        variable = section[env_key]
+        if not isinstance(variable, str) or not variable:
+            raise ConfigError(f"{source}: {where}.{env_key}: expected a variable name")
+        found = os.environ.get(variable)
+        if found is None:
+            raise ConfigError(f"{source}: {where}.{env_key}: {variable} is not set")
+        value, origin = found, f"environment {variable}"
+    else:
+        return None
+    if not value:
+        raise ConfigError(f"{source}: {where}: the {name} read from {origin} is empty")
+    return Secret(value, origin)
+
+
+def _text(section: Mapping[str, Any], key: str, where: str, source: str) -> str | None:
+    value = section.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{source}: {where}.{key}: expected a non-empty string")
+    return value
+
+
+def _upstream_sasl(up: Mapping[str, Any], source: str) -> UpstreamSaslConfig | None:
+    """``upstream.sasl``."""
+    if not up.get("sasl"):
+        return None
+    where = "upstream.sasl"
+    section = _section({where: up["sasl"]}, where, _UPSTREAM_SASL_KEYS, source)
+    mechanism = section.get("mechanism")
+    if mechanism not in SASL_MECHANISMS:
+        raise ConfigError(
+            f"{source}: {where}.mechanism: expected one of {', '.join(SASL_MECHANISMS)}, "
+            f"got {mechanism!r}"
+        )
+    texts = {
+        key: _text(section, key, where, source)
+        for key in ("username", "token_endpoint_url", "client_id", "scope")
+    }
+    password = _secret(section, "password", where, source)
+    client_secret = _secret(section, "client_secret", where, source)
+    if mechanism == "OAUTHBEARER":
+        needed: dict[str, object] = {
+            "token_endpoint_url": texts["token_endpoint_url"],
+            "client_id": texts["client_id"],
+            "client_secret_file or client_secret_env": client_secret,
+        }
+    else:
+        needed = {"username": texts["username"], "password_file or password_env": password}
+    for key, found in needed.items():
+        if found is None:
+            raise ConfigError(f"{source}: {where}: {key} is required for {mechanism}")
+    url = texts["token_endpoint_url"]
+    if url is not None and not url.startswith(("https://", "http://")):
+        raise ConfigError(f"{source}: {where}.token_endpoint_url: expected an http(s) URL")
+    return UpstreamSaslConfig(
+        mechanism=mechanism,
+        username=texts["username"],
+        password=password,
+        token_endpoint_url=url,
+        client_id=texts["client_id"],
+        client_secret=client_secret,
+        scope=texts["scope"],
     )
 
 
@@ -710,6 +958,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
         audit=audit,
         tls=tls,
+        sasl=_sasl_listener(raw, source),
         state=state,
         client_configs=_client_configs(raw, source),
         policies=MappingProxyType(dict(policies)),

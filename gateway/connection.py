@@ -26,9 +26,10 @@ from .handlers.base import Registration
 from .limits import RequestMemory
 from .metrics import GatewayMetrics
 from .outcomes import Answer, Close, Forward, Outcome
-from .principal import ssl_principal
+from .principal import NoMatchingRule, SaslState, ssl_principal
 from .tasks import TaskSet
 from .upstream import UpstreamClosed, UpstreamLink
+from .upstream_security import UpstreamSecurity
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,10 @@ class ClientConnection:
         listener: str,
         targets: Callable[[], Sequence[HostPort]],
         memory: RequestMemory,
+        upstream_security: UpstreamSecurity | None = None,
     ) -> None:
         self._config = config
+        self._upstream_security = upstream_security
         self._reader = reader
         self._writer = writer
         self._listener = listener
@@ -78,7 +81,9 @@ class ClientConnection:
         self._metrics.connections_active.inc()
         tasks = self._tasks
         try:
-            session = Session(principal=ssl_principal(self._writer.get_extra_info("peercert")))
+            session = self._session()
+            if session is None:
+                return
             writer_task = tasks.spawn(self._write_loop(), name=f"write-{self.peer}")
             self._read_task = tasks.spawn(self._read_loop(session), name=f"read-{self.peer}")
             if self._closing:  # shutdown began before the connection started
@@ -100,6 +105,19 @@ class ClientConnection:
                 self._idle_timer.cancel()
             self._metrics.connections_active.dec()
             self._writer.close()
+
+    def _session(self) -> Session | None:
+        """The connection's session, its principal from the TLS client certificate; None when
+        the certificate's subject maps to no principal (Kafka fails such a handshake)."""
+        tls = self._config.tls
+        mapper = tls.principal_mapper if tls is not None else None
+        try:
+            principal = ssl_principal(self._writer.get_extra_info("peercert"), mapper)
+        except NoMatchingRule as exc:
+            self._reject(f"{exc}: authentication failed", "principal_mapping")
+            return None
+        sasl = SaslState(self._config.sasl.oauthbearer_sub_claim_name)
+        return Session(principal=principal, sasl=sasl)
 
     def stop_reading(self) -> None:
         """Stop taking requests; what is in flight is still answered (graceful shutdown)."""
@@ -188,6 +206,7 @@ class ClientConnection:
                 self._metrics,
                 self._tasks,
                 self._upstream_closed,
+                self._upstream_security,
             )
         except UpstreamClosed as exc:
             log.warning("%s: closing client connection: %s", self.peer, exc)

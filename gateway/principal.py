@@ -2,18 +2,29 @@
 exchange. Pure functions; the connection keeps the state.
 
 - TLS: the certificate subject as Kafka's default principal builder names it, the X.500
-  distinguished name in RFC 2253 form (most specific first): ``User:CN=alice,OU=eng,O=Acme``.
+  distinguished name in RFC 2253 form (most specific first), mapped by
+  ``ssl.principal.mapping.rules`` (:class:`SslPrincipalMapper`; the default keeps the whole
+  name: ``User:CN=alice,OU=eng,O=Acme``). A name no rule maps is refused, as Kafka refuses it.
 - SASL PLAIN: the authentication identity of the client's message; SCRAM-SHA-256/512: the
   ``n=`` user of the client-first message. The gateway trusts the name only once the broker
   has answered the whole exchange with success.
-- Other mechanisms (GSSAPI, OAUTHBEARER): the gateway cannot read a name it can trust, so
-  the principal stays None (unauthenticated) and the connection is still carried.
+- SASL OAUTHBEARER: the token's principal claim (``sub`` unless configured otherwise, as
+  Kafka's ``sasl.oauthbearer.sub.claim.name``), read from the JWT the client sent; the
+  gateway does not check its signature, the broker does, and the name counts only once the
+  broker has accepted the token.
+- Other mechanisms (GSSAPI): the gateway cannot read a name it can trust, so the principal
+  stays None (unauthenticated) and the connection is still carried.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import re
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 # OpenSSL's long names -> the RFC 2253 keywords Java's X500Principal prints.
 _RFC2253_KEYWORDS = {
@@ -39,8 +50,9 @@ def _escape(value: str) -> str:
     return escaped
 
 
-def ssl_principal(peercert: dict[str, Any] | None) -> str | None:
-    """``User:<subject DN>`` of a verified client certificate, or None without one."""
+def distinguished_name(peercert: dict[str, Any] | None) -> str | None:
+    """The subject of a verified client certificate in RFC 2253 form (what Java's
+    ``X500Principal.getName()`` gives Kafka), or None without one."""
     if not peercert or not peercert.get("subject"):
         return None
     rdns: Iterable[tuple[tuple[str, str], ...]] = peercert["subject"]
@@ -49,16 +61,191 @@ def ssl_principal(peercert: dict[str, Any] | None) -> str | None:
         parts.append(
             "+".join(f"{_RFC2253_KEYWORDS.get(key, key)}={_escape(value)}" for key, value in rdn)
         )
-    return "User:" + ",".join(parts)
+    return ",".join(parts)
+
+
+def ssl_principal(
+    peercert: dict[str, Any] | None, mapper: SslPrincipalMapper | None = None
+) -> str | None:
+    """``User:<name>`` of a verified client certificate, its subject mapped by ``mapper``
+    (None: Kafka's DEFAULT rule, the whole subject); None without a certificate.
+
+    :raises NoMatchingRule: when no rule maps the subject (Kafka fails the authentication).
+    """
+    name = distinguished_name(peercert)
+    if name is None:
+        return None
+    return "User:" + (mapper.name(name) if mapper is not None else name)
+
+
+class NoMatchingRule(Exception):
+    """No ``ssl.principal.mapping.rules`` rule maps a certificate's subject."""
+
+
+# Kafka's SslPrincipalMapper grammar, as its regular expressions have it: DEFAULT, or
+# RULE:pattern/replacement/ with an optional L or U, "\\x" escaping a slash; rules apart by a
+# comma or a new line. Anything else is kept whole, to be refused as not a rule.
+_RULE: Final = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
+_RULE_SPLITTER: Final = re.compile(r"\s*(" + _RULE + r")\s*([,\n]\s*|$)")
+_RULE_PARSER: Final = re.compile(_RULE)
+_BACK_REFERENCE: Final = re.compile(r"\$(\d+)")
+_NAMED_REFERENCE: Final = re.compile(r"\$\{([A-Za-z][A-Za-z0-9]*)\}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    pattern: re.Pattern[str] | None
+    """None: DEFAULT."""
+    replacement: str = ""
+    case: str = ""
+    """``L``, ``U`` or empty."""
+
+    def apply(self, name: str) -> str | None:
+        if self.pattern is None:
+            return name
+        if self.pattern.fullmatch(name) is None:
+            return None
+        groups = self.pattern.groups
+        result = self.pattern.sub(lambda m: _java_replacement(self.replacement, m, groups), name)
+        if self.case == "L":
+            return result.lower()
+        if self.case == "U":
+            return result.upper()
+        return result
+
+    def __str__(self) -> str:
+        """As Kafka prints a rule (its unit tests compare these)."""
+        if self.pattern is None:
+            return "DEFAULT"
+        text = f"RULE:{self.pattern.pattern}/{self.replacement}"
+        return text + (f"/{self.case}" if self.case else "")
+
+
+def _java_replacement(replacement: str, match: re.Match[str], groups: int) -> str:
+    """``Matcher.replaceAll``'s replacement text: ``\\x`` is x, ``$n`` group n (as many
+    digits as still name a group). As Kafka prepares it (after Apache NiFi), a reference to a
+    group past the last is shortened digit by digit (``$12`` with 3 groups is group 1 and a
+    ``2``), and when still past it, kept as literal text; ``${name}`` is a named group."""
+    out: list[str] = []
+    i = 0
+    while i < len(replacement):
+        char = replacement[i]
+        if char == "\\" and i + 1 < len(replacement):
+            out.append(replacement[i + 1])
+            i += 2
+        elif char == "$":
+            text, i = _group_reference(replacement, i, match, groups)
+            out.append(text)
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def _group_reference(
+    replacement: str, at: int, match: re.Match[str], groups: int
+) -> tuple[str, int]:
+    """The text of the reference starting with the ``$`` at ``at``, and where it ends."""
+    named = _NAMED_REFERENCE.match(replacement, at)
+    if named is not None:
+        return match.group(named.group(1)) or "", named.end()
+    reference = _BACK_REFERENCE.match(replacement, at)
+    if reference is None or not groups:
+        return "$", at + 1  # Java refuses these; a rule written so maps nothing sensible
+    digits = reference.group(1)
+    if not digits.startswith("0"):
+        index = int(digits)
+        while index > groups and index >= 10:
+            index //= 10
+        if index > groups:
+            return "$", at + 1  # Kafka escapes it: the digits follow as text
+    number, used = int(digits[0]), 1
+    while used < len(digits) and number * 10 + int(digits[used]) <= groups:
+        number, used = number * 10 + int(digits[used]), used + 1
+    return match.group(number) or "", at + 1 + used
+
+
+class SslPrincipalMapper:
+    """Kafka's ``ssl.principal.mapping.rules``: the first rule whose pattern matches the
+    whole distinguished name gives the name (its replacement, lower- or upper-cased with
+    ``/L`` or ``/U``); ``DEFAULT`` gives the name unchanged.
+
+    :raises ValueError: (constructor) for text that is not a list of rules, naming the rule.
+    """
+
+    def __init__(self, rules: str | None = "DEFAULT") -> None:
+        parsed = (_parse_rule(text) for text in split_rules(rules))
+        self.rules = tuple(rule for rule in parsed if rule is not None)
+
+    def name(self, distinguished: str) -> str:
+        """:raises NoMatchingRule:"""
+        for rule in self.rules:
+            mapped = rule.apply(distinguished)
+            if mapped is not None:
+                return mapped
+        raise NoMatchingRule(f"no ssl.principal.mapping.rules rule maps {distinguished!r}")
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(map(str, self.rules)) + "]"
+
+
+def split_rules(rules: str | None) -> list[str]:
+    """The rules of a rules text, each as written (Kafka's splitRules)."""
+    text = "DEFAULT" if rules is None else rules
+    return [m.group(1) for m in _RULE_SPLITTER.finditer(text.strip())]
+
+
+def _parse_rule(text: str) -> _Rule | None:
+    """One rule; None for an empty one (ignored, as Kafka does).
+
+    :raises ValueError:
+    """
+    match = _RULE_PARSER.match(text)
+    if match is None or match.end() != len(text):
+        raise ValueError(f"invalid rule: {text!r}")
+    if match.group(1) is not None:
+        return _Rule(None)
+    if match.group(2) is None:
+        return None
+    try:
+        pattern = re.compile(match.group(2))
+    except re.error as exc:
+        raise ValueError(f"invalid rule: {text!r}: {exc}") from None
+    return _Rule(pattern, match.group(4), match.group(6))
 
 
 SCRAM_MECHANISMS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
-SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
+SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER": 1}
 """How many successful SaslAuthenticate answers complete the exchange."""
 
 
-def sasl_username(mechanism: str, first_message: bytes) -> str | None:
-    """The user name a client claims in its first SASL message; None when unreadable."""
+def oauthbearer_claim(first_message: str, claim: str = "sub") -> str | None:
+    """``claim`` of the JWT in an OAUTHBEARER client-first message (RFC 7628: gs2 header,
+    then ``\\x01``-separated key=value pairs, ``auth=Bearer <token>``); None when there is no
+    readable token or the claim is not a non-empty string. The signature is not checked."""
+    for pair in first_message.split("\x01")[1:]:
+        key, _, value = pair.partition("=")
+        if key == "auth" and value[:7].lower() == "bearer ":
+            return _jwt_claim(value[7:].strip(), claim)
+    return None
+
+
+def _jwt_claim(token: str, claim: str) -> str | None:
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload))
+    except (binascii.Error, ValueError):
+        return None
+    found = claims.get(claim) if isinstance(claims, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> str | None:
+    """The user name a client claims in its first SASL message; None when unreadable.
+    ``claim``: OAUTHBEARER's principal claim."""
     try:
         text = first_message.decode("utf-8")
     except UnicodeDecodeError:
@@ -73,13 +260,16 @@ def sasl_username(mechanism: str, first_message: bytes) -> str | None:
             if field.startswith("n="):
                 return field[2:].replace("=2C", ",").replace("=3D", "=") or None
         return None
+    if mechanism == "OAUTHBEARER":
+        return oauthbearer_claim(text, claim)
     return None
 
 
 class SaslState:
     """One connection's SASL exchange, as far as the gateway follows it."""
 
-    def __init__(self) -> None:
+    def __init__(self, oauthbearer_claim: str = "sub") -> None:
+        self.oauthbearer_claim = oauthbearer_claim
         self.mechanism: str | None = None
         self._user: str | None = None
         self._messages = 0
@@ -93,7 +283,7 @@ class SaslState:
 
     def client_message(self, auth_bytes: bytes) -> None:
         if self.mechanism is not None and self._messages == 0:
-            self._user = sasl_username(self.mechanism, auth_bytes)
+            self._user = sasl_username(self.mechanism, auth_bytes, self.oauthbearer_claim)
         self._messages += 1
 
     def broker_answered(self, success: bool) -> str | None:

@@ -31,6 +31,7 @@ from .record_validation import RecordValidator, load_record_validator
 from .services import Services
 from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
+from .upstream_security import UpstreamAuthenticationError, UpstreamSecurity
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,9 @@ class Gateway:
                 "client_configs.admin_principals is not set: any client that reaches the "
                 "gateway may change any user's dynamic client configs"
             )
-        self.audit = _audit_emitter(config, self.metrics)
-        self.state: StateStore = _state_store(config)
+        self.upstream_security = UpstreamSecurity(config)
+        self.audit = _audit_emitter(config, self.metrics, self.upstream_security)
+        self.state: StateStore = _state_store(config, self.upstream_security)
         self.record_validator: RecordValidator = load_record_validator(
             config.policies, flatten_configs(config.policies), config.source, config.limits
         )
@@ -108,6 +110,7 @@ class Gateway:
         :raises OSError: when a port cannot be bound.
         :raises ConfigError: when the state store cannot be opened or TLS files do not load.
         """
+        await self._check_upstream_credentials()
         try:
             await self.state.start()
         except StateStoreError as exc:
@@ -142,6 +145,18 @@ class Gateway:
             ", ".join(map(str, self.config.upstream.bootstrap_servers)),
             record_scanner(),
         )
+        log.info("upstream security: %s", self.upstream_security.describe())
+        tls = self.config.upstream.tls
+        if self.config.upstream.sasl is not None and tls is None:
+            log.warning(
+                "upstream.sasl without upstream.tls: the gateway's own Kafka sessions are not "
+                "encrypted (and a PLAIN password crosses the network as sent)"
+            )
+        if tls is not None and not tls.check_hostname:
+            log.warning(
+                "upstream.tls.check_hostname is false: any broker certificate the CA signed is "
+                "accepted for any broker address"
+            )
         limits = self.config.limits
         log.info(
             "limits: max.connections %d, max.connections.per.ip %d, connections.max.idle.ms %d, "
@@ -157,6 +172,21 @@ class Gateway:
                 "is not built, or KPG_RECORD_SCANNER=python): the same answers, at a fraction "
                 "of the throughput"
             )
+
+    async def _check_upstream_credentials(self) -> None:
+        """Before the gateway's own clients start: the brokers accept its TLS and SASL.
+
+        :raises ConfigError: saying why not.
+        """
+        if not gateway_topics(self.config):
+            return  # no client of the gateway's own
+        upstream = self.config.upstream
+        try:
+            await self.upstream_security.check(
+                upstream.bootstrap_servers, upstream.request_timeout_s
+            )
+        except UpstreamAuthenticationError as exc:
+            raise ConfigError(f"{self.config.source}: {exc}") from None
 
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers
@@ -194,6 +224,7 @@ class Gateway:
             listener=listener,
             targets=targets,  # type: ignore[arg-type]
             memory=self._request_memory,
+            upstream_security=self.upstream_security,
         )
         self._connections.add(connection)
         task = self.tasks.spawn(connection.run(), name=f"conn-{connection.peer}")
@@ -224,7 +255,9 @@ class Gateway:
         log.info("gateway stopped")
 
 
-def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitter | None:
+def _audit_emitter(
+    config: GatewayConfig, metrics: GatewayMetrics, security: UpstreamSecurity
+) -> AuditEmitter | None:
     audit = config.audit
     sinks: list[AuditSink] = []
     if audit.spool_dir is not None:
@@ -242,6 +275,7 @@ def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitt
                 [str(s) for s in config.upstream.bootstrap_servers],
                 audit.topic,
                 replication_factor=audit.topic_replication_factor,
+                client_kwargs=security.aiokafka_kwargs(),
             )
         )
     if not sinks:
@@ -283,13 +317,14 @@ def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
     return context
 
 
-def _state_store(config: GatewayConfig) -> StateStore:
+def _state_store(config: GatewayConfig, security: UpstreamSecurity) -> StateStore:
     state = config.state
     if state.store == "kafka":
         return KafkaTopicStore(
             config.upstream.bootstrap_servers,
             state.topic,
             refresh_interval_s=state.refresh_interval_s,
+            client_kwargs=security.aiokafka_kwargs(),
         )
     return SqliteStore(state.path, refresh_interval_s=state.refresh_interval_s)
 

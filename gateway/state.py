@@ -423,6 +423,7 @@ class KafkaTopicStore(_Snapshot):
         replication_factor: int = -1,
         request_timeout_s: float = 30.0,
         client_id: str = "kpg-state",
+        client_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not bootstrap_servers:
@@ -433,6 +434,8 @@ class KafkaTopicStore(_Snapshot):
         self.replication_factor = replication_factor
         self.request_timeout_s = request_timeout_s
         self.client_id = client_id
+        self._client_kwargs = dict(client_kwargs or {})
+        """TLS and SASL (:meth:`gateway.upstream_security.UpstreamSecurity.aiokafka_kwargs`)."""
         self._partition = TopicPartition(topic, 0)
         self._producer: Any = None
         self._consumer: Any = None
@@ -483,6 +486,7 @@ class KafkaTopicStore(_Snapshot):
             bootstrap_servers=self.bootstrap_servers,
             client_id=self.client_id,
             request_timeout_ms=int(self.request_timeout_s * 1000),
+            **self._client_kwargs,
         )
         try:
             await admin.start()
@@ -520,6 +524,7 @@ class KafkaTopicStore(_Snapshot):
             request_timeout_ms=timeout_ms,
             linger_ms=0,
             max_batch_size=_MAX_BATCH_BYTES,
+            **self._client_kwargs,
         )
         await self._producer.start()
         self._consumer = AIOKafkaConsumer(
@@ -530,6 +535,7 @@ class KafkaTopicStore(_Snapshot):
             auto_offset_reset="earliest",
             fetch_max_wait_ms=wait_ms,
             request_timeout_ms=timeout_ms,
+            **self._client_kwargs,
         )
         await self._consumer.start()
         self._consumer.assign([self._partition])

@@ -29,6 +29,7 @@ from protocol.framing import SIZE, FrameRejected, response_correlation_id
 from .config import HostPort
 from .metrics import GatewayMetrics
 from .tasks import TaskSet
+from .upstream_security import UpstreamSecurity
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +111,22 @@ class UpstreamLink:
         metrics: GatewayMetrics,
         tasks: TaskSet,
         on_close: Callable[[str], None],
+        security: UpstreamSecurity | None = None,
     ) -> UpstreamLink:
-        """Connect to the first target that accepts.
+        """Connect to the first target that accepts (over TLS when ``security`` says so: the
+        handshake is part of the connection and of its timeout).
 
         :raises UpstreamClosed: when none does within the timeout.
         """
         errors = []
         for target in targets:
+            tls = security.connect_kwargs(target.host) if security is not None else {}
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(target.host, target.port, limit=2**20), timeout_s
+                    asyncio.open_connection(target.host, target.port, limit=2**20, **tls),
+                    timeout_s,
                 )
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
                 errors.append(f"{target}: {exc or type(exc).__name__}")
                 continue
             return cls(reader, writer, target, metrics, tasks, on_close)

@@ -1,0 +1,175 @@
+"""ssl.principal.mapping.rules, against the cases of Kafka's own SslPrincipalMapperTest and
+the example in Kafka's documentation of the setting; and OAUTHBEARER's principal claim."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from gateway.principal import (
+    NoMatchingRule,
+    SaslState,
+    SslPrincipalMapper,
+    oauthbearer_claim,
+    ssl_principal,
+)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        "DEFAULT",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L, DEFAULT",
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/",
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L",
+        "RULE:^cn=(.?),ou=(.?),dc=(.?),dc=(.?)$/$1@$2/U",
+        "RULE:^CN=([^,ADEFLTU,]+)(,.*|$)/$1/",
+        "RULE:^CN=([^,DEFAULT,]+)(,.*|$)/$1/",
+    ],
+)
+def test_valid_rules(rules: str) -> None:
+    assert SslPrincipalMapper(rules).rules
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        "default",
+        "DEFAUL",
+        "DEFAULT/L",
+        "DEFAULT/U",
+        "RULE:CN=(.*?),OU=ServiceUsers.*/$1",
+        "rule:^CN=(.*?),OU=ServiceUsers.*$/$1/",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L/U",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/L",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/U",
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/LU",
+    ],
+)
+def test_invalid_rules(rules: str) -> None:
+    with pytest.raises(ValueError, match="invalid rule"):
+        SslPrincipalMapper(rules)
+
+
+def test_kafka_mapper_cases() -> None:
+    mapper = SslPrincipalMapper(
+        ", ".join(
+            [
+                "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/L",
+                "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L",
+                "RULE:^cn=(.*?),ou=(.*?),dc=(.*?),dc=(.*?)$/$1@$2/U",
+                "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/U",
+                "DEFAULT",
+            ]
+        )
+    )
+    assert mapper.name("CN=Duke,OU=ServiceUsers,O=Org,C=US") == "duke"
+    assert mapper.name("CN=Duke,OU=SME,O=mycp,L=Fulton,ST=MD,C=US") == "duke@sme"
+    assert mapper.name("cn=duke,ou=sme,dc=mycp,dc=com") == "DUKE@SME"
+    assert mapper.name("cN=duke,OU=JavaSoft,O=Sun Microsystems") == "DUKE"
+    assert (
+        mapper.name("OU=JavaSoft,O=Sun Microsystems,C=US") == "OU=JavaSoft,O=Sun Microsystems,C=US"
+    )
+
+
+def test_kafka_documentation_example() -> None:
+    """The rules and the two names of the ssl.principal.mapping.rules documentation."""
+    mapper = SslPrincipalMapper(
+        "RULE:^CN=(.*?),OU=ServiceUsers.*$/$1/,\n"
+        "RULE:^CN=(.*?),OU=(.*?),O=(.*?),L=(.*?),ST=(.*?),C=(.*?)$/$1@$2/L,\n"
+        "RULE:^.*[Cc][Nn]=([a-zA-Z0-9.]*).*$/$1/L,\n"
+        "DEFAULT"
+    )
+    dn = "CN=serviceuser,OU=ServiceUsers,O=Unknown,L=Unknown,ST=Unknown,C=Unknown"
+    assert mapper.name(dn) == "serviceuser"
+    dn = "CN=adminUser,OU=Admin,O=Unknown,L=Unknown,ST=Unknown,C=Unknown"
+    assert mapper.name(dn) == "adminuser@admin"
+
+
+@pytest.mark.parametrize(
+    ("expected", "rules"),
+    [
+        ("[]", ""),
+        ("[DEFAULT]", "DEFAULT"),
+        ("[RULE:/]", "RULE://"),
+        ("[RULE:/.*]", "RULE:/.*/"),
+        ("[RULE:/.*/L]", "RULE:/.*/L"),
+        ("[RULE:/, DEFAULT]", "RULE://,DEFAULT"),
+        ("[RULE:/, DEFAULT]", "  RULE:// ,  DEFAULT  "),
+        ("[RULE:   /     , DEFAULT]", "  RULE:   /     / ,  DEFAULT  "),
+        ("[RULE:  /     /U, DEFAULT]", "  RULE:  /     /U   ,DEFAULT  "),
+        (
+            "[RULE:([A-Z]*)/$1/U, RULE:([a-z]+)/$1, DEFAULT]",
+            "  RULE:([A-Z]*)/$1/U   ,RULE:([a-z]+)/$1/,   DEFAULT  ",
+        ),
+        # empty rules are ignored
+        ("[]", ",   , , ,      , , ,   "),
+        ("[RULE:/, DEFAULT]", ",,RULE://,,,DEFAULT,,"),
+        ("[RULE: /   , DEFAULT]", ",  , RULE: /   /    ,,,   DEFAULT, ,   "),
+        ("[RULE:   /  /U, DEFAULT]", "     ,  , RULE:   /  /U    ,,  ,DEFAULT, ,"),
+        # escape sequences
+        (r"[RULE:\/\\\(\)\n\t/\/\/]", r"RULE:\/\\\(\)\n\t/\/\//"),
+        (r"[RULE:\**\/+/*/L, RULE:\/*\**/**]", r"RULE:\**\/+/*/L,RULE:\/*\**/**/"),
+        # rules rule
+        (
+            r"[RULE:,RULE:,/,RULE:,\//U, RULE:,/RULE:,, RULE:,RULE:,/L,RULE:,/L, RULE:, "
+            r"DEFAULT, /DEFAULT, DEFAULT]",
+            r"RULE:,RULE:,/,RULE:,\//U,RULE:,/RULE:,/,RULE:,RULE:,/L,RULE:,/L,RULE:, DEFAULT, "
+            r"/DEFAULT/,DEFAULT",
+        ),
+    ],
+)
+def test_rules_splitting(expected: str, rules: str) -> None:
+    assert str(SslPrincipalMapper(rules)) == expected
+
+
+def test_comma_with_whitespace() -> None:
+    mapper = SslPrincipalMapper(r"RULE:^CN=((\\, *|\w)+)(,.*|$)/$1/,DEFAULT")
+    assert mapper.name(r"CN=Tkac\, Adam,OU=ITZ,DC=geodis,DC=cz") == r"Tkac\, Adam"
+
+
+def test_replacement_references() -> None:
+    """Java's replacement text: $12 with fewer groups is group 1 then 2; a group past the
+    last stays text; a backslash makes the next character literal."""
+    assert SslPrincipalMapper("RULE:^CN=(.*)$/$12/").name("CN=x") == "x2"
+    assert SslPrincipalMapper("RULE:^CN=(.*)$/$3-$1/").name("CN=x") == "$3-x"
+    assert SslPrincipalMapper(r"RULE:^CN=(.*)$/\$1:$1/").name("CN=x") == "$1:x"
+
+
+def test_no_rule_maps_the_name() -> None:
+    mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/")
+    with pytest.raises(NoMatchingRule):
+        mapper.name("CN=bob,OU=sales")
+    cert = {"subject": ((("organizationalUnitName", "eng"),), (("commonName", "alice"),))}
+    assert ssl_principal(cert, mapper) == "User:alice"
+    assert ssl_principal(cert) == "User:CN=alice,OU=eng"
+
+
+def _jwt(claims: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+def test_oauthbearer_claim() -> None:
+    token = _jwt({"sub": "svc-orders", "azp": "orders-app"})
+    message = f"n,,\x01auth=Bearer {token}\x01\x01"
+    assert oauthbearer_claim(message) == "svc-orders"
+    assert oauthbearer_claim(message, "azp") == "orders-app"
+    assert oauthbearer_claim(message, "email") is None
+    assert oauthbearer_claim("n,,\x01auth=Bearer not-a-jwt\x01\x01") is None
+
+
+def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:
+    token = _jwt({"sub": "svc-orders", "client_id": "orders"})
+    for success, expected in ((False, None), (True, "User:orders")):
+        state = SaslState(oauthbearer_claim="client_id")
+        state.start("OAUTHBEARER")
+        state.client_message(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+        assert state.broker_answered(success) == expected
