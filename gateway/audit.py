@@ -42,7 +42,15 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from spark_audit.event import SPOOL_SEGMENT_GLOB, AuditEvent, Mode, format_time
+from spark_audit.event import (
+    LIFECYCLE_ACTIONS,
+    LIFECYCLE_API,
+    LIFECYCLE_RESOURCE_TYPE,
+    SPOOL_SEGMENT_GLOB,
+    AuditEvent,
+    Mode,
+    format_time,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -349,6 +357,10 @@ def _is_json_object(line: bytes) -> bool:
 # Summaries of allowed Produce traffic.
 
 
+_SummaryKey = tuple[str, str | None, str | None, str | None]
+"""(topic, principal, client_id, policy_version)"""
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class _ProduceTally:
     requests: int = 0
@@ -360,11 +372,12 @@ class _ProduceTally:
 class ProduceSummarizer:
     """Accumulates allowed Produce traffic; one summary event per key per interval.
 
-    The key is (topic, principal, client_id). A summary covers ``[interval_start,
-    interval_end]``, where the interval starts at the previous :meth:`flush` (or at
-    ``start_ms``); its ``event_count`` is the number of Produce requests, its
-    ``api_version`` the highest version seen. ``client_address`` is null: one key can span
-    many connections. Pure: no clock, no I/O; the caller passes times.
+    The key is (topic, principal, client_id, policy_version): a reload within an interval
+    splits its summaries by the version that let the traffic through. A summary covers
+    ``[interval_start, interval_end]``, where the interval starts at the previous
+    :meth:`flush` (or at ``start_ms``); its ``event_count`` is the number of Produce
+    requests, its ``api_version`` the highest version seen. ``client_address`` is null: one
+    key can span many connections. Pure: no clock, no I/O; the caller passes times.
     """
 
     def __init__(
@@ -377,7 +390,7 @@ class ProduceSummarizer:
         self.mode: Mode = mode
         self.interval_ms = interval_ms
         self._interval_start_ms = start_ms
-        self._tallies: dict[tuple[str, str | None, str | None], _ProduceTally] = {}
+        self._tallies: dict[_SummaryKey, _ProduceTally] = {}
 
     def add(
         self,
@@ -388,9 +401,11 @@ class ProduceSummarizer:
         api_version: int,
         records_examined: int,
         bytes_examined: int,
+        policy_version: str | None = None,
     ) -> None:
         """Count one allowed Produce request's share for ``topic``."""
-        tally = self._tallies.setdefault((topic, principal, client_id), _ProduceTally())
+        key = (topic, principal, client_id, policy_version)
+        tally = self._tallies.setdefault(key, _ProduceTally())
         tally.requests += 1
         tally.records_examined += records_examined
         tally.bytes_examined += bytes_examined
@@ -423,8 +438,10 @@ class ProduceSummarizer:
                 interval_start=start,
                 interval_end=end,
                 event_count=tally.requests,
+                event_kind="summary",
+                policy_version=policy_version,
             )
-            for (topic, principal, client_id), tally in sorted(
+            for (topic, principal, client_id, policy_version), tally in sorted(
                 self._tallies.items(), key=lambda item: _sort_key(item[0])
             )
         )
@@ -433,9 +450,9 @@ class ProduceSummarizer:
         return events
 
 
-def _sort_key(key: tuple[str, str | None, str | None]) -> tuple[str, str, str]:
-    topic, principal, client_id = key
-    return topic, principal or "", client_id or ""
+def _sort_key(key: _SummaryKey) -> tuple[str, str, str, str]:
+    topic, principal, client_id, policy_version = key
+    return topic, principal or "", client_id or "", policy_version or ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,6 +474,7 @@ class AuditEmitter:
         sinks: Sequence[AuditSink],
         *,
         summarizer: ProduceSummarizer | None = None,
+        gateway_instance: str | None = None,
         queue_max_events: int = 10_000,
         batch_max_events: int = 1_000,
         tick_s: float = 1.0,
@@ -470,6 +488,10 @@ class AuditEmitter:
             raise ValueError("queue_max_events, batch_max_events and tick_s must be > 0")
         self._sinks = tuple(sinks)
         self._summarizer = summarizer
+        if gateway_instance is None:
+            gateway_instance = summarizer.gateway_instance if summarizer is not None else ""
+        self.gateway_instance = gateway_instance
+        self._late_emits: set[asyncio.Task[None]] = set()
         self._queue: asyncio.Queue[AuditEvent | None] = asyncio.Queue(queue_max_events)
         self._batch_max_events = batch_max_events
         self._tick_s = tick_s
@@ -503,6 +525,11 @@ class AuditEmitter:
     @property
     def sinks(self) -> tuple[AuditSink, ...]:
         return self._sinks
+
+    @property
+    def running(self) -> bool:
+        """Started, not closing, and its writer alive: :meth:`emit` would take an event."""
+        return self._writer is not None and not self._closing and not self._writer.done()
 
     @property
     def queue_depth(self) -> int:
@@ -554,6 +581,55 @@ class AuditEmitter:
             self._waiting_emits -= 1
         self._count_emitted((event,))
 
+    def lifecycle(self, action: str, *, policy_version: str, message: str) -> None:
+        """Queue a lifecycle event of this gateway (``start``, ``stop``, ``reload``,
+        ``reload_refused``) without waiting: it keeps its place among the events emitted so
+        far, even when the queue is full (it then waits in a task of its own, which
+        :meth:`close` waits for).
+
+        :raises ValueError: for an unknown action.
+        :raises RuntimeError: as :meth:`emit`.
+        """
+        if action not in LIFECYCLE_ACTIONS:
+            raise ValueError(f"lifecycle action must be one of {LIFECYCLE_ACTIONS}, got {action!r}")
+        if self._writer is None or self._closing or self._writer.done():
+            raise RuntimeError("audit emitter is not running; refusing to lose an event")
+        refused = action == "reload_refused"
+        event = AuditEvent(
+            gateway_instance=self.gateway_instance,
+            client_address=None,
+            principal=None,
+            client_id=None,
+            api=LIFECYCLE_API,
+            api_version=0,
+            resource_type=LIFECYCLE_RESOURCE_TYPE,
+            resource_name=self.gateway_instance,
+            action=action,
+            mode="enforce",
+            verdict="denied" if refused else "allowed",
+            message=message,
+            event_kind="lifecycle",
+            policy_version=policy_version,
+        )
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._waiting_emits += 1
+            task = asyncio.get_running_loop().create_task(
+                self._put_late(event), name=f"kpg-audit-lifecycle-{action}"
+            )
+            self._late_emits.add(task)
+            task.add_done_callback(self._late_emits.discard)
+            return
+        self._count_emitted((event,))
+
+    async def _put_late(self, event: AuditEvent) -> None:
+        try:
+            await self._queue.put(event)
+        finally:
+            self._waiting_emits -= 1
+        self._count_emitted((event,))
+
     def record_allowed_produce(
         self,
         *,
@@ -563,6 +639,7 @@ class AuditEmitter:
         api_version: int,
         records_examined: int,
         bytes_examined: int,
+        policy_version: str | None = None,
     ) -> None:
         """Add an allowed Produce request's share for ``topic`` to the next summary.
 
@@ -579,6 +656,7 @@ class AuditEmitter:
             api_version=api_version,
             records_examined=records_examined,
             bytes_examined=bytes_examined,
+            policy_version=policy_version,
         )
 
     async def close(self) -> None:

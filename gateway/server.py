@@ -54,6 +54,9 @@ class Gateway:
                 "gateway may change any user's dynamic client configs"
             )
         self.audit = _audit_emitter(config, self.metrics)
+        self.decisions = DecisionRecorder(
+            self.metrics, self.audit, config.audit.instance, policy_version=config.policy_version
+        )
         self.state: StateStore = _state_store(config)
         self.record_validator: RecordValidator = load_record_validator(
             config.policies, flatten_configs(config.policies), config.source, config.limits
@@ -64,7 +67,7 @@ class Gateway:
         )
         self.handlers: Mapping[int, Registration] = build_table(
             Services(
-                engine=Engine(DecisionRecorder(self.metrics, self.audit, config.audit.instance)),
+                engine=Engine(self.decisions),
                 policies=PolicyRunner(self.policies),
                 state=self.state,
                 records=self.record_validator,
@@ -132,6 +135,14 @@ class Gateway:
             ssl=self._ssl,
         )
         self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
+        if self.audit is not None:
+            # Queued before any client's decision: no await between the bind and here.
+            self.audit.lifecycle(
+                "start",
+                policy_version=self.config.policy_version,
+                message=f"gateway started: bootstrap listener on {self.bootstrap_address}, "
+                f"policy version {self.config.policy_version}",
+            )
         if self.config.metrics is not None:
             self._metrics_port = self.metrics.serve(
                 self.config.metrics.host, self.config.metrics.port
@@ -213,6 +224,13 @@ class Gateway:
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()
+        if self.audit is not None and self.audit.running:
+            version = self.decisions.policy_version or self.config.policy_version
+            self.audit.lifecycle(
+                "stop",
+                policy_version=version,
+                message=f"gateway stopped, policy version {version}",
+            )
         if self.audit is not None:
             await self.audit.close()
         await self.state.close()
@@ -255,6 +273,7 @@ def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitt
     return AuditEmitter(
         sinks,
         summarizer=summarizer,
+        gateway_instance=audit.instance,
         queue_max_events=audit.queue_max_events,
         registry=metrics.registry,
     )

@@ -537,3 +537,54 @@ def test_close_writes_everything_to_the_spool(tmp_path: Path) -> None:
 
     assert read_spool(tmp_path) == events
     assert open_segments(tmp_path) == []
+
+
+def test_lifecycle_events_keep_their_place_even_when_the_queue_is_full() -> None:
+    sink = RecordingSink(stall=True)
+    emitter = AuditEmitter([sink], queue_max_events=1, batch_max_events=1, gateway_instance="kpg-1")
+    decisions = [make_event(n) for n in range(2)]
+
+    async def scenario() -> None:
+        await emitter.start()
+        emitter.lifecycle("start", policy_version="sha256:0000000000000001", message="started")
+        assert await asyncio.to_thread(sink.entered.wait, 10)  # the writer is stuck on it
+        await emitter.emit(decisions[0])  # fills the queue
+        emitter.lifecycle(  # cannot queue now: it waits in a task, and keeps its turn
+            "reload",
+            policy_version="sha256:0000000000000002",
+            message="sha256:0000000000000001 -> sha256:0000000000000002",
+        )
+        late = asyncio.create_task(emitter.emit(decisions[1]))
+        await asyncio.sleep(0.1)
+        sink.release.set()
+        await asyncio.wait_for(late, 10)
+        emitter.lifecycle("stop", policy_version="sha256:0000000000000002", message="stopped")
+        await emitter.close()
+        with pytest.raises(RuntimeError, match="not running"):
+            emitter.lifecycle("stop", policy_version="v", message="after close")
+
+    asyncio.run(scenario())
+
+    assert [(e.kind, e.action) for e in sink.events] == [
+        ("lifecycle", "start"),
+        ("decision", "create"),
+        ("lifecycle", "reload"),
+        ("decision", "create"),
+        ("lifecycle", "stop"),
+    ]
+    start, reload = sink.events[0], sink.events[2]
+    assert (start.api, start.api_version, start.resource_type, start.resource_name) == (
+        "Gateway",
+        0,
+        "gateway",
+        "kpg-1",
+    )
+    assert (start.verdict, start.mode, start.request_id) == ("allowed", "enforce", None)
+    assert reload.policy_version == "sha256:0000000000000002"
+    assert reload.message == "sha256:0000000000000001 -> sha256:0000000000000002"
+
+
+def test_an_unknown_lifecycle_action_is_refused() -> None:
+    emitter = AuditEmitter([RecordingSink()])
+    with pytest.raises(ValueError, match="lifecycle action"):
+        emitter.lifecycle("restart", policy_version="v", message="m")
