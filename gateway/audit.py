@@ -13,6 +13,12 @@ Contracts, stated once:
   Produce requests are ordinary events.
 - Sinks are blocking and are only ever called from the emitter's writer, one call at a time,
   in a worker thread, so the event loop never waits on the disk.
+- The chain (tamper evidence, see ``spark_audit/SCHEMA.md``): each emitter is one chain, a
+  fresh ``chain_id`` per process start. The writer numbers the events in the order it writes
+  them (``seq`` 0, 1, ...), sets ``prev_hash`` to the SHA-256 of the previous line, and
+  serializes each event once: every sink gets the same bytes (:class:`EventLine`), so the
+  spool and the audit topic verify alike. An event a sink fails to take is a gap in that
+  sink's copy of the chain, which is what a verifier should see.
 - Durability of the spool (:class:`SpoolSink`): a completed segment is fsynced and atomically
   renamed into place, so a reader never sees a half-written one and a crash never loses one.
   What a crash can lose: events still in the emitter's queue, and, on a machine crash, the
@@ -50,6 +56,8 @@ from spark_audit.event import (
     AuditEvent,
     Mode,
     format_time,
+    line_hash,
+    new_event_id,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,17 +80,31 @@ class SinkWriteError(Exception):
         self.written = written
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventLine:
+    """An event as the sinks get it: a link of the emitter's chain, serialized once."""
+
+    event: AuditEvent
+    data: bytes
+    """The JSON line, UTF-8, newline-terminated: what every sink writes, byte for byte."""
+
+    @classmethod
+    def of(cls, event: AuditEvent) -> EventLine:
+        """``event`` serialized as it is (unchained): for writing a sink directly."""
+        return cls(event, event.to_json_line().encode("utf-8"))
+
+
 class AuditSink(Protocol):
     """Where audit events end up. All methods block; see the module contract."""
 
     def open(self) -> None:
         """Prepare for writing (create, lock, recover). Called once before ``write``."""
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        """Persist ``events`` in order.
+    def write(self, lines: Sequence[EventLine]) -> None:
+        """Persist ``lines`` in order, each exactly as its ``data`` bytes.
 
-        :raises SinkWriteError: if only a prefix of ``events`` was persisted.
-        :raises Exception: anything else means none of ``events`` was persisted.
+        :raises SinkWriteError: if only a prefix of ``lines`` was persisted.
+        :raises Exception: anything else means none of ``lines`` was persisted.
         """
 
     def maintain(self) -> None:
@@ -187,8 +209,8 @@ class SpoolSink:
         for path in sorted(leftovers):
             self._recover(path)
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        """Append ``events``, completing segments as they fill; see the class docstring.
+    def write(self, lines: Sequence[EventLine]) -> None:
+        """Append ``lines``, completing segments as they fill; see the class docstring.
 
         :raises SinkWriteError: if the disk refused part of the batch; the partial line is
             removed, so the segment stays a sequence of complete lines.
@@ -200,8 +222,8 @@ class SpoolSink:
         chunk = bytearray()
         chunk_events = 0
         try:
-            for event in events:
-                line = event.to_json_line().encode("utf-8")
+            for event_line in lines:
+                line = event_line.data
                 on_disk = self._segment.size if self._segment is not None else 0
                 pending = on_disk + len(chunk)
                 if pending > 0 and pending + len(line) > self.segment_max_bytes:
@@ -492,6 +514,10 @@ class AuditEmitter:
             gateway_instance = summarizer.gateway_instance if summarizer is not None else ""
         self.gateway_instance = gateway_instance
         self._late_emits: set[asyncio.Task[None]] = set()
+        self.chain_id = new_event_id()
+        """This emitter's chain: one per process start (see the module contract)."""
+        self._next_seq = 0
+        self._prev_hash: str | None = None
         self._queue: asyncio.Queue[AuditEvent | None] = asyncio.Queue(queue_max_events)
         self._batch_max_events = batch_max_events
         self._tick_s = tick_s
@@ -740,11 +766,23 @@ class AuditEmitter:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
+    def _chain(self, batch: Sequence[AuditEvent]) -> list[EventLine]:
+        """The next links of the chain; only the writer calls this, one batch at a time."""
+        lines = []
+        for event in batch:
+            linked = event.chained(self.chain_id, self._next_seq, self._prev_hash)
+            data = linked.to_json_line().encode("utf-8")
+            lines.append(EventLine(linked, data))
+            self._next_seq += 1
+            self._prev_hash = line_hash(data)
+        return lines
+
     def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> int:
+        lines = self._chain(batch)
         lost_total = 0
         for sink in self._sinks:
             try:
-                sink.write(batch)
+                sink.write(lines)
             except Exception as exc:  # whatever a sink raises, its loss is counted and logged
                 lost = len(batch) - exc.written if isinstance(exc, SinkWriteError) else len(batch)
                 lost_total += lost
@@ -844,22 +882,20 @@ class KafkaTopicSink:
         )
         await self._producer.start()
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        written = self._run(self._send(events))
-        if written < len(events):
+    def write(self, lines: Sequence[EventLine]) -> None:
+        written = self._run(self._send(lines))
+        if written < len(lines):
             raise SinkWriteError(
                 written,
                 RuntimeError(
-                    f"audit topic {self.topic}: {len(events) - written} events not acknowledged"
+                    f"audit topic {self.topic}: {len(lines) - written} events not acknowledged"
                 ),
             )
 
-    async def _send(self, events: Sequence[AuditEvent]) -> int:
+    async def _send(self, lines: Sequence[EventLine]) -> int:
         futures = [
-            await self._producer.send(
-                self.topic, key=e.event_id.encode(), value=e.to_json_line().encode()
-            )
-            for e in events
+            await self._producer.send(self.topic, key=line.event.event_id.encode(), value=line.data)
+            for line in lines
         ]
         results = await asyncio.gather(*futures, return_exceptions=True)
         written = 0
