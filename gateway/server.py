@@ -115,7 +115,9 @@ class Gateway:
         except BaseException:
             policies.close()
             raise
-        recorder = DecisionRecorder(self.metrics, self.audit, config.audit.instance)
+        recorder = DecisionRecorder(
+            self.metrics, self.audit, config.audit.instance, policy_version=config.policy_version
+        )
         table = build_table(
             Services(
                 engine=Engine(recorder),
@@ -143,6 +145,11 @@ class Gateway:
     def generation(self) -> Generation:
         """The configuration in force and what judges requests under it."""
         return self._generation
+
+    @property
+    def decisions(self) -> DecisionRecorder:
+        """The decision recorder in force (its policy version is the generation's)."""
+        return self._generation.recorder
 
     @property
     def config(self) -> GatewayConfig:
@@ -179,6 +186,12 @@ class Gateway:
                 return self._refused(old, f"{type(exc).__name__}: {exc}")
             for key in needs_restart:
                 log.warning("reload: %s changed: it needs a restart and was not applied", key)
+            message = f"policy version {old.policy_version} -> {config.policy_version}"
+            if needs_restart:
+                message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
+            # The event, then the swap, with no await between: it comes before every event of
+            # a decision the new generation makes.
+            self._lifecycle("reload", config.policy_version, f"configuration reloaded: {message}")
             self._generation = generation
             self._connection_limits.update(config.limits)
             self._request_memory.set_limit(config.limits.queued_max_request_bytes)
@@ -186,9 +199,6 @@ class Gateway:
             self._replaced.append(old)
             self.metrics.config_reloads.labels("applied").inc()
             self.metrics.set_policy_version(config.policy_version, previous=old.policy_version)
-            message = f"policy version {old.policy_version} -> {config.policy_version}"
-            if needs_restart:
-                message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
             log.info("configuration reloaded from %s: %s", config.source, message)
             return ReloadOutcome(
                 applied=True,
@@ -202,7 +212,16 @@ class Gateway:
             "reload refused, policy version %s stays in force: %s", old.policy_version, problem
         )
         self.metrics.config_reloads.labels("refused").inc()
+        self._lifecycle(
+            "reload_refused",
+            old.policy_version,
+            f"reload refused, policy version {old.policy_version} stays: {problem}",
+        )
         return ReloadOutcome(applied=False, policy_version=old.policy_version, message=problem)
+
+    def _lifecycle(self, action: str, policy_version: str, message: str) -> None:
+        if self.audit is not None and self.audit.running:
+            self.audit.lifecycle(action, policy_version=policy_version, message=message)
 
     def readiness(self) -> Readiness:
         """Ready when the state store is loaded and an upstream broker answers now."""
@@ -262,6 +281,14 @@ class Gateway:
             reuse_port=self._reuse_port or None,
         )
         self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
+        if self.audit is not None:
+            # Queued before any client's decision: no await between the bind and here.
+            self.audit.lifecycle(
+                "start",
+                policy_version=self.config.policy_version,
+                message=f"gateway started: bootstrap listener on {self.bootstrap_address}, "
+                f"policy version {self.config.policy_version}",
+            )
         if self.config.metrics is not None:
             self._metrics_port = self.metrics.serve(
                 self.config.metrics.host, self.config.metrics.port, self.readiness
@@ -343,6 +370,13 @@ class Gateway:
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()
+        if self.audit is not None and self.audit.running:
+            version = self.decisions.policy_version or self.config.policy_version
+            self.audit.lifecycle(
+                "stop",
+                policy_version=version,
+                message=f"gateway stopped, policy version {version}",
+            )
         if self.audit is not None:
             await self.audit.close()
         await self.state.close()
@@ -403,6 +437,7 @@ def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitt
     return AuditEmitter(
         sinks,
         summarizer=summarizer,
+        gateway_instance=audit.instance,
         queue_max_events=audit.queue_max_events,
         registry=metrics.registry,
     )
