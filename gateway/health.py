@@ -139,7 +139,12 @@ class _Handler(BaseHTTPRequestHandler):
     owner: MetricsEndpoint
 
     def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-        status, content_type, body = self.owner.answer(self.path, self.headers.get("Accept"))
+        try:
+            status, content_type, body = self.owner.answer(self.path, self.headers.get("Accept"))
+        except Exception as exc:  # noqa: BLE001 - a failed scrape is answered, and logged
+            log.exception("metrics listener: GET %s failed", self.path)
+            status, content_type = 500, "text/plain; charset=utf-8"
+            body = f"{type(exc).__name__}: {exc}\n".encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
