@@ -222,3 +222,22 @@ def test_bad_upstream_tls_files_stop_start_up(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="upstream.tls: cannot load certificates"):
         Gateway(config)
+
+
+def test_readyz_asks_the_brokers_over_tls_as_every_other_connection(
+    tls_upstream: Upstream,
+) -> None:
+    """The readiness probe is a connection to the brokers too: over upstream.tls it is ready
+    (a plaintext probe of the TLS front would never be)."""
+    pki = tls_upstream.pki
+    config = gateway_config(
+        tls_upstream.front.address,
+        upstream={"tls": upstream_tls(pki)},
+        metrics="127.0.0.1:0",
+    )
+    gw = GatewayThread(config).start()
+    try:
+        readiness = gw.gateway.readiness()
+        assert readiness.ready, readiness.reason
+    finally:
+        gw.stop()

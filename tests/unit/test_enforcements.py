@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gateway import client_configs
-from gateway.audit import AuditEmitter
+from gateway.audit import AuditEmitter, EventLine
 from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
@@ -27,7 +27,6 @@ from gateway.outcomes import Answer, Close, Forward
 from protocol.codec import Undecodable, decode_response
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
-from spark_audit.event import AuditEvent
 from tests.batches import record, uncompressed_batch
 from tests.enforcement_support import (
     ALTER_CONFIGS,
@@ -183,9 +182,9 @@ class GatedSink(ListSink):
         super().__init__()
         self.release = threading.Event()
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
+    def write(self, lines: Sequence[EventLine]) -> None:
         self.release.wait(10)
-        super().write(events)
+        super().write(lines)
 
 
 def test_a_denial_is_audited_before_the_client_is_answered(gateway: Harness) -> None:
