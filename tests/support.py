@@ -193,6 +193,12 @@ class TapRecord:
     correlation_id: int
     frame: bytes
 
+    @property
+    def client_id(self) -> str | None:
+        """The request header's client id (every header version but v0 carries it)."""
+        (length,) = struct.unpack_from(">h", self.frame, 8)
+        return None if length < 0 else self.frame[10 : 10 + length].decode()
+
 
 @dataclass
 class BrokerTap:
