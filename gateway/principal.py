@@ -243,13 +243,25 @@ def oauthbearer_claim(first_message: str, claim: str = "sub") -> str | None:
     return None
 
 
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose member names are unique: of ``{"sub": "a", "sub": "b"}`` one
+    parser takes the first, another the last, jose4j (Kafka's) refuses it."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise AmbiguousSaslMessage("OAUTHBEARER: the token names a claim twice")
+    return members
+
+
 def _jwt_claim(token: str, claim: str) -> str | None:
+    """:raises AmbiguousSaslMessage: for a payload that names a member twice."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
     payload = parts[1] + "=" * (-len(parts[1]) % 4)
     try:
-        claims = json.loads(base64.urlsafe_b64decode(payload))
+        claims = json.loads(base64.urlsafe_b64decode(payload), object_pairs_hook=_unique_members)
+    except AmbiguousSaslMessage:
+        raise
     except (binascii.Error, ValueError):
         return None
     found = claims.get(claim) if isinstance(claims, dict) else None

@@ -184,6 +184,15 @@ def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:
             f"n,,\x01auth=Bearer {_jwt({'sub': 'admin'})}\x01auth=Bearer "
             f"{_jwt({'sub': 'mallory'})}\x01\x01",
         ),
+        (
+            "OAUTHBEARER",
+            "n,,\x01auth=Bearer "
+            + ".".join(
+                base64.urlsafe_b64encode(part).decode().rstrip("=")
+                for part in (b'{"alg":"RS256"}', b'{"sub":"mallory","sub":"admin"}', b"sig")
+            )
+            + "\x01\x01",
+        ),
         ("SCRAM-SHA-256", "n,,n=mallory,r=abc,n=admin"),
         ("SCRAM-SHA-512", "n,,n=admin,n=mallory,r=abc"),
     ],
