@@ -213,7 +213,16 @@ def _print_table(rows: Sequence[Row], out: TextIO) -> None:
     for r in table:
         cells = (r.topic, r.partitions, r.replication_factor, r.verdict)
         line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
-        print(f"{line}  {r.message}".rstrip(), file=out)
+        print(f"{line}  {printable(r.message)}".rstrip(), file=out)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (a new line, a terminal escape)
+    written as a Python escape: a config value echoed in a rule's message can add no row to
+    the table and move no cursor over a ``DENIED`` one."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -40,16 +40,18 @@ POLICIES = {
 FORGED = "x; 2) would deny (dry-run): looks harmless"
 
 
-def test_a_config_value_cannot_turn_a_denial_into_a_dry_run_note(
-    tap: BrokerTap, tmp_path: Path
-) -> None:
-    topic = unique_name("forged")
+Run = subprocess.CompletedProcess[str]
+
+
+def both_tools(tap: BrokerTap, tmp_path: Path, topic: str, value: str) -> tuple[Run, Run]:
+    """``kpg policy check`` (offline) and ``kpg dry-run`` (through a gateway before the tapped
+    broker) of one topic of 9 partitions with ``cleanup.policy`` set to ``value``."""
     manifest = tmp_path / "topics.yaml"
     entry = {
         "name": topic,
         "partitions": 9,
         "replication_factor": 1,
-        "configs": {"cleanup.policy": FORGED},
+        "configs": {"cleanup.policy": value},
     }
     manifest.write_text(yaml.safe_dump({"topics": [entry]}))
     config = tmp_path / "gateway.yaml"
@@ -60,7 +62,25 @@ def test_a_config_value_cannot_turn_a_denial_into_a_dry_run_note(
         text=True,
         timeout=60,
     )
-    assert offline.returncode == 1, offline.stderr
+    gw = GatewayThread(gateway_config(tap.address, policies=POLICIES)).start()
+    try:
+        online = subprocess.run(
+            [KPG, "dry-run", "--bootstrap-server", gw.bootstrap, str(manifest)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        gw.stop()
+    assert CREATE_TOPICS not in tap.api_keys()
+    return offline, online
+
+
+def test_a_config_value_cannot_turn_a_denial_into_a_dry_run_note(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    topic = unique_name("forged")
+    offline, online = both_tools(tap, tmp_path, topic, FORGED)
     expected = [
         (
             topic,
@@ -74,17 +94,24 @@ def test_a_config_value_cannot_turn_a_denial_into_a_dry_run_note(
             f"topic {topic}: 9 partitions is above the maximum of 5 (rule partition-count)",
         ),
     ]
+    assert offline.returncode == 1, offline.stderr
     assert table(offline.stdout) == expected
-    gw = GatewayThread(gateway_config(tap.address, policies=POLICIES)).start()
-    try:
-        online = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", gw.bootstrap, str(manifest)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        gw.stop()
     assert table(online.stdout) == expected, online.stdout
     assert online.returncode == 1, online.stdout
-    assert CREATE_TOPICS not in tap.api_keys()
+
+
+def test_a_config_value_cannot_add_rows_or_move_the_terminal_cursor(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A value holding a new line and a fake row, then the terminal escapes that go up a line
+    and erase it (over the real ``DENIED`` row on a terminal or a CI log that renders them):
+    both tools print one line per violation, every control character escaped."""
+    topic = unique_name("rows")
+    fake = f"x\n{topic}  9  1  allowed\x1b[1A\x1b[2K"
+    for run in both_tools(tap, tmp_path, topic, fake):
+        assert run.returncode == 1, run.stderr
+        lines = run.stdout.splitlines()
+        assert len(lines) == 3, run.stdout  # the header, would-deny, DENIED
+        assert "\x1b" not in run.stdout
+        assert [row[1] for row in table(run.stdout)] == ["would-deny", "DENIED"]
+        assert f"cleanup.policy=x\\n{topic}  9  1  allowed\\x1b[1A\\x1b[2K" in lines[1]
