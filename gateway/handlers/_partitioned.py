@@ -32,7 +32,13 @@ _IDS_TTL_S = 60.0
 
 class OwnTopicIds:
     """The topic ids of the gateway's own topics, learned from the cluster and kept a while
-    (for requests that name topics by id, Fetch v13 and later)."""
+    (for requests that name topics by id, Fetch v13 and later).
+
+    Kept only when the answer named every own topic: one that lacks some (a topic missing
+    for now, a Metadata answer filtered by the asking client's ACLs) serves the request that
+    asked, and the next request asks again. Were it kept, a topic created after it (or one a
+    less privileged client could not see) would pass every shortcut by id for a minute.
+    """
 
     def __init__(self, own_topics: frozenset[str]) -> None:
         self._own = own_topics
@@ -48,8 +54,10 @@ class OwnTopicIds:
     async def learn(self, cluster: ClusterView) -> frozenset[str]:
         """The ids' string forms, asked of the cluster now."""
         _, by_id = await cluster.describe_all_topics()
-        self._ids = frozenset(str(i) for i, name in by_id.items() if name in self._own)
-        self._learned_at = time.monotonic()
+        found = {str(i): name for i, name in by_id.items() if name in self._own}
+        self._ids = frozenset(found)
+        complete = set(found.values()) == self._own
+        self._learned_at = time.monotonic() if complete else float("-inf")
         return self._ids
 
 
