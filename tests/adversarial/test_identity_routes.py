@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -32,9 +34,19 @@ from tests.security.conftest import (  # noqa: F401 - the secured upstream's fix
     sasl_ssl_upstream,
 )
 from tests.security.test_upstream_tls import listener_tls
-from tests.support import GatewayThread, RawClient, gateway_config, tls_context
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    tls_context,
+    tls_listener,
+)
 
 pytestmark = pytest.mark.adversarial
+
+CREATE_TOPICS = 19
 
 POLICIES = {
     "rules": [
@@ -148,3 +160,42 @@ def test_oauthbearer_auth_given_twice_names_no_one_but_the_broker_s_principal(
     assert code != 0
     assert not broker_has(sasl_ssl_upstream, topic)
     assert ("OAUTHBEARER", "admin") not in sasl_ssl_upstream.front.authenticated
+
+
+def test_a_comma_in_a_certificate_name_cannot_make_it_match_another_rule(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A certificate the CA signed for OU=sales whose CN is ``mallory,OU=admins``: in the
+    subject as Java prints it (RFC 2253) that comma is escaped, so the rule for OU=admins does
+    not match it, nor does the per-CN rule (Kafka refuses a subject no rule maps). Read
+    unescaped it would be ``CN=mallory,OU=admins,OU=sales,O=Acme``: platform-admin, who may
+    create the protected ``__`` topics."""
+    certs = make_pki(tmp_path, {"mallory": "/O=Acme/OU=sales/CN=mallory,OU=admins"})
+    rules = "RULE:^CN=[a-z]+,OU=admins,.*$/platform-admin/,RULE:^CN=([a-z]+),.*$/$1/"
+    policies = {
+        "rules": [
+            {
+                "name": "platform-topics",
+                "type": "protected.topics",
+                "topics": ["__.*"],
+                "allowed.principals": ["User:platform-admin"],
+            }
+        ]
+    }
+    listener = {**tls_listener(certs), "principal_mapping_rules": rules}
+    gw = GatewayThread(gateway_config(tap.address, tls=listener, policies=policies)).start()
+    topic = f"__evil-{uuid.uuid4().hex[:8]}"
+    try:
+        try:
+            raw = RawClient(gw.bootstrap, tls=tls_context(certs, "mallory"))
+        except (ssl.SSLError, OSError):
+            code = None
+        else:
+            try:
+                code = create_topic(raw, topic)
+            finally:
+                raw.sock.close()
+    finally:
+        gw.stop()
+    assert code != 0
+    assert CREATE_TOPICS not in tap.api_keys()
