@@ -219,10 +219,23 @@ SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER"
 """How many successful SaslAuthenticate answers complete the exchange."""
 
 
+class AmbiguousSaslMessage(ValueError):
+    """A client's first SASL message that names its user twice: brokers need not agree on
+    which one counts (Kafka's OAUTHBEARER reads pairs into a map, the last of a repeated key
+    winning), so the gateway cannot know whom the broker will have authenticated."""
+
+
 def oauthbearer_claim(first_message: str, claim: str = "sub") -> str | None:
     """``claim`` of the JWT in an OAUTHBEARER client-first message (RFC 7628: gs2 header,
     then ``\\x01``-separated key=value pairs, ``auth=Bearer <token>``); None when there is no
-    readable token or the claim is not a non-empty string. The signature is not checked."""
+    readable token or the claim is not a non-empty string. The signature is not checked.
+
+    :raises AmbiguousSaslMessage: for a key given twice (two ``auth`` pairs: Kafka checks the
+        last, a first-match reader would name the user of the first, a token nobody signed).
+    """
+    keys = [pair.partition("=")[0] for pair in first_message.split("\x01")[1:] if pair]
+    if len(keys) != len(set(keys)):
+        raise AmbiguousSaslMessage("OAUTHBEARER: a key is given twice in the first message")
     for pair in first_message.split("\x01")[1:]:
         key, _, value = pair.partition("=")
         if key == "auth" and value[:7].lower() == "bearer ":
@@ -230,13 +243,25 @@ def oauthbearer_claim(first_message: str, claim: str = "sub") -> str | None:
     return None
 
 
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose member names are unique: of ``{"sub": "a", "sub": "b"}`` one
+    parser takes the first, another the last, jose4j (Kafka's) refuses it."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise AmbiguousSaslMessage("OAUTHBEARER: the token names a claim twice")
+    return members
+
+
 def _jwt_claim(token: str, claim: str) -> str | None:
+    """:raises AmbiguousSaslMessage: for a payload that names a member twice."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
     payload = parts[1] + "=" * (-len(parts[1]) % 4)
     try:
-        claims = json.loads(base64.urlsafe_b64decode(payload))
+        claims = json.loads(base64.urlsafe_b64decode(payload), object_pairs_hook=_unique_members)
+    except AmbiguousSaslMessage:
+        raise
     except (binascii.Error, ValueError):
         return None
     found = claims.get(claim) if isinstance(claims, dict) else None
@@ -245,7 +270,10 @@ def _jwt_claim(token: str, claim: str) -> str | None:
 
 def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> str | None:
     """The user name a client claims in its first SASL message; None when unreadable.
-    ``claim``: OAUTHBEARER's principal claim."""
+    ``claim``: OAUTHBEARER's principal claim.
+
+    :raises AmbiguousSaslMessage: when the message names a user twice.
+    """
     try:
         text = first_message.decode("utf-8")
     except UnicodeDecodeError:
@@ -255,11 +283,10 @@ def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> s
         return parts[1] or None if len(parts) == 3 else None
     if mechanism in SCRAM_MECHANISMS:
         # gs2-header "n,," (or "y,," / "n,a=authzid,"), then "n=<user>,r=<nonce>"
-        fields = text.split(",")
-        for field in fields[2:]:
-            if field.startswith("n="):
-                return field[2:].replace("=2C", ",").replace("=3D", "=") or None
-        return None
+        users = [f[2:] for f in text.split(",")[2:] if f.startswith("n=")]
+        if len(users) > 1:
+            raise AmbiguousSaslMessage(f"{mechanism}: the first message names a user twice")
+        return users[0].replace("=2C", ",").replace("=3D", "=") or None if users else None
     if mechanism == "OAUTHBEARER":
         return oauthbearer_claim(text, claim)
     return None
@@ -282,6 +309,7 @@ class SaslState:
         self._successes = 0
 
     def client_message(self, auth_bytes: bytes) -> None:
+        """:raises AmbiguousSaslMessage: (the first message; the connection must close)."""
         if self.mechanism is not None and self._messages == 0:
             self._user = sasl_username(self.mechanism, auth_bytes, self.oauthbearer_claim)
         self._messages += 1

@@ -177,8 +177,11 @@ def answer_rows(spec: ct.TopicSpec, result: ItemError | None) -> list[Row]:
     message, _ = split_request_id(result.error_message)
     if result.error_code in (0, POLICY_VIOLATION_CODE):
         violations = parse_message(message)
-        if result.error_code == POLICY_VIOLATION_CODE and not violations:
-            violations = (Violation(outcome="denied", message=""),)
+        refused = result.error_code == POLICY_VIOLATION_CODE
+        if refused and not any(v.outcome == "denied" for v in violations):
+            # the gateway refused the topic: a message that reads otherwise (one from a
+            # gateway that did not escape a client's text) is shown whole, as a denial
+            violations = (Violation(outcome="denied", message=message or ""),)
         return verdict_rows(spec.name, spec.num_partitions, spec.replication_factor, violations)
     name = _ERROR_NAMES.get(result.error_code, f"error {result.error_code}")
     return [_error_row(spec, name, message or "")]
@@ -210,7 +213,16 @@ def _print_table(rows: Sequence[Row], out: TextIO) -> None:
     for r in table:
         cells = (r.topic, r.partitions, r.replication_factor, r.verdict)
         line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
-        print(f"{line}  {r.message}".rstrip(), file=out)
+        print(f"{line}  {printable(r.message)}".rstrip(), file=out)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (a new line, a terminal escape)
+    written as a Python escape: a config value echoed in a rule's message can add no row to
+    the table and move no cursor over a ``DENIED`` one."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:

@@ -11,9 +11,12 @@ violation of the decision in it, enforced denials and dry-run ones alike, in the
 
 :func:`parse_message` reads such a message back into :class:`Violation` s, so a client tool
 (``kpg dry-run``) lists the same violations as one that runs the chain itself
-(``kpg policy check``). A denial's own text may contain anything; the numbering (checked to
-run 1..n) is what keeps the items apart, and a message that does not follow it is read as one
-violation.
+(``kpg policy check``). A denial's own text may contain anything, text a client chose among
+it (a config value a rule echoes); the numbering (checked to run 1..n) is what keeps the items
+apart, so a separator look-alike inside an item (``; 2) ``) is written with two spaces
+(``;  2) ``, and read back with one): a client's text can neither cut an item in two nor make
+an enforced denial read as a dry-run one. A message that does not follow the numbering is
+read as one violation.
 
 The gateway may end a denial's message with `` (audit request id <id>)``, so that a client's
 log joins the audit table (:func:`with_request_id`); :func:`split_request_id` takes it off
@@ -32,6 +35,8 @@ Outcome = Literal["denied", "would_deny"]
 WOULD_DENY_PREFIX: Final = "would deny (dry-run): "
 _COUNTED: Final = re.compile(r"(\d+) policy violations: 1\) ")
 _ITEM_SEPARATOR: Final = re.compile(r"; (\d+)\) ")
+_SEPARATOR_LOOKALIKE: Final = re.compile(r"; (?=\d+\) )")
+_ESCAPED_LOOKALIKE: Final = re.compile(r";  (?=\d+\) )")
 _REQUEST_ID: Final = re.compile(
     r"(?:^| )\(audit request id ([^\s()]+)\)$|^audit request id ([^\s()]+)$"
 )
@@ -70,9 +75,10 @@ def violations_of(verdicts: Iterable[_VerdictLike]) -> tuple[Violation, ...]:
 
 
 def _item(violation: Violation) -> str:
+    message = _SEPARATOR_LOOKALIKE.sub(";  ", violation.message)
     if violation.outcome == "would_deny":
-        return WOULD_DENY_PREFIX + violation.message
-    return violation.message
+        return WOULD_DENY_PREFIX + message
+    return message
 
 
 def client_message(violations: Sequence[Violation]) -> str | None:
@@ -86,6 +92,7 @@ def client_message(violations: Sequence[Violation]) -> str | None:
 
 
 def _violation(item: str) -> Violation:
+    item = _ESCAPED_LOOKALIKE.sub("; ", item)
     if item.startswith(WOULD_DENY_PREFIX):
         return Violation(outcome="would_deny", message=item[len(WOULD_DENY_PREFIX) :])
     return Violation(outcome="denied", message=item)

@@ -285,9 +285,14 @@ class _Exchange:
         return self._oauthbearer(text)
 
     def _oauthbearer(self, text: str) -> str:
+        """As Kafka's OAuthBearerClientInitialResponse reads the client's first message: the
+        key=value pairs between the gs2 header and the final ``\x01`` go into a map
+        (``Utils.parseMap``), so of a key given twice the last counts; ``auth`` is
+        ``Bearer <token>``."""
         tokens = self._credentials.tokens
-        auth = next((p[5:] for p in text.split("\x01") if p.startswith("auth=")), "")
-        token = auth[7:] if auth.lower().startswith("bearer ") else ""
+        pairs = dict(p.split("=", 1) for p in text.split("\x01")[1:] if "=" in p)
+        scheme, _, token = pairs.get("auth", "").partition(" ")
+        token = token.strip(" ") if scheme.lower() == "bearer" else ""
         subject = tokens.subject_of(token) if tokens is not None else None
         if subject is None:
             raise AuthenticationFailed("Authentication failed: invalid_token")

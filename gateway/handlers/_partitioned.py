@@ -32,25 +32,48 @@ _IDS_TTL_S = 60.0
 
 class OwnTopicIds:
     """The topic ids of the gateway's own topics, learned from the cluster and kept a while
-    (for requests that name topics by id, Fetch v13 and later)."""
+    (for requests that name topics by id: Produce v13, Fetch v13 and later, ShareFetch).
+
+    They are learned from a Metadata answer on the asking client's link. An answer naming
+    every own topic is kept for everyone; one that lacks some (the broker's ACLs hide them
+    from that client, or one is missing at that moment) is kept for that principal alone,
+    whose requests the broker would not let reach what it cannot see. Kept for everyone, it
+    would let another client's request by the id of the topic that answer lacked pass every
+    shortcut for a minute.
+    """
 
     def __init__(self, own_topics: frozenset[str]) -> None:
         self._own = own_topics
-        self._ids: frozenset[str] = frozenset()
-        self._learned_at = float("-inf")
+        self._complete: tuple[frozenset[uuid.UUID], float] = (frozenset(), float("-inf"))
+        self._partial: dict[str | None, tuple[frozenset[uuid.UUID], float]] = {}
 
-    def fresh(self) -> frozenset[uuid.UUID] | None:
-        """The ids, or None when they must be learned again."""
-        if time.monotonic() - self._learned_at > _IDS_TTL_S:
-            return None
-        return frozenset(uuid.UUID(i) for i in self._ids)
+    def fresh(self, principal: str | None) -> frozenset[uuid.UUID] | None:
+        """The ids as ``principal``'s requests are to be judged, or None when they must be
+        learned again."""
+        now = time.monotonic()
+        kept = [self._complete]
+        if principal in self._partial:
+            kept.append(self._partial[principal])
+        for ids, learned_at in kept:
+            if now - learned_at <= _IDS_TTL_S:
+                return ids
+        return None
 
-    async def learn(self, cluster: ClusterView) -> frozenset[str]:
-        """The ids' string forms, asked of the cluster now."""
+    async def learn(self, cluster: ClusterView, principal: str | None) -> frozenset[uuid.UUID]:
+        """The ids, asked of the cluster now on ``principal``'s link."""
         _, by_id = await cluster.describe_all_topics()
-        self._ids = frozenset(str(i) for i, name in by_id.items() if name in self._own)
-        self._learned_at = time.monotonic()
-        return self._ids
+        found = {topic_id: name for topic_id, name in by_id.items() if name in self._own}
+        ids = frozenset(found)
+        now = time.monotonic()
+        if set(found.values()) == self._own:
+            self._complete = (ids, now)
+            self._partial.clear()
+        else:
+            self._partial = {
+                who: kept for who, kept in self._partial.items() if now - kept[1] <= _IDS_TTL_S
+            }
+            self._partial[principal] = (ids, now)
+        return ids
 
 
 class TopicNamesById:
@@ -101,7 +124,7 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         request: pt.Partitioned,
         keys: Sequence[Item],
     ) -> Mapping[Item, Ruling]:
-        refused = await self._refused_topics(cluster, request)
+        refused = await self._refused_topics(cluster, request, ctx.principal)
         rest = [t for t in pt.topics(request) if t not in refused]
         by_topic: dict[str, Ruling] = dict(refused)
         if rest:
@@ -109,12 +132,12 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         return {key: by_topic[key[0]] for key in keys if key[0] in by_topic}
 
     async def _refused_topics(
-        self, cluster: ClusterView, request: pt.Partitioned
+        self, cluster: ClusterView, request: pt.Partitioned, principal: str | None
     ) -> dict[str, ItemError]:
         refused: dict[str, ItemError] = {}
         own_ids: frozenset[str] = frozenset()
         if request.by_id and self._services.own_topics:
-            own_ids = await self._own_ids.learn(cluster)
+            own_ids = frozenset(map(str, await self._own_ids.learn(cluster, principal)))
         for topic in pt.topics(request):
             illegal = None if request.by_id else illegal_topic(topic)
             if illegal is not None:
@@ -201,9 +224,9 @@ def refusing_own_topic_ids(services: Services) -> Handler:
 
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         if services.own_topics:
-            ids = own_ids.fresh()
+            ids = own_ids.fresh(ctx.principal)
             if ids is None:
-                ids = frozenset(uuid.UUID(i) for i in await own_ids.learn(cluster))
+                ids = await own_ids.learn(cluster, ctx.principal)
             if any(topic_id.bytes in frame for topic_id in ids):
                 return Close(
                     reason=f"{api_name(ctx.api_key)} names one of the gateway's own topics",

@@ -43,7 +43,7 @@ class Fetch(TopicPartitions):
                     metric_reason="undecodable",
                 )
             return frame
-        ids = self._own_ids.fresh()
+        ids = self._own_ids.fresh(ctx.principal)
         if ids is None or any(topic_id.bytes in frame for topic_id in ids):
             return frame
         return Forward(frame=frame)

@@ -97,20 +97,20 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         # topics under any name (an alias such as "state/" holds the name too). A request
         # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
         # it reaches nothing a policy guards that the plain name would not.
-        if not services.validated_topics() and not self._may_write_own(header, frame):
+        if not services.validated_topics() and not self._may_write_own(ctx, frame):
             return Forward(frame=frame, expect_response=acks != 0)
         return frame
 
-    def _may_write_own(self, header: RequestHeader, frame: bytes) -> bool:
+    def _may_write_own(self, ctx: RequestContext, frame: bytes) -> bool:
         """Whether the request may name one of the gateway's own topics: by name (v12 and
         earlier), or by id from v13, where the ids are known (learnt at most a minute ago);
         when they are not, it may."""
         own = self._services.own_topics
-        if header.api_version < TOPIC_IDS_SINCE:
+        if ctx.api_version < TOPIC_IDS_SINCE:
             return any(topic.encode() in frame for topic in own)
         if not own:
             return False
-        ids = self._own_ids.fresh()
+        ids = self._own_ids.fresh(ctx.principal)
         return ids is None or any(topic_id.bytes in frame for topic_id in ids)
 
     def read(self, header: RequestHeader, frame: bytes) -> ProduceView:
@@ -129,7 +129,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView, keys: Sequence[Key]
     ) -> Mapping[Key, Ruling]:
         services = self._services
-        names = await self._topic_names(cluster, request)
+        names = await self._topic_names(ctx, cluster, request)
         rulings: dict[Key, Ruling] = {}
         for p in request.partitions:
             name = names.get(p.topic, p.topic)
@@ -155,7 +155,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         return rulings
 
     async def _topic_names(
-        self, cluster: ClusterView, request: ProduceView
+        self, ctx: RequestContext, cluster: ClusterView, request: ProduceView
     ) -> Mapping[str, str | None]:
         """v13 and later: each id string of the request -> the topic's name, None for an id
         the cluster does not know. Before v13 topics are named by name: empty."""
@@ -163,8 +163,9 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             return {}
         ids = list(dict.fromkeys(p.topic_id for p in request.partitions if p.topic_id))
         resolved = await self._names.resolve(cluster, ids)
-        if self._services.own_topics and self._own_ids.fresh() is None:
-            await self._own_ids.learn(cluster)  # so that prepare() can pass the rest unread
+        if self._services.own_topics and self._own_ids.fresh(ctx.principal) is None:
+            # so that prepare() can pass the rest unread
+            await self._own_ids.learn(cluster, ctx.principal)
         names: dict[str, str | None] = {str(i): name for i, name in resolved.items()}
         for p in request.partitions:
             names.setdefault(p.topic, None)  # a null id names no topic

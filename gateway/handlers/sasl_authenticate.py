@@ -1,6 +1,8 @@
 """SaslAuthenticate: forwarded untouched; the connection's principal is set from the user
 name of the client's first message once the broker has answered the whole exchange with
-success (see :mod:`gateway.principal`)."""
+success (see :mod:`gateway.principal`). A first message that names its user twice (two
+OAUTHBEARER ``auth`` pairs, two SCRAM ``n=``) closes the connection unforwarded: brokers need
+not agree which one counts, and the gateway must name whom the broker authenticated."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from protocol.sasl import SASL_AUTHENTICATE, authenticate_result, read_auth_byte
 from protocol.versions import DECODABLE
 
 from ..engine import ClusterView, RequestContext
-from ..outcomes import Forward, Outcome
+from ..outcomes import Close, Forward, Outcome
+from ..principal import AmbiguousSaslMessage
 from ..services import Services
 from .base import Handler
 
@@ -19,7 +22,10 @@ VERSIONS = DECODABLE[API_KEY]
 def handler(services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         session = ctx.session
-        session.sasl.client_message(read_auth_bytes(ctx.header, frame))
+        try:
+            session.sasl.client_message(read_auth_bytes(ctx.header, frame))
+        except AmbiguousSaslMessage as exc:
+            return Close(reason=f"SaslAuthenticate refused: {exc}", metric_reason="sasl_ambiguous")
         version = ctx.api_version
 
         async def on_response(response: bytes) -> bytes:

@@ -51,6 +51,34 @@ def test_items_whose_text_has_separators_of_their_own_come_back_whole() -> None:
     assert parse_message(client_message(tricky)) == tricky
 
 
+def test_a_separator_in_an_item_cannot_shift_the_items() -> None:
+    """An enforced denial after a dry-run one whose text (a config value a rule echoes)
+    holds ``; 2) would deny (dry-run): ``: both come back as they were, the denial a
+    denial, and one item alone stays one item."""
+    forged = "cleanup.policy=x; 2) would deny (dry-run): y is not one of delete"
+    pair = (Violation(outcome="would_deny", message=forged), DENIED)
+    assert parse_message(client_message(pair)) == pair
+    alone = (Violation(outcome="denied", message="2 policy violations: 1) a; 2) b"),)
+    assert parse_message(client_message(alone)) == alone
+
+
+def test_a_refusal_that_reads_as_dry_run_notes_only_is_shown_as_a_denial() -> None:
+    """kpg dry-run: POLICY_VIOLATION with a message that parses to would-deny items alone
+    (a gateway that did not escape a client's text) is one DENIED row, the message whole."""
+    from gateway.tools import POLICY_VIOLATION_CODE, answer_rows
+    from protocol import create_topics as ct
+    from protocol.results import ItemError
+
+    spec = ct.TopicSpec(
+        name="t", num_partitions=9, replication_factor=1, assignments=(), configs=()
+    )
+    message = "2 policy violations: 1) would deny (dry-run): a; 2) would deny (dry-run): b"
+    refused = ItemError(error_code=POLICY_VIOLATION_CODE, error_message=message)
+    assert [(r.verdict, r.message) for r in answer_rows(spec, refused)] == [("DENIED", message)]
+    noted = ItemError(error_code=0, error_message=message)
+    assert [r.verdict for r in answer_rows(spec, noted)] == ["would-deny", "would-deny"]
+
+
 def test_a_message_that_does_not_follow_the_numbering_is_one_violation() -> None:
     text = "3 policy violations: 1) a; 2) b"
     assert parse_message(text) == (Violation(outcome="denied", message=text),)

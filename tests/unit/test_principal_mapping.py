@@ -9,6 +9,7 @@ import json
 import pytest
 
 from gateway.principal import (
+    AmbiguousSaslMessage,
     NoMatchingRule,
     SaslState,
     SslPrincipalMapper,
@@ -173,3 +174,35 @@ def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:
         state.start("OAUTHBEARER")
         state.client_message(f"n,,\x01auth=Bearer {token}\x01\x01".encode())
         assert state.broker_answered(success) == expected
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "message"),
+    [
+        (
+            "OAUTHBEARER",
+            f"n,,\x01auth=Bearer {_jwt({'sub': 'admin'})}\x01auth=Bearer "
+            f"{_jwt({'sub': 'mallory'})}\x01\x01",
+        ),
+        (
+            "OAUTHBEARER",
+            "n,,\x01auth=Bearer "
+            + ".".join(
+                base64.urlsafe_b64encode(part).decode().rstrip("=")
+                for part in (b'{"alg":"RS256"}', b'{"sub":"mallory","sub":"admin"}', b"sig")
+            )
+            + "\x01\x01",
+        ),
+        ("SCRAM-SHA-256", "n,,n=mallory,r=abc,n=admin"),
+        ("SCRAM-SHA-512", "n,,n=admin,n=mallory,r=abc"),
+    ],
+)
+def test_a_first_message_naming_two_users_is_refused(mechanism: str, message: str) -> None:
+    """Brokers need not agree which of two user names counts (Kafka's OAUTHBEARER takes the
+    last ``auth``), so the gateway names neither: the exchange is refused."""
+    state = SaslState()
+    state.start(mechanism)
+    with pytest.raises(AmbiguousSaslMessage):
+        state.client_message(message.encode())
+    extensions = f"n,,\x01auth=Bearer {_jwt({'sub': 'svc'})}\x01traceId=7\x01\x01"
+    assert oauthbearer_claim(extensions) == "svc"

@@ -1,0 +1,201 @@
+"""Who the gateway thinks a client is: no client can make the gateway name it a principal the
+broker did not authenticate (a rule that lets ``User:admin`` do what others may not would then
+let it through).
+
+The broker side is the test broker behind :mod:`tests.security_front` with TLS and SASL
+(Tansu has no SASL): the front authenticates with fixed credentials as Kafka does, OAUTHBEARER
+tokens issued by its token endpoint. The gateway reads the principal from the client's SASL
+messages and trusts it once the broker accepts the exchange, so it must read exactly what the
+broker reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.types import TopicName
+
+from protocol import create_topics as ct
+from tests.security.conftest import (  # noqa: F401 - the secured upstream's fixtures
+    OAUTH_CLIENT_SECRET,
+    Upstream,
+    pki,
+    sasl_ssl_upstream,
+)
+from tests.security.test_upstream_tls import listener_tls
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    tls_context,
+    tls_listener,
+)
+
+pytestmark = pytest.mark.adversarial
+
+CREATE_TOPICS = 19
+
+POLICIES = {
+    "rules": [
+        {
+            "name": "platform-topics",
+            "type": "protected.topics",
+            "topics": ["__.*"],
+            "allowed.principals": ["User:admin"],
+        }
+    ]
+}
+
+
+@pytest.fixture
+def gateway(sasl_ssl_upstream: Upstream) -> Iterator[GatewayThread]:  # noqa: F811
+    config = gateway_config(
+        sasl_ssl_upstream.front.address,
+        upstream={"tls": {"ca_file": str(sasl_ssl_upstream.pki / "ca.pem")}},
+        tls=listener_tls(sasl_ssl_upstream.pki, client_auth="none"),
+        policies=POLICIES,
+    )
+    running = GatewayThread(config).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def token_for(url: str, client_id: str, secret: str) -> str:
+    form = urllib.parse.urlencode(
+        {
+            "grant_type": "client_credentials",
+            "client_id": client_id,
+            "client_secret": secret,
+        }
+    ).encode()
+    with urllib.request.urlopen(url, form, timeout=10) as answer:  # noqa: S310 - loopback
+        token: str = json.load(answer)["access_token"]
+    return token
+
+
+def unsigned_token(subject: str) -> str:
+    """A JWT nobody issued, naming ``subject``."""
+    parts = ({"alg": "none", "typ": "JWT"}, {"sub": subject, "exp": 4102444800})
+    encoded = [base64.urlsafe_b64encode(json.dumps(p).encode()).decode().rstrip("=") for p in parts]
+    return ".".join([*encoded, "c2ln"])
+
+
+def broker_has(upstream: Upstream, topic: str) -> bool:
+    """Whether the broker itself (behind the front, asked directly) has ``topic``."""
+    client = RawClient(str(upstream.front.broker))
+    try:
+        answer = client.request(
+            3,
+            12,
+            MetadataRequest(
+                topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+    finally:
+        client.sock.close()
+    (found,) = answer.topics
+    return int(found.error_code) == 0
+
+
+def create_topic(raw: RawClient, topic: str) -> int | None:
+    """CreateTopics of ``topic`` on ``raw``: its error code, None when the gateway closed the
+    connection instead."""
+    spec = ct.TopicSpec(
+        name=topic, num_partitions=1, replication_factor=1, assignments=(), configs=()
+    )
+    raw.send_bytes(
+        ct.build_request(
+            [spec], validate_only=False, timeout_ms=5000, correlation_id=99, client_id="m"
+        )
+    )
+    try:
+        answer = raw.recv_frame()
+    except (ConnectionError, OSError):
+        return None
+    return int(ct.read_answer(4, answer)[topic].error_code)
+
+
+def test_oauthbearer_auth_given_twice_names_no_one_but_the_broker_s_principal(
+    sasl_ssl_upstream: Upstream,  # noqa: F811 - the fixture imported above
+    gateway: GatewayThread,
+) -> None:
+    """OAUTHBEARER's first message with two ``auth`` pairs: an unsigned token naming admin,
+    then the client's own valid one. Kafka reads the pairs into a map, so the last counts and
+    the broker authenticates kpg-oauth; a gateway reading the first would name the connection
+    User:admin and let it create a protected topic. The topic must not reach the broker."""
+    tokens = sasl_ssl_upstream.tokens
+    assert tokens is not None
+    valid = token_for(tokens.url, "kpg-oauth", OAUTH_CLIENT_SECRET)
+    message = f"n,,\x01auth=Bearer {unsigned_token('admin')}\x01auth=Bearer {valid}\x01\x01"
+    topic = f"__evil-{uuid.uuid4().hex[:8]}"
+    raw = RawClient(gateway.bootstrap, tls=tls_context(sasl_ssl_upstream.pki, "alice"))
+    try:
+        handshake = raw.request(17, 1, SaslHandshakeRequest(mechanism="OAUTHBEARER"))
+        assert handshake.error_code == 0
+        try:
+            answer = raw.request(36, 2, SaslAuthenticateRequest(auth_bytes=message.encode()))
+            authenticated = int(answer.error_code) == 0
+        except (ConnectionError, OSError):
+            authenticated = False
+        code = create_topic(raw, topic) if authenticated else None
+    finally:
+        raw.sock.close()
+    assert code != 0
+    assert not broker_has(sasl_ssl_upstream, topic)
+    assert ("OAUTHBEARER", "admin") not in sasl_ssl_upstream.front.authenticated
+
+
+def test_a_comma_in_a_certificate_name_cannot_make_it_match_another_rule(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A certificate the CA signed for OU=sales whose CN is ``mallory,OU=admins``: in the
+    subject as Java prints it (RFC 2253) that comma is escaped, so the rule for OU=admins does
+    not match it, nor does the per-CN rule (Kafka refuses a subject no rule maps). Read
+    unescaped it would be ``CN=mallory,OU=admins,OU=sales,O=Acme``: platform-admin, who may
+    create the protected ``__`` topics."""
+    certs = make_pki(tmp_path, {"mallory": "/O=Acme/OU=sales/CN=mallory,OU=admins"})
+    rules = "RULE:^CN=[a-z]+,OU=admins,.*$/platform-admin/,RULE:^CN=([a-z]+),.*$/$1/"
+    policies = {
+        "rules": [
+            {
+                "name": "platform-topics",
+                "type": "protected.topics",
+                "topics": ["__.*"],
+                "allowed.principals": ["User:platform-admin"],
+            }
+        ]
+    }
+    listener = {**tls_listener(certs), "principal_mapping_rules": rules}
+    gw = GatewayThread(gateway_config(tap.address, tls=listener, policies=policies)).start()
+    topic = f"__evil-{uuid.uuid4().hex[:8]}"
+    try:
+        try:
+            raw = RawClient(gw.bootstrap, tls=tls_context(certs, "mallory"))
+        except (ssl.SSLError, OSError):
+            code = None
+        else:
+            try:
+                code = create_topic(raw, topic)
+            finally:
+                raw.sock.close()
+    finally:
+        gw.stop()
+    assert code != 0
+    assert CREATE_TOPICS not in tap.api_keys()
