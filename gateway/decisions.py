@@ -35,6 +35,8 @@ class Subject:
     validate_only: bool = False
     records_examined: int = 0
     bytes_examined: int = 0
+    request_id: str | None = None
+    """Shared by every decision of one client request."""
 
 
 class DecisionRecorder:
@@ -122,4 +124,5 @@ class DecisionRecorder:
             bytes_examined=subject.bytes_examined,
             event_kind="decision",
             policy_version=self.policy_version,
+            request_id=subject.request_id,
         )

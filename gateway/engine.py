@@ -11,7 +11,10 @@ the rest, the same way for every API:
 3. ``judge``: each remaining item is either answered here (an :class:`ItemError`: the topic
    does not exist, the request is invalid) or decided by the policies (a :class:`Judged`).
 4. Audit: every :class:`Judged` goes to the decision recorder (log, metrics, audit events)
-   before the client hears of it. A denied item gets its ``denial``.
+   before the client hears of it, all under one request id for the request. A denied item
+   gets its ``denial``, its message ending in ``(audit request id <id>)`` so the client's
+   log joins the audit table; so does every other error the gateway answers in a request
+   that had a decision.
 5. ``settle``: what happens to the allowed items besides forwarding them (a dry run answered
    here, state written first, a request that must be re-encoded, a step after the broker's
    answer).
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -37,6 +40,7 @@ from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.versions import VersionRange
+from spark_audit.event import new_request_id
 
 from .decisions import DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
@@ -244,11 +248,19 @@ class Engine:
             return prepared
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
-        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys)
+        request_id = new_request_id()
+        local, allowed, decided = await self._judge(
+            enforcement, ctx, cluster, request, keys, request_id
+        )
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
             return settlement
-        local.update(settlement.local)
+        if decided:
+            local.update(
+                (key, tagged(error, request_id)) for key, error in settlement.local.items()
+            )
+        else:
+            local.update(settlement.local)
         allowed = [key for key in allowed if key not in settlement.local]
         if not allowed and keys:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
@@ -261,8 +273,10 @@ class Engine:
         cluster: ClusterView,
         request: R,
         keys: Sequence[K],
-    ) -> tuple[dict[K, ItemError], list[K]]:
-        """Dedupe, judge and audit: the items answered here, and the allowed ones in order."""
+        request_id: str,
+    ) -> tuple[dict[K, ItemError], list[K], bool]:
+        """Dedupe, judge and audit: the items answered here, the allowed ones in order, and
+        whether anything was audited. Denials carry ``request_id`` in their message."""
         local: dict[K, ItemError] = {}
         counts = Counter(keys)
         for key, count in counts.items():
@@ -278,15 +292,18 @@ class Engine:
                 error = ruling.error()
                 if id(ruling) not in audited:  # one decision shared by items is one event
                     audited.add(id(ruling))
-                    await self._audit(ctx, ruling, error)
+                    await self._audit(ctx, ruling, error, request_id)
                 if not ruling.decision.allowed:
-                    local[key] = error
+                    local[key] = tagged(error, request_id)
             elif ruling is not None:
                 local[key] = ruling
-        return local, [key for key in unique if key not in local]
+        return local, [key for key in unique if key not in local], bool(audited)
 
-    async def _audit(self, ctx: RequestContext, judged: Judged, error: ItemError) -> None:
+    async def _audit(
+        self, ctx: RequestContext, judged: Judged, error: ItemError, request_id: str
+    ) -> None:
         subject = Subject(
+            request_id=request_id,
             client_address=ctx.client_address,
             principal=ctx.principal,
             client_id=ctx.client_id,
@@ -301,6 +318,15 @@ class Engine:
         )
         code = None if judged.decision.allowed else error.error_code
         await self._decisions.record(subject, judged.decision, code)
+
+
+def tagged(error: ItemError, request_id: str) -> ItemError:
+    """``error`` with the audit request id at the end of its message (an OK stays as is)."""
+    if error.ok:
+        return error
+    note = f"audit request id {request_id}"
+    message = f"{error.error_message} ({note})" if error.error_message else note
+    return replace(error, error_message=message)
 
 
 def _route(

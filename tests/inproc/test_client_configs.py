@@ -46,6 +46,7 @@ from tests.support import (
     RawClient,
     gateway_config,
     make_pki,
+    noted,
     tls_context,
     tls_listener,
     unique_name,
@@ -353,11 +354,11 @@ def test_alter_config_policies_apply(broker: HostPort) -> None:
             (USER_CLIENT, "gina:app", 0, None)
         ]
         assert alter(gw.bootstrap, [(USER_CLIENT, "gina:app", [("acks", SET, "0")])]) == [
-            (USER_CLIENT, "gina:app", POLICY_VIOLATION, "acks=0 is not allowed for gina:app")
+            (USER_CLIENT, "gina:app", POLICY_VIOLATION, noted("acks=0 is not allowed for gina:app"))
         ]
         # A CLIENT resource is judged as its USER_CLIENT: the connection's user is in the name.
         assert alter(gw.bootstrap, [(CLIENT, "app", [("acks", SET, "0")])]) == [
-            (CLIENT, "app", POLICY_VIOLATION, "acks=0 is not allowed for ANONYMOUS:app")
+            (CLIENT, "app", POLICY_VIOLATION, noted("acks=0 is not allowed for ANONYMOUS:app"))
         ]
         # validate_only: the policy runs, nothing is stored.
         assert alter(

@@ -88,6 +88,7 @@ from tests.enforcement_support import (
     produce,
     produce_response,
     record_errors,
+    request_ids,
     top_level,
     upstream,
 )
@@ -255,6 +256,27 @@ def test_create_topics_all_denied_is_answered_here(gateway: Harness, version: in
         ("few", POLICY_VIOLATION, too_few("few", 1) if has_message else None),
         ("many", POLICY_VIOLATION, too_many("many", 20) if has_message else None),
     ]
+
+
+def test_one_request_has_one_audit_request_id_in_its_events_and_its_denials(
+    gateway: Harness,
+) -> None:
+    few, many = NewTopic("few", num_partitions=1), NewTopic("many", 20)
+    outcome = gateway.send(create_topics(7, few, NewTopic("fine"), many))
+    header, _ = forwarded(outcome)
+    broker = create_topics_response(header.api_version, {"fine": 0})
+    answer = gateway.broker_answers(outcome, broker)
+    first = list(gateway.sink.events)
+    gateway.send(create_topics(7, NewTopic("few", num_partitions=1)))
+
+    (request_id,) = {e.request_id for e in first}
+    assert [(e.resource_name, e.verdict) for e in first] == [
+        ("few", "denied"),
+        ("fine", "allowed"),
+        ("many", "denied"),
+    ]
+    assert request_ids(CREATE_TOPICS, 7, answer) == [request_id, None, request_id]
+    assert gateway.sink.events[-1].request_id not in (None, request_id)
 
 
 @pytest.mark.parametrize("version", [0, 1, 4, 7])
