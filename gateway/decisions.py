@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from policies.chain import Decision
 from protocol.versions import api_name
-from spark_audit.event import AuditEvent
+from spark_audit.event import AuditEvent, ConfigChange, TopicSpec
 
 from .audit import AuditEmitter
 from .metrics import GatewayMetrics
@@ -37,6 +37,8 @@ class Subject:
     bytes_examined: int = 0
     request_id: str | None = None
     """Shared by every decision of one client request."""
+    config_changes: tuple[ConfigChange, ...] | None = None
+    topic_spec: TopicSpec | None = None
 
 
 class DecisionRecorder:
@@ -125,4 +127,6 @@ class DecisionRecorder:
             event_kind="decision",
             policy_version=self.policy_version,
             request_id=subject.request_id,
+            config_changes=subject.config_changes,
+            topic_spec=subject.topic_spec,
         )

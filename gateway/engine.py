@@ -40,6 +40,8 @@ from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.versions import VersionRange
+from spark_audit.event import ConfigChange as AuditedConfigChange
+from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
 from .decisions import DecisionRecorder, Subject
@@ -136,6 +138,10 @@ class Judged:
     """What a denied item is answered; None: POLICY_VIOLATION with the decision's message."""
     records_examined: int = 0
     bytes_examined: int = 0
+    config_changes: tuple[AuditedConfigChange, ...] | None = None
+    """A config change: each key with its value before and after (audited)."""
+    topic_spec: AuditedTopicSpec | None = None
+    """A topic creation: the topic as the policies judged it (audited)."""
 
     def error(self) -> ItemError:
         if self.denial is not None:
@@ -315,6 +321,8 @@ class Engine:
             validate_only=judged.validate_only,
             records_examined=judged.records_examined,
             bytes_examined=judged.bytes_examined,
+            config_changes=judged.config_changes,
+            topic_spec=judged.topic_spec,
         )
         code = None if judged.decision.allowed else error.error_code
         await self._decisions.record(subject, judged.decision, code)

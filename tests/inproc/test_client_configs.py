@@ -287,7 +287,7 @@ def test_refusals_name_the_key_and_store_nothing(
 ) -> None:
     # A valid change in the same resource is refused with it: all or nothing.
     results = alter(gateway.bootstrap, [(USER_CLIENT, "dave:app", [("linger.ms", SET, "1"), *ops])])
-    assert results == [(USER_CLIENT, "dave:app", INVALID_REQUEST, message)]
+    assert results == [(USER_CLIENT, "dave:app", INVALID_REQUEST, noted(message))]
     assert dict(stored(gateway)) == {}
 
 
@@ -313,8 +313,8 @@ def test_legacy_alter_configs_is_an_invalid_request(gateway: GatewayThread) -> N
         (int(r.resource_type), r.resource_name, int(r.error_code), r.error_message)
         for r in answer.responses
     ] == [
-        (USER_CLIENT, "erin:", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
-        (CLIENT, "app", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
+        (USER_CLIENT, "erin:", INVALID_REQUEST, noted(cc.LEGACY_ALTER_MESSAGE)),
+        (CLIENT, "app", INVALID_REQUEST, noted(cc.LEGACY_ALTER_MESSAGE)),
     ]
     assert dict(stored(gateway)) == {}
 
