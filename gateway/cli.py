@@ -11,6 +11,8 @@ from pathlib import Path
 
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
+from .logs import LOG_FORMATS
+from .logs import configure as configure_logging
 
 log = logging.getLogger("kpg")
 
@@ -53,6 +55,13 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log lines at this level and above go to stderr (default: INFO)",
+    )
+    run.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (time, level, logger, message, "
+        "exception) for a log pipeline (default: text)",
     )
     run.set_defaults(func=_cmd_run)
 
@@ -144,11 +153,7 @@ def _serve(config: GatewayConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(args, "log_level", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
     return int(args.func(args))
 
 
