@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
 
@@ -38,6 +39,16 @@ def add_audit_commands(
     report.add_argument(
         "--top", type=int, default=10, help="rows in the top offenders report (default: 10)"
     )
+    report.add_argument(
+        "--since", help="only events at or after this UTC time (e.g. 2026-11-21T09:00:00)"
+    )
+    report.add_argument("--until", help="only events before this UTC time")
+    report.add_argument(
+        "--principal", help="only this principal's events (ANONYMOUS: unauthenticated clients)"
+    )
+    report.add_argument(
+        "--topic", help="only events about this topic (Produce partitions count as it)"
+    )
     report.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     report.set_defaults(func=report_command)
 
@@ -56,20 +67,26 @@ def add_audit_commands(
 
 def report_command(args: argparse.Namespace) -> int:
     """``kpg audit report --input DIR --out DIR``."""
-    from spark_audit.report import build_report
+    from spark_audit.report import Filters, build_report
     from spark_audit.session import build_spark_session
 
     configure_logging()
     spark = build_spark_session("kpg-audit-report", master=args.master)
+    filters = Filters(
+        since=args.since, until=args.until, principal=args.principal, topic=args.topic
+    )
     try:
-        summary = build_report(spark, args.input, args.out, top_n=args.top)
+        summary = build_report(spark, args.input, args.out, top_n=args.top, filters=filters)
     except FileNotFoundError as exc:
         logger.error("%s", exc)
         return 2
     totals = summary["totals"]
+    for warning in summary["warnings"]:
+        print(f"kpg audit report: warning: {warning}", file=sys.stderr)
     print(
-        f"{totals['decisions']} decisions ({totals['denied']} denied, "
-        f"{totals['would_deny']} would deny); report in {args.out}/index.html"
+        f"{totals['requests']:,} requests ({totals['requests_denied']:,} denied, "
+        f"{totals['requests_would_deny']:,} allowed with a dry-run objection); "
+        f"report in {args.out}/index.html"
     )
     return 0
 
