@@ -62,6 +62,21 @@ def add_audit_commands(
     add_stream_arguments(stream)
     stream.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     stream.set_defaults(func=stream_command)
+
+    replay = commands.add_parser(
+        "replay",
+        help="re-judge recorded requests with candidate policies; list what would change",
+        description="Re-judge the recorded requests (topic creations and config changes, from "
+        "their schema v2 details) with the policies of a candidate gateway configuration, on "
+        "Spark, and list the requests it would deny that were allowed, and the reverse, per "
+        "rule, principal and topic. Produce, deletes and partition increases are counted as "
+        "not replayable (their records or topic state are not recorded).",
+    )
+    from spark_audit.options import add_replay_arguments
+
+    add_replay_arguments(replay)
+    replay.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    replay.set_defaults(func=replay_command)
     return audit
 
 
@@ -103,4 +118,27 @@ def stream_command(args: argparse.Namespace) -> int:
     except (KafkaConnectorMissingError, ValueError) as exc:
         logger.error("%s", exc)
         return 2
+    return 0
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    """``kpg audit replay --config FILE --input DIR [--since T] [--until T] [--output DIR]``."""
+    from spark_audit.replay import CandidateError, build_replay
+    from spark_audit.session import build_spark_session
+
+    configure_logging()
+    spark = build_spark_session("kpg-audit-replay", master=args.master)
+    try:
+        summary = build_replay(
+            spark, args.input, args.config, args.output, since=args.since, until=args.until
+        )
+    except (CandidateError, OSError) as exc:
+        logger.error("%s", exc)
+        return 2
+    skipped = summary["requests"] - summary["replayed_requests"]
+    print(
+        f"{summary['replayed_requests']:,} of {summary['requests']:,} requests replayed "
+        f"({skipped:,} not replayable); {summary['newly_denied']:,} newly denied, "
+        f"{summary['newly_allowed']:,} newly allowed; details in {args.output}"
+    )
     return 0
