@@ -13,8 +13,8 @@ the rest, the same way for every API:
 4. Audit: every :class:`Judged` goes to the decision recorder (log, metrics, audit events)
    before the client hears of it, all under one request id for the request. A denied item
    gets its ``denial``, its message ending in ``(audit request id <id>)`` so the client's
-   log joins the audit table; so does every other error the gateway answers in a request
-   that had a decision.
+   log joins the audit table. Errors that stand in for the broker's (a topic that exists,
+   answered here) keep the broker's words.
 5. ``settle``: what happens to the allowed items besides forwarding them (a dry run answered
    here, state written first, a request that must be re-encoded, a step after the broker's
    answer).
@@ -255,18 +255,11 @@ class Engine:
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
         request_id = new_request_id()
-        local, allowed, decided = await self._judge(
-            enforcement, ctx, cluster, request, keys, request_id
-        )
+        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys, request_id)
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
             return settlement
-        if decided:
-            local.update(
-                (key, tagged(error, request_id)) for key, error in settlement.local.items()
-            )
-        else:
-            local.update(settlement.local)
+        local.update(settlement.local)
         allowed = [key for key in allowed if key not in settlement.local]
         if not allowed and keys:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
@@ -280,9 +273,9 @@ class Engine:
         request: R,
         keys: Sequence[K],
         request_id: str,
-    ) -> tuple[dict[K, ItemError], list[K], bool]:
-        """Dedupe, judge and audit: the items answered here, the allowed ones in order, and
-        whether anything was audited. Denials carry ``request_id`` in their message."""
+    ) -> tuple[dict[K, ItemError], list[K]]:
+        """Dedupe, judge and audit: the items answered here and the allowed ones in order.
+        Denials carry ``request_id`` in their message."""
         local: dict[K, ItemError] = {}
         counts = Counter(keys)
         for key, count in counts.items():
@@ -303,7 +296,7 @@ class Engine:
                     local[key] = tagged(error, request_id)
             elif ruling is not None:
                 local[key] = ruling
-        return local, [key for key in unique if key not in local], bool(audited)
+        return local, [key for key in unique if key not in local]
 
     async def _audit(
         self, ctx: RequestContext, judged: Judged, error: ItemError, request_id: str
