@@ -334,6 +334,21 @@ def test_create_topics_default_partitions_are_judged_as_the_broker_will_create_t
         assert items(CREATE_TOPICS, 7, answer_of(outcome)) == [("d", POLICY_VIOLATION, denial)]
 
 
+def test_create_topics_audits_the_spec_judged_with_the_broker_default_resolved(
+    gateway: Harness,
+) -> None:
+    gateway.cluster.brokers = [3]
+    gateway.cluster.set_broker_configs(3, {"num.partitions": "6"})
+    gateway.send(
+        create_topics(7, NewTopic("d", num_partitions=-1, configs={"retention.ms": "90000"}))
+    )
+
+    (event,) = gateway.sink.events
+    assert event.topic_spec is not None
+    assert (event.topic_spec.partitions, event.topic_spec.replication_factor) == (6, 1)
+    assert dict(event.topic_spec.configs) == {"retention.ms": "90000"}
+
+
 @pytest.mark.parametrize("version", [1, 5])
 def test_create_topics_validate_only_is_answered_here_before_a_broker_that_ignores_it(
     gateway_with: Callable[..., Harness], version: int
