@@ -254,8 +254,7 @@ class Engine:
             return prepared
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
-        request_id = new_request_id()
-        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys, request_id)
+        local, allowed = await self._judge(enforcement, ctx, cluster, request, keys)
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
             return settlement
@@ -272,10 +271,10 @@ class Engine:
         cluster: ClusterView,
         request: R,
         keys: Sequence[K],
-        request_id: str,
     ) -> tuple[dict[K, ItemError], list[K]]:
         """Dedupe, judge and audit: the items answered here and the allowed ones in order.
-        Denials carry ``request_id`` in their message."""
+        The request's id is made at its first decision (most Fetch requests have none);
+        denials carry it in their message."""
         local: dict[K, ItemError] = {}
         counts = Counter(keys)
         for key, count in counts.items():
@@ -285,10 +284,12 @@ class Engine:
         unique = [key for key in counts if key not in local]
         rulings = await enforcement.judge(ctx, cluster, request, unique)
         audited: set[int] = set()
+        request_id = ""
         for key in unique:
             ruling = rulings.get(key)
             if isinstance(ruling, Judged):
                 error = ruling.error()
+                request_id = request_id or new_request_id()
                 if id(ruling) not in audited:  # one decision shared by items is one event
                     audited.add(id(ruling))
                     await self._audit(ctx, ruling, error, request_id)
