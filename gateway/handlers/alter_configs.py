@@ -66,6 +66,7 @@ from protocol.errors import (
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
 from protocol.topic_names import illegal_topic
+from spark_audit.event import ConfigChange as AuditedConfigChange
 
 from .. import client_configs, config_changes
 from ..cluster import state_of, undescribed_topic
@@ -347,23 +348,31 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             return _client_config_refusal(resource.resource_name, _invalid(str(exc)), validate_only)
         assert entity is not None  # one of the gateway's types
         admins = settings.admin_principals
+        items = self._services.state.items(client_configs.STATE_NAMESPACE)
+        before = client_configs.entity_configs(items, entity.user, entity.client_id)
         if admins is not None and ctx.principal not in admins:
-            error = ItemError(
+            unauthorized = ItemError(
                 error_code=int(CLUSTER_AUTHORIZATION_FAILED),
                 error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not alter dynamic "
                 "client configs (client_configs.admin_principals)",
             )
             return _client_config_refusal(
-                entity.resource_name, error, validate_only, "client_configs.admin_principals"
+                entity.resource_name,
+                unauthorized,
+                validate_only,
+                "client_configs.admin_principals",
+                _attempted(resource, before),
             )
-        items = self._services.state.items(client_configs.STATE_NAMESPACE)
         writes, refused = client_configs.apply_incremental(
             items, entity.user, entity.client_id, resource.configs
         )
         if refused is not None:
-            error = ItemError(error_code=refused[0], error_message=refused[1])
-            return _client_config_refusal(entity.resource_name, error, validate_only)
-        before = client_configs.entity_configs(items, entity.user, entity.client_id)
+            return _client_config_refusal(
+                entity.resource_name,
+                ItemError(error_code=refused[0], error_message=refused[1]),
+                validate_only,
+                attempted=_attempted(resource, before),
+            )
         after = dict(before)
         for store_key, value in writes.items():
             name = client_configs.parse_store_key(store_key)[2]
@@ -570,10 +579,15 @@ def _apply(
 
 
 def _client_config_refusal(
-    name: str, error: ItemError, validate_only: bool, policy: str = "client_configs"
+    name: str,
+    error: ItemError,
+    validate_only: bool,
+    policy: str = "client_configs",
+    attempted: tuple[AuditedConfigChange, ...] | None = None,
 ) -> Judged:
     """A client config change refused before the policies run: audited as ``policy``'s
-    denial, answered with ``error``."""
+    denial (with the change ``attempted``, where the entity is known), answered with
+    ``error``."""
     return Judged(
         decision=PolicyRunner.gateway_denial(error.error_message or "", policy),
         resource_type="user_client",
@@ -581,6 +595,24 @@ def _client_config_refusal(
         action="alter_config",
         validate_only=validate_only,
         denial=error,
+        config_changes=attempted,
+    )
+
+
+def _attempted(
+    resource: ac.ResourceAlteration, before: Mapping[str, str]
+) -> tuple[AuditedConfigChange, ...]:
+    """What a refused client config change asked for: each key's value before, and the
+    value the request gave it (null for a DELETE), as sent (not applied: it was refused)."""
+    return tuple(
+        AuditedConfigChange(name=c.name, before=None, after=None, sensitive=True)
+        if config_changes.looks_sensitive(c.name)
+        else AuditedConfigChange(
+            name=c.name,
+            before=before.get(c.name),
+            after=None if c.operation == ac.DELETE else c.value,
+        )
+        for c in resource.configs
     )
 
 

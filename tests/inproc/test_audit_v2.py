@@ -325,6 +325,9 @@ def test_kpg_configs_refusals_are_decisions(broker: HostPort, tmp_path: Path) ->
     )
     assert (invalid.verdict, invalid.policy, invalid.error_code) == ("denied", "client_configs", 42)
     assert invalid.message is not None and "acks" in invalid.message
+    # what was asked for, though refused
+    assert refused.config_changes == (ConfigChange(name="acks", before=None, after="1"),)
+    assert invalid.config_changes == (ConfigChange(name="acks", before=None, after="2"),)
     assert all(e.resource_type == "user_client" and e.request_id for e in (refused, invalid))
     assert allowed.verdict == "allowed"
     assert allowed.config_changes == (ConfigChange(name="acks", before=None, after="1"),)
