@@ -5,6 +5,8 @@ graph acyclic):
 
 - :mod:`spark_audit.event` is the schema (see ``SCHEMA.md``). It is the only module the
   gateway imports, so it must stay free of pyspark at import time.
+- :mod:`spark_audit.chain` verifies the tamper-evident chains of the events (pure functions,
+  and ``kpg audit verify`` for a spool directory); no pyspark.
 - :mod:`spark_audit.options` holds the stream's command-line options and logging set-up,
   shared by ``kpg audit stream`` and spark-submit; no pyspark.
 - :mod:`spark_audit.session` builds the Spark session and looks paths up on any file system.
