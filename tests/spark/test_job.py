@@ -319,3 +319,32 @@ def test_report_flags_gaps_and_breaks_in_the_chains(
     broken = chains["kpg-bench-0"]
     assert (broken["status"], broken["gaps"], broken["breaks"]) == ("BROKEN", 1, 1)
     assert any("audit chains are not intact" in w for w in tampered["warnings"])
+
+
+def test_a_table_without_the_sink_log_is_refused(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """A table the earlier job wrote: the file sink would hide every row already there."""
+    write_segment(dirs["spool"], [event()])
+    old_partition = dirs["table"] / "date=2026-11-21"
+    old_partition.mkdir(parents=True)
+    spark.createDataFrame([("x",)], "event_id STRING").write.parquet(str(old_partition / "x"))
+
+    with pytest.raises(ValueError, match="earlier version of the audit job"):
+        run_available_now(spark, dirs)
+
+
+def test_each_batch_logs_its_progress(
+    spark: SparkSession, dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    twice = event()
+    write_segment(dirs["spool"], [twice, event(), event()])
+    write_segment(dirs["spool"], [twice])
+    caplog.set_level("INFO", logger="spark_audit.job")
+
+    run_available_now(spark, dirs, max_files_per_trigger=1)
+
+    batches = [r.getMessage() for r in caplog.records if r.getMessage().startswith("audit batch")]
+    assert batches[0].startswith("audit batch 0: 3 lines read, 0 malformed, 0 duplicate, 3 rows")
+    assert batches[1].startswith("audit batch 1: 1 lines read, 0 malformed, 1 duplicate, 0 rows")
+    assert len(list(dirs["table"].glob("date=*/*.parquet"))) == 1  # one file for the date
