@@ -70,7 +70,8 @@ class DecisionRecorder:
             text = (
                 f"{api} {subject.action} {subject.resource_type} {subject.resource_name!r} "
                 f"by {subject.principal or 'ANONYMOUS'} ({subject.client_address}): "
-                f"{verdict.policy} {verdict.outcome.replace('_', '-')}: {verdict.message}"
+                f"{verdict.policy} {verdict.outcome.replace('_', '-')}: {verdict.message} "
+                f"(audit request id {subject.request_id})"
             )
             if verdict.outcome == "would_deny":
                 log.warning("dry-run %s", text)

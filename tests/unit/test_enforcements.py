@@ -9,6 +9,7 @@ the broker would, and its merge is fed a broker answer encoded here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -277,6 +278,17 @@ def test_one_request_has_one_audit_request_id_in_its_events_and_its_denials(
     ]
     assert request_ids(CREATE_TOPICS, 7, answer) == [request_id, None, request_id]
     assert gateway.sink.events[-1].request_id not in (None, request_id)
+
+
+def test_the_gateways_log_line_of_a_denial_names_its_audit_request_id(
+    gateway: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gateway.decisions"):
+        gateway.send(create_topics(7, NewTopic("few", num_partitions=1)))
+
+    (event,) = gateway.sink.events
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "gateway.decisions"]
+    assert line.endswith(f"(audit request id {event.request_id})")
 
 
 @pytest.mark.parametrize("version", [0, 1, 4, 7])
