@@ -16,9 +16,11 @@ graph acyclic):
   and file sink's logs make each batch read once and committed all or nothing, and the
   stream's state drops copies of an ``event_id``.
 - :mod:`spark_audit.report` builds ``summary.json``, CSV files and ``index.html``.
-- :mod:`spark_audit.cli` mounts ``kpg audit report`` and ``kpg audit stream``.
+- :mod:`spark_audit.replay` re-judges recorded requests with a candidate policy configuration
+  (``kpg audit replay``); the one module that imports :mod:`policies` (pure rules, no I/O).
+- :mod:`spark_audit.cli` mounts ``kpg audit report``, ``stream`` and ``replay``.
 
 Times are UTC throughout: event times are written with a ``Z``, and the Spark session runs
 with ``spark.sql.session.timeZone=UTC`` (``session.build_spark_session`` sets it).
-Nothing here imports ``gateway``, ``protocol`` or ``policies``.
+Nothing here imports ``gateway`` or ``protocol``; only ``replay`` imports ``policies``.
 """

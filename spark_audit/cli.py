@@ -86,7 +86,9 @@ def report_command(args: argparse.Namespace) -> int:
     from spark_audit.session import build_spark_session
 
     configure_logging()
-    spark = build_spark_session("kpg-audit-report", master=args.master)
+    spark = build_spark_session(
+        "kpg-audit-report", master=args.master, driver_memory="2g", web_ui=False
+    )
     filters = Filters(
         since=args.since, until=args.until, principal=args.principal, topic=args.topic
     )
@@ -112,7 +114,13 @@ def stream_command(args: argparse.Namespace) -> int:
     from spark_audit.session import build_spark_session
 
     configure_logging()
-    spark = build_spark_session("kpg-audit-stream", master=args.master)
+    # A run to completion needs no web UI; a long-running stream keeps Spark's.
+    spark = build_spark_session(
+        "kpg-audit-stream",
+        master=args.master,
+        driver_memory="2g",
+        web_ui=not args.available_now,
+    )
     try:
         run_stream(spark, **stream_settings(args))
     except (KafkaConnectorMissingError, ValueError) as exc:
@@ -127,7 +135,9 @@ def replay_command(args: argparse.Namespace) -> int:
     from spark_audit.session import build_spark_session
 
     configure_logging()
-    spark = build_spark_session("kpg-audit-replay", master=args.master)
+    spark = build_spark_session(
+        "kpg-audit-replay", master=args.master, driver_memory="2g", web_ui=False
+    )
     try:
         summary = build_replay(
             spark, args.input, args.config, args.output, since=args.since, until=args.until

@@ -24,6 +24,7 @@ import datetime as dt
 import html
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,6 @@ from spark_audit.transforms import (
     denied_requests,
     denied_requests_by,
     dry_run_requests,
-    duplicate_event_ids,
     event_kind,
     filter_events,
     lifecycle_events,
@@ -108,6 +108,9 @@ class _Section:
     description: str
     events: str | None = None
     """Which ``events-<set>.csv`` holds the events behind the section's figures."""
+    listing: bool = False
+    """A list of requests or events, not a table of figures: its CSV file has every row,
+    ``summary.json`` and the page the first ``_PAGE_ROWS``."""
 
 
 def _by(dimension: RequestDimension) -> Callable[[DataFrame, DataFrame], DataFrame]:
@@ -150,7 +153,8 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             name="denied_by_topic",
             title="Denied requests by topic",
             build=_by("topic"),
-            description="Denied requests per topic (Produce partitions counted as their topic).",
+            description="Denied requests per topic a rule denied in them (Produce partitions "
+            "counted as their topic).",
             events="denied",
         ),
         _Section(
@@ -159,6 +163,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             build=lambda requests, _: denied_requests(requests),
             description="Every denied request, newest first, with the rules it broke.",
             events="denied",
+            listing=True,
         ),
         _Section(
             name="top_offenders",
@@ -198,6 +203,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             description="Every config key a judged request changed (or tried to), with its "
             "value before and after; sensitive values are never recorded.",
             events="config_changes",
+            listing=True,
         ),
         _Section(
             name="lifecycle",
@@ -307,10 +313,7 @@ def build_report(
             time.monotonic() - started,
         )
 
-    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
-        # Spark's 200 is for clusters; each aggregation here is small.
-        partitions = max(2, 2 * spark.sparkContext.defaultParallelism)
-        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    _small_shuffles(spark)
     stage(f"loading events from {input_path} (filters: {filters.describe()})")
     loaded = filter_events(
         with_topic(load_events(spark, input_path)),
@@ -318,34 +321,35 @@ def build_report(
         until=filters.until,
         principal=filters.principal,
         topic=filters.topic,
-    ).cache()
-    cached = [loaded]
+    )
+    # Not cached: Parquet is read again per figure, only the columns each one needs.
+    events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
+    cached: list[DataFrame] = []
     try:
-        stage("duplicate event ids")
-        duplicates = _collect(
-            duplicate_event_ids(loaded).agg(
-                F.count(F.lit(1)).alias("event_ids"),
-                F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("extra_rows"),
-            )
-        )[0]
+        stage("requests and duplicate event ids")
+        requests = requests_of(events).cache()
+        cached.append(requests)
+        # Copies of an event share its request, so the grouping finds them.
+        duplicates = _duplicates(requests)
         warnings = []
-        events = loaded
         if duplicates["event_ids"]:
             warnings.append(
                 f"{duplicates['event_ids']:,} event ids occur more than once "
                 f"({duplicates['extra_rows']:,} extra rows); each is counted once"
             )
-            logger.warning("%s", warnings[-1])
-            events = loaded.dropDuplicates(["event_id"]).cache()
-            cached.append(events)
+            events = events.dropDuplicates(["event_id"]).cache()
+            requests.unpersist()
+            requests = requests_of(events).cache()
+            cached.extend([events, requests])
         stage("totals")
-        requests = requests_of(events).cache()
-        cached.append(requests)
         summary_totals = _collect(totals(events))[0] | _collect(request_totals(requests))[0]
         reports: dict[str, list[Row]] = {}
+        listed: dict[str, int] = {}
         for section in sections:
             stage(section.title.lower())
-            reports[section.name] = _collect(section.build(requests, events))
+            reports[section.name], total = _section_rows(section, requests, events, out)
+            if total is not None:
+                listed[section.name] = total
         stage("chains")
         chains = verify_chains(events)
         warnings.extend(_chain_warnings(chains))
@@ -369,14 +373,58 @@ def build_report(
         "warnings": warnings,
         "duplicates": duplicates,
         "totals": summary_totals,
+        "listed_rows": listed,
         "reports": reports,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     for name, rows in reports.items():
-        _write_csv(out / f"{name}.csv", rows)
+        if name not in listed:
+            _write_csv(out / f"{name}.csv", rows)
     (out / "index.html").write_text(_render_html(summary, sections), encoding="utf-8")
     logger.info("report done in %.1fs: %s", time.monotonic() - started, out / "index.html")
     return summary
+
+
+_UNUSED_COLUMNS: Final = frozenset(
+    {"schema_version", "api_version", "records_examined", "bytes_examined", "topic_spec", "date"}
+)
+
+
+def _small_shuffles(spark: SparkSession) -> None:
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # Spark's 200 is for clusters; each aggregation here is small.
+        partitions = max(2, 2 * spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+
+
+def _duplicates(requests: DataFrame) -> Row:
+    """How many event ids occur more than once, and the rows beyond the first of each (from
+    :func:`spark_audit.transforms.requests_of`'s ``duplicate_ids`` and ``events``)."""
+    return _collect(
+        requests.agg(
+            F.coalesce(F.sum("duplicate_ids"), F.lit(0)).alias("event_ids"),
+            F.coalesce(F.sum(F.col("events") - F.col("distinct_events")), F.lit(0)).alias(
+                "extra_rows"
+            ),
+        )
+    )[0]
+
+
+def _section_rows(
+    section: _Section, requests: DataFrame, events: DataFrame, out: Path
+) -> tuple[list[Row], int | None]:
+    """The section's rows; for a listing, its first ``_PAGE_ROWS`` and how many there are
+    (the CSV file, written here, has every row)."""
+    frame = section.build(requests, events)
+    if not section.listing:
+        return _collect(frame), None
+    frame = frame.cache()
+    try:
+        total = frame.count()
+        _write_frame_csv(out / f"{section.name}.csv", frame)
+        return _collect(frame.limit(_PAGE_ROWS)), total
+    finally:
+        frame.unpersist()
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,7 +553,23 @@ def _write_csv(path: Path, rows: Sequence[Row]) -> None:
 
 
 def _write_frame_csv(path: Path, frame: DataFrame) -> None:
-    """``frame`` into one CSV file, streamed a partition at a time."""
+    """``frame`` into one CSV file on the driver's disk: written by Spark itself in local mode
+    (fast), else streamed to the driver a partition at a time."""
+    spark = frame.sparkSession
+    if (spark.sparkContext.master or "").startswith("local"):
+        parts = path.with_name(f".{path.name}.parts")
+        (
+            frame.coalesce(1)
+            .write.mode("overwrite")
+            .option("header", True)
+            .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
+            .option("emptyValue", "")
+            .csv(str(parts))
+        )
+        (part,) = parts.glob("part-*.csv")
+        part.replace(path)
+        shutil.rmtree(parts)
+        return
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.writer(file)
         writer.writerow(frame.columns)
@@ -551,15 +615,16 @@ def _cell(value: Any) -> str:
     return f"<td>{html.escape(str(value))}</td>"
 
 
-def _table(rows: Sequence[Row], *, limit: int = _PAGE_ROWS) -> str:
+def _table(rows: Sequence[Row], *, total: int | None = None, limit: int = _PAGE_ROWS) -> str:
     if not rows:
         return '<p class="empty">No events.</p>'
     head = "".join(f"<th>{html.escape(name)}</th>" for name in rows[0])
     shown = rows[:limit]
+    total = len(rows) if total is None else total
     body = "".join("<tr>" + "".join(_cell(v) for v in row.values()) + "</tr>" for row in shown)
     more = (
-        f'<p class="empty">First {limit:,} of {len(rows):,} rows; the CSV file has them all.</p>'
-        if len(rows) > limit
+        f'<p class="empty">First {len(shown):,} of {total:,} rows; the CSV file has them all.</p>'
+        if total > len(shown)
         else ""
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
@@ -744,7 +809,7 @@ def _render_html(summary: Mapping[str, Any], sections: Sequence[_Section]) -> st
         body.append(f"<p>{html.escape(section.description)}</p>")
         body.append(_links(section))
         body.append(_section_chart(section.name, rows))
-        body.append(_table(rows))
+        body.append(_table(rows, total=summary["listed_rows"].get(section.name)))
     chains = summary["reports"]["chains"]
     body.append('<h2 id="chains">Audit chains</h2>')
     body.append(

@@ -253,11 +253,14 @@ def requests_of(events: DataFrame) -> DataFrame:
     (``ANONYMOUS`` for null), ``client_id``, ``api``, ``validate_only``, ``dry_run`` (a
     validate_only request or the ``kpg-dry-run`` tool), ``outcome`` (``denied`` when any
     event is denied, else ``allowed``), ``would_deny`` (allowed with a dry-run objection),
-    ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics``, ``resources``,
-    ``events``. ``events`` must have ``topic``.
+    ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics`` and
+    ``resources`` (of the items a rule denied or objected to), ``events`` (rows),
+    ``distinct_events`` and ``duplicate_ids`` (event ids on more than one row). ``events``
+    must have ``topic``.
     """
     decisions = events.where(event_kind() != "lifecycle")
     key = F.coalesce(F.col("request_id"), F.col("event_id")).alias("request_key")
+    refused = F.col("verdict") != "allowed"
     grouped = decisions.groupBy(key).agg(
         F.first("request_id", ignorenulls=True).alias("request_id"),
         F.min("time").alias("time"),
@@ -270,11 +273,14 @@ def requests_of(events: DataFrame) -> DataFrame:
         F.max("event_count").alias("requests"),
         _rules("denied").alias("denied_rules"),
         _rules("would_deny").alias("would_deny_rules"),
-        F.array_sort(F.collect_set("topic")).alias("topics"),
-        F.array_sort(F.collect_set("resource_name")).alias("resources"),
+        # Only refused items' names: the arrays stay empty for the many allowed requests.
+        F.array_sort(F.collect_set(F.when(refused, F.col("topic")))).alias("topics"),
+        F.array_sort(F.collect_set(F.when(refused, F.col("resource_name")))).alias("resources"),
         F.count(F.lit(1)).alias("events"),
+        F.collect_list("event_id").alias("event_ids"),
     )
     denied = F.col("any_denied") == 1
+    distinct = F.size(F.array_distinct("event_ids"))
     return grouped.select(
         "request_key",
         "request_id",
@@ -294,6 +300,21 @@ def requests_of(events: DataFrame) -> DataFrame:
         "topics",
         "resources",
         "events",
+        distinct.alias("distinct_events"),
+        # Event ids on more than one row (copies share their request).
+        F.when(
+            F.col("events") > distinct,
+            F.size(
+                F.array_distinct(
+                    F.filter(
+                        "event_ids",
+                        lambda e: F.size(F.array_remove("event_ids", e)) < F.col("events") - 1,
+                    )
+                )
+            ),
+        )
+        .otherwise(F.lit(0))
+        .alias("duplicate_ids"),
     )
 
 
@@ -488,8 +509,3 @@ def lifecycle_events(events: DataFrame) -> DataFrame:
         .select("time", "gateway_instance", "action", "verdict", "policy_version", "message")
         .orderBy(F.desc("time"), "gateway_instance")
     )
-
-
-def duplicate_event_ids(events: DataFrame) -> DataFrame:
-    """Event ids on more than one row, with how many rows each."""
-    return events.groupBy("event_id").count().where(F.col("count") > 1)
