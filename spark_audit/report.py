@@ -322,13 +322,14 @@ def build_report(
     )
     # Not cached: Parquet is read again per figure, only the columns each one needs.
     events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
+    every_row = events  # the chains see copies of a line too (a "duplicate" in the chain)
     cached: list[DataFrame] = []
     try:
         stage("requests and duplicate event ids")
         requests = requests_of(events).cache()
         cached.append(requests)
         # Copies of an event share its request, so the grouping finds them.
-        duplicates = _duplicates(requests)
+        duplicates = _duplicates(requests, events)
         warnings = []
         if duplicates["event_ids"]:
             warnings.append(
@@ -349,7 +350,7 @@ def build_report(
             if total is not None:
                 listed[section.name] = total
         stage("chains")
-        chains = verify_chains(events)
+        chains = verify_chains(every_row)
         warnings.extend(_chain_warnings(chains))
         stage("events behind the figures")
         for name, frame in _event_sets(events).items():
@@ -395,10 +396,11 @@ def _small_shuffles(spark: SparkSession) -> None:
         spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
 
-def _duplicates(requests: DataFrame) -> Row:
-    """How many event ids occur more than once, and the rows beyond the first of each (from
-    :func:`spark_audit.transforms.requests_of`'s ``duplicate_ids`` and ``events``)."""
-    return _collect(
+def _duplicates(requests: DataFrame, events: DataFrame) -> Row:
+    """How many event ids occur more than once, and the rows beyond the first of each: for
+    decisions from :func:`spark_audit.transforms.requests_of`'s ``duplicate_ids`` and
+    ``events``, for the few lifecycle events (no request) by their own grouping."""
+    in_requests = _collect(
         requests.agg(
             F.coalesce(F.sum("duplicate_ids"), F.lit(0)).alias("event_ids"),
             F.coalesce(F.sum(F.col("events") - F.col("distinct_events")), F.lit(0)).alias(
@@ -406,6 +408,19 @@ def _duplicates(requests: DataFrame) -> Row:
             ),
         )
     )[0]
+    lifecycle = (
+        events.where(event_kind() == "lifecycle")
+        .groupBy("event_id")
+        .count()
+        .where(F.col("count") > 1)
+    )
+    copies = _collect(
+        lifecycle.agg(
+            F.count(F.lit(1)).alias("event_ids"),
+            F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("extra_rows"),
+        )
+    )[0]
+    return {key: in_requests[key] + copies[key] for key in ("event_ids", "extra_rows")}
 
 
 def _section_rows(

@@ -312,13 +312,20 @@ def test_report_flags_gaps_and_breaks_in_the_chains(
     lines[10] = json.dumps(edited, separators=(",", ":"))
     del lines[20]
     segment.write_text("\n".join(lines) + "\n")
+    # And worker-1's first segment restored from a backup under a new name: 50 lines twice.
+    copied = sorted((dirs["spool"] / "worker-1").glob("events-*.jsonl"))[0]
+    shutil.copy(copied, dirs["spool"] / "events-20991231T000000000Z-00000001.jsonl")
     tampered = build_report(spark, str(dirs["spool"]), dirs["report"] / "tampered")
 
     chains = {r["gateway_instance"]: r for r in tampered["reports"]["chains"]}
-    assert chains["kpg-bench-1"]["status"] == "intact"
     broken = chains["kpg-bench-0"]
     assert (broken["status"], broken["gaps"], broken["breaks"]) == ("BROKEN", 1, 1)
+    copied_chain = chains["kpg-bench-1"]
+    assert (copied_chain["status"], copied_chain["duplicates"]) == ("BROKEN", 50)
+    assert (copied_chain["gaps"], copied_chain["breaks"]) == (0, 0)
     assert any("audit chains are not intact" in w for w in tampered["warnings"])
+    assert "50 event ids occur more than once (50 extra rows)" in tampered["warnings"][0]
+    assert tampered["totals"]["audit_events"] == 300 - 1  # each copy counted once
 
 
 def test_a_table_without_the_sink_log_is_refused(
