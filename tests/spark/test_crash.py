@@ -18,7 +18,8 @@ New segments (with copies of earlier events under new names, which the dedupe mu
 are added before every run, so each run has work. The test checks that both commit windows
 were hit at least once (files of a killed batch on disk that the table does not list, and a
 batch in the sink log with no checkpoint commit); each is tried up to several times.
-Runs in about 4 minutes on the shared 2-core machine (each run starts a JVM).
+Takes about 2 minutes on the shared 2-core machine at a load average of 2 to 3, about 7 at
+a load of 10 (each run starts a JVM).
 """
 
 from __future__ import annotations
