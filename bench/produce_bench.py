@@ -162,7 +162,9 @@ SCENARIOS = {
 }
 
 
-def start_gateway(upstream: str, workdir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_gateway(
+    upstream: str, workdir: Path, *, audit: bool = False
+) -> tuple[subprocess.Popen[str], str]:
     schemas = workdir / "schemas"
     schemas.mkdir(exist_ok=True)
     (schemas / "bench.json").write_text(json.dumps(SCHEMA))
@@ -173,6 +175,8 @@ def start_gateway(upstream: str, workdir: Path) -> tuple[subprocess.Popen[str], 
         "state": {"path": str(workdir / "state.db")},
         "policies": {"record.validation.json.schema.dir": str(schemas)},
     }
+    if audit:
+        config["audit"] = {"spool_dir": str(workdir / "spool")}
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     kpg = Path(sys.executable).with_name("kpg")
@@ -607,6 +611,12 @@ def main() -> int:
     parser.add_argument(
         "--hostile-rounds", type=int, default=2, help="hostile: alone/bombed rounds (ABBA)"
     )
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="the gateway writes audit events to a spool in the work directory, as deployed "
+        "(default: no audit sink, as the earlier results in bench/results/ ran)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     if args.pairs < 1:
@@ -616,7 +626,7 @@ def main() -> int:
     results: dict[str, Any] = {}
     load_at_start = os.getloadavg()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
-        process, gateway = start_gateway(str(broker.address), Path(workdir))
+        process, gateway = start_gateway(str(broker.address), Path(workdir), audit=args.audit)
         try:
             warm_up(str(broker.address), gateway)
             for name in names:
@@ -656,6 +666,7 @@ def main() -> int:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_average": {"start": load_at_start, "end": os.getloadavg()},
         "pairs": args.pairs,
+        "audit": args.audit,
         "latency_rate": args.latency_rate,
         "broker": "tansu (embedded, memory)",
         # protocol/_recscan.c, or the full Python reader alone (KPG_RECORD_SCANNER=python)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
+from .logs import LOG_FORMATS
+from .logs import configure as configure_logging
 from .rlimits import raise_open_file_limit
 from .supervisor import Supervisor, cpu_count, watch_parent, worker_command, worker_spool_dir
 
@@ -77,6 +79,13 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log lines at this level and above go to stderr (default: INFO)",
+    )
+    run.add_argument(
+        "--log-format",
+        default="text",
+        choices=LOG_FORMATS,
+        help="text lines, or one JSON object per line (time, level, logger, message, "
+        "exception) for a log pipeline (default: text)",
     )
     # Set by the supervisor for its workers; not for people.
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
@@ -290,6 +299,8 @@ def _supervise(
         str(config.node_port_base),
         "--log-level",
         args.log_level,
+        "--log-format",
+        args.log_format,
     ]
     if embedded:
         base.append("--embedded-upstream")
@@ -382,13 +393,10 @@ def _serve(
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    worker = getattr(args, "worker_index", None)
-    logging.basicConfig(
-        level=getattr(args, "log_level", "INFO"),
-        format="%(asctime)s %(levelname)s "
-        + (f"worker-{worker} " if worker is not None else "")
-        + "%(name)s: %(message)s",
-        stream=sys.stderr,
+    configure_logging(
+        getattr(args, "log_level", "INFO"),
+        getattr(args, "log_format", "text"),
+        worker=getattr(args, "worker_index", None),
     )
     return int(args.func(args))
 

@@ -32,16 +32,20 @@ change removes, so that such a policy holds whichever API the client uses.
 Requests Kafka refuses before any policy runs come back as :class:`InvalidAlteration`, with
 Kafka's message (the caller answers INVALID_REQUEST): a key that appears twice, a missing
 value for anything but DELETE (for the legacy API: any missing value), an unknown operation.
+
+:func:`audited` turns a change into what the audit event records: every altered key with its
+value before and after, values of sensitive keys left out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from policies.api import FrozenMap
 from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT, ConfigAlteration
+from spark_audit import event
 
 OPERATIONS: Final = frozenset({SET, DELETE, APPEND, SUBTRACT})
 
@@ -140,3 +144,51 @@ def _check(
 
 def _items(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
+
+
+PASSWORD_TYPE: Final = 9
+"""DescribeConfigs ``config_type`` of a PASSWORD config (Kafka's ConfigDef.Type)."""
+
+_SENSITIVE_NAMES: Final = (
+    "password",
+    "secret",
+    "jaas.config",
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.certificates",
+)
+
+
+def looks_sensitive(name: str) -> bool:
+    """A key Kafka would mark sensitive (type PASSWORD) though the broker did not describe it:
+    a listener- or mechanism-prefixed copy (``listener.name.x.ssl.key.password``,
+    ``...sasl.jaas.config``) or an unknown one named like a secret."""
+    lowered = name.lower()
+    return any(part in lowered for part in _SENSITIVE_NAMES)
+
+
+def sensitive_keys(described: Collection[tuple[str, bool, int]]) -> frozenset[str]:
+    """Of (name, is_sensitive, config_type) as DescribeConfigs gives them: the sensitive
+    keys (flagged, or of type PASSWORD)."""
+    return frozenset(
+        name for name, flagged, config_type in described if flagged or config_type == PASSWORD_TYPE
+    )
+
+
+def audited(
+    change: ConfigChange,
+    before: Mapping[str, str],
+    sensitive: Callable[[str], bool],
+) -> tuple[event.ConfigChange, ...]:
+    """The audit record of ``change``: each altered key (in request order, implicit deletes
+    after) with its value in ``before`` and after the change; both null for a key
+    ``sensitive`` says is secret."""
+    records = []
+    for name in change.altered:
+        if sensitive(name):
+            records.append(event.ConfigChange(name=name, before=None, after=None, sensitive=True))
+        else:
+            records.append(
+                event.ConfigChange(name=name, before=before.get(name), after=change.after.get(name))
+            )
+    return tuple(records)

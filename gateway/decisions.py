@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from policies.chain import Decision
 from protocol.versions import api_name
-from spark_audit.event import AuditEvent
+from spark_audit.event import AuditEvent, ConfigChange, TopicSpec
 
 from .audit import AuditEmitter
 from .metrics import GatewayMetrics
@@ -35,6 +35,10 @@ class Subject:
     validate_only: bool = False
     records_examined: int = 0
     bytes_examined: int = 0
+    request_id: str | None = None
+    """Shared by every decision of one client request."""
+    config_changes: tuple[ConfigChange, ...] | None = None
+    topic_spec: TopicSpec | None = None
 
 
 class DecisionRecorder:
@@ -66,7 +70,8 @@ class DecisionRecorder:
             text = (
                 f"{api} {subject.action} {subject.resource_type} {subject.resource_name!r} "
                 f"by {subject.principal or 'ANONYMOUS'} ({subject.client_address}): "
-                f"{verdict.policy} {verdict.outcome.replace('_', '-')}: {verdict.message}"
+                f"{verdict.policy} {verdict.outcome.replace('_', '-')}: {verdict.message} "
+                f"(audit request id {subject.request_id})"
             )
             if verdict.outcome == "would_deny":
                 log.warning("dry-run %s", text)
@@ -122,4 +127,7 @@ class DecisionRecorder:
             bytes_examined=subject.bytes_examined,
             event_kind="decision",
             policy_version=self.policy_version,
+            request_id=subject.request_id,
+            config_changes=subject.config_changes,
+            topic_spec=subject.topic_spec,
         )

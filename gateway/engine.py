@@ -11,9 +11,12 @@ the rest, the same way for every API:
 3. ``judge``: each remaining item is either answered here (an :class:`ItemError`: the topic
    does not exist, the request is invalid) or decided by the policies (a :class:`Judged`).
 4. Audit: every :class:`Judged` goes to the decision recorder (log, metrics, audit events)
-   before the client hears of it. A denied item gets its ``denial``. An allowed item of a
-   validate_only request that dry-run rules object to is answered with their message on its
-   success, where the enforcement can write it (``dry_run_notes``).
+   before the client hears of it, all under one request id for the request. A denied item
+   gets its ``denial``, its message ending in ``(audit request id <id>)`` so the client's
+   log joins the audit table. Errors that stand in for the broker's (a topic that exists,
+   answered here) keep the broker's words. An allowed item of a validate_only request that
+   dry-run rules object to is answered with their message on its success, where the
+   enforcement can write it (``dry_run_notes``).
 5. ``settle``: what happens to the allowed items besides forwarding them (a dry run answered
    here, state written first, a request that must be re-encoded, a step after the broker's
    answer).
@@ -39,6 +42,9 @@ from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError, Note
 from protocol.versions import VersionRange
+from spark_audit.event import ConfigChange as AuditedConfigChange
+from spark_audit.event import TopicSpec as AuditedTopicSpec
+from spark_audit.event import new_request_id
 
 from .decisions import DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
@@ -134,6 +140,10 @@ class Judged:
     """What a denied item is answered; None: POLICY_VIOLATION with the decision's message."""
     records_examined: int = 0
     bytes_examined: int = 0
+    config_changes: tuple[AuditedConfigChange, ...] | None = None
+    """A config change: each key with its value before and after (audited)."""
+    topic_spec: AuditedTopicSpec | None = None
+    """A topic creation: the topic as the policies judged it (audited)."""
 
     def error(self) -> ItemError:
         if self.denial is not None:
@@ -273,7 +283,9 @@ class Engine:
         keys: Sequence[K],
     ) -> tuple[dict[K, ItemError], list[K], dict[K, str]]:
         """Dedupe, judge and audit: the items answered here, the allowed ones in order, and
-        what the dry-run rules say of allowed items of a validate_only request."""
+        what the dry-run rules say of allowed items of a validate_only request. The request's
+        id is made at its first decision (most Fetch requests have none); denials carry it in
+        their message."""
         local: dict[K, ItemError] = {}
         notes: dict[K, str] = {}
         counts = Counter(keys)
@@ -284,23 +296,28 @@ class Engine:
         unique = [key for key in counts if key not in local]
         rulings = await enforcement.judge(ctx, cluster, request, unique)
         audited: set[int] = set()
+        request_id = ""
         for key in unique:
             ruling = rulings.get(key)
             if isinstance(ruling, Judged):
                 error = ruling.error()
+                request_id = request_id or new_request_id()
                 if id(ruling) not in audited:  # one decision shared by items is one event
                     audited.add(id(ruling))
-                    await self._audit(ctx, ruling, error)
+                    await self._audit(ctx, ruling, error, request_id)
                 if not ruling.decision.allowed:
-                    local[key] = error
+                    local[key] = tagged(error, request_id)
                 elif ruling.validate_only and ruling.decision.message is not None:
                     notes[key] = ruling.decision.message
             elif ruling is not None:
                 local[key] = ruling
         return local, [key for key in unique if key not in local], notes
 
-    async def _audit(self, ctx: RequestContext, judged: Judged, error: ItemError) -> None:
+    async def _audit(
+        self, ctx: RequestContext, judged: Judged, error: ItemError, request_id: str
+    ) -> None:
         subject = Subject(
+            request_id=request_id,
             client_address=ctx.client_address,
             principal=ctx.principal,
             client_id=ctx.client_id,
@@ -312,6 +329,8 @@ class Engine:
             validate_only=judged.validate_only,
             records_examined=judged.records_examined,
             bytes_examined=judged.bytes_examined,
+            config_changes=judged.config_changes,
+            topic_spec=judged.topic_spec,
         )
         code = None if judged.decision.allowed else error.error_code
         await self._decisions.record(subject, judged.decision, code)
@@ -328,6 +347,15 @@ def _add_notes(local: dict[K, ItemError], notes: Mapping[K, str]) -> None:
             local[key] = Note(error_message=message)
         elif here.ok and here.error_message is None:
             local[key] = replace(here, error_message=message)
+
+
+def tagged(error: ItemError, request_id: str) -> ItemError:
+    """``error`` with the audit request id at the end of its message (an OK stays as is)."""
+    if error.ok:
+        return error
+    note = f"audit request id {request_id}"
+    message = f"{error.error_message} ({note})" if error.error_message else note
+    return replace(error, error_message=message)
 
 
 def _route(

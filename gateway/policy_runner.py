@@ -69,9 +69,10 @@ class PolicyRunner:
             raise PolicyUnavailable(timeout_message(name, what, self.timeout_s)) from None
 
     @staticmethod
-    def gateway_denial(message: str) -> Decision:
-        """Fail closed: the gateway's own denial (policy ``gateway``), audited as a policy's."""
-        verdict = Verdict(policy="gateway", mode=Mode.ENFORCE, outcome="denied", message=message)
+    def gateway_denial(message: str, policy: str = "gateway") -> Decision:
+        """Fail closed: the gateway's own denial (policy ``gateway`` unless named), audited as
+        a policy's."""
+        verdict = Verdict(policy=policy, mode=Mode.ENFORCE, outcome="denied", message=message)
         return Decision(allowed=False, verdicts=(verdict,))
 
     @classmethod

@@ -2,6 +2,8 @@
 
 - :func:`produce_acks` reads only ``acks``, for the pass-through path; :func:`with_acks`
   writes it in place (the opt-in enforcement of a configured acks=-1).
+  :func:`produce_topics` reads only the topic names, stepping over the records unread (the
+  pass-through path counts every Produce in the audit summaries).
 - :func:`read_produce` decodes the request with kio's schema and lists its partitions, each
   with its records field untouched (magic 2 batches, read with :mod:`protocol.records`).
 - :func:`produce_request_keeping` re-encodes the request with only the partitions the
@@ -218,6 +220,96 @@ def _acks_offset(header: RequestHeader, frame: bytes) -> int:
         raise FrameRejected("bad_body", f"produce request has no readable acks: {exc}") from None
     if offset + _ACKS.size > len(frame):
         raise FrameRejected("bad_body", "produce request has no readable acks: too short")
+    return offset
+
+
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+
+
+def produce_topics(header: RequestHeader, frame: bytes) -> tuple[str, ...]:
+    """The topic names of a Produce request (v3 to v12), each once, in request order.
+
+    Reads lengths and names only: the records of each partition are stepped over, never
+    read or copied. Tagged fields (v9 and later) are stepped over too.
+
+    :raises Undecodable: for a version outside :data:`VERSIONS`, one that names topics by id
+        (v13: the names need the cluster), or a body that ends early.
+    """
+    if header.api_version not in VERSIONS or header.api_version >= TOPIC_IDS_SINCE:
+        raise Undecodable(
+            f"Produce v{header.api_version} names no topics (names are read in v3 to v12)"
+        )
+    try:
+        if is_flexible(PRODUCE, header.api_version):
+            return _flexible_topics(frame, _acks_offset(header, frame) + 6)
+        return _legacy_topics(frame, _acks_offset(header, frame) + 6)
+    except (struct.error, IndexError, UnicodeDecodeError, FrameRejected) as exc:
+        raise Undecodable(f"produce request topics unreadable: {exc}") from None
+
+
+def _legacy_topics(frame: bytes, offset: int) -> tuple[str, ...]:
+    """v3-v8 from ``topic_data`` (behind acks and timeout_ms)."""
+    names: dict[str, None] = {}
+    (topics,) = _I32.unpack_from(frame, offset)
+    offset += 4
+    for _ in range(topics):
+        (size,) = _I16.unpack_from(frame, offset)
+        offset += 2
+        if size < 0 or offset + size > len(frame):
+            raise IndexError("topic name beyond the frame")
+        names[frame[offset : offset + size].decode()] = None
+        offset += size
+        (partitions,) = _I32.unpack_from(frame, offset)
+        offset += 4
+        for _ in range(partitions):
+            (records,) = _I32.unpack_from(frame, offset + 4)  # behind the partition index
+            offset += 8 + max(records, 0)
+    if offset > len(frame):
+        raise IndexError("records beyond the frame")
+    return tuple(names)
+
+
+def _flexible_topics(frame: bytes, offset: int) -> tuple[str, ...]:
+    """v9 from ``topic_data``: compact arrays and strings, tagged fields."""
+    names: dict[str, None] = {}
+    topics, offset = _uvarint(frame, offset)
+    for _ in range(topics - 1):
+        size, offset = _uvarint(frame, offset)
+        if size < 1 or offset + size - 1 > len(frame):
+            raise IndexError("topic name beyond the frame")
+        names[frame[offset : offset + size - 1].decode()] = None
+        offset += size - 1
+        partitions, offset = _uvarint(frame, offset)
+        for _ in range(partitions - 1):
+            records, offset = _uvarint(frame, offset + 4)  # behind the partition index
+            offset = _skip_tags(frame, offset + max(records - 1, 0))
+        offset = _skip_tags(frame, offset)
+    if offset > len(frame):
+        raise IndexError("records beyond the frame")
+    return tuple(names)
+
+
+def _uvarint(frame: bytes, offset: int) -> tuple[int, int]:
+    """An unsigned varint at ``offset``: its value and the offset behind it."""
+    value = shift = 0
+    while True:
+        byte = frame[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, offset
+        shift += 7
+        if shift > 28:
+            raise IndexError("varint longer than 5 bytes")
+
+
+def _skip_tags(frame: bytes, offset: int) -> int:
+    count, offset = _uvarint(frame, offset)
+    for _ in range(count):
+        _, offset = _uvarint(frame, offset)
+        size, offset = _uvarint(frame, offset)
+        offset += size
     return offset
 
 

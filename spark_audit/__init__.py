@@ -5,6 +5,8 @@ graph acyclic):
 
 - :mod:`spark_audit.event` is the schema (see ``SCHEMA.md``). It is the only module the
   gateway imports, so it must stay free of pyspark at import time.
+- :mod:`spark_audit.chain` verifies the tamper-evident chains of the events (pure functions,
+  and ``kpg audit verify`` for a spool directory); no pyspark.
 - :mod:`spark_audit.options` holds the stream's command-line options and logging set-up,
   shared by ``kpg audit stream`` and spark-submit; no pyspark.
 - :mod:`spark_audit.session` builds the Spark session and looks paths up on any file system.
@@ -14,9 +16,11 @@ graph acyclic):
   and file sink's logs make each batch read once and committed all or nothing, and the
   stream's state drops copies of an ``event_id``.
 - :mod:`spark_audit.report` builds ``summary.json``, CSV files and ``index.html``.
-- :mod:`spark_audit.cli` mounts ``kpg audit report`` and ``kpg audit stream``.
+- :mod:`spark_audit.replay` re-judges recorded requests with a candidate policy configuration
+  (``kpg audit replay``); the one module that imports :mod:`policies` (pure rules, no I/O).
+- :mod:`spark_audit.cli` mounts ``kpg audit report``, ``stream`` and ``replay``.
 
 Times are UTC throughout: event times are written with a ``Z``, and the Spark session runs
 with ``spark.sql.session.timeZone=UTC`` (``session.build_spark_session`` sets it).
-Nothing here imports ``gateway``, ``protocol`` or ``policies``.
+Nothing here imports ``gateway`` or ``protocol``; only ``replay`` imports ``policies``.
 """

@@ -1,4 +1,5 @@
-"""``kpg audit`` subcommands: ``report`` (batch) and ``stream`` (the Structured Streaming job).
+"""``kpg audit`` subcommands: ``report`` (batch), ``stream`` (the Structured Streaming job),
+``replay`` (candidate policies against recorded requests) and ``verify`` (the spool's chains).
 
 Mount with :func:`add_audit_commands`; like ``kpg run``, each leaf parser sets ``func`` to a
 function ``(argparse.Namespace) -> int`` that returns the exit status. pyspark is imported
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
+from spark_audit.chain import add_verify_command
 from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
 
 logger = logging.getLogger(__name__)
@@ -18,7 +21,8 @@ logger = logging.getLogger(__name__)
 def add_audit_commands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
-    """Add ``audit report`` and ``audit stream`` to ``subparsers`` (from ``add_subparsers``).
+    """Add ``audit report``, ``stream``, ``replay`` and ``verify`` to ``subparsers`` (from
+    ``add_subparsers``).
 
     :returns: the ``audit`` parser.
     """
@@ -38,6 +42,16 @@ def add_audit_commands(
     report.add_argument(
         "--top", type=int, default=10, help="rows in the top offenders report (default: 10)"
     )
+    report.add_argument(
+        "--since", help="only events at or after this UTC time (e.g. 2026-11-21T09:00:00)"
+    )
+    report.add_argument("--until", help="only events before this UTC time")
+    report.add_argument(
+        "--principal", help="only this principal's events (ANONYMOUS: unauthenticated clients)"
+    )
+    report.add_argument(
+        "--topic", help="only events about this topic (Produce partitions count as it)"
+    )
     report.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     report.set_defaults(func=report_command)
 
@@ -51,25 +65,49 @@ def add_audit_commands(
     add_stream_arguments(stream)
     stream.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     stream.set_defaults(func=stream_command)
+
+    replay = commands.add_parser(
+        "replay",
+        help="re-judge recorded requests with candidate policies; list what would change",
+        description="Re-judge the recorded requests (topic creations and config changes, from "
+        "their schema v2 details) with the policies of a candidate gateway configuration, on "
+        "Spark, and list the requests it would deny that were allowed, and the reverse, per "
+        "rule, principal and topic. Produce, deletes and partition increases are counted as "
+        "not replayable (their records or topic state are not recorded).",
+    )
+    from spark_audit.options import add_replay_arguments
+
+    add_replay_arguments(replay)
+    replay.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    replay.set_defaults(func=replay_command)
+    add_verify_command(commands)
     return audit
 
 
 def report_command(args: argparse.Namespace) -> int:
     """``kpg audit report --input DIR --out DIR``."""
-    from spark_audit.report import build_report
+    from spark_audit.report import Filters, build_report
     from spark_audit.session import build_spark_session
 
     configure_logging()
-    spark = build_spark_session("kpg-audit-report", master=args.master)
+    spark = build_spark_session(
+        "kpg-audit-report", master=args.master, driver_memory="2g", web_ui=False
+    )
+    filters = Filters(
+        since=args.since, until=args.until, principal=args.principal, topic=args.topic
+    )
     try:
-        summary = build_report(spark, args.input, args.out, top_n=args.top)
+        summary = build_report(spark, args.input, args.out, top_n=args.top, filters=filters)
     except FileNotFoundError as exc:
         logger.error("%s", exc)
         return 2
     totals = summary["totals"]
+    for warning in summary["warnings"]:
+        print(f"kpg audit report: warning: {warning}", file=sys.stderr)
     print(
-        f"{totals['decisions']} decisions ({totals['denied']} denied, "
-        f"{totals['would_deny']} would deny); report in {args.out}/index.html"
+        f"{totals['requests']:,} requests ({totals['requests_denied']:,} denied, "
+        f"{totals['requests_would_deny']:,} allowed with a dry-run objection); "
+        f"report in {args.out}/index.html"
     )
     return 0
 
@@ -80,10 +118,41 @@ def stream_command(args: argparse.Namespace) -> int:
     from spark_audit.session import build_spark_session
 
     configure_logging()
-    spark = build_spark_session("kpg-audit-stream", master=args.master)
+    # A run to completion needs no web UI; a long-running stream keeps Spark's.
+    spark = build_spark_session(
+        "kpg-audit-stream",
+        master=args.master,
+        driver_memory="2g",
+        web_ui=not args.available_now,
+    )
     try:
         run_stream(spark, **stream_settings(args))
     except (KafkaConnectorMissingError, ValueError) as exc:
         logger.error("%s", exc)
         return 2
+    return 0
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    """``kpg audit replay --config FILE --input DIR [--since T] [--until T] [--output DIR]``."""
+    from spark_audit.replay import CandidateError, build_replay
+    from spark_audit.session import build_spark_session
+
+    configure_logging()
+    spark = build_spark_session(
+        "kpg-audit-replay", master=args.master, driver_memory="2g", web_ui=False
+    )
+    try:
+        summary = build_replay(
+            spark, args.input, args.config, args.output, since=args.since, until=args.until
+        )
+    except (CandidateError, OSError) as exc:
+        logger.error("%s", exc)
+        return 2
+    skipped = summary["requests"] - summary["replayed_requests"]
+    print(
+        f"{summary['replayed_requests']:,} of {summary['requests']:,} requests replayed "
+        f"({skipped:,} not replayable); {summary['newly_denied']:,} newly denied, "
+        f"{summary['newly_allowed']:,} newly allowed; details in {args.output}"
+    )
     return 0

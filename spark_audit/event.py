@@ -125,8 +125,8 @@ class ConfigChange:
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSpec:
     """A topic creation as the policies judged it: partitions and replication factor (broker
-    defaults resolved; both null when the request gave a replica assignment), and the
-    topic configs the request set."""
+    defaults resolved, null where unknown; for a replica assignment its partition count and
+    largest replica list), and the topic configs the request set."""
 
     partitions: int | None
     replication_factor: int | None

@@ -149,11 +149,11 @@ def check_table(spark: SparkSession, table_dir: str) -> None:
 def _configure_stream(spark: SparkSession, state_partitions: int | None) -> None:
     # State in RocksDB (on disk, bounded memory) unless spark-submit chose a provider; a
     # checkpoint keeps the provider and partition count it started with, whatever is set here.
+    # Each batch uploads RocksDB's new files to the checkpoint (no changelog): a run that
+    # starts restores them as they are, instead of replaying every change since a snapshot
+    # (22 s for a million events, when the runs are short ones of --available-now).
     if not spark.sparkContext.getConf().contains("spark.sql.streaming.stateStore.providerClass"):
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)
-        spark.conf.set(
-            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"
-        )
     partitions = state_partitions or max(1, spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     # No empty batches just to move the watermark: state expiry waits for the next data.

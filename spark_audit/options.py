@@ -75,3 +75,14 @@ def configure_logging() -> None:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     logging.getLogger("spark_audit").setLevel(logging.INFO)
+
+
+def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
+    """``kpg audit replay``'s options."""
+    parser.add_argument("--config", required=True, help="gateway YAML with candidate policies")
+    parser.add_argument("--input", required=True, help="the audit table (or a spool directory)")
+    parser.add_argument("--since", help="only requests at or after this UTC time")
+    parser.add_argument("--until", help="only requests before this UTC time")
+    parser.add_argument(
+        "--output", default="audit-replay", help="directory for summary.json and CSV files"
+    )

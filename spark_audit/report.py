@@ -2,13 +2,19 @@
 
 :func:`build_report` writes into ``out_dir``:
 
-- ``summary.json``: every report's rows plus the totals, machine-readable;
+- ``summary.json``: every report's rows plus the totals and warnings, machine-readable;
 - ``<report>.csv``: one file per report, the same rows;
+- ``events-<set>.csv``: the events behind the figures (denied, dry-run objections, dry
+  runs, config changes), linked from each section of the page;
 - ``index.html``: the same numbers as tables, with inline SVG charts (no scripts, nothing
   fetched from the network).
 
-All three come from the same collected rows, so they cannot disagree. Each stage logs a
-line (``report stage i/n``) so a long run shows where it is.
+Counts are of requests (``request_id``; see "Requests and their outcome" in SCHEMA.md): a
+request breaking three rules is one denied request, listed with its three rules. Filters
+(``since``, ``until``, ``principal``, ``topic``) apply to events before anything is counted.
+Duplicate event ids (copies the stream did not drop) are counted once, and reported as a
+warning on the page, in ``summary.json`` and in the log. Each stage logs a line
+(``report stage i/n``) so a long run shows where it is.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import datetime as dt
 import html
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,27 +32,44 @@ from pathlib import Path
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from spark_audit.chain import ChainStatus, Link, verify_links
 from spark_audit.event import SCHEMA_VERSION
 from spark_audit.session import glob_paths, path_exists, spool_glob
 from spark_audit.transforms import (
-    decisions_per_hour,
-    denials_by,
+    LINE_HASH,
+    RequestDimension,
+    config_changes,
+    denied_requests,
+    denied_requests_by,
+    dry_run_requests,
+    event_kind,
+    filter_events,
+    lifecycle_events,
+    normalize_events,
     parse_lines,
-    prepare_events,
+    principal_name,
+    principals,
+    request_offenders,
+    request_totals,
+    requests_of,
+    requests_per_hour,
     table_schema,
-    top_offenders,
     totals,
-    validate_only_outcomes,
-    would_deny_by_policy,
+    with_date,
+    with_topic,
+    would_deny_requests_by_policy,
 )
 
 logger = logging.getLogger(__name__)
 
-REPORT_FORMAT_VERSION: Final = 1
+REPORT_FORMAT_VERSION: Final = 2
 """Version of ``summary.json``'s layout (not of the events)."""
 
 _MAX_CHART_HOURS: Final = 24 * 92
+_PAGE_ROWS: Final = 200
+"""Rows of a long section shown on the page; its CSV file has them all."""
 
 VERDICT_COLOURS: Final = {"allowed": "#2e7d32", "denied": "#c62828", "would_deny": "#ef6c00"}
 
@@ -53,70 +77,191 @@ Row = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Filters:
+    """What a report covers: ``[since, until)`` (UTC, ISO-8601), one principal (``ANONYMOUS``
+    for unauthenticated clients), one topic. ``None`` means no filter."""
+
+    since: str | None = None
+    until: str | None = None
+    principal: str | None = None
+    topic: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"{name} {value}" for name, value in self._items() if value is not None]
+        return ", ".join(parts) if parts else "none"
+
+    def _items(self) -> list[tuple[str, str | None]]:
+        return [
+            ("since", self.since),
+            ("until", self.until),
+            ("principal", self.principal),
+            ("topic", self.topic),
+        ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Section:
     name: str
     title: str
-    build: Callable[[DataFrame], DataFrame]
+    build: Callable[[DataFrame, DataFrame], DataFrame]
+    """(requests, events) -> the section's rows."""
     description: str
+    events: str | None = None
+    """Which ``events-<set>.csv`` holds the events behind the section's figures."""
+    listing: bool = False
+    """A list of requests or events, not a table of figures: its CSV file has every row,
+    ``summary.json`` and the page the first ``_PAGE_ROWS``."""
+
+
+def _by(dimension: RequestDimension) -> Callable[[DataFrame, DataFrame], DataFrame]:
+    return lambda requests, _: denied_requests_by(requests, dimension)
 
 
 def _sections(top_n: int) -> tuple[_Section, ...]:
     return (
         _Section(
-            name="decisions_per_hour",
-            title="Decisions per hour",
-            build=decisions_per_hour,
-            description="Gateway decisions per UTC hour, by verdict.",
+            name="requests_per_hour",
+            title="Requests per hour",
+            build=lambda requests, _: requests_per_hour(requests),
+            description="Requests per UTC hour: denied, allowed with a dry-run objection "
+            "(would deny), and allowed. Each has its own chart and scale.",
+            events="denied",
         ),
         _Section(
-            name="denials_by_policy",
-            title="Denials by policy",
-            build=lambda df: denials_by(df, "policy"),
-            description="Denied decisions per policy.",
+            name="denied_by_policy",
+            title="Denied requests by rule",
+            build=_by("policy"),
+            description="Denied requests per rule they broke (a request breaking two rules "
+            "counts for each).",
+            events="denied",
         ),
         _Section(
-            name="denials_by_principal",
-            title="Denials by principal",
-            build=lambda df: denials_by(df, "principal"),
-            description="Denied decisions per authenticated principal.",
+            name="denied_by_principal",
+            title="Denied requests by principal",
+            build=_by("principal"),
+            description="Denied requests per principal; ANONYMOUS is unauthenticated clients.",
+            events="denied",
         ),
         _Section(
-            name="denials_by_client_id",
-            title="Denials by client id",
-            build=lambda df: denials_by(df, "client_id"),
-            description="Denied decisions per Kafka client.id.",
+            name="denied_by_client_id",
+            title="Denied requests by client id",
+            build=_by("client_id"),
+            description="Denied requests per Kafka client.id.",
+            events="denied",
         ),
         _Section(
-            name="denials_by_topic",
-            title="Denials by topic",
-            build=lambda df: denials_by(df, "topic"),
-            description="Denied decisions per topic.",
+            name="denied_by_topic",
+            title="Denied requests by topic",
+            build=_by("topic"),
+            description="Denied requests per topic a rule denied in them (Produce partitions "
+            "counted as their topic).",
+            events="denied",
+        ),
+        _Section(
+            name="denied_requests",
+            title="Denied requests",
+            build=lambda requests, _: denied_requests(requests),
+            description="Every denied request, newest first, with the rules it broke.",
+            events="denied",
+            listing=True,
         ),
         _Section(
             name="top_offenders",
             title=f"Top {top_n} offenders",
-            build=lambda df: top_offenders(df, top_n),
-            description="Principal and client pairs with the most denied or would-deny decisions.",
+            build=lambda requests, _: request_offenders(requests, top_n),
+            description="Principal and client pairs with the most denied requests and "
+            "dry-run objections; dry runs (validate_only, kpg-dry-run) are not counted here.",
+            events="denied",
         ),
         _Section(
             name="would_deny_by_policy",
-            title="Dry run: would deny, per policy",
-            build=would_deny_by_policy,
-            description="What each policy in dry-run mode would have denied.",
+            title="Dry-run rules: would deny",
+            build=lambda requests, _: would_deny_requests_by_policy(requests),
+            description="Requests each rule in dry-run mode objected to that no enforced rule "
+            "denied: what enforcing it would refuse.",
+            events="would_deny",
         ),
         _Section(
-            name="validate_only_outcomes",
-            title="validate_only requests",
-            build=validate_only_outcomes,
-            description="Outcome of requests sent with validate_only (for example "
-            "CreateTopics dry runs), per API, verdict and deciding policy.",
+            name="dry_runs",
+            title="Dry runs (validate_only, kpg-dry-run)",
+            build=lambda requests, _: dry_run_requests(requests),
+            description="Requests that only asked for a verdict: validate_only requests and the "
+            "kpg-dry-run tool, per API, client id and outcome; kept apart from offenders.",
+            events="dry_runs",
+        ),
+        _Section(
+            name="principals",
+            title="Principals",
+            build=lambda requests, _: principals(requests),
+            description="Requests per principal; ANONYMOUS is unauthenticated clients.",
+            events="denied",
+        ),
+        _Section(
+            name="config_changes",
+            title="Config changes",
+            build=lambda _, events: config_changes(events),
+            description="Every config key a judged request changed (or tried to), with its "
+            "value before and after; sensitive values are never recorded.",
+            events="config_changes",
+            listing=True,
+        ),
+        _Section(
+            name="lifecycle",
+            title="Gateway starts, stops and reloads",
+            build=lambda _, events: lifecycle_events(events),
+            description="Lifecycle events of the gateways, with the policy version in force.",
         ),
     )
 
 
+_EVENT_COLUMNS: Final = (
+    "time",
+    "request_id",
+    "event_id",
+    "principal",
+    "client_id",
+    "client_address",
+    "api",
+    "topic",
+    "resource_type",
+    "resource_name",
+    "action",
+    "policy",
+    "mode",
+    "verdict",
+    "error_code",
+    "message",
+    "validate_only",
+    "event_count",
+    "policy_version",
+    "gateway_instance",
+    "chain_id",
+    "seq",
+)
+
+
+def _event_sets(events: DataFrame) -> dict[str, DataFrame]:
+    """The events behind the figures, one CSV file each."""
+    columns = [
+        principal_name().alias("principal") if c == "principal" else c for c in _EVENT_COLUMNS
+    ]
+    decisions = events.where(event_kind() != "lifecycle")
+    dry_run = F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
+    sets = {
+        "denied": decisions.where(F.col("verdict") == "denied"),
+        "would_deny": decisions.where(F.col("verdict") == "would_deny"),
+        "dry_runs": decisions.where(dry_run),
+        "config_changes": decisions.where(F.col("config_changes").isNotNull()),
+    }
+    # In the table's order (by ingest, so a request's events are together), not sorted: a sort
+    # of every denied or config-changing event cost more than the rest of the page.
+    return {name: frame.select(*columns) for name, frame in sets.items()}
+
+
 def load_events(spark: SparkSession, input_path: str) -> DataFrame:
     """Audit table rows from ``input_path``: a spool directory (it has completed
-    ``events-*.jsonl`` segments) or a Parquet table written by the stream.
+    ``events-*.jsonl`` segments, in it or in its direct subdirectories) or a Parquet table
+    written by the stream. Copies of an event are kept (the report counts them).
 
     :raises FileNotFoundError: if ``input_path`` does not exist.
     """
@@ -126,7 +271,8 @@ def load_events(spark: SparkSession, input_path: str) -> DataFrame:
     segments = spool_glob(base)
     if glob_paths(spark, segments):
         logger.info("report input %s is a spool directory", input_path)
-        return prepare_events(parse_lines(spark.read.text(segments)))
+        events = with_date(normalize_events(parse_lines(spark.read.text(segments))))
+        return events.select(*table_schema().names)
     logger.info("report input %s is a Parquet table", input_path)
     # The table's root: Spark reads the files its _spark_metadata log lists, so files of a
     # batch the stream did not commit are never read.
@@ -134,20 +280,29 @@ def load_events(spark: SparkSession, input_path: str) -> DataFrame:
 
 
 def build_report(
-    spark: SparkSession, input_path: str, out_dir: str | Path, *, top_n: int = 10
+    spark: SparkSession,
+    input_path: str,
+    out_dir: str | Path,
+    *,
+    top_n: int = 10,
+    filters: Filters | None = None,
 ) -> dict[str, Any]:
     """Compute every report from ``input_path`` and write them to ``out_dir``.
 
     :returns: the content of ``summary.json``.
     :raises FileNotFoundError: if ``input_path`` does not exist.
     """
+    filters = filters or Filters()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = _sections(top_n)
-    stages = len(sections) + 3
+    stages = len(sections) + 6
     started = time.monotonic()
+    number = 0
 
-    def stage(number: int, what: str) -> None:
+    def stage(what: str) -> None:
+        nonlocal number
+        number += 1
         logger.info(
             "report stage %d/%d: %s (%.1fs elapsed)",
             number,
@@ -156,34 +311,231 @@ def build_report(
             time.monotonic() - started,
         )
 
-    stage(1, f"loading events from {input_path}")
-    events = load_events(spark, input_path).cache()
+    _small_shuffles(spark)
+    stage(f"loading events from {input_path} (filters: {filters.describe()})")
+    loaded = filter_events(
+        with_topic(load_events(spark, input_path)),
+        since=filters.since,
+        until=filters.until,
+        principal=filters.principal,
+        topic=filters.topic,
+    )
+    # Not cached: Parquet is read again per figure, only the columns each one needs.
+    events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
+    every_row = events  # the chains see copies of a line too (a "duplicate" in the chain)
+    cached: list[DataFrame] = []
     try:
-        stage(2, "totals")
-        total_rows = _collect(totals(events))
-        summary_totals = total_rows[0]
+        stage("requests and duplicate event ids")
+        requests = requests_of(events).cache()
+        cached.append(requests)
+        # Copies of an event share its request, so the grouping finds them.
+        duplicates = _duplicates(requests, events)
+        warnings = []
+        if duplicates["event_ids"]:
+            warnings.append(
+                f"{duplicates['event_ids']:,} event ids occur more than once "
+                f"({duplicates['extra_rows']:,} extra rows); each is counted once"
+            )
+            events = events.dropDuplicates(["event_id"]).cache()
+            requests.unpersist()
+            requests = requests_of(events).cache()
+            cached.extend([events, requests])
+        stage("totals")
+        summary_totals = _collect(totals(events))[0] | _collect(request_totals(requests))[0]
         reports: dict[str, list[Row]] = {}
-        for number, section in enumerate(sections, start=3):
-            stage(number, section.title.lower())
-            reports[section.name] = _collect(section.build(events))
+        listed: dict[str, int] = {}
+        for section in sections:
+            stage(section.title.lower())
+            reports[section.name], total = _section_rows(section, requests, events, out)
+            if total is not None:
+                listed[section.name] = total
+        stage("chains")
+        chains = verify_chains(every_row)
+        warnings.extend(_chain_warnings(chains))
+        stage("events behind the figures")
+        for name, frame in _event_sets(events).items():
+            _write_frame_csv(out / f"events-{name}.csv", frame)
     finally:
-        events.unpersist()
+        for frame in cached:
+            frame.unpersist()
+    for warning in warnings:
+        logger.warning("audit report: %s", warning)
 
-    stage(stages, f"writing summary.json, CSV files and index.html to {out}")
+    stage(f"writing summary.json, CSV files and index.html to {out}")
+    reports["chains"] = chains
     summary: dict[str, Any] = {
         "report_format_version": REPORT_FORMAT_VERSION,
         "event_schema_version": SCHEMA_VERSION,
         "generated_at": dt.datetime.now(tz=dt.UTC).isoformat(timespec="seconds"),
         "input": input_path,
+        "filters": {name: value for name, value in filters._items()},
+        "warnings": warnings,
+        "duplicates": duplicates,
         "totals": summary_totals,
+        "listed_rows": listed,
         "reports": reports,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    for section in sections:
-        _write_csv(out / f"{section.name}.csv", reports[section.name])
+    for name, rows in reports.items():
+        if name not in listed:
+            _write_csv(out / f"{name}.csv", rows)
     (out / "index.html").write_text(_render_html(summary, sections), encoding="utf-8")
     logger.info("report done in %.1fs: %s", time.monotonic() - started, out / "index.html")
     return summary
+
+
+_UNUSED_COLUMNS: Final = frozenset(
+    {"schema_version", "api_version", "records_examined", "bytes_examined", "topic_spec", "date"}
+)
+
+
+def _small_shuffles(spark: SparkSession) -> None:
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # Spark's 200 is for clusters; each aggregation here is small.
+        partitions = max(2, 2 * spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+
+
+def _duplicates(requests: DataFrame, events: DataFrame) -> Row:
+    """How many event ids occur more than once, and the rows beyond the first of each: for
+    decisions from :func:`spark_audit.transforms.requests_of`'s ``duplicate_ids`` and
+    ``events``, for the few lifecycle events (no request) by their own grouping."""
+    in_requests = _collect(
+        requests.agg(
+            F.coalesce(F.sum("duplicate_ids"), F.lit(0)).alias("event_ids"),
+            F.coalesce(F.sum(F.col("events") - F.col("distinct_events")), F.lit(0)).alias(
+                "extra_rows"
+            ),
+        )
+    )[0]
+    lifecycle = (
+        events.where(event_kind() == "lifecycle")
+        .groupBy("event_id")
+        .count()
+        .where(F.col("count") > 1)
+    )
+    copies = _collect(
+        lifecycle.agg(
+            F.count(F.lit(1)).alias("event_ids"),
+            F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("extra_rows"),
+        )
+    )[0]
+    return {key: in_requests[key] + copies[key] for key in ("event_ids", "extra_rows")}
+
+
+def _section_rows(
+    section: _Section, requests: DataFrame, events: DataFrame, out: Path
+) -> tuple[list[Row], int | None]:
+    """The section's rows; for a listing, its first ``_PAGE_ROWS`` and how many there are
+    (the CSV file, written here, has every row)."""
+    frame = section.build(requests, events)
+    if not section.listing:
+        return _collect(frame), None
+    frame = frame.cache()
+    try:
+        total = frame.count()
+        _write_frame_csv(out / f"{section.name}.csv", frame)
+        return _collect(frame.limit(_PAGE_ROWS)), total
+    finally:
+        frame.unpersist()
+
+
+# --------------------------------------------------------------------------------------------
+# Chains.
+
+
+def verify_chains(events: DataFrame) -> list[Row]:
+    """Each chain's status: intact, or its problems (gaps, breaks, duplicates, forks).
+
+    A check in Spark finds the chains that are intact by :mod:`spark_audit.chain`'s rules
+    (seq 0 without ``prev_hash`` first, seqs without gap or repeat, each ``prev_hash`` the
+    ``line_hash`` of the seq before); the links of any other chain are collected and given to
+    :func:`spark_audit.chain.verify_links`, which says what is wrong and where.
+    """
+    from pyspark.sql import Window
+
+    chained = events.where(F.col("chain_id").isNotNull() & F.col("seq").isNotNull())
+    order = Window.partitionBy("chain_id").orderBy("seq", LINE_HASH)
+    linked = chained.select(
+        "chain_id",
+        "seq",
+        "prev_hash",
+        LINE_HASH,
+        "gateway_instance",
+        event_kind().alias("kind"),
+        "action",
+        F.lag("seq").over(order).alias("prev_seq"),
+        F.lag(LINE_HASH).over(order).alias("prev_line"),
+    )
+    first_ok = F.col("prev_seq").isNull() & (F.col("seq") == 0) & F.col("prev_hash").isNull()
+    next_ok = (F.col("seq") == F.col("prev_seq") + 1) & (F.col("prev_hash") == F.col("prev_line"))
+    per_chain = linked.groupBy("chain_id").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("seq").alias("first_seq"),
+        F.max("seq").alias("last_seq"),
+        F.first("gateway_instance").alias("gateway_instance"),
+        F.max_by(F.struct("kind", "action"), "seq").alias("last"),
+        F.min(F.coalesce(first_ok | next_ok, F.lit(False)).cast("int")).alias("intact"),
+    )
+    rows = per_chain.orderBy("chain_id").collect()
+    broken = [row["chain_id"] for row in rows if not row["intact"]]
+    statuses = {row["chain_id"]: _intact_status(row) for row in rows if row["intact"]}
+    if broken:
+        links = linked.where(F.col("chain_id").isin(broken)).collect()
+        for status in verify_links(_link(row) for row in links):
+            statuses[status.chain_id] = status
+    return [_status_row(statuses[chain_id]) for chain_id in sorted(statuses)]
+
+
+def _link(row: Any) -> Link:
+    return Link(
+        chain_id=row["chain_id"],
+        seq=row["seq"],
+        prev_hash=row["prev_hash"],
+        line_hash=row[LINE_HASH] or "",
+        gateway_instance=row["gateway_instance"],
+        event_kind=row["kind"],
+        action=row["action"],
+        where=f"seq {row['seq']}",
+    )
+
+
+def _intact_status(row: Any) -> ChainStatus:
+    last = row["last"]
+    return ChainStatus(
+        chain_id=row["chain_id"],
+        gateway_instance=row["gateway_instance"],
+        events=row["events"],
+        first_seq=row["first_seq"],
+        last_seq=row["last_seq"],
+        ended_with_stop=last["kind"] == "lifecycle" and last["action"] == "stop",
+        problems=(),
+    )
+
+
+def _status_row(status: ChainStatus) -> Row:
+    return {
+        "chain_id": status.chain_id,
+        "gateway_instance": status.gateway_instance,
+        "events": status.events,
+        "first_seq": status.first_seq,
+        "last_seq": status.last_seq,
+        "ended_with_stop": status.ended_with_stop,
+        "status": "intact" if status.intact else "BROKEN",
+        "gaps": sum(p.kind == "gap" for p in status.problems),
+        "breaks": sum(p.kind == "break" for p in status.problems),
+        "duplicates": sum(p.kind == "duplicate" for p in status.problems),
+        "forks": sum(p.kind == "fork" for p in status.problems),
+        "problems": "; ".join(f"seq {p.seq}: {p.kind}: {p.detail}" for p in status.problems[:20]),
+    }
+
+
+def _chain_warnings(chains: Sequence[Row]) -> list[str]:
+    broken = [row for row in chains if row["status"] != "intact"]
+    if not broken:
+        return []
+    names = ", ".join(f"{row['chain_id']} ({row['gateway_instance']})" for row in broken[:5])
+    return [f"{len(broken):,} of {len(chains):,} audit chains are not intact: {names}"]
 
 
 def _collect(df: DataFrame) -> list[Row]:
@@ -199,6 +551,8 @@ def _plain(value: Any) -> Any:
         )
     if isinstance(value, dt.date):
         return value.isoformat()
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
     return value
 
 
@@ -211,23 +565,55 @@ def _write_csv(path: Path, rows: Sequence[Row]) -> None:
         writer.writerows(rows)
 
 
+def _write_frame_csv(path: Path, frame: DataFrame) -> None:
+    """``frame`` into one CSV file on the driver's disk: written by Spark itself in local mode
+    (fast), else streamed to the driver a partition at a time."""
+    spark = frame.sparkSession
+    if (spark.sparkContext.master or "").startswith("local"):
+        parts = path.with_name(f".{path.name}.parts")
+        (
+            frame.coalesce(1)
+            .write.mode("overwrite")
+            .option("header", True)
+            .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
+            .option("emptyValue", "")
+            .csv(str(parts))
+        )
+        (part,) = parts.glob("part-*.csv")
+        part.replace(path)
+        shutil.rmtree(parts)
+        return
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(frame.columns)
+        for row in frame.toLocalIterator():
+            writer.writerow(_plain(value) for value in row)
+
+
 # --------------------------------------------------------------------------------------------
 # HTML and SVG.
 
 _SVG_OPEN: Final = '<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{}" height="{}">'
 
 _CSS: Final = """
-body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 70rem; }
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; max-width: 80rem; }
 h1 { margin-bottom: 0.2rem; } .meta { color: #666; margin-top: 0; }
 .cards { display: flex; flex-wrap: wrap; gap: 1rem; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: 0.6rem 1rem; min-width: 8rem; }
 .card .value { font-size: 1.6rem; font-weight: 600; } .card .label { color: #666; }
+.warning { border: 2px solid #c62828; background: #fdecea; padding: 0.5rem 1rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.9rem; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; text-align: left;
+  overflow-wrap: anywhere; max-width: 32rem; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 svg text { font-family: system-ui, sans-serif; font-size: 11px; fill: #333; }
-.empty { color: #666; font-style: italic; }
+.empty { color: #666; font-style: italic; } .links { font-size: 0.9rem; }
 """
+
+
+def _number(value: int | float) -> str:
+    """Thousands separators: 1,234,567."""
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
 def _cell(value: Any) -> str:
@@ -236,16 +622,25 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return f"<td>{str(value).lower()}</td>"
     if isinstance(value, int | float):
-        return f'<td class="num">{value}</td>'
+        return f'<td class="num">{_number(value)}</td>'
+    if isinstance(value, list):
+        value = ", ".join(_label(item) for item in value)
     return f"<td>{html.escape(str(value))}</td>"
 
 
-def _table(rows: Sequence[Row]) -> str:
+def _table(rows: Sequence[Row], *, total: int | None = None, limit: int = _PAGE_ROWS) -> str:
     if not rows:
         return '<p class="empty">No events.</p>'
     head = "".join(f"<th>{html.escape(name)}</th>" for name in rows[0])
-    body = "".join("<tr>" + "".join(_cell(v) for v in row.values()) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    shown = rows[:limit]
+    total = len(rows) if total is None else total
+    body = "".join("<tr>" + "".join(_cell(v) for v in row.values()) + "</tr>" for row in shown)
+    more = (
+        f'<p class="empty">First {len(shown):,} of {total:,} rows; the CSV file has them all.</p>'
+        if total > len(shown)
+        else ""
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
 
 
 def _label(value: Any) -> str:
@@ -253,36 +648,39 @@ def _label(value: Any) -> str:
 
 
 def bar_chart_svg(bars: Sequence[tuple[str, int]], *, colour: str = "#c62828") -> str:
-    """A horizontal bar chart, one labelled bar per (label, value)."""
+    """A horizontal bar chart, one labelled bar per (label, value). A label too long for
+    its room is shortened on the chart; its full text is the label's and bar's title."""
     if not bars:
         return ""
-    label_width, chart_width, bar_height, gap = 220, 420, 18, 6
+    label_width, chart_width, bar_height, gap = 300, 420, 18, 6
     peak = max(value for _, value in bars) or 1
     height = len(bars) * (bar_height + gap) + gap
-    parts = [_SVG_OPEN.format(label_width + chart_width + 80, height)]
+    parts = [_SVG_OPEN.format(label_width + chart_width + 90, height)]
     for index, (label, value) in enumerate(bars):
         y = gap + index * (bar_height + gap)
         width = max(1, round(chart_width * value / peak))
-        text = html.escape(label if len(label) <= 34 else label[:33] + "…")
+        full = html.escape(label)
+        text = html.escape(label if len(label) <= 46 else label[:45] + "…")
         parts.append(
-            f'<text x="{label_width - 6}" y="{y + bar_height - 5}" text-anchor="end">{text}</text>'
+            f'<text x="{label_width - 6}" y="{y + bar_height - 5}" text-anchor="end">'
+            f"<title>{full}</title>{text}</text>"
             f'<rect x="{label_width}" y="{y}" width="{width}" height="{bar_height}"'
-            f' fill="{colour}"><title>{html.escape(label)}: {value}</title></rect>'
-            f'<text x="{label_width + width + 4}" y="{y + bar_height - 5}">{value}</text>'
+            f' fill="{colour}"><title>{full}: {_number(value)}</title></rect>'
+            f'<text x="{label_width + width + 4}" y="{y + bar_height - 5}">{_number(value)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def line_chart_svg(
-    x_labels: Sequence[str], series: Mapping[str, Sequence[int]], colours: Mapping[str, str]
+    x_labels: Sequence[str], values: Sequence[int], *, name: str, colour: str
 ) -> str:
-    """A line chart of several series over the same x positions, with a legend."""
+    """One series over ``x_labels``, on an axis of its own (0 to its own peak)."""
     if not x_labels:
         return ""
-    width, height, left, right, top, bottom = 760, 260, 50, 20, 20, 50
+    width, height, left, right, top, bottom = 760, 150, 70, 20, 22, 30
     plot_w, plot_h = width - left - right, height - top - bottom
-    peak = max((max(values) for values in series.values() if values), default=0) or 1
+    peak = max(values, default=0) or 1
     step = plot_w / max(1, len(x_labels) - 1)
 
     def x(i: int) -> float:
@@ -291,52 +689,55 @@ def line_chart_svg(
     def y(v: int) -> float:
         return top + plot_h - plot_h * v / peak
 
-    parts = [_SVG_OPEN.format(width, height)]
+    parts = [
+        _SVG_OPEN.format(width, height),
+        f'<text x="{left}" y="14" fill="{colour}">{html.escape(name)} '
+        f"(total {_number(sum(values))}, peak {_number(max(values, default=0))} per hour)</text>",
+    ]
     for fraction in (0, 0.5, 1):
         value = round(peak * fraction)
         parts.append(
             f'<line x1="{left}" x2="{width - right}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
             f' stroke="#ddd"/><text x="{left - 6}" y="{y(value) + 4:.1f}"'
-            f' text-anchor="end">{value}</text>'
+            f' text-anchor="end">{_number(value)}</text>'
         )
-    ticks = sorted({0, len(x_labels) - 1, (len(x_labels) - 1) // 2})
-    for i in ticks:
+    for i in sorted({0, len(x_labels) - 1, (len(x_labels) - 1) // 2}):
         parts.append(
             f'<text x="{x(i):.1f}" y="{height - bottom + 16}" text-anchor="middle">'
             f"{html.escape(x_labels[i])}</text>"
         )
-    for index, (name, values) in enumerate(series.items()):
-        colour = colours.get(name, "#555")
-        points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
-        parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
-        )
-        for i, v in enumerate(values):
+    points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values))
+    parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+    for i, v in enumerate(values):
+        if v:
             parts.append(
-                f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="{colour}">'
-                f"<title>{html.escape(name)} {html.escape(x_labels[i])}: {v}</title></circle>"
+                f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2" fill="{colour}">'
+                f"<title>{html.escape(name)} {html.escape(x_labels[i])}: {_number(v)}</title>"
+                "</circle>"
             )
-        legend_x = left + index * 130
-        parts.append(
-            f'<rect x="{legend_x}" y="{height - 18}" width="12" height="12" fill="{colour}"/>'
-            f'<text x="{legend_x + 16}" y="{height - 8}">{html.escape(name)}</text>'
-        )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _hourly_chart(rows: Sequence[Row]) -> str:
-    hours = _hour_axis(sorted({row["hour"] for row in rows}))
-    verdicts = [v for v in VERDICT_COLOURS if any(row["verdict"] == v for row in rows)]
-    counts = {(row["hour"], row["verdict"]): row["decisions"] for row in rows}
-    series = {v: [counts.get((hour, v), 0) for hour in hours] for v in verdicts}
+    """One chart per outcome, each with its own scale: denials show at any volume."""
+    hours = _hour_axis(sorted(row["hour"] for row in rows))
+    by_hour = {row["hour"]: row for row in rows}
     labels = [hour[:13].replace("T", " ") + "h" for hour in hours]
-    return line_chart_svg(labels, series, VERDICT_COLOURS)
+    charts = []
+    for key, name in (
+        ("denied", "denied"),
+        ("would_deny", "allowed, dry-run objection (would deny)"),
+        ("allowed", "allowed"),
+    ):
+        values = [by_hour[hour][key] if hour in by_hour else 0 for hour in hours]
+        charts.append(line_chart_svg(labels, values, name=name, colour=VERDICT_COLOURS[key]))
+    return "<br>".join(charts)
 
 
 def _hour_axis(hours: Sequence[str]) -> list[str]:
     """Every hour from the first to the last, so quiet hours show as zero, unless that
-    would be more than ``_MAX_CHART_HOURS`` points (then only hours with decisions)."""
+    would be more than ``_MAX_CHART_HOURS`` points (then only hours with requests)."""
     if not hours:
         return []
     first = dt.datetime.fromisoformat(hours[0])
@@ -348,60 +749,88 @@ def _hour_axis(hours: Sequence[str]) -> list[str]:
 
 
 def _section_chart(name: str, rows: Sequence[Row]) -> str:
-    if name == "decisions_per_hour":
+    if name == "requests_per_hour":
         return _hourly_chart(rows)
-    if name.startswith("denials_by_"):
+    if name.startswith("denied_by_"):
         key = next(iter(rows[0])) if rows else ""
-        return bar_chart_svg([(_label(row[key]), row["denials"]) for row in rows[:20]])
+        return bar_chart_svg([(_label(row[key]), row["denied_requests"]) for row in rows[:20]])
     if name == "top_offenders":
         return bar_chart_svg(
             [
                 (
                     f"{_label(row['principal'])} / {_label(row['client_id'])}",
-                    row["denials"] + row["would_deny"],
+                    row["denied_requests"] + row["would_deny_requests"],
                 )
                 for row in rows
             ]
         )
     if name == "would_deny_by_policy":
         return bar_chart_svg(
-            [(_label(row["policy"]), row["would_deny"]) for row in rows[:20]],
+            [(_label(row["policy"]), row["would_deny_requests"]) for row in rows[:20]],
             colour=VERDICT_COLOURS["would_deny"],
         )
     return ""
 
 
+def _links(section: _Section) -> str:
+    links = [f'<a href="{section.name}.csv">{section.name}.csv</a> (these rows)']
+    if section.events:
+        links.append(
+            f'<a href="events-{section.events}.csv">events-{section.events}.csv</a> '
+            "(the events behind them)"
+        )
+    return f'<p class="links">{" · ".join(links)}</p>'
+
+
+_CARDS: Final = (
+    ("requests", "requests"),
+    ("requests_denied", "denied requests"),
+    ("requests_allowed", "allowed requests"),
+    ("requests_would_deny", "dry-run objections"),
+    ("dry_run_requests", "dry runs"),
+    ("request_principals", "principals"),
+    ("audit_events", "audit events"),
+)
+
+
 def _render_html(summary: Mapping[str, Any], sections: Sequence[_Section]) -> str:
     totals_row = summary["totals"]
     cards = "".join(
-        f'<div class="card"><div class="value">{html.escape(str(totals_row[key]))}</div>'
+        f'<div class="card"><div class="value">{_number(totals_row[key] or 0)}</div>'
         f'<div class="label">{label}</div></div>'
-        for key, label in (
-            ("decisions", "decisions"),
-            ("allowed", "allowed"),
-            ("denied", "denied"),
-            ("would_deny", "would deny (dry run)"),
-            ("principals", "principals"),
-            ("audit_events", "audit events"),
-        )
+        for key, label in _CARDS
     )
     period = (
         f"{totals_row['first_time']} to {totals_row['last_time']}"
         if totals_row["first_time"]
         else "no events"
     )
+    filters = ", ".join(f"{k} {v}" for k, v in summary["filters"].items() if v is not None)
     body = [
         "<h1>Kafka policy gateway: audit report</h1>",
         f'<p class="meta">Events from {html.escape(period)}. Input '
-        f"{html.escape(str(summary['input']))}; generated {summary['generated_at']}.</p>",
-        f'<div class="cards">{cards}</div>',
+        f"{html.escape(str(summary['input']))}; filters: {html.escape(filters or 'none')}; "
+        f"generated {summary['generated_at']}.</p>",
     ]
+    body.extend(
+        f'<p class="warning">Warning: {html.escape(warning)}</p>' for warning in summary["warnings"]
+    )
+    body.append(f'<div class="cards">{cards}</div>')
     for section in sections:
         rows = summary["reports"][section.name]
         body.append(f'<h2 id="{section.name}">{html.escape(section.title)}</h2>')
         body.append(f"<p>{html.escape(section.description)}</p>")
+        body.append(_links(section))
         body.append(_section_chart(section.name, rows))
-        body.append(_table(rows))
+        body.append(_table(rows, total=summary["listed_rows"].get(section.name)))
+    chains = summary["reports"]["chains"]
+    body.append('<h2 id="chains">Audit chains</h2>')
+    body.append(
+        "<p>Each gateway process links its events (seq, hash of the line before). A gap is "
+        "missing events, a break an edited line, a duplicate a line stored twice.</p>"
+    )
+    body.append('<p class="links"><a href="chains.csv">chains.csv</a></p>')
+    body.append(_table(chains))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         "<title>Audit report</title>"

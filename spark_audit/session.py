@@ -9,11 +9,20 @@ from pyspark.sql import SparkSession
 from spark_audit.event import SPOOL_SEGMENT_GLOB
 
 
-def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) -> SparkSession:
+def build_spark_session(
+    app_name: str = "kpg-audit",
+    master: str | None = None,
+    *,
+    driver_memory: str | None = None,
+    web_ui: bool = True,
+) -> SparkSession:
     """The session the audit job and reports need (UTC session time zone).
 
     ``master`` is only set when given: under spark-submit the submitter chooses it, and a
-    plain ``python`` run defaults to ``local[*]``.
+    plain ``python`` run defaults to ``local[*]``. ``driver_memory`` applies when this call
+    starts Spark's JVM (``kpg audit ...``; local mode runs every task in it), not under
+    spark-submit, whose ``--driver-memory`` decides. ``web_ui=False`` skips starting Spark's
+    web UI (a second off a short run).
     """
     builder = (
         SparkSession.builder.appName(app_name)
@@ -23,6 +32,10 @@ def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) 
     )
     if master is not None:
         builder = builder.master(master)
+    if driver_memory is not None:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    if not web_ui:
+        builder = builder.config("spark.ui.enabled", "false")
     return builder.getOrCreate()
 
 

@@ -29,8 +29,6 @@ _TIME_COLUMNS: Final = ("time", "interval_start", "interval_end")
 # Trimmed and lower-cased: the schema's keywords, and event_id (a UUID's text is case-free).
 _LOWERCASE_COLUMNS: Final = ("mode", "verdict", "action", "resource_type", "event_id")
 
-DenialDimension = Literal["policy", "principal", "client_id", "topic"]
-
 
 LINE_HASH: Final = "line_hash"
 """Lower-case hex SHA-256 of the event's line exactly as written (UTF-8, no newline): what
@@ -183,78 +181,331 @@ def totals(events: DataFrame) -> DataFrame:
     )
 
 
-def decisions_per_hour(events: DataFrame) -> DataFrame:
-    """Decisions per UTC hour and verdict (long format), oldest hour first."""
-    return (
-        events.groupBy(F.date_trunc("hour", "time").alias("hour"), "verdict")
-        .agg(_weight().cast("long").alias("decisions"))
-        .orderBy("hour", "verdict")
+# --------------------------------------------------------------------------------------------
+# Requests (schema v2, "Requests and their outcome" in SCHEMA.md): the unit the reports count.
+
+ANONYMOUS: Final = "ANONYMOUS"
+"""How reports name an unauthenticated client (``principal`` null)."""
+
+DRY_RUN_CLIENT_ID: Final = "kpg-dry-run"
+"""The client id ``kpg dry-run`` sends with: a tool's dry run, never an offender."""
+
+_PRODUCE_PARTITION: Final = r"^(.*)-[0-9]+$"
+
+
+def event_kind() -> Column:
+    """``event_kind``, or for a v1 event what its null means (summary or decision)."""
+    return F.coalesce(
+        F.col("event_kind"),
+        F.when(F.col("interval_start").isNotNull(), F.lit("summary")).otherwise(F.lit("decision")),
     )
 
 
-def denials_by(events: DataFrame, dimension: DenialDimension) -> DataFrame:
-    """Denied decisions per ``dimension``, most first; ``topic`` covers topic resources only.
+def with_topic(events: DataFrame) -> DataFrame:
+    """Add ``topic``: the topic a topic-resource event is about, a Produce decision's
+    ``<topic>-<partition>`` stripped to the topic; null for other resources."""
+    name = F.col("resource_name")
+    produce_decision = (F.col("api") == "Produce") & F.col("interval_start").isNull()
+    partition = name.rlike(_PRODUCE_PARTITION)
+    topic = F.when(produce_decision & partition, F.regexp_extract(name, _PRODUCE_PARTITION, 1))
+    return events.withColumn(
+        "topic",
+        F.when(F.col("resource_type") == "topic", topic.otherwise(name)),
+    )
+
+
+def principal_name() -> Column:
+    """``principal``, with ``ANONYMOUS`` for unauthenticated clients."""
+    return F.coalesce(F.col("principal"), F.lit(ANONYMOUS))
+
+
+def filter_events(
+    events: DataFrame,
+    *,
+    since: str | None = None,
+    until: str | None = None,
+    principal: str | None = None,
+    topic: str | None = None,
+) -> DataFrame:
+    """Events in ``[since, until)`` (UTC timestamps as text), of ``principal`` (``ANONYMOUS``
+    for unauthenticated clients) and about ``topic``; ``events`` must have ``topic``
+    (:func:`with_topic`). Unset filters keep everything."""
+    if since is not None:
+        events = events.where(F.col("time") >= F.to_timestamp(F.lit(since)))
+    if until is not None:
+        events = events.where(F.col("time") < F.to_timestamp(F.lit(until)))
+    if principal is not None:
+        events = events.where(principal_name() == principal)
+    if topic is not None:
+        events = events.where(F.col("topic") == topic)
+    return events
+
+
+def _rules(verdict: str) -> Column:
+    return F.array_sort(F.collect_set(F.when(F.col("verdict") == verdict, F.col("policy"))))
+
+
+def requests_of(events: DataFrame) -> DataFrame:
+    """One row per request: decisions grouped by ``request_id`` (a v1 decision, or a summary,
+    is a request of its own, a summary weighing ``event_count``); lifecycle events left out.
+
+    Columns: ``request_key``, ``request_id``, ``time`` (first event), ``principal``
+    (``ANONYMOUS`` for null), ``client_id``, ``api``, ``validate_only``, ``dry_run`` (a
+    validate_only request or the ``kpg-dry-run`` tool), ``outcome`` (``denied`` when any
+    event is denied, else ``allowed``), ``would_deny`` (allowed with a dry-run objection),
+    ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics`` and
+    ``resources`` (of the items a rule denied or objected to), ``events`` (rows),
+    ``distinct_events`` and ``duplicate_ids`` (event ids on more than one row). ``events``
+    must have ``topic``.
+    """
+    decisions = events.where(event_kind() != "lifecycle")
+    key = F.coalesce(F.col("request_id"), F.col("event_id")).alias("request_key")
+    refused = F.col("verdict") != "allowed"
+    grouped = decisions.groupBy(key).agg(
+        F.first("request_id", ignorenulls=True).alias("request_id"),
+        F.min("time").alias("time"),
+        F.first(principal_name()).alias("principal"),
+        F.first("client_id").alias("client_id"),
+        F.first("api").alias("api"),
+        F.max(F.col("validate_only").cast("int")).alias("validate_only"),
+        F.max((F.col("verdict") == "denied").cast("int")).alias("any_denied"),
+        F.max((F.col("verdict") == "would_deny").cast("int")).alias("any_would_deny"),
+        F.max("event_count").alias("requests"),
+        _rules("denied").alias("denied_rules"),
+        _rules("would_deny").alias("would_deny_rules"),
+        # Only refused items' names: the arrays stay empty for the many allowed requests.
+        F.array_sort(F.collect_set(F.when(refused, F.col("topic")))).alias("topics"),
+        F.array_sort(F.collect_set(F.when(refused, F.col("resource_name")))).alias("resources"),
+        F.count(F.lit(1)).alias("events"),
+        F.collect_list("event_id").alias("event_ids"),
+    )
+    denied = F.col("any_denied") == 1
+    distinct = F.size(F.array_distinct("event_ids"))
+    return grouped.select(
+        "request_key",
+        "request_id",
+        "time",
+        "principal",
+        "client_id",
+        "api",
+        (F.col("validate_only") == 1).alias("validate_only"),
+        ((F.col("validate_only") == 1) | (F.col("client_id") == DRY_RUN_CLIENT_ID)).alias(
+            "dry_run"
+        ),
+        F.when(denied, F.lit("denied")).otherwise(F.lit("allowed")).alias("outcome"),
+        (~denied & (F.col("any_would_deny") == 1)).alias("would_deny"),
+        F.col("requests").cast("long").alias("requests"),
+        "denied_rules",
+        "would_deny_rules",
+        "topics",
+        "resources",
+        "events",
+        distinct.alias("distinct_events"),
+        # Event ids on more than one row (copies share their request).
+        F.when(
+            F.col("events") > distinct,
+            F.size(
+                F.array_distinct(
+                    F.filter(
+                        "event_ids",
+                        lambda e: F.size(F.array_remove("event_ids", e)) < F.col("events") - 1,
+                    )
+                )
+            ),
+        )
+        .otherwise(F.lit(0))
+        .alias("duplicate_ids"),
+    )
+
+
+def _count(condition: Column | None = None) -> Column:
+    weight = F.col("requests")
+    if condition is not None:
+        weight = F.when(condition, weight).otherwise(F.lit(0))
+    return F.coalesce(F.sum(weight), F.lit(0)).cast("long")
+
+
+def request_totals(requests: DataFrame) -> DataFrame:
+    """One row: requests, denied, allowed, dry-run objections, dry runs, principals."""
+    return requests.agg(
+        _count().alias("requests"),
+        _count(F.col("outcome") == "denied").alias("requests_denied"),
+        _count(F.col("outcome") == "allowed").alias("requests_allowed"),
+        _count(F.col("would_deny")).alias("requests_would_deny"),
+        _count(F.col("dry_run")).alias("dry_run_requests"),
+        F.countDistinct("principal").alias("request_principals"),
+    )
+
+
+def _status() -> Column:
+    return (
+        F.when(F.col("outcome") == "denied", F.lit("denied"))
+        .when(F.col("would_deny"), F.lit("would_deny"))
+        .otherwise(F.lit("allowed"))
+    )
+
+
+def requests_per_hour(requests: DataFrame) -> DataFrame:
+    """Requests per UTC hour: denied, allowed with a dry-run objection, allowed otherwise."""
+    return (
+        requests.groupBy(F.date_trunc("hour", "time").alias("hour"))
+        .agg(
+            _count(_status() == "denied").alias("denied"),
+            _count(_status() == "would_deny").alias("would_deny"),
+            _count(_status() == "allowed").alias("allowed"),
+        )
+        .orderBy("hour")
+    )
+
+
+RequestDimension = Literal["policy", "principal", "client_id", "topic"]
+
+
+def denied_requests_by(requests: DataFrame, dimension: RequestDimension) -> DataFrame:
+    """Denied requests per rule broken, principal, client id or topic, most first.
+
+    A request breaking two rules (or about two topics) counts once for each.
 
     :raises ValueError: on an unknown dimension.
     """
-    denied = events.where(F.col("verdict") == "denied")
-    if dimension == "topic":
-        denied = denied.where(F.col("resource_type") == "topic")
-        key = F.col("resource_name").alias("topic")
-    elif dimension in ("policy", "principal", "client_id"):
-        key = F.col(dimension)
-    else:
-        raise ValueError(f"unknown denial dimension {dimension!r}")
+    denied = requests.where(F.col("outcome") == "denied")
+    if dimension == "policy":
+        denied = denied.select(F.explode("denied_rules").alias("policy"), "requests")
+    elif dimension == "topic":
+        denied = denied.select(F.explode("topics").alias("topic"), "requests")
+    elif dimension not in ("principal", "client_id"):
+        raise ValueError(f"unknown dimension {dimension!r}")
     return (
-        denied.groupBy(key)
-        .agg(_weight().cast("long").alias("denials"))
-        .orderBy(F.desc("denials"), F.asc_nulls_first(dimension))
+        denied.groupBy(dimension)
+        .agg(_count().alias("denied_requests"))
+        .orderBy(F.desc("denied_requests"), F.asc_nulls_first(dimension))
     )
 
 
-def top_offenders(events: DataFrame, limit: int = 10) -> DataFrame:
-    """The (principal, client_id) pairs with the most denied plus would-deny decisions."""
-    verdict = F.col("verdict")
-    refused = events.where(verdict.isin("denied", "would_deny"))
+def denied_requests(requests: DataFrame) -> DataFrame:
+    """Every denied request with the rules it broke (and dry-run rules that objected)."""
+    return (
+        requests.where(F.col("outcome") == "denied")
+        .select(
+            "time",
+            "request_id",
+            "principal",
+            "client_id",
+            "api",
+            F.array_join("denied_rules", ", ").alias("rules_broken"),
+            F.array_join("would_deny_rules", ", ").alias("dry_run_rules"),
+            F.array_join("topics", ", ").alias("topics"),
+            F.array_join("resources", ", ").alias("resources"),
+            "validate_only",
+            "events",
+        )
+        .orderBy(F.desc("time"), "request_id")
+    )
+
+
+def request_offenders(requests: DataFrame, limit: int = 10) -> DataFrame:
+    """The (principal, client_id) pairs with the most denied requests plus dry-run
+    objections; dry runs (validate_only, ``kpg-dry-run``) are not offences and stay out."""
+    refused = requests.where(
+        ~F.col("dry_run") & ((F.col("outcome") == "denied") | F.col("would_deny"))
+    )
     return (
         refused.groupBy("principal", "client_id")
         .agg(
-            _weight(verdict == "denied").cast("long").alias("denials"),
-            _weight(verdict == "would_deny").cast("long").alias("would_deny"),
-            F.countDistinct("policy").alias("policies"),
-            F.countDistinct("resource_name").alias("resources"),
+            _count(F.col("outcome") == "denied").alias("denied_requests"),
+            _count(F.col("would_deny")).alias("would_deny_requests"),
+            F.size(F.array_distinct(F.flatten(F.collect_list("denied_rules")))).alias("rules"),
             F.max("time").alias("last_time"),
         )
-        .withColumn("refusals", F.col("denials") + F.col("would_deny"))
-        .orderBy(F.desc("refusals"), F.asc_nulls_first("principal"), F.asc_nulls_first("client_id"))
+        .withColumn("refusals", F.col("denied_requests") + F.col("would_deny_requests"))
+        .orderBy(F.desc("refusals"), F.asc("principal"), F.asc_nulls_first("client_id"))
         .limit(limit)
-        .select(
-            "principal", "client_id", "denials", "would_deny", "policies", "resources", "last_time"
-        )
+        .drop("refusals")
     )
 
 
-def would_deny_by_policy(events: DataFrame) -> DataFrame:
-    """Dry-run: per policy, the decisions it would have denied, and whom it would have hit."""
+def dry_run_requests(requests: DataFrame) -> DataFrame:
+    """Dry runs (validate_only requests, the ``kpg-dry-run`` tool): per API, client id and
+    outcome, apart from the offenders."""
     return (
-        events.where(F.col("verdict") == "would_deny")
-        .groupBy("policy")
+        requests.where(F.col("dry_run"))
+        .groupBy("api", "client_id", "validate_only", _status().alias("outcome"))
+        .agg(_count().alias("requests"))
+        .orderBy("api", F.asc_nulls_first("client_id"), "validate_only", "outcome")
+    )
+
+
+def would_deny_requests_by_policy(requests: DataFrame) -> DataFrame:
+    """Requests each dry-run rule objected to (that no enforced rule denied), and whom."""
+    objected = requests.where(F.col("would_deny")).select(
+        F.explode("would_deny_rules").alias("policy"), "requests", "principal", "time"
+    )
+    return (
+        objected.groupBy("policy")
         .agg(
-            _weight().cast("long").alias("would_deny"),
+            _count().alias("would_deny_requests"),
             F.countDistinct("principal").alias("principals"),
-            F.countDistinct("resource_name").alias("resources"),
             F.min("time").alias("first_time"),
             F.max("time").alias("last_time"),
         )
-        .orderBy(F.desc("would_deny"), F.asc_nulls_first("policy"))
+        .orderBy(F.desc("would_deny_requests"), "policy")
     )
 
 
-def validate_only_outcomes(events: DataFrame) -> DataFrame:
-    """Requests sent with ``validate_only``: outcome per API, verdict and deciding policy."""
+def principals(requests: DataFrame) -> DataFrame:
+    """Per principal (``ANONYMOUS`` included): requests, denied, dry-run objections."""
     return (
-        events.where(F.col("validate_only"))
-        .groupBy("api", "verdict", "policy")
-        .agg(_weight().cast("long").alias("requests"))
-        .orderBy("api", "verdict", F.asc_nulls_first("policy"))
+        requests.groupBy("principal")
+        .agg(
+            _count().alias("requests"),
+            _count(F.col("outcome") == "denied").alias("denied_requests"),
+            _count(F.col("would_deny")).alias("would_deny_requests"),
+            F.max("time").alias("last_time"),
+        )
+        .orderBy(F.desc("denied_requests"), F.desc("requests"), "principal")
+    )
+
+
+def config_changes(events: DataFrame) -> DataFrame:
+    """One row per config key of a config-changing decision, with its before and after
+    values (null for a sensitive key), newest first."""
+    changes = events.where(F.col("config_changes").isNotNull())
+    return (
+        changes.select(
+            "time",
+            "request_id",
+            principal_name().alias("principal"),
+            "client_id",
+            "api",
+            "resource_type",
+            "resource_name",
+            "verdict",
+            "policy",
+            F.explode("config_changes").alias("change"),
+        )
+        .select(
+            "time",
+            "request_id",
+            "principal",
+            "client_id",
+            "api",
+            "resource_type",
+            "resource_name",
+            F.col("change.name").alias("config"),
+            F.col("change.before").alias("before"),
+            F.col("change.after").alias("after"),
+            F.col("change.sensitive").alias("sensitive"),
+            "verdict",
+            "policy",
+        )
+        .orderBy(F.desc("time"), "request_id", "resource_name", "config", "policy")
+    )
+
+
+def lifecycle_events(events: DataFrame) -> DataFrame:
+    """Gateway starts, stops and reloads, with the policy version, newest first."""
+    return (
+        events.where(event_kind() == "lifecycle")
+        .select("time", "gateway_instance", "action", "verdict", "policy_version", "message")
+        .orderBy(F.desc("time"), "gateway_instance")
     )

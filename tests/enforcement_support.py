@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import re
 import struct
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -1172,10 +1173,37 @@ def items(api_key: int, version: int, frame: bytes) -> list[Item]:
     (resource type, name), Produce items and those of the other partitioned APIs (topic,
     partition), Fetch's from v13 (topic id, partition); DeleteGroups items are groups.
     """
+    found = tagged_items(api_key, version, frame)
+    assert len({request_id for _, request_id in found if request_id is not None}) <= 1, (
+        "one request, one audit request id"
+    )
+    return [item for item, _ in found]
+
+
+REQUEST_ID_NOTE = re.compile(r"(?:^| \()audit request id ([0-9a-f]{32})\)?$")
+
+
+def tagged_items(api_key: int, version: int, frame: bytes) -> list[tuple[Item, str | None]]:
+    """:func:`items`, each with the audit request id its message ends with (the note taken
+    off the message), or None."""
     assert response_correlation_id(frame) == CORRELATION_ID
     if api_key == CREATE_TOPICS and version < 2:
-        return _legacy_create_topics_items(version, frame)
-    return _READERS[api_key](decode_response(api_key, version, frame))
+        raw = _legacy_create_topics_items(version, frame)
+    else:
+        raw = _READERS[api_key](decode_response(api_key, version, frame))
+    found: list[tuple[Item, str | None]] = []
+    for key, code, message in raw:
+        match = REQUEST_ID_NOTE.search(message) if message is not None else None
+        if match is None:
+            found.append(((key, code, message), None))
+        else:
+            found.append(((key, code, message[: match.start()] or None), match.group(1)))
+    return found
+
+
+def request_ids(api_key: int, version: int, frame: bytes) -> list[str | None]:
+    """The audit request id in each item's message, in answer order (None: no note)."""
+    return [request_id for _, request_id in tagged_items(api_key, version, frame)]
 
 
 def _message(entity: Any) -> str | None:

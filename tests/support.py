@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import itertools
 import os
+import re
 import socket
 import ssl
 import struct
@@ -195,9 +196,7 @@ class TapRecord:
 
     @property
     def client_id(self) -> str | None:
-        """The request header's client id (every header version but v0 carries it)."""
-        (length,) = struct.unpack_from(">h", self.frame, 8)
-        return None if length < 0 else self.frame[10 : 10 + length].decode()
+        return parse_request_header(self.frame).client_id
 
 
 @dataclass
@@ -453,3 +452,34 @@ def audit_event(**overrides: Any) -> AuditEvent:
     }
     fields.update(overrides)
     return AuditEvent(**fields)
+
+
+class noted(str):  # noqa: N801 - used like a string literal in assertions
+    """An error message the gateway made for a decision: ``text`` followed by
+    `` (audit request id <32 hex digits>)``. Compares equal to exactly such messages."""
+
+    _NOTE = r" \(audit request id [0-9a-f]{32}\)"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, str)
+            and re.fullmatch(re.escape(str(self)) + self._NOTE, other) is not None
+        )
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return str.__hash__(self)
+
+    def __repr__(self) -> str:
+        return f"noted({str.__repr__(self)})"
+
+
+def policy_message(message: str | None) -> str | None:
+    """A denial's message as the policy wrote it: the gateway's `` (audit request id ...)``
+    note checked and taken off (other messages as they are)."""
+    if message is None:
+        return None
+    match = re.search(noted._NOTE + "$", message)
+    return message[: match.start()] if match else message

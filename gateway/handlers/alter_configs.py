@@ -66,11 +66,13 @@ from protocol.errors import (
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
 from protocol.topic_names import illegal_topic
+from spark_audit.event import ConfigChange as AuditedConfigChange
 
 from .. import client_configs, config_changes
 from ..cluster import state_of, undescribed_topic
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Close
+from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
@@ -203,6 +205,9 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             assert described is not None
             unreliable = services.upstream.topic_config_source_unreliable
             before, defaults = _before(described, unreliable)
+            secret = config_changes.sensitive_keys(
+                [(c.name, c.is_sensitive, c.config_type) for c in described.configs]
+            )
             if resource.key in current.stored:
                 before[VALIDATION_POLICY_KEY] = current.stored[resource.key]
             change = _apply(request.request, resource, before, defaults)
@@ -219,7 +224,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 continue
             assert isinstance(change, config_changes.ConfigChange)
             rulings[resource.key] = await self._decide(
-                ctx, request, resource, before, change, topic_state
+                ctx, request, resource, before, change, topic_state, secret
             )
         return rulings
 
@@ -292,6 +297,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         before: Mapping[str, str],
         change: config_changes.ConfigChange,
         topic_state: TopicState | None,
+        secret: frozenset[str],
     ) -> Judged:
         resource_type = ConfigResourceType(resource.resource_type)
         policies = self._services.policies
@@ -309,6 +315,11 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             resource_name=resource.resource_name,
             action="alter_config",
             validate_only=request.request.validate_only,
+            config_changes=config_changes.audited(
+                change,
+                before,
+                lambda name: name in secret or config_changes.looks_sensitive(name),
+            ),
         )
         if resource.resource_type == _TOPIC:
             new_value = change.after.get(VALIDATION_POLICY_KEY)
@@ -321,31 +332,47 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
     async def _client_config_change(
         self, ctx: RequestContext, request: Alteration, resource: ac.ResourceAlteration
     ) -> Ruling:
-        """One CLIENT or USER_CLIENT resource: refused, or decided (and stored once allowed)."""
+        """One CLIENT or USER_CLIENT resource: refused, or decided (and stored once allowed).
+        A refusal is a decision too (policy ``client_configs``, or
+        ``client_configs.admin_principals`` for a client not allowed), so it is audited."""
+        validate_only = request.request.validate_only
         if not request.request.incremental:
-            return _invalid(client_configs.LEGACY_ALTER_MESSAGE)
+            error = _invalid(client_configs.LEGACY_ALTER_MESSAGE)
+            return _client_config_refusal(resource.resource_name, error, validate_only)
         settings = self._services.client_configs
         try:
             entity = client_configs.entity_of(
                 resource.resource_type, resource.resource_name, ctx.principal, settings.codes
             )
         except ValueError as exc:
-            return _invalid(str(exc))
+            return _client_config_refusal(resource.resource_name, _invalid(str(exc)), validate_only)
         assert entity is not None  # one of the gateway's types
         admins = settings.admin_principals
+        items = self._services.state.items(client_configs.STATE_NAMESPACE)
+        before = client_configs.entity_configs(items, entity.user, entity.client_id)
         if admins is not None and ctx.principal not in admins:
-            return ItemError(
+            unauthorized = ItemError(
                 error_code=int(CLUSTER_AUTHORIZATION_FAILED),
                 error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not alter dynamic "
                 "client configs (client_configs.admin_principals)",
             )
-        items = self._services.state.items(client_configs.STATE_NAMESPACE)
+            return _client_config_refusal(
+                entity.resource_name,
+                unauthorized,
+                validate_only,
+                "client_configs.admin_principals",
+                _attempted(resource, before),
+            )
         writes, refused = client_configs.apply_incremental(
             items, entity.user, entity.client_id, resource.configs
         )
         if refused is not None:
-            return ItemError(error_code=refused[0], error_message=refused[1])
-        before = client_configs.entity_configs(items, entity.user, entity.client_id)
+            return _client_config_refusal(
+                entity.resource_name,
+                ItemError(error_code=refused[0], error_message=refused[1]),
+                validate_only,
+                attempted=_attempted(resource, before),
+            )
         after = dict(before)
         for store_key, value in writes.items():
             name = client_configs.parse_store_key(store_key)[2]
@@ -356,11 +383,14 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         request.client_writes[resource.key] = writes
         request.gateway_only.add(resource.key)
         policies = self._services.policies
+        change = config_changes.ConfigChange(
+            altered={c.name: after.get(c.name) for c in resource.configs}, after=after
+        )
         check = policies.chain.plan_alter_config(
             # The policies see a user's client configs as USER_CLIENT, whatever wire code the
             # gateway is configured to use for it.
             ConfigResource(type=ConfigResourceType.USER_CLIENT, name=entity.resource_name),
-            altered={c.name: after.get(c.name) for c in resource.configs},
+            altered=change.altered,
             before=before,
             after=after,
             principal=ctx.principal,
@@ -370,7 +400,8 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             resource_type="user_client",
             resource_name=entity.resource_name,
             action="alter_config",
-            validate_only=request.request.validate_only,
+            validate_only=validate_only,
+            config_changes=config_changes.audited(change, before, config_changes.looks_sensitive),
         )
 
     async def settle(
@@ -545,6 +576,44 @@ def _apply(
     if request.incremental:
         return config_changes.incremental(before, resource.configs, defaults)
     return config_changes.legacy(before, resource.configs)
+
+
+def _client_config_refusal(
+    name: str,
+    error: ItemError,
+    validate_only: bool,
+    policy: str = "client_configs",
+    attempted: tuple[AuditedConfigChange, ...] | None = None,
+) -> Judged:
+    """A client config change refused before the policies run: audited as ``policy``'s
+    denial (with the change ``attempted``, where the entity is known), answered with
+    ``error``."""
+    return Judged(
+        decision=PolicyRunner.gateway_denial(error.error_message or "", policy),
+        resource_type="user_client",
+        resource_name=name,
+        action="alter_config",
+        validate_only=validate_only,
+        denial=error,
+        config_changes=attempted,
+    )
+
+
+def _attempted(
+    resource: ac.ResourceAlteration, before: Mapping[str, str]
+) -> tuple[AuditedConfigChange, ...]:
+    """What a refused client config change asked for: each key's value before, and the
+    value the request gave it (null for a DELETE), as sent (not applied: it was refused)."""
+    return tuple(
+        AuditedConfigChange(name=c.name, before=None, after=None, sensitive=True)
+        if config_changes.looks_sensitive(c.name)
+        else AuditedConfigChange(
+            name=c.name,
+            before=before.get(c.name),
+            after=None if c.operation == ac.DELETE else c.value,
+        )
+        for c in resource.configs
+    )
 
 
 def _invalid(message: str) -> ItemError:

@@ -65,6 +65,7 @@ from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
 from protocol.topic_admin import error_name
 from protocol.topic_names import illegal_topic
+from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import broker_defaults
 from ..config import BrokerDefaults
@@ -127,19 +128,20 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         if any(_uses_defaults(spec) for spec in specs):
             defaults = await broker_defaults(cluster, self._services.upstream.broker_defaults)
         for spec in specs:
+            metadata = _metadata(spec, defaults)
             rulings[spec.name] = Judged(
-                decision=await self._decide(ctx, spec, defaults),
+                decision=await self._decide(ctx, metadata),
                 resource_type="topic",
                 resource_name=spec.name,
                 action="create",
                 validate_only=request.validate_only,
+                topic_spec=_audited_spec(spec, metadata),
             )
         return rulings
 
     async def _decide(
-        self, ctx: RequestContext, spec: ct.TopicSpec, defaults: BrokerDefaults
+        self, ctx: RequestContext, metadata: CreateTopicRequestMetadata | str
     ) -> Decision:
-        metadata = _metadata(spec, defaults)
         if isinstance(metadata, str):
             return PolicyRunner.gateway_denial(metadata)
         policies = self._services.policies
@@ -342,6 +344,33 @@ async def _broker_configs(cluster: ClusterView) -> DescribedResource | None:
 
 def _uses_defaults(spec: ct.TopicSpec) -> bool:
     return not spec.assignments and -1 in (spec.num_partitions, spec.replication_factor)
+
+
+def _audited_spec(
+    spec: ct.TopicSpec, metadata: CreateTopicRequestMetadata | str
+) -> AuditedTopicSpec:
+    """The topic as judged, for the audit event: broker defaults resolved (null where the
+    gateway could not resolve one); from a replica assignment, its partition count and
+    largest replica list."""
+    configs = {k: v for k, v in spec.configs if v is not None}
+    if isinstance(metadata, str):
+        partitions = spec.num_partitions if spec.num_partitions != -1 else None
+        replication = spec.replication_factor if spec.replication_factor != -1 else None
+        return AuditedTopicSpec(
+            partitions=partitions, replication_factor=replication, configs=configs
+        )
+    if metadata.replicas_assignments is not None:
+        replicas = metadata.replicas_assignments.values()
+        return AuditedTopicSpec(
+            partitions=len(metadata.replicas_assignments),
+            replication_factor=max((len(r) for r in replicas), default=0),
+            configs=configs,
+        )
+    return AuditedTopicSpec(
+        partitions=metadata.num_partitions,
+        replication_factor=metadata.replication_factor,
+        configs=configs,
+    )
 
 
 def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicRequestMetadata | str:

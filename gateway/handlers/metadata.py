@@ -62,6 +62,7 @@ from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.topic_admin import error_name
 from protocol.topic_names import topic_name_problem
+from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Answer, Close, Outcome
@@ -149,11 +150,16 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
                 )
             else:
                 decision = await self._decide(ctx, name, request.creation)
+                creation = request.creation
                 rulings[name] = Judged(
                     decision=decision,
                     resource_type="topic",
                     resource_name=name,
                     action="create",
+                    topic_spec=AuditedTopicSpec(
+                        partitions=creation.num_partitions,
+                        replication_factor=creation.replication_factor,
+                    ),
                     denial=ItemError(
                         error_code=int(TOPIC_AUTHORIZATION_FAILED), error_message=decision.message
                     ),

@@ -9,7 +9,8 @@ validated as the same partition named by name in v9 would be. An id the cluster 
 gets UNKNOWN_TOPIC_ID (100), as Kafka answers it, and is never forwarded.
 
 Items are partitions. No topic of the request validated and none of the gateway's own: the
-client's bytes are forwarded, records unread. Per partition, one rejected record fails the
+client's bytes are forwarded, records unread (only the topic names are read, for the audit
+summaries: every Produce is counted, validated or not). Per partition, one rejected record fails the
 whole batch: INVALID_RECORD (87) with ``record_errors`` and ``error_message`` (v8 and later;
 the bare code before). A batch that does not parse gets CORRUPT_MESSAGE (2), in dry-run mode
 too: the gateway cannot say what it would carry, so it never forwards it. A partition of the
@@ -26,11 +27,13 @@ thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
 from policies.chain import Decision, Mode, Verdict
+from protocol.codec import Undecodable
 from protocol.errors import (
     INVALID_RECORD,
     TOPIC_AUTHORIZATION_FAILED,
@@ -45,6 +48,7 @@ from protocol.produce import (
     produce_acks,
     produce_answer,
     produce_request_keeping,
+    produce_topics,
     read_produce,
     with_acks,
 )
@@ -60,6 +64,8 @@ from ..services import Services
 from ._addresses import with_leader_endpoints
 from ._partitioned import OwnTopicIds, TopicNamesById
 from .base import Handler, enforced
+
+log = logging.getLogger(__name__)
 
 API_KEY = 0
 Key = tuple[str, int]
@@ -98,7 +104,12 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
         # it reaches nothing a policy guards that the plain name would not.
         if not services.validated_topics() and not self._may_write_own(ctx, frame):
-            return Forward(frame=frame, expect_response=acks != 0)
+            if services.audit is None:
+                return Forward(frame=frame, expect_response=acks != 0)
+            if ctx.api_version < TOPIC_IDS_SINCE:
+                self._count_unread(ctx, header, frame)
+                return Forward(frame=frame, expect_response=acks != 0)
+            # v13 names topics by id: read, so that the summaries count them by name
         return frame
 
     def _may_write_own(self, ctx: RequestContext, frame: bytes) -> bool:
@@ -112,6 +123,30 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             return False
         ids = self._own_ids.fresh(ctx.principal)
         return ids is None or any(topic_id.bytes in frame for topic_id in ids)
+
+    def _count_unread(self, ctx: RequestContext, header: RequestHeader, frame: bytes) -> None:
+        """Count a request forwarded unread in the produce summaries, by its topic names. A
+        body whose names do not read goes on uncounted: the broker refuses it."""
+        try:
+            topics = produce_topics(header, frame)
+        except Undecodable as exc:
+            log.debug("produce request forwarded uncounted: %s", exc)
+            return
+        for topic in topics:
+            self._summarize(ctx, topic, 0, 0)
+
+    def _summarize(self, ctx: RequestContext, topic: str, records: int, size: int) -> None:
+        services = self._services
+        assert services.audit is not None
+        services.audit.record_allowed_produce(
+            topic=topic,
+            principal=ctx.principal,
+            client_id=ctx.client_id,
+            api_version=ctx.api_version,
+            records_examined=records,
+            bytes_examined=size,
+            policy_version=services.engine.decisions.policy_version,
+        )
 
     def read(self, header: RequestHeader, frame: bytes) -> ProduceView:
         return read_produce(header, frame)
@@ -148,10 +183,16 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             and (name := names.get(p.topic, p.topic)) is not None
             and (policy := services.validation_policy_of(name)) is not None
         ]
+        examined: dict[Key, tuple[int, int]] = {}
         for outcome in await self._validate(checks) if checks else ():
-            ruling = self._ruling(ctx, outcome)
-            if ruling is not None:
-                rulings[keys_of[(outcome.topic, outcome.partition)]] = ruling
+            ruling = self._ruling(outcome)
+            key = keys_of[(outcome.topic, outcome.partition)]
+            if ruling is None:
+                examined[key] = (outcome.records, outcome.bytes)
+            else:
+                rulings[key] = ruling
+        if services.audit is not None:
+            self._summarize_passed(ctx, request, rulings, examined, names)
         return rulings
 
     async def _topic_names(
@@ -170,6 +211,32 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         for p in request.partitions:
             names.setdefault(p.topic, None)  # a null id names no topic
         return names
+
+    def _summarize_passed(
+        self,
+        ctx: RequestContext,
+        request: ProduceView,
+        rulings: Mapping[Key, Ruling],
+        examined: Mapping[Key, tuple[int, int]],
+        names: Mapping[str, str | None],
+    ) -> None:
+        """Count the partitions with no ruling (records that passed, or a topic nobody
+        validates) in the produce summaries: once per topic of the request, when they will be
+        written. A transactional or acks=0 request with a refused partition writes nothing."""
+        refused = any(isinstance(r, ItemError) or not r.decision.allowed for r in rulings.values())
+        if refused and (request.acks == 0 or request.transactional_id is not None):
+            return
+        per_topic: dict[str, list[int]] = {}
+        for p in request.partitions:
+            key = (p.topic, p.partition)
+            if key in rulings:
+                continue
+            tally = per_topic.setdefault(names.get(p.topic) or p.topic, [0, 0])
+            records, size = examined.get(key, (0, 0))
+            tally[0] += records
+            tally[1] += size
+        for topic, (records, size) in per_topic.items():
+            self._summarize(ctx, topic, records, size)
 
     async def _validate(
         self, checks: Sequence[tuple[PartitionRecords, str]]
@@ -198,22 +265,12 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                 for p, _ in checks
             ]
 
-    def _ruling(self, ctx: RequestContext, outcome: PartitionOutcome) -> Judged | None:
+    def _ruling(self, outcome: PartitionOutcome) -> Judged | None:
         """None for a partition whose records pass (counted in the produce summary)."""
         services = self._services
         name = services.records.name
         services.metrics.count_validation(outcome, name)
         if outcome.error is None:
-            if services.audit is not None:
-                services.audit.record_allowed_produce(
-                    topic=outcome.topic,
-                    principal=ctx.principal,
-                    client_id=ctx.client_id,
-                    api_version=ctx.api_version,
-                    records_examined=outcome.records,
-                    bytes_examined=outcome.bytes,
-                    policy_version=services.engine.decisions.policy_version,
-                )
             return None
         # dry-run passes what the policy rejects, never what was not read through (a corrupt
         # batch, or one over the request's budget): fail closed

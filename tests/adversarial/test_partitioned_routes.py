@@ -230,7 +230,7 @@ def test_partitioned_route_is_refused_before_the_broker(
     target = route.target(topics)
     answer = RawClient(gw.bootstrap).request(route.api_key, route.version, route.build(target))
     assert _codes(answer, *route.fields) == [route.code]
-    # The audit sink's own Produce of the gateway's events (kpg-audit) is not the client's.
+    # kpg-audit: the gateway's audit topic sink, writing its lifecycle events
     reached = [r for r in tap.requests if r.api_key == route.api_key and r.client_id != "kpg-audit"]
     assert not reached, f"{len(reached)} request(s) reached the broker"
 

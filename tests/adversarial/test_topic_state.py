@@ -52,6 +52,7 @@ from tests.support import (
     existing_topics,
     gateway_config,
     legacy_alter_configs_request,
+    noted,
     unique_name,
 )
 
@@ -310,7 +311,7 @@ def test_the_stated_default_is_what_the_broker_creates(
     code, message = create(gw.bootstrap, create_request(topic, partitions=-1))
     assert (code, message) == (
         44,
-        f"topic {topic}: 3 partitions is above the maximum of 2 (rule partition-count)",
+        noted(f"topic {topic}: 3 partitions is above the maximum of 2 (rule partition-count)"),
     )
     assert tap.forwarded(CREATE_TOPICS) == []
 

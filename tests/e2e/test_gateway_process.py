@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
@@ -170,3 +171,31 @@ def test_embedded_broker_by_default_and_sigterm_stops_cleanly() -> None:
     assert embedded is not None
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", int(embedded.group(1))), timeout=2)
+
+
+def test_log_format_json_writes_one_object_per_line(broker: HostPort) -> None:
+    process, _ = start_kpg(
+        "--upstream",
+        str(broker),
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--node-port-base",
+        "0",
+        "--log-format",
+        "json",
+    )
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+
+    lines = [json.loads(line) for line in stderr.splitlines()]  # every line is one object
+    assert process.returncode == 0
+    assert lines and all(
+        list(line) == ["time", "level", "logger", "message", "exception"] for line in lines
+    )
+    assert any(
+        line["logger"] == "gateway.server" and "bootstrap listener on" in line["message"]
+        for line in lines
+    )
+    assert all(
+        re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) for line in lines
+    )

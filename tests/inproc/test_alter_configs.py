@@ -49,6 +49,7 @@ from tests.support import (
     RawClient,
     gateway_config,
     legacy_alter_configs_request,
+    noted,
     outcome,
     topic_configs,
     unique_name,
@@ -62,7 +63,7 @@ PLUGINS = "tests.plugins.kafka_test_policies"
 MIN_INSYNC = {"alter.config.policy.class.name": f"{PLUGINS}.MinInsyncAlterConfigPolicy"}
 V2 = {"alter.config.v2.policy.class.name": f"{PLUGINS}.RecordingAlterConfigV2Policy"}
 TOPIC_ACTION = {"topic.action.policy.class.name": f"{PLUGINS}.RecordingTopicActionPolicy"}
-MIN_INSYNC_MESSAGE = "Changing min.insync.replicas is not allowed"
+MIN_INSYNC_MESSAGE = noted("Changing min.insync.replicas is not allowed")
 
 
 def create_topic(bootstrap: str, topic: str, configs: dict[str, str], partitions: int = 1) -> None:
@@ -266,7 +267,7 @@ def test_topic_action_policy_sees_a_modify(broker: HostPort, start_tapped: Any) 
     )
     assert results == {
         topic: None,
-        forbidden: (KafkaError.POLICY_VIOLATION, f"MODIFY of {forbidden} is not allowed"),
+        forbidden: (KafkaError.POLICY_VIOLATION, noted(f"MODIFY of {forbidden} is not allowed")),
         missing: (KafkaError.UNKNOWN_TOPIC_OR_PART, f"The topic '{missing}' does not exist."),
     }
     seen = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]

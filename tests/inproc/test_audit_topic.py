@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.config import HostPort
+from spark_audit.chain import spool_segments
 from spark_audit.event import AuditEvent
 from tests.support import GatewayThread, gateway_config
 
@@ -19,12 +20,14 @@ pytestmark = pytest.mark.inproc
 PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
 
 
-def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
+def test_decisions_land_in_the_audit_topic(broker: HostPort, tmp_path: Path) -> None:
+    """With a spool as well: both sinks get the same bytes, so one chain verifies in both."""
     audit_topic = f"kpg-audit-{uuid.uuid4().hex[:6]}"
+    spool = tmp_path / "spool"
     gw = GatewayThread(
         gateway_config(
             broker,
-            audit={"topic": audit_topic},
+            audit={"topic": audit_topic, "spool_dir": str(spool)},
             policies={
                 "create.topic.policy.class.name": "kafka_test_policies.KafkaLikeCreateTopicPolicy",
                 "create.topic.policy.class.path": PLUGINS,
@@ -44,6 +47,7 @@ def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
     consumer = Consumer({"bootstrap.servers": str(broker), "group.id": uuid.uuid4().hex})
     consumer.assign([TopicPartition(audit_topic, 0, 0)])
     events: list[AuditEvent] = []
+    values: list[bytes] = []
     deadline = time.monotonic() + 20
     try:
         # start, the two decisions, stop
@@ -53,6 +57,7 @@ def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
                 event = AuditEvent.from_json(msg.value())
                 assert msg.key() == event.event_id.encode()
                 events.append(event)
+                values.append(msg.value())
     finally:
         consumer.close()
     assert [(e.kind, e.action) for e in (events[0], events[-1])] == [
@@ -64,3 +69,8 @@ def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
     assert by_topic[denied].verdict == "denied" and by_topic[denied].error_code == 44
     assert by_topic[denied].message == "Topics should have at least 5 partitions, received 2"
     assert by_topic[allowed].verdict == "allowed" and by_topic[allowed].api == "CreateTopics"
+    spooled = [
+        line for path in spool_segments(spool) for line in path.read_bytes().splitlines(True)
+    ]
+    assert values == spooled
+    assert [e.seq for e in events] == [0, 1, 2, 3]

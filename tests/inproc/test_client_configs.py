@@ -47,6 +47,7 @@ from tests.support import (
     RawClient,
     gateway_config,
     make_pki,
+    noted,
     tls_context,
     tls_listener,
     unique_name,
@@ -287,7 +288,7 @@ def test_refusals_name_the_key_and_store_nothing(
 ) -> None:
     # A valid change in the same resource is refused with it: all or nothing.
     results = alter(gateway.bootstrap, [(USER_CLIENT, "dave:app", [("linger.ms", SET, "1"), *ops])])
-    assert results == [(USER_CLIENT, "dave:app", INVALID_REQUEST, message)]
+    assert results == [(USER_CLIENT, "dave:app", INVALID_REQUEST, noted(message))]
     assert dict(stored(gateway)) == {}
 
 
@@ -313,8 +314,8 @@ def test_legacy_alter_configs_is_an_invalid_request(gateway: GatewayThread) -> N
         (int(r.resource_type), r.resource_name, int(r.error_code), r.error_message)
         for r in answer.responses
     ] == [
-        (USER_CLIENT, "erin:", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
-        (CLIENT, "app", INVALID_REQUEST, cc.LEGACY_ALTER_MESSAGE),
+        (USER_CLIENT, "erin:", INVALID_REQUEST, noted(cc.LEGACY_ALTER_MESSAGE)),
+        (CLIENT, "app", INVALID_REQUEST, noted(cc.LEGACY_ALTER_MESSAGE)),
     ]
     assert dict(stored(gateway)) == {}
 
@@ -354,11 +355,11 @@ def test_alter_config_policies_apply(broker: HostPort) -> None:
             (USER_CLIENT, "gina:app", 0, None)
         ]
         assert alter(gw.bootstrap, [(USER_CLIENT, "gina:app", [("acks", SET, "0")])]) == [
-            (USER_CLIENT, "gina:app", POLICY_VIOLATION, "acks=0 is not allowed for gina:app")
+            (USER_CLIENT, "gina:app", POLICY_VIOLATION, noted("acks=0 is not allowed for gina:app"))
         ]
         # A CLIENT resource is judged as its USER_CLIENT: the connection's user is in the name.
         assert alter(gw.bootstrap, [(CLIENT, "app", [("acks", SET, "0")])]) == [
-            (CLIENT, "app", POLICY_VIOLATION, "acks=0 is not allowed for ANONYMOUS:app")
+            (CLIENT, "app", POLICY_VIOLATION, noted("acks=0 is not allowed for ANONYMOUS:app"))
         ]
         # validate_only: the policy runs, nothing is stored.
         assert alter(

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bench.audit_generate import generate
 from gateway.audit import EventLine, SpoolSink
 from spark_audit import job
 from spark_audit.cli import add_audit_commands
@@ -224,22 +225,34 @@ def test_report_numbers_equal_the_table_and_appear_in_every_output(
     assert {v: totals[v] for v in ("allowed", "denied", "would_deny")} == by_verdict
 
     reports = on_disk["reports"]
-    assert reports["denials_by_policy"] == [
-        {"policy": "min-replication-factor", "denials": 3},
-        {"policy": "no-delete", "denials": 2},
+    assert reports["denied_by_policy"] == [
+        {"policy": "min-replication-factor", "denied_requests": 3},
+        {"policy": "no-delete", "denied_requests": 2},
     ]
-    assert sum(row["decisions"] for row in reports["decisions_per_hour"]) == totals["decisions"]
-    with (dirs["report"] / "denials_by_topic.csv").open(newline="") as file:
-        assert [(r["topic"], int(r["denials"])) for r in csv.DictReader(file)] == [
-            (r["topic"], r["denials"]) for r in reports["denials_by_topic"]
+    # v1-style events without request ids: each decision is a request.
+    assert totals["requests"] == totals["decisions"]
+    hourly = reports["requests_per_hour"]
+    assert sum(r["denied"] + r["would_deny"] + r["allowed"] for r in hourly) == totals["requests"]
+    with (dirs["report"] / "denied_by_topic.csv").open(newline="") as file:
+        assert [(r["topic"], int(r["denied_requests"])) for r in csv.DictReader(file)] == [
+            (r["topic"], r["denied_requests"]) for r in reports["denied_by_topic"]
         ]
-    assert {p.name for p in dirs["report"].glob("*.csv")} == {f"{name}.csv" for name in reports}
+    event_sets = {
+        f"events-{name}.csv" for name in ("denied", "would_deny", "dry_runs", "config_changes")
+    }
+    assert {p.name for p in dirs["report"].glob("*.csv")} == {
+        f"{name}.csv" for name in reports
+    } | event_sets
+    with (dirs["report"] / "events-denied.csv").open(newline="") as file:
+        denied_events = list(csv.DictReader(file))
+    assert len(denied_events) == totals["denied"]
 
     page = (dirs["report"] / "index.html").read_text()
     assert page.count("<svg") >= 6 and "<script" not in page
-    assert f'<div class="value">{totals["decisions"]}</div>' in page
-    assert f'<div class="value">{totals["denied"]}</div>' in page
+    assert f'<div class="value">{totals["requests"]}</div>' in page
+    assert f'<div class="value">{totals["requests_denied"]}</div>' in page
     assert '<td>min-replication-factor</td><td class="num">3</td>' in page
+    assert '<a href="events-denied.csv">' in page and "Warning" not in page
 
 
 def test_a_report_from_the_spool_equals_the_report_from_the_table(
@@ -267,10 +280,78 @@ def test_kpg_audit_report_command(
     )
 
     assert args.func(args) == 0
-    assert "15 decisions (5 denied, 3 would deny)" in capsys.readouterr().out
-    assert (dirs["report"] / "index.html").exists()
+    captured = capsys.readouterr()
+    assert "15 requests (5 denied, 3 allowed with a dry-run objection)" in captured.out
+    # The spool holds one event twice (the fixture's two segments overlap).
+    assert "warning: 1 event ids occur more than once (1 extra rows)" in captured.err
+    assert (
+        "Warning: 1 event ids occur more than once" in (dirs["report"] / "index.html").read_text()
+    )
 
     missing = parser.parse_args(
         ["audit", "report", "--input", str(dirs["spool"] / "nope"), "--out", str(dirs["report"])]
     )
     assert missing.func(missing) == 2
+
+
+def test_report_flags_gaps_and_breaks_in_the_chains(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    generate(dirs["spool"], 300, workers=2, events_per_segment=50, seed=7)
+    run_available_now(spark, dirs)
+    intact = build_report(spark, str(dirs["table"]), dirs["report"] / "intact")
+    assert [r["status"] for r in intact["reports"]["chains"]] == ["intact", "intact"]
+    assert sum(r["events"] for r in intact["reports"]["chains"]) == 300
+    assert intact["warnings"] == []
+
+    # Tamper with worker-0's spool: edit one line's message, delete another line.
+    segment = sorted((dirs["spool"] / "worker-0").glob("events-*.jsonl"))[1]
+    lines = segment.read_text().splitlines()
+    edited = json.loads(lines[10])
+    edited["message"] = "nothing to see"
+    lines[10] = json.dumps(edited, separators=(",", ":"))
+    del lines[20]
+    segment.write_text("\n".join(lines) + "\n")
+    # And worker-1's first segment restored from a backup under a new name: 50 lines twice.
+    copied = sorted((dirs["spool"] / "worker-1").glob("events-*.jsonl"))[0]
+    shutil.copy(copied, dirs["spool"] / "events-20991231T000000000Z-00000001.jsonl")
+    tampered = build_report(spark, str(dirs["spool"]), dirs["report"] / "tampered")
+
+    chains = {r["gateway_instance"]: r for r in tampered["reports"]["chains"]}
+    broken = chains["kpg-bench-0"]
+    assert (broken["status"], broken["gaps"], broken["breaks"]) == ("BROKEN", 1, 1)
+    copied_chain = chains["kpg-bench-1"]
+    assert (copied_chain["status"], copied_chain["duplicates"]) == ("BROKEN", 50)
+    assert (copied_chain["gaps"], copied_chain["breaks"]) == (0, 0)
+    assert any("audit chains are not intact" in w for w in tampered["warnings"])
+    assert "50 event ids occur more than once (50 extra rows)" in tampered["warnings"][0]
+    assert tampered["totals"]["audit_events"] == 300 - 1  # each copy counted once
+
+
+def test_a_table_without_the_sink_log_is_refused(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """A table the earlier job wrote: the file sink would hide every row already there."""
+    write_segment(dirs["spool"], [event()])
+    old_partition = dirs["table"] / "date=2026-11-21"
+    old_partition.mkdir(parents=True)
+    spark.createDataFrame([("x",)], "event_id STRING").write.parquet(str(old_partition / "x"))
+
+    with pytest.raises(ValueError, match="earlier version of the audit job"):
+        run_available_now(spark, dirs)
+
+
+def test_each_batch_logs_its_progress(
+    spark: SparkSession, dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    twice = event()
+    write_segment(dirs["spool"], [twice, event(), event()])
+    write_segment(dirs["spool"], [twice])
+    caplog.set_level("INFO", logger="spark_audit.job")
+
+    run_available_now(spark, dirs, max_files_per_trigger=1)
+
+    batches = [r.getMessage() for r in caplog.records if r.getMessage().startswith("audit batch")]
+    assert batches[0].startswith("audit batch 0: 3 lines read, 0 malformed, 0 duplicate, 3 rows")
+    assert batches[1].startswith("audit batch 1: 1 lines read, 0 malformed, 1 duplicate, 0 rows")
+    assert len(list(dirs["table"].glob("date=*/*.parquet"))) == 1  # one file for the date

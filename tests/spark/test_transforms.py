@@ -12,23 +12,15 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark_audit.event import line_hash
 from spark_audit.transforms import (
-    DenialDimension,
-    decisions_per_hour,
     dedupe_events,
-    denials_by,
     malformed_events,
     normalize_events,
-    top_offenders,
     totals,
-    validate_only_outcomes,
     with_date,
-    would_deny_by_policy,
 )
 from tests.spark.support import event, raw_events, report_events, table_rows
 
 pytestmark = pytest.mark.e2e
-
-P1, P2, P3 = "min-replication-factor", "no-delete", "topic-naming"
 
 
 @pytest.fixture(scope="module")
@@ -126,121 +118,6 @@ def test_totals(report_table: DataFrame) -> None:
                 last_time=datetime(2026, 11, 22, 0, 0),
             )
         ],
-    )
-
-
-def test_decisions_per_hour_weighs_summaries_by_event_count(report_table: DataFrame) -> None:
-    result = decisions_per_hour(report_table)
-
-    assertDataFrameEqual(
-        result,
-        [
-            Row(hour=datetime(2026, 11, 21, 9), verdict="allowed", decisions=6),
-            Row(hour=datetime(2026, 11, 21, 9), verdict="denied", decisions=3),
-            Row(hour=datetime(2026, 11, 21, 9), verdict="would_deny", decisions=1),
-            Row(hour=datetime(2026, 11, 21, 10), verdict="denied", decisions=2),
-            Row(hour=datetime(2026, 11, 21, 10), verdict="would_deny", decisions=2),
-            Row(hour=datetime(2026, 11, 22, 0), verdict="allowed", decisions=1),
-        ],
-        checkRowOrder=True,
-    )
-
-
-@pytest.mark.parametrize(
-    ("dimension", "expected"),
-    [
-        ("policy", [(P1, 3), (P2, 2)]),
-        ("principal", [("User:alice", 3), (None, 1), ("User:bob", 1)]),
-        ("client_id", [("app", 3), (None, 1), ("cli", 1)]),
-        ("topic", [("orders", 2), ("audit-check", 1), ("payments", 1)]),
-    ],
-)
-def test_denials_by(
-    report_table: DataFrame, dimension: DenialDimension, expected: list[tuple[str | None, int]]
-) -> None:
-    result = denials_by(report_table, dimension)
-
-    assert result.columns == [dimension, "denials"]
-    assertDataFrameEqual(
-        result, [Row(key, denials) for key, denials in expected], checkRowOrder=True
-    )
-
-
-def test_top_offenders_rank_denials_and_would_deny_together(report_table: DataFrame) -> None:
-    result = top_offenders(report_table, limit=3)
-
-    assertDataFrameEqual(
-        result,
-        [
-            Row(
-                principal="User:alice",
-                client_id="app",
-                denials=3,
-                would_deny=1,
-                policies=1,
-                resources=4,
-                last_time=datetime(2026, 11, 21, 10, 40),
-            ),
-            Row(
-                principal="User:carol",
-                client_id="app2",
-                denials=0,
-                would_deny=2,
-                policies=1,
-                resources=2,
-                last_time=datetime(2026, 11, 21, 10, 30),
-            ),
-            Row(
-                principal=None,
-                client_id=None,
-                denials=1,
-                would_deny=0,
-                policies=1,
-                resources=1,
-                last_time=datetime(2026, 11, 21, 10, 10),
-            ),
-        ],
-        checkRowOrder=True,
-    )
-
-
-def test_would_deny_by_policy(report_table: DataFrame) -> None:
-    result = would_deny_by_policy(report_table)
-
-    assertDataFrameEqual(
-        result,
-        [
-            Row(
-                policy=P3,
-                would_deny=2,
-                principals=1,
-                resources=2,
-                first_time=datetime(2026, 11, 21, 9, 30),
-                last_time=datetime(2026, 11, 21, 10, 30),
-            ),
-            Row(
-                policy=P1,
-                would_deny=1,
-                principals=1,
-                resources=1,
-                first_time=datetime(2026, 11, 21, 10, 40),
-                last_time=datetime(2026, 11, 21, 10, 40),
-            ),
-        ],
-        checkRowOrder=True,
-    )
-
-
-def test_validate_only_outcomes(report_table: DataFrame) -> None:
-    result = validate_only_outcomes(report_table)
-
-    assertDataFrameEqual(
-        result,
-        [
-            Row(api="CreateTopics", verdict="allowed", policy=None, requests=1),
-            Row(api="CreateTopics", verdict="denied", policy=P1, requests=1),
-        ],
-        checkRowOrder=True,
     )
 
 

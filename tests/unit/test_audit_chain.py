@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditEmitter, SpoolSink
+from gateway.cli import main as kpg_main
 from spark_audit.chain import (
     ChainStatus,
     Link,
@@ -183,7 +184,8 @@ def test_kpg_audit_verify_exit_status_and_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_chain(tmp_path, 4)
-    assert verify_command(argparse.Namespace(input=tmp_path)) == 0
+    # as an operator runs it: the kpg command line
+    assert kpg_main(["audit", "verify", "--input", str(tmp_path)]) == 0
     assert "6 events, seq 0..5, stopped: intact" in capsys.readouterr().out
 
     rewrite_line(tmp_path, 2, lambda line: line.replace(b'"denied"', b'"allowed"'))

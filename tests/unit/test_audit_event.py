@@ -359,3 +359,30 @@ def test_summarizer_starts_the_next_interval_where_the_last_ended() -> None:
     assert summary.interval_end == "2026-11-21T09:01:30.000Z"
     assert summary.mode == "dry-run"
     assert summarizer.flush(T0 + 120_000) == ()
+
+
+def test_a_reload_within_an_interval_splits_the_summaries_by_policy_version() -> None:
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0
+    )
+    for version in (
+        "sha256:000000000000000a",
+        "sha256:000000000000000a",
+        "sha256:000000000000000b",
+    ):
+        summarizer.add(
+            topic="orders",
+            principal=None,
+            client_id="app",
+            api_version=9,
+            records_examined=0,
+            bytes_examined=0,
+            policy_version=version,
+        )
+
+    summaries = summarizer.flush(T0 + 60_000)
+
+    assert [(e.policy_version, e.event_count, e.kind) for e in summaries] == [
+        ("sha256:000000000000000a", 2, "summary"),
+        ("sha256:000000000000000b", 1, "summary"),
+    ]

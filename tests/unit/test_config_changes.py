@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config_changes import ConfigChange, InvalidAlteration
+from gateway.config_changes import (
+    ConfigChange,
+    InvalidAlteration,
+    audited,
+    looks_sensitive,
+    sensitive_keys,
+)
 from gateway.config_changes import incremental as _incremental
 from gateway.config_changes import legacy as _legacy
 from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT, ConfigAlteration
@@ -218,3 +224,53 @@ def test_before_is_not_modified() -> None:
     incremental(before, [("retention.ms", DELETE, None), ("cleanup.policy", APPEND, "compact")])
     legacy(before, [])
     assert before == BEFORE
+
+
+# --- what the audit event records -------------------------------------------------------------
+
+
+def test_the_audit_record_has_each_altered_key_before_and_after_and_no_secret() -> None:
+    before = {"retention.ms": "1000", "cleanup.policy": "delete", "ssl.key.password": "x"}
+    change = legacy(
+        before, [("retention.ms", "2000"), ("max.message.bytes", "5"), ("ssl.key.password", "y")]
+    )
+    assert isinstance(change, ConfigChange)
+    secret = sensitive_keys([("ssl.key.password", True, 9), ("retention.ms", False, 5)])
+
+    records = audited(change, before, lambda name: name in secret)
+
+    assert [(r.name, r.before, r.after, r.sensitive) for r in records] == [
+        ("retention.ms", "1000", "2000", False),
+        ("max.message.bytes", None, "5", False),
+        ("ssl.key.password", None, None, True),
+        ("cleanup.policy", "delete", None, False),  # the legacy API's implicit delete
+    ]
+
+
+@pytest.mark.parametrize(
+    ("described", "expected"),
+    [
+        ([("a", True, 2)], {"a"}),  # flagged
+        ([("b", False, 9)], {"b"}),  # PASSWORD type
+        ([("c", False, 2)], set()),
+    ],
+)
+def test_sensitive_keys_as_kafka_marks_them(
+    described: list[tuple[str, bool, int]], expected: set[str]
+) -> None:
+    assert sensitive_keys(described) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("listener.name.internal.ssl.keystore.password", True),
+        ("listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config", True),
+        ("password.encoder.secret", True),
+        ("listener.name.x.ssl.keystore.key", True),
+        ("log.retention.ms", False),
+        ("sasl.enabled.mechanisms", False),
+    ],
+)
+def test_undescribed_keys_named_like_secrets_are_sensitive(name: str, secret: bool) -> None:
+    assert looks_sensitive(name) is secret

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -95,6 +96,7 @@ from tests.enforcement_support import (
     produce_response,
     record_errors,
     request,
+    request_ids,
     top_level,
     upstream,
 )
@@ -264,6 +266,38 @@ def test_create_topics_all_denied_is_answered_here(gateway: Harness, version: in
     ]
 
 
+def test_one_request_has_one_audit_request_id_in_its_events_and_its_denials(
+    gateway: Harness,
+) -> None:
+    few, many = NewTopic("few", num_partitions=1), NewTopic("many", 20)
+    outcome = gateway.send(create_topics(7, few, NewTopic("fine"), many))
+    header, _ = forwarded(outcome)
+    broker = create_topics_response(header.api_version, {"fine": 0})
+    answer = gateway.broker_answers(outcome, broker)
+    first = list(gateway.sink.events)
+    gateway.send(create_topics(7, NewTopic("few", num_partitions=1)))
+
+    (request_id,) = {e.request_id for e in first}
+    assert [(e.resource_name, e.verdict) for e in first] == [
+        ("few", "denied"),
+        ("fine", "allowed"),
+        ("many", "denied"),
+    ]
+    assert request_ids(CREATE_TOPICS, 7, answer) == [request_id, None, request_id]
+    assert gateway.sink.events[-1].request_id not in (None, request_id)
+
+
+def test_the_gateways_log_line_of_a_denial_names_its_audit_request_id(
+    gateway: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gateway.decisions"):
+        gateway.send(create_topics(7, NewTopic("few", num_partitions=1)))
+
+    (event,) = gateway.sink.events
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "gateway.decisions"]
+    assert line.endswith(f"(audit request id {event.request_id})")
+
+
 @pytest.mark.parametrize("version", [0, 1, 4, 7])
 def test_create_topics_mixed_forwards_the_allowed_and_merges_in_request_order(
     gateway: Harness, version: int
@@ -317,6 +351,21 @@ def test_create_topics_default_partitions_are_judged_as_the_broker_will_create_t
         assert_forwarded_as_sent(outcome, frame)
     else:
         assert items(CREATE_TOPICS, 7, answer_of(outcome)) == [("d", POLICY_VIOLATION, denial)]
+
+
+def test_create_topics_audits_the_spec_judged_with_the_broker_default_resolved(
+    gateway: Harness,
+) -> None:
+    gateway.cluster.brokers = [3]
+    gateway.cluster.set_broker_configs(3, {"num.partitions": "6"})
+    gateway.send(
+        create_topics(7, NewTopic("d", num_partitions=-1, configs={"retention.ms": "90000"}))
+    )
+
+    (event,) = gateway.sink.events
+    assert event.topic_spec is not None
+    assert (event.topic_spec.partitions, event.topic_spec.replication_factor) == (6, 1)
+    assert dict(event.topic_spec.configs) == {"retention.ms": "90000"}
 
 
 @pytest.mark.parametrize("version", [1, 5])

@@ -24,6 +24,7 @@ from protocol.produce import (
     produce_acks,
     produce_answer,
     produce_request_keeping,
+    produce_topics,
     read_produce,
 )
 from protocol.records import read_batches
@@ -226,6 +227,44 @@ def test_read_produce_refuses_versions_the_gateway_does_not_carry(version: int) 
     frame[2:4] = version.to_bytes(2, "big")  # a version newer than kio's
     with pytest.raises(Undecodable, match="not carried"):
         read(bytes(frame))
+
+
+# --- produce_topics ---------------------------------------------------------------------------
+
+
+def topics_of(frame: bytes) -> tuple[str, ...]:
+    return produce_topics(parse_request_header(frame), frame)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("transactional_id", [None, "tx-orders"])
+def test_produce_topics_names_each_topic_once_in_request_order(
+    version: int, transactional_id: str | None
+) -> None:
+    frame = request_frame(version, transactional_id=transactional_id)
+    assert topics_of(frame) == ("orders", "payments", "audit")
+    assert topics_of(frame) == tuple(dict.fromkeys(p.topic for p in read(frame).partitions))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_produce_topics_steps_over_null_empty_and_large_records(version: int) -> None:
+    large = batch(b"x" * 70_000)  # a records length of several varint bytes in v9
+    topics = (
+        ("orders", ((0, None), (1, b""))),
+        ("big", ((0, large),)),
+        ("orders", ((2, ORDERS_2),)),
+        ("\u00e9v\u00e9nements", ((0, ORDERS_0),)),
+    )
+    assert topics_of(request_frame(version, topics)) == ("orders", "big", "\u00e9v\u00e9nements")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_produce_topics_refuses_a_truncated_body(version: int) -> None:
+    frame = request_frame(version)
+    with pytest.raises(Undecodable):
+        topics_of(frame[:-3])
+    with pytest.raises(Undecodable):
+        topics_of(frame[: len(frame) // 2])
 
 
 # --- produce_request_keeping ----------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""The gateway's log lines on stderr: plain text for people, or one JSON object per line for
+a log pipeline (``kpg run --log-format json``).
+
+A JSON line has ``time`` (UTC, ISO-8601 with milliseconds and a ``Z``, as the audit events
+write it), ``level``, ``logger``, ``message`` (arguments applied) and ``exception`` (the
+formatted traceback, or null). A message spanning lines stays one JSON line: its newlines
+are escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Final, TextIO
+
+from spark_audit.event import format_time
+
+LOG_FORMATS: Final = ("text", "json")
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, keys in a fixed order (``worker`` after ``level`` in a
+    worker of ``kpg run --workers``)."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def format(self, record: logging.LogRecord) -> str:
+        exception = None
+        if record.exc_info:
+            exception = self.formatException(record.exc_info)
+        elif record.exc_text:
+            exception = record.exc_text
+        if record.stack_info:
+            stack = self.formatStack(record.stack_info)
+            exception = stack if exception is None else f"{exception}\n{stack}"
+        line: dict[str, object] = {
+            "time": format_time(int(record.created * 1000)),
+            "level": record.levelname,
+        }
+        if self._worker is not None:
+            line["worker"] = self._worker
+        line.update(logger=record.name, message=record.getMessage(), exception=exception)
+        return json.dumps(
+            line,
+            ensure_ascii=False,
+            default=str,
+        )
+
+
+def configure(
+    level: str, log_format: str = "text", stream: TextIO | None = None, worker: int | None = None
+) -> None:
+    """Send log records at ``level`` and above to ``stream`` (stderr) in ``log_format``, each
+    naming ``worker`` when the process is one of ``kpg run --workers``; as
+    :func:`logging.basicConfig`, nothing changes when the root logger has a handler already
+    (a test runner's).
+
+    :raises ValueError: for a format not in :data:`LOG_FORMATS`.
+    """
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format must be one of {LOG_FORMATS}, got {log_format!r}")
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter(worker))
+    else:
+        named = TEXT_FORMAT.replace("%(name)s", f"worker-{worker} %(name)s")
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT if worker is None else named))
+    logging.basicConfig(level=level, handlers=[handler])

@@ -1,0 +1,68 @@
+"""The gateway's log formats (kpg run --log-format): records in, lines out, no I/O."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from gateway.cli import build_parser
+from gateway.logs import JsonFormatter
+
+pytestmark = pytest.mark.unit
+
+
+def record(message: str, *args: object, exc: BaseException | None = None) -> logging.LogRecord:
+    exc_info = (type(exc), exc, exc.__traceback__) if exc is not None else None
+    made = logging.LogRecord("gateway.audit", logging.ERROR, __file__, 1, message, args, exc_info)
+    made.created = 1_795_251_600.123
+    return made
+
+
+def test_a_json_line_holds_time_level_logger_message_and_exception() -> None:
+    try:
+        raise OSError(28, "No space left on device")
+    except OSError as exc:
+        line = JsonFormatter().format(record("lost %d events\nin %s", 3, "spool", exc=exc))
+
+    data = json.loads(line)
+    assert "\n" not in line
+    assert list(data) == ["time", "level", "logger", "message", "exception"]
+    assert data["time"] == "2026-11-21T09:00:00.123Z"
+    assert (data["level"], data["logger"]) == ("ERROR", "gateway.audit")
+    assert data["message"] == "lost 3 events\nin spool"
+    assert data["exception"].startswith("Traceback") and "No space left" in data["exception"]
+
+
+def test_without_an_exception_it_is_null() -> None:
+    assert json.loads(JsonFormatter().format(record("plain")))["exception"] is None
+
+
+def test_kpg_run_takes_text_or_json() -> None:
+    assert build_parser().parse_args(["run"]).log_format == "text"
+    assert build_parser().parse_args(["run", "--log-format", "json"]).log_format == "json"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--log-format", "xml"])
+
+
+def test_configure_sends_json_lines_to_the_stream() -> None:
+    """In a fresh interpreter: configure() sets the root logger, which a test runner owns."""
+    code = (
+        "import io, logging, sys; from gateway.logs import configure; s = io.StringIO(); "
+        "configure('INFO', 'json', s); logging.getLogger('gateway.x').info('hi %s', 'there'); "
+        "logging.getLogger('gateway.x').debug('hidden'); sys.stdout.write(s.getvalue())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    (line,) = out.stdout.splitlines()
+    assert json.loads(line)["message"] == "hi there"
+
+
+def test_an_unknown_format_is_refused() -> None:
+    from gateway.logs import configure
+
+    with pytest.raises(ValueError, match="log format"):
+        configure("INFO", "xml", io.StringIO())
