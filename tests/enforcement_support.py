@@ -300,6 +300,7 @@ class Harness:
     store: SqliteStore
     emitter: AuditEmitter
     sink: ListSink
+    summarizer: ProduceSummarizer
     metrics: GatewayMetrics
     table: Mapping[int, Registration]
     cluster: StandInCluster = field(default_factory=StandInCluster)
@@ -318,13 +319,10 @@ class Harness:
         chain = load_policy_chain(policies, source="unit-test")
         store = SqliteStore(directory / "state.db")
         sink = ListSink()
-        emitter = AuditEmitter(
-            [sink],
-            summarizer=ProduceSummarizer(
-                gateway_instance="unit", mode="enforce", interval_ms=60_000, start_ms=0
-            ),
-            tick_s=0.05,
+        summarizer = ProduceSummarizer(
+            gateway_instance="unit", mode="enforce", interval_ms=60_000, start_ms=0
         )
+        emitter = AuditEmitter([sink], summarizer=summarizer, tick_s=0.05)
         loop.run_until_complete(store.start())
         loop.run_until_complete(emitter.start())
         services = Services(
@@ -349,6 +347,7 @@ class Harness:
             store=store,
             emitter=emitter,
             sink=sink,
+            summarizer=summarizer,
             metrics=metrics,
             table=build_table(services),
         )

@@ -1108,6 +1108,20 @@ def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
     ]
 
 
+def test_produce_v13_to_topics_nobody_validates_is_summarized_by_name(
+    gateway: Harness,
+) -> None:
+    """With the audit on, a v13 request to unvalidated topics is still counted in the produce
+    summaries (every Produce is), under the names its ids resolve to, not the ids; the
+    client's bytes go on as sent."""
+    plain = gateway.cluster.add_topic("plain")
+    frame = produce(13, {(plain, 0): UNTRACED, (plain, 1): UNTRACED})
+    outcome = gateway.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    summaries = gateway.summarizer.flush(60_000)
+    assert [(e.resource_name, e.event_count) for e in summaries] == [("plain", 1)]
+
+
 def test_produce_v13_to_the_gateways_own_topics_is_refused(
     gateway_with: Callable[..., Harness],
 ) -> None:
