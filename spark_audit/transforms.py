@@ -166,14 +166,20 @@ def _weight(condition: Column | None = None) -> Column:
 
 def totals(events: DataFrame) -> DataFrame:
     """One row: audit rows, decisions, decisions per verdict, Produce summaries, distinct
-    principals, first and last event time."""
+    principals, first and last event time. Lifecycle events (a gateway's start, stop,
+    reload) are audit rows but no decision."""
+    decided = event_kind() != "lifecycle"
     verdict = F.col("verdict")
     return events.agg(
         F.count(F.lit(1)).alias("audit_events"),
-        F.coalesce(_weight(), F.lit(0)).cast("long").alias("decisions"),
-        F.coalesce(_weight(verdict == "allowed"), F.lit(0)).cast("long").alias("allowed"),
-        F.coalesce(_weight(verdict == "denied"), F.lit(0)).cast("long").alias("denied"),
-        F.coalesce(_weight(verdict == "would_deny"), F.lit(0)).cast("long").alias("would_deny"),
+        F.coalesce(_weight(decided), F.lit(0)).cast("long").alias("decisions"),
+        F.coalesce(_weight(decided & (verdict == "allowed")), F.lit(0))
+        .cast("long")
+        .alias("allowed"),
+        F.coalesce(_weight(decided & (verdict == "denied")), F.lit(0)).cast("long").alias("denied"),
+        F.coalesce(_weight(decided & (verdict == "would_deny")), F.lit(0))
+        .cast("long")
+        .alias("would_deny"),
         F.count(F.col("interval_start")).alias("produce_summaries"),
         F.countDistinct("principal").alias("principals"),
         F.min("time").alias("first_time"),

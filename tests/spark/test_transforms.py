@@ -121,6 +121,29 @@ def test_totals(report_table: DataFrame) -> None:
     )
 
 
+def test_totals_count_no_lifecycle_event_as_a_decision(spark: SparkSession) -> None:
+    """A gateway's start and a refused reload are audit rows, not an allowed and a denied
+    decision."""
+    decision = event(verdict="allowed")
+    lifecycle = [
+        event(
+            api="Gateway",
+            api_version=0,
+            resource_type="gateway",
+            resource_name="kpg-1",
+            action=action,
+            verdict=verdict,
+            policy=None,
+            error_code=None,
+            event_kind="lifecycle",
+        )
+        for action, verdict in (("start", "allowed"), ("reload_refused", "denied"))
+    ]
+    row = totals(table_rows(spark, [decision, *lifecycle])).first()
+    assert row is not None
+    assert (row.audit_events, row.decisions, row.allowed, row.denied) == (3, 1, 1, 0)
+
+
 def test_parse_lines_hashes_each_line_as_written(spark: SparkSession) -> None:
     lines = [event().to_json_line() for _ in range(2)] + ["{torn"]
     raw = raw_events(spark, lines).collect()
