@@ -172,9 +172,21 @@ def test_decisions_reach_the_table_and_the_reports(
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     totals = summary["totals"]
+    # per event: one per verdict (the gateway's start and stop are no decision)
     assert (totals["denied"], totals["would_deny"], totals["allowed"]) == (3, 1, 4)
+    # per request, as the clients made them: six CreateTopics (b and the dry run d denied;
+    # Bad_ allowed with a dry-run objection; c and d dry runs) and two Produce requests (the
+    # good one, in a summary, and the refused one)
+    requests = (
+        totals["requests"],
+        totals["requests_denied"],
+        totals["requests_allowed"],
+        totals["requests_would_deny"],
+        totals["dry_run_requests"],
+    )
+    assert requests == (8, 3, 5, 1, 2)
     html = (out / "index.html").read_text()
-    for key in ("denied", "would_deny", "allowed"):
+    for key in ("requests", "requests_denied", "requests_allowed", "requests_would_deny"):
         assert f'<div class="value">{totals[key]}</div>' in html
 
 
