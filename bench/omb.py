@@ -32,6 +32,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import resource
 import struct
 import sys
 import tempfile
@@ -140,6 +141,7 @@ def _producer_main(plan: Plan, index: int, producers: int) -> None:
         producer.poll(0)
     stats["sent"] = sent
     stats["unflushed"] = producer.flush(120)
+    stats["cpu_s"] = _own_cpu_seconds()
     Path(plan.outdir, f"producer-{index}.bin").write_bytes(publish_us.tobytes())
     Path(plan.outdir, f"producer-{index}.json").write_text(json.dumps(stats))
 
@@ -185,8 +187,15 @@ def _consumer_main(plan: Plan, index: int, consumers: int) -> None:
         if now > plan.end_ns and (now - last_record > 3 * 10**9 or now > give_up):
             break
     consumer.close()
+    stats["cpu_s"] = _own_cpu_seconds()
     Path(plan.outdir, f"consumer-{index}.bin").write_bytes(e2e_us.tobytes())
     Path(plan.outdir, f"consumer-{index}.json").write_text(json.dumps(stats))
+
+
+def _own_cpu_seconds() -> float:
+    """This process's CPU time, librdkafka's threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _percentile(ordered: array[int], q: float) -> float:
@@ -216,6 +225,9 @@ class RunResult:
     gateway_millicores_per_mb_s: float | None
     producer_max_lag_ms: float
     errors: int
+    broker_cpu_cores: float
+    """Tansu's CPU over the window; and the client processes' over their whole life."""
+    client_cpu_cores: float
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -236,6 +248,7 @@ def run(
     rate: float | None,
     options: Options,
     gateway: GatewayProcess | None,
+    broker_pid: int,
 ) -> RunResult:
     """One run: fresh topics, the worker processes, the gateway's CPU over the window."""
     policy, headers = SCENARIOS[scenario]
@@ -264,25 +277,33 @@ def run(
         ]
         for worker in workers:
             worker.start()
-        cpu = _cpu_over_window(plan, gateway)
+        spawned = time.monotonic_ns()
+        cpu = _cpu_over_window(plan, gateway, broker_pid)
         for worker in workers:
             worker.join(300)
             if worker.exitcode != 0:
                 raise SystemExit(f"{target} {scenario}: a worker exited with {worker.exitcode}")
-        result = _collect(target, scenario, rate, plan, Path(outdir), options, cpu)
+        cpu["clients_s"] = (time.monotonic_ns() - spawned) / 1e9
+        result = _collect(target, scenario, rate, plan, Path(outdir), cpu)
     delete_topics(admin, topics)
     return result
 
 
-def _cpu_over_window(plan: Plan, gateway: GatewayProcess | None) -> float | None:
-    """The gateway's CPU time (in cores) between the window's start and end."""
-    if gateway is None:
-        time.sleep(max(0.0, (plan.end_ns - time.monotonic_ns()) / 1e9))
-        return None
+def _cpu_over_window(
+    plan: Plan, gateway: GatewayProcess | None, broker_pid: int
+) -> dict[str, float | None]:
+    """The gateway's CPU time (all its processes) and the broker's, in cores, between the
+    window's start and end."""
+    pids = {"broker": broker_pid, "gateway": gateway.pid if gateway else None}
     time.sleep(max(0.0, (plan.measure_ns - time.monotonic_ns()) / 1e9))
-    before, started = tree_cpu_seconds(gateway.pid), time.monotonic_ns()
+    before = {k: tree_cpu_seconds(pid) for k, pid in pids.items() if pid is not None}
+    started = time.monotonic_ns()
     time.sleep(max(0.0, (plan.end_ns - time.monotonic_ns()) / 1e9))
-    return (tree_cpu_seconds(gateway.pid) - before) / ((time.monotonic_ns() - started) / 1e9)
+    elapsed = (time.monotonic_ns() - started) / 1e9
+    return {
+        k: (tree_cpu_seconds(pid) - before[k]) / elapsed if pid is not None else None
+        for k, pid in pids.items()
+    }
 
 
 def _collect(
@@ -291,8 +312,7 @@ def _collect(
     rate: float | None,
     plan: Plan,
     outdir: Path,
-    options: Options,
-    cpu: float | None,
+    cpus: dict[str, float | None],
 ) -> RunResult:
     producers = [json.loads(p.read_text()) for p in outdir.glob("producer-*.json")]
     consumers = [json.loads(p.read_text()) for p in outdir.glob("consumer-*.json")]
@@ -303,6 +323,7 @@ def _collect(
     mb_per_s = acked * RECORD_BYTES / window_s / 1e6
     errors = sum(p["errors"] + p["unflushed"] for p in producers)
     errors += sum(c["errors"] for c in consumers)
+    cpu, clients_s = cpus["gateway"], cpus["clients_s"] or 1.0
     return RunResult(
         target=target,
         scenario=scenario,
@@ -321,6 +342,8 @@ def _collect(
         gateway_millicores_per_mb_s=cpu * 1000 / mb_per_s if cpu is not None and mb_per_s else None,
         producer_max_lag_ms=max(p["max_lag_ms"] for p in producers),
         errors=errors,
+        broker_cpu_cores=cpus["broker"] or 0.0,
+        client_cpu_cores=sum(w["cpu_s"] for w in producers + consumers) / clients_s,
         counts={"acked_in_window": acked, "consumed_in_window": consumed},
     )
 
@@ -336,7 +359,8 @@ def _line(r: RunResult) -> str:
         f"{r.target:10s} {r.scenario:11s} {r.records_per_s:8.0f} rec/s {r.mb_per_s:6.1f} MB/s "
         f"(consumed {r.consumed_per_s:8.0f}/s) e2e p50 {r.e2e_ms['p50']:7.2f} p99 "
         f"{r.e2e_ms['p99']:7.2f} p99.9 {r.e2e_ms['p99.9']:7.2f} ms | publish p50 "
-        f"{r.publish_ms['p50']:6.2f} p99 {r.publish_ms['p99']:6.2f} ms{cpu}"
+        f"{r.publish_ms['p50']:6.2f} p99 {r.publish_ms['p99']:6.2f} ms{cpu} | broker "
+        f"{r.broker_cpu_cores:4.2f} cores, clients {r.client_cpu_cores:4.2f}"
         f"{'' if not r.errors else f' | {r.errors} ERRORS'}"
     )
 
@@ -366,6 +390,8 @@ def main() -> int:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
         direct = str(broker.address)
         nodes = broker_node_ids(direct)
+        assert broker.process is not None
+        bpid = broker.process.pid
         one = start_gateway(
             direct, Path(workdir, "one"), workers=1 if has_workers else None, node_ids=nodes
         )
@@ -381,7 +407,7 @@ def main() -> int:
             for name, bootstrap, gateway in targets if not args.no_saturation else []:
                 admin = (gateway or one).bootstrap
                 result = run(
-                    name, bootstrap, admin, "passthrough", None, saturation_options, gateway
+                    name, bootstrap, admin, "passthrough", None, saturation_options, gateway, bpid
                 )
                 results["saturation"][name] = asdict(result)
                 print(f"saturation {_line(result)}", flush=True)
@@ -390,7 +416,9 @@ def main() -> int:
             for scenario in args.scenario or list(SCENARIOS):
                 pair = {}
                 for name, bootstrap, gateway in targets[:2]:
-                    result = run(name, bootstrap, one.bootstrap, scenario, rate, options, gateway)
+                    result = run(
+                        name, bootstrap, one.bootstrap, scenario, rate, options, gateway, bpid
+                    )
                     pair[name] = result
                     results["fixed_rate"][f"{scenario}/{name}"] = asdict(result)
                     print(f"at {rate:6.0f}/s {_line(result)}", flush=True)
