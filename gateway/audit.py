@@ -13,6 +13,12 @@ Contracts, stated once:
   Produce requests are ordinary events.
 - Sinks are blocking and are only ever called from the emitter's writer, one call at a time,
   in a worker thread, so the event loop never waits on the disk.
+- The chain (tamper evidence, see ``spark_audit/SCHEMA.md``): each emitter is one chain, a
+  fresh ``chain_id`` per process start. The writer numbers the events in the order it writes
+  them (``seq`` 0, 1, ...), sets ``prev_hash`` to the SHA-256 of the previous line, and
+  serializes each event once: every sink gets the same bytes (:class:`EventLine`), so the
+  spool and the audit topic verify alike. An event a sink fails to take is a gap in that
+  sink's copy of the chain, which is what a verifier should see.
 - Durability of the spool (:class:`SpoolSink`): a completed segment is fsynced and atomically
   renamed into place, so a reader never sees a half-written one and a crash never loses one.
   What a crash can lose: events still in the emitter's queue, and, on a machine crash, the
@@ -42,7 +48,17 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from spark_audit.event import SPOOL_SEGMENT_GLOB, AuditEvent, Mode, format_time
+from spark_audit.event import (
+    LIFECYCLE_ACTIONS,
+    LIFECYCLE_API,
+    LIFECYCLE_RESOURCE_TYPE,
+    SPOOL_SEGMENT_GLOB,
+    AuditEvent,
+    Mode,
+    format_time,
+    line_hash,
+    new_event_id,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -64,17 +80,31 @@ class SinkWriteError(Exception):
         self.written = written
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventLine:
+    """An event as the sinks get it: a link of the emitter's chain, serialized once."""
+
+    event: AuditEvent
+    data: bytes
+    """The JSON line, UTF-8, newline-terminated: what every sink writes, byte for byte."""
+
+    @classmethod
+    def of(cls, event: AuditEvent) -> EventLine:
+        """``event`` serialized as it is (unchained): for writing a sink directly."""
+        return cls(event, event.to_json_line().encode("utf-8"))
+
+
 class AuditSink(Protocol):
     """Where audit events end up. All methods block; see the module contract."""
 
     def open(self) -> None:
         """Prepare for writing (create, lock, recover). Called once before ``write``."""
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        """Persist ``events`` in order.
+    def write(self, lines: Sequence[EventLine]) -> None:
+        """Persist ``lines`` in order, each exactly as its ``data`` bytes.
 
-        :raises SinkWriteError: if only a prefix of ``events`` was persisted.
-        :raises Exception: anything else means none of ``events`` was persisted.
+        :raises SinkWriteError: if only a prefix of ``lines`` was persisted.
+        :raises Exception: anything else means none of ``lines`` was persisted.
         """
 
     def maintain(self) -> None:
@@ -179,8 +209,8 @@ class SpoolSink:
         for path in sorted(leftovers):
             self._recover(path)
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        """Append ``events``, completing segments as they fill; see the class docstring.
+    def write(self, lines: Sequence[EventLine]) -> None:
+        """Append ``lines``, completing segments as they fill; see the class docstring.
 
         :raises SinkWriteError: if the disk refused part of the batch; the partial line is
             removed, so the segment stays a sequence of complete lines.
@@ -192,8 +222,8 @@ class SpoolSink:
         chunk = bytearray()
         chunk_events = 0
         try:
-            for event in events:
-                line = event.to_json_line().encode("utf-8")
+            for event_line in lines:
+                line = event_line.data
                 on_disk = self._segment.size if self._segment is not None else 0
                 pending = on_disk + len(chunk)
                 if pending > 0 and pending + len(line) > self.segment_max_bytes:
@@ -349,6 +379,10 @@ def _is_json_object(line: bytes) -> bool:
 # Summaries of allowed Produce traffic.
 
 
+_SummaryKey = tuple[str, str | None, str | None, str | None]
+"""(topic, principal, client_id, policy_version)"""
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class _ProduceTally:
     requests: int = 0
@@ -360,11 +394,12 @@ class _ProduceTally:
 class ProduceSummarizer:
     """Accumulates allowed Produce traffic; one summary event per key per interval.
 
-    The key is (topic, principal, client_id). A summary covers ``[interval_start,
-    interval_end]``, where the interval starts at the previous :meth:`flush` (or at
-    ``start_ms``); its ``event_count`` is the number of Produce requests, its
-    ``api_version`` the highest version seen. ``client_address`` is null: one key can span
-    many connections. Pure: no clock, no I/O; the caller passes times.
+    The key is (topic, principal, client_id, policy_version): a reload within an interval
+    splits its summaries by the version that let the traffic through. A summary covers
+    ``[interval_start, interval_end]``, where the interval starts at the previous
+    :meth:`flush` (or at ``start_ms``); its ``event_count`` is the number of Produce
+    requests, its ``api_version`` the highest version seen. ``client_address`` is null: one
+    key can span many connections. Pure: no clock, no I/O; the caller passes times.
     """
 
     def __init__(
@@ -377,7 +412,7 @@ class ProduceSummarizer:
         self.mode: Mode = mode
         self.interval_ms = interval_ms
         self._interval_start_ms = start_ms
-        self._tallies: dict[tuple[str, str | None, str | None], _ProduceTally] = {}
+        self._tallies: dict[_SummaryKey, _ProduceTally] = {}
 
     def add(
         self,
@@ -388,9 +423,11 @@ class ProduceSummarizer:
         api_version: int,
         records_examined: int,
         bytes_examined: int,
+        policy_version: str | None = None,
     ) -> None:
         """Count one allowed Produce request's share for ``topic``."""
-        tally = self._tallies.setdefault((topic, principal, client_id), _ProduceTally())
+        key = (topic, principal, client_id, policy_version)
+        tally = self._tallies.setdefault(key, _ProduceTally())
         tally.requests += 1
         tally.records_examined += records_examined
         tally.bytes_examined += bytes_examined
@@ -423,8 +460,10 @@ class ProduceSummarizer:
                 interval_start=start,
                 interval_end=end,
                 event_count=tally.requests,
+                event_kind="summary",
+                policy_version=policy_version,
             )
-            for (topic, principal, client_id), tally in sorted(
+            for (topic, principal, client_id, policy_version), tally in sorted(
                 self._tallies.items(), key=lambda item: _sort_key(item[0])
             )
         )
@@ -433,9 +472,9 @@ class ProduceSummarizer:
         return events
 
 
-def _sort_key(key: tuple[str, str | None, str | None]) -> tuple[str, str, str]:
-    topic, principal, client_id = key
-    return topic, principal or "", client_id or ""
+def _sort_key(key: _SummaryKey) -> tuple[str, str, str, str]:
+    topic, principal, client_id, policy_version = key
+    return topic, principal or "", client_id or "", policy_version or ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,6 +496,7 @@ class AuditEmitter:
         sinks: Sequence[AuditSink],
         *,
         summarizer: ProduceSummarizer | None = None,
+        gateway_instance: str | None = None,
         queue_max_events: int = 10_000,
         batch_max_events: int = 1_000,
         tick_s: float = 1.0,
@@ -470,6 +510,14 @@ class AuditEmitter:
             raise ValueError("queue_max_events, batch_max_events and tick_s must be > 0")
         self._sinks = tuple(sinks)
         self._summarizer = summarizer
+        if gateway_instance is None:
+            gateway_instance = summarizer.gateway_instance if summarizer is not None else ""
+        self.gateway_instance = gateway_instance
+        self._late_emits: set[asyncio.Task[None]] = set()
+        self.chain_id = new_event_id()
+        """This emitter's chain: one per process start (see the module contract)."""
+        self._next_seq = 0
+        self._prev_hash: str | None = None
         self._queue: asyncio.Queue[AuditEvent | None] = asyncio.Queue(queue_max_events)
         self._batch_max_events = batch_max_events
         self._tick_s = tick_s
@@ -503,6 +551,11 @@ class AuditEmitter:
     @property
     def sinks(self) -> tuple[AuditSink, ...]:
         return self._sinks
+
+    @property
+    def running(self) -> bool:
+        """Started, not closing, and its writer alive: :meth:`emit` would take an event."""
+        return self._writer is not None and not self._closing and not self._writer.done()
 
     @property
     def queue_depth(self) -> int:
@@ -554,6 +607,55 @@ class AuditEmitter:
             self._waiting_emits -= 1
         self._count_emitted((event,))
 
+    def lifecycle(self, action: str, *, policy_version: str, message: str) -> None:
+        """Queue a lifecycle event of this gateway (``start``, ``stop``, ``reload``,
+        ``reload_refused``) without waiting: it keeps its place among the events emitted so
+        far, even when the queue is full (it then waits in a task of its own, which
+        :meth:`close` waits for).
+
+        :raises ValueError: for an unknown action.
+        :raises RuntimeError: as :meth:`emit`.
+        """
+        if action not in LIFECYCLE_ACTIONS:
+            raise ValueError(f"lifecycle action must be one of {LIFECYCLE_ACTIONS}, got {action!r}")
+        if self._writer is None or self._closing or self._writer.done():
+            raise RuntimeError("audit emitter is not running; refusing to lose an event")
+        refused = action == "reload_refused"
+        event = AuditEvent(
+            gateway_instance=self.gateway_instance,
+            client_address=None,
+            principal=None,
+            client_id=None,
+            api=LIFECYCLE_API,
+            api_version=0,
+            resource_type=LIFECYCLE_RESOURCE_TYPE,
+            resource_name=self.gateway_instance,
+            action=action,
+            mode="enforce",
+            verdict="denied" if refused else "allowed",
+            message=message,
+            event_kind="lifecycle",
+            policy_version=policy_version,
+        )
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._waiting_emits += 1
+            task = asyncio.get_running_loop().create_task(
+                self._put_late(event), name=f"kpg-audit-lifecycle-{action}"
+            )
+            self._late_emits.add(task)
+            task.add_done_callback(self._late_emits.discard)
+            return
+        self._count_emitted((event,))
+
+    async def _put_late(self, event: AuditEvent) -> None:
+        try:
+            await self._queue.put(event)
+        finally:
+            self._waiting_emits -= 1
+        self._count_emitted((event,))
+
     def record_allowed_produce(
         self,
         *,
@@ -563,6 +665,7 @@ class AuditEmitter:
         api_version: int,
         records_examined: int,
         bytes_examined: int,
+        policy_version: str | None = None,
     ) -> None:
         """Add an allowed Produce request's share for ``topic`` to the next summary.
 
@@ -579,6 +682,7 @@ class AuditEmitter:
             api_version=api_version,
             records_examined=records_examined,
             bytes_examined=bytes_examined,
+            policy_version=policy_version,
         )
 
     async def close(self) -> None:
@@ -662,11 +766,23 @@ class AuditEmitter:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
+    def _chain(self, batch: Sequence[AuditEvent]) -> list[EventLine]:
+        """The next links of the chain; only the writer calls this, one batch at a time."""
+        lines = []
+        for event in batch:
+            linked = event.chained(self.chain_id, self._next_seq, self._prev_hash)
+            data = linked.to_json_line().encode("utf-8")
+            lines.append(EventLine(linked, data))
+            self._next_seq += 1
+            self._prev_hash = line_hash(data)
+        return lines
+
     def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> int:
+        lines = self._chain(batch)
         lost_total = 0
         for sink in self._sinks:
             try:
-                sink.write(batch)
+                sink.write(lines)
             except Exception as exc:  # whatever a sink raises, its loss is counted and logged
                 lost = len(batch) - exc.written if isinstance(exc, SinkWriteError) else len(batch)
                 lost_total += lost
@@ -766,22 +882,20 @@ class KafkaTopicSink:
         )
         await self._producer.start()
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        written = self._run(self._send(events))
-        if written < len(events):
+    def write(self, lines: Sequence[EventLine]) -> None:
+        written = self._run(self._send(lines))
+        if written < len(lines):
             raise SinkWriteError(
                 written,
                 RuntimeError(
-                    f"audit topic {self.topic}: {len(events) - written} events not acknowledged"
+                    f"audit topic {self.topic}: {len(lines) - written} events not acknowledged"
                 ),
             )
 
-    async def _send(self, events: Sequence[AuditEvent]) -> int:
+    async def _send(self, lines: Sequence[EventLine]) -> int:
         futures = [
-            await self._producer.send(
-                self.topic, key=e.event_id.encode(), value=e.to_json_line().encode()
-            )
-            for e in events
+            await self._producer.send(self.topic, key=line.event.event_id.encode(), value=line.data)
+            for line in lines
         ]
         results = await asyncio.gather(*futures, return_exceptions=True)
         written = 0

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
+from .rlimits import raise_open_file_limit
+from .supervisor import Supervisor, cpu_count, worker_command, worker_spool_dir
 
 log = logging.getLogger("kpg")
 
@@ -49,12 +55,79 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here (overrides metrics)"
     )
     run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=(
+            "worker processes, each a whole gateway on the same ports (SO_REUSEPORT) under one "
+            "supervisor that starts a dead one again and serves the metrics of all (default: "
+            "the cores this process may use; 1 runs the gateway in this process, no supervisor). "
+            "More than one needs fixed ports: a listen port and node_port_base other than 0"
+        ),
+    )
+    run.add_argument(
+        "--pid-file",
+        type=Path,
+        metavar="PATH",
+        help="write the gateway's pid here (the supervisor's with --workers), for kpg reload",
+    )
+    run.add_argument(
         "--log-level",
         default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="log lines at this level and above go to stderr (default: INFO)",
     )
+    # Set by the supervisor for its workers; not for people.
+    run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--config-name", help=argparse.SUPPRESS)
+    run.add_argument("--embedded-upstream", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
+    run.epilog = (
+        "Reload: SIGHUP (or kpg reload) reads the config file again and puts policies, rules, "
+        "record validation, limits and client_configs in force for the next request, connections "
+        "kept; a bad file is refused with start-up's messages and the running configuration "
+        "stays. listen, advertised_host, node_port_base, upstream.bootstrap_servers, metrics, "
+        "tls, state and audit need a restart. On the metrics listener: /metrics, /healthz, "
+        "/readyz. At start the soft open-file limit is raised to the hard one."
+    )
+
+
+def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    reload = sub.add_parser(
+        "reload",
+        help="make a running gateway read its config file again (SIGHUP)",
+        description=(
+            "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid. It reads "
+            "its config file again: policies, rules, record validation, limits and "
+            "client_configs apply to the next request, connections stay open; a bad file is "
+            "refused and the running configuration stays. The outcome is in the gateway's log "
+            "('configuration reloaded' or 'reload refused'), in kpg_config_reloads_total"
+            "{result=applied|refused}, kpg_policy_version and, with audit on, a lifecycle "
+            "audit event."
+        ),
+    )
+    target = reload.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid-file", type=Path, metavar="PATH", help="kpg run --pid-file PATH")
+    target.add_argument("--pid", type=int, help="the gateway's pid (the supervisor's)")
+    reload.set_defaults(func=_cmd_reload)
+
+
+def _cmd_reload(args: argparse.Namespace) -> int:
+    pid = args.pid
+    if pid is None:
+        try:
+            pid = int(args.pid_file.read_text().strip())
+        except (OSError, ValueError) as exc:
+            print(f"kpg reload: {args.pid_file}: no pid in it: {exc}", file=sys.stderr)
+            return 2
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except OSError as exc:
+        print(f"kpg reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
+        return 1
+    print(f"kpg reload: sent SIGHUP to pid {pid}; the outcome is in the gateway's log")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _run_parser(sub)
+    _reload_parser(sub)
     from spark_audit.cli import add_audit_commands
 
     from .configs_cli import add_configs_command
@@ -75,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    raise_open_file_limit()  # first: max.connections' default is derived from it
     overrides = {
         "upstream.bootstrap_servers": args.upstream,
         "listen": args.listen,
@@ -83,9 +158,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "metrics": args.metrics,
     }
     try:
-        config = load(args.config, overrides)
+        config = load(args.config, overrides, source=args.config_name)
     except ConfigError as exc:
         print(f"kpg: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if args.worker_index is not None:
+        return _serve(_worker_config(config, args), lambda: _reload_worker(args, overrides), args)
+    workers = _workers(config, args)
+    if workers is None:
         return 2
     embedded: EmbeddedBroker | None = None
     if not config.upstream.bootstrap_servers:
@@ -100,21 +180,155 @@ def _cmd_run(args: argparse.Namespace) -> int:
             flush=True,
         )
         config = with_embedded_upstream(config, address)
+
+    def reloaded() -> GatewayConfig:
+        fresh = load(args.config, overrides)
+        return with_embedded_upstream(fresh, address) if embedded is not None else fresh
+
     try:
-        return _serve(config)
+        with _pid_file(args.pid_file):
+            if workers > 1:
+                return _supervise(config, workers, args, embedded is not None)
+            return _serve(config, reloaded, args)
     finally:
         if embedded is not None:
             embedded.stop()
 
 
-def _serve(config: GatewayConfig) -> int:
+def _workers(config: GatewayConfig, args: argparse.Namespace) -> int | None:
+    """How many workers to run; None (after saying why) when the asked number cannot be."""
+    if args.workers is not None and args.workers < 1:
+        print("kpg: --workers: at least 1", file=sys.stderr)
+        return None
+    workers = args.workers or cpu_count()
+    free_ports = [
+        what
+        for what, port in (
+            ("the listen port", config.listen.port),
+            ("node_port_base", config.node_port_base),
+        )
+        if port == 0
+    ]
+    if workers > 1 and free_ports:
+        why = (
+            f"{' and '.join(free_ports)} 0 would give each worker ports of its own; "
+            "workers share fixed ones"
+        )
+        if args.workers is not None:
+            print(f"kpg: --workers {workers}: {why}", file=sys.stderr)
+            return None
+        log.info("one worker: %s", why)
+        return 1
+    return workers
+
+
+@contextlib.contextmanager
+def _pid_file(path: Path | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _worker_config(config: GatewayConfig, args: argparse.Namespace) -> GatewayConfig:
+    """A worker's view of the configuration: the embedded broker's differences when the
+    supervisor runs one, its own spool directory, and no metrics listener (the supervisor
+    serves the workers' metrics)."""
+    if args.embedded_upstream:
+        config = with_embedded_upstream(config, config.upstream.bootstrap_servers[0])
+    audit = config.audit
+    if audit.spool_dir is not None:
+        spool_dir = worker_spool_dir(audit.spool_dir, args.worker_index)
+        audit = replace(audit, spool_dir=spool_dir)
+    return replace(config, metrics=None, audit=audit)
+
+
+def _reload_worker(args: argparse.Namespace, overrides: dict[str, object]) -> GatewayConfig:
+    return _worker_config(load(args.config, overrides, source=args.config_name), args)
+
+
+def _supervise(
+    config: GatewayConfig, workers: int, args: argparse.Namespace, embedded: bool
+) -> int:
+    """Run ``workers`` worker processes under a supervisor (gateway.supervisor)."""
+    from .server import check_policies
+
+    try:
+        check_policies(config)
+    except ConfigError as exc:
+        print(f"kpg: configuration error: {exc}", file=sys.stderr)
+        return 2
+    base = [
+        "--upstream",
+        ",".join(map(str, config.upstream.bootstrap_servers)),
+        "--listen",
+        str(config.listen),
+        "--advertised-host",
+        config.advertised_host,
+        "--node-port-base",
+        str(config.node_port_base),
+        "--log-level",
+        args.log_level,
+    ]
+    if embedded:
+        base.append("--embedded-upstream")
+    config_name = str(args.config) if args.config is not None else None
+    supervisor = Supervisor(
+        workers=workers,
+        config=config,
+        config_file=args.config,
+        command=lambda index, fd, copy: worker_command(base, index, fd, copy, config_name),
+    )
+
+    def ready() -> None:
+        address = HostPort(host=config.advertised_host, port=config.listen.port)
+        print(
+            f"kpg: gateway ready ({workers} workers): clients use bootstrap.servers={address}",
+            flush=True,
+        )
+        if supervisor.metrics_port is not None and config.metrics is not None:
+            print(
+                f"kpg: metrics on http://{config.metrics.host}:{supervisor.metrics_port}/metrics",
+                flush=True,
+            )
+
+    return asyncio.run(supervisor.run(ready))
+
+
+def _announce(address: HostPort, config: GatewayConfig, metrics_port: int | None) -> None:
+    print(f"kpg: gateway ready: clients use bootstrap.servers={address}", flush=True)
+    if metrics_port is not None and config.metrics is not None:
+        print(f"kpg: metrics on http://{config.metrics.host}:{metrics_port}/metrics", flush=True)
+
+
+def _serve(
+    config: GatewayConfig, reloaded: Callable[[], GatewayConfig], args: argparse.Namespace
+) -> int:
     import uvloop
 
-    from .server import Gateway
+    from .server import Gateway, ReloadOutcome
+
+    worker = args.worker_index is not None
+    status = os.fdopen(args.status_fd, "w", buffering=1) if args.status_fd is not None else None
+
+    def tell(line: str) -> None:
+        if status is not None:
+            with contextlib.suppress(OSError):
+                status.write(line.replace("\n", " ") + "\n")
+
+    async def reload(gateway: Gateway) -> None:
+        outcome: ReloadOutcome = await gateway.reload(reloaded)
+        verdict = "applied" if outcome.applied else "refused"
+        tell(f"reload {verdict} {outcome.message}")
 
     async def main() -> int:
         try:
-            gateway = Gateway(config)
+            gateway = Gateway(config, reuse_port=worker)
             await gateway.start()
         except ConfigError as exc:
             print(f"kpg: configuration error: {exc}", file=sys.stderr)
@@ -126,15 +340,22 @@ def _serve(config: GatewayConfig) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        address: HostPort = gateway.bootstrap_address
-        print(f"kpg: gateway ready: clients use bootstrap.servers={address}", flush=True)
-        if gateway.metrics_port is not None and config.metrics is not None:
-            print(
-                f"kpg: metrics on http://{config.metrics.host}:{gateway.metrics_port}/metrics",
-                flush=True,
+        loop.add_signal_handler(
+            signal.SIGHUP, lambda: gateway.tasks.spawn(reload(gateway), name="reload")
+        )
+        if worker:
+            log.info(
+                "worker %d (pid %d) serving %s",
+                args.worker_index,
+                os.getpid(),
+                gateway.bootstrap_address,
             )
+            tell("ready")
+        else:
+            _announce(gateway.bootstrap_address, config, gateway.metrics_port)
         await stop.wait()
-        print("kpg: shutting down", flush=True)
+        if not worker:
+            print("kpg: shutting down", flush=True)
         await gateway.stop()
         return 0
 
@@ -144,9 +365,12 @@ def _serve(config: GatewayConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    worker = getattr(args, "worker_index", None)
     logging.basicConfig(
         level=getattr(args, "log_level", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s %(levelname)s "
+        + (f"worker-{worker} " if worker is not None else "")
+        + "%(name)s: %(message)s",
         stream=sys.stderr,
     )
     return int(args.func(args))

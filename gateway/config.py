@@ -665,6 +665,47 @@ def policy_version(raw: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+RESTART_ONLY: Final = (
+    "listen",
+    "advertised_host",
+    "node_port_base",
+    "upstream.bootstrap_servers",
+    "metrics",
+    "tls",
+    "state",
+    "audit",
+)
+"""Settings a running gateway cannot change (open listeners, links, files and sinks): a
+reload that changes them keeps them as they are and names them; they need a restart."""
+
+
+def _setting(config: GatewayConfig, dotted: str) -> object:
+    value: object = config
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def live_part(
+    running: GatewayConfig, loaded: GatewayConfig
+) -> tuple[GatewayConfig, tuple[str, ...]]:
+    """What a reload puts in force: ``loaded`` with the :data:`RESTART_ONLY` settings kept
+    as ``running`` has them, and the names of those that differ (each needs a restart)."""
+    changed = tuple(key for key in RESTART_ONLY if _setting(running, key) != _setting(loaded, key))
+    kept = replace(
+        loaded,
+        listen=running.listen,
+        advertised_host=running.advertised_host,
+        node_port_base=running.node_port_base,
+        upstream=replace(loaded.upstream, bootstrap_servers=running.upstream.bootstrap_servers),
+        metrics=running.metrics,
+        tls=running.tls,
+        state=running.state,
+        audit=running.audit,
+    )
+    return kept, changed
+
+
 def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
     """Build the config from parsed YAML.
 
@@ -718,16 +759,19 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
     )
 
 
-def load(path: Path | None, overrides: Mapping[str, Any] | None = None) -> GatewayConfig:
+def load(
+    path: Path | None, overrides: Mapping[str, Any] | None = None, *, source: str | None = None
+) -> GatewayConfig:
     """Read ``path`` (YAML; None for defaults), apply command-line ``overrides`` (same keys,
-    dotted for nested ones: ``upstream.bootstrap_servers``), and check everything.
+    dotted for nested ones: ``upstream.bootstrap_servers``), and check everything. Messages
+    name ``source`` (default: ``path``): a worker reads the supervisor's copy of the file
+    and names the operator's.
 
     :raises ConfigError: for an unreadable file, bad YAML, or a bad value.
     """
     raw: dict[str, Any] = {}
-    source = "<defaults>"
+    source = source or (str(path) if path is not None else "<defaults>")
     if path is not None:
-        source = str(path)
         try:
             loaded = yaml.safe_load(path.read_text())
         except OSError as exc:

@@ -20,8 +20,9 @@ from protocol.framing import (
 from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
-from .config import UNLIMITED, GatewayConfig, HostPort
+from .config import UNLIMITED, HostPort, LimitsConfig
 from .engine import RequestContext, Session
+from .generation import Generation
 from .handlers.base import Registration
 from .limits import RequestMemory
 from .metrics import GatewayMetrics
@@ -39,8 +40,7 @@ class ClientConnection:
     def __init__(
         self,
         *,
-        config: GatewayConfig,
-        table: Mapping[int, Registration],
+        generation: Callable[[], Generation],
         metrics: GatewayMetrics,
         tasks: TaskSet,
         reader: asyncio.StreamReader,
@@ -49,7 +49,7 @@ class ClientConnection:
         targets: Callable[[], Sequence[HostPort]],
         memory: RequestMemory,
     ) -> None:
-        self._config = config
+        self._generation = generation
         self._reader = reader
         self._writer = writer
         self._listener = listener
@@ -58,9 +58,10 @@ class ClientConnection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._metrics = metrics
         self._tasks = tasks
-        self._limits = config.limits
-        self._table = table
-        self._slots: asyncio.Queue[object] = asyncio.Queue(self._limits.max_in_flight_requests)
+        # A reload changes max_in_flight_requests for connections accepted after it.
+        self._slots: asyncio.Queue[object] = asyncio.Queue(
+            generation().config.limits.max_in_flight_requests
+        )
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
         self._memory = memory
@@ -85,12 +86,15 @@ class ClientConnection:
                 self._read_task.cancel()
             if self._limits.connections_max_idle_ms != UNLIMITED:
                 self._check_idle()
+            # (a reload that turns the idle limit on applies to connections accepted after it)
             await asyncio.wait({self._read_task})
             # Reading has stopped (client closed, bad input, idle, shutdown or upstream gone):
             # the answers already in flight still leave, then the connection closes.
             self._closing = True
             self._slots_put_end()
-            done, _ = await asyncio.wait({writer_task}, timeout=self._config.shutdown_timeout_s)
+            done, _ = await asyncio.wait(
+                {writer_task}, timeout=self._generation().config.shutdown_timeout_s
+            )
             if not done:
                 writer_task.cancel()
             if self._upstream is not None:
@@ -100,6 +104,11 @@ class ClientConnection:
                 self._idle_timer.cancel()
             self._metrics.connections_active.dec()
             self._writer.close()
+
+    @property
+    def _limits(self) -> LimitsConfig:
+        """The limits in force now (a reload changes them for the next request)."""
+        return self._generation().config.limits
 
     def stop_reading(self) -> None:
         """Stop taking requests; what is in flight is still answered (graceful shutdown)."""
@@ -111,6 +120,8 @@ class ClientConnection:
         """Close the connection once it has been idle for connections.max.idle.ms (Kafka's
         meaning: nothing in flight, nothing read); otherwise look again when it could be."""
         if self._closing:
+            return
+        if self._limits.connections_max_idle_ms == UNLIMITED:  # a reload turned it off
             return
         idle_s = self._limits.connections_max_idle_ms / 1000
         quiet = time.monotonic() - self._last_activity
@@ -175,16 +186,25 @@ class ClientConnection:
         if upstream is None:
             return False
         header, frame = request
-        outcome = await self._outcome(header, frame, session, upstream.cluster)
-        return await self._deliver(header, outcome, upstream.link)
+        # One generation judges the whole request, however a reload falls meanwhile.
+        generation = self._generation()
+        generation.enter()
+        try:
+            outcome = await self._outcome(
+                generation.table, header, frame, session, upstream.cluster
+            )
+            return await self._deliver(header, outcome, upstream.link)
+        finally:
+            generation.leave(self._tasks)
 
     async def _open_upstream(self) -> _Upstream | None:
         """The link to the broker, opened for the first request (an idle connection holds
         none); None when no broker can be reached."""
+        upstream_config = self._generation().config.upstream
         try:
             link = await UpstreamLink.open(
                 self._targets(),
-                self._config.upstream.connect_timeout_s,
+                upstream_config.connect_timeout_s,
                 self._metrics,
                 self._tasks,
                 self._upstream_closed,
@@ -192,7 +212,7 @@ class ClientConnection:
         except UpstreamClosed as exc:
             log.warning("%s: closing client connection: %s", self.peer, exc)
             return None
-        cluster = UpstreamCluster(link, self._config.upstream.request_timeout_s)
+        cluster = UpstreamCluster(link, upstream_config.request_timeout_s)
         self._upstream = _Upstream(link=link, cluster=cluster)
         return self._upstream
 
@@ -250,9 +270,14 @@ class ClientConnection:
         return b"".join(pieces)  # a single piece is returned as is, not copied
 
     async def _outcome(
-        self, header: RequestHeader, frame: bytes, session: Session, cluster: UpstreamCluster
+        self,
+        table: Mapping[int, Registration],
+        header: RequestHeader,
+        frame: bytes,
+        session: Session,
+        cluster: UpstreamCluster,
     ) -> Outcome:
-        registration = self._table.get(header.api_key)
+        registration = table.get(header.api_key)
         if registration is None:
             return Forward(frame=frame)
         name = api_name(header.api_key)

@@ -38,12 +38,21 @@ class Subject:
 
 
 class DecisionRecorder:
+    """Records decisions; ``policy_version`` (a plain attribute, which a reload sets) is
+    stamped on every event it writes."""
+
     def __init__(
-        self, metrics: GatewayMetrics, emitter: AuditEmitter | None, instance: str
+        self,
+        metrics: GatewayMetrics,
+        emitter: AuditEmitter | None,
+        instance: str,
+        *,
+        policy_version: str | None = None,
     ) -> None:
         self._metrics = metrics
         self._emitter = emitter
         self._instance = instance
+        self.policy_version = policy_version
 
     async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
         """Log, count and audit ``decision``; returns once its events are written (events of
@@ -111,4 +120,6 @@ class DecisionRecorder:
             validate_only=subject.validate_only,
             records_examined=subject.records_examined,
             bytes_examined=subject.bytes_examined,
+            event_kind="decision",
+            policy_version=self.policy_version,
         )

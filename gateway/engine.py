@@ -228,6 +228,10 @@ class Engine:
     def __init__(self, decisions: DecisionRecorder) -> None:
         self._decisions = decisions
 
+    @property
+    def decisions(self) -> DecisionRecorder:
+        return self._decisions
+
     async def run(
         self,
         enforcement: Enforcement[R, K],

@@ -46,6 +46,12 @@ class RequestMemory:
     def held(self) -> int:
         return self._held
 
+    def set_limit(self, limit: int) -> None:
+        """A reload's new limit: frames that wait are let in if they fit it now; bytes
+        already held stay held."""
+        self._limit = None if limit == UNLIMITED else limit
+        self.give_back(0)
+
     def check(self, size: int) -> None:
         """:raises FrameRejected: for a frame of ``size`` bytes that could never fit."""
         if self._limit is not None and size > self._limit:
@@ -105,6 +111,11 @@ class ConnectionLimits:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._refused = metrics.connections_refused
         self._log = _RefusalLog()
+
+    def update(self, limits: LimitsConfig) -> None:
+        """A reload's new limits, for connections accepted from now on (open ones stay)."""
+        self._max = limits.max_connections
+        self._max_per_ip = limits.max_connections_per_ip
 
     def admit(self, host: str) -> bool:
         """Count a new connection from ``host``; False when it is over a limit (counted and

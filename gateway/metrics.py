@@ -1,11 +1,20 @@
-"""Prometheus metrics. One registry per gateway (no globals), served on ``--metrics``."""
+"""Prometheus metrics. One registry per gateway (no globals), served on ``--metrics`` with
+``/healthz`` and ``/readyz`` beside them (:mod:`gateway.health`).
+
+Under ``kpg run --workers N`` each worker's values also go to files in
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode), and the supervisor
+serves their sum: counters and histograms add up over the workers; the gauges say how they
+add up (``multiprocess_mode``), live workers only."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from protocol.versions import api_name
 
+from .health import MetricsEndpoint, Readiness
 from .record_validation import PartitionOutcome
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -19,7 +28,10 @@ class GatewayMetrics:
             "kpg_connections", "Client connections accepted", ["listener"], registry=r
         )
         self.connections_active = Gauge(
-            "kpg_connections_active", "Client connections open now", registry=r
+            "kpg_connections_active",
+            "Client connections open now",
+            registry=r,
+            multiprocess_mode="livesum",
         )
         self.connections_refused = Counter(
             "kpg_connections_refused",
@@ -38,6 +50,7 @@ class GatewayMetrics:
             "Declared bytes of the requests being received or handed on, the sum "
             "queued.max.request.bytes caps",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.queued_request_waits = Counter(
             "kpg_queued_request_waits",
@@ -98,7 +111,21 @@ class GatewayMetrics:
             ["topic", "policy"],
             registry=r,
         )
-        self._server: object | None = None
+        self.config_reloads = Counter(
+            "kpg_config_reloads",
+            "Configuration reloads (SIGHUP, kpg reload), by result: applied or refused",
+            ["result"],
+            registry=r,
+        )
+        self.policy_version = Gauge(
+            "kpg_policy_version",
+            "1 for the policy version in force (the hash of policies, limits, client_configs "
+            "and the judging upstream keys), 0 for one replaced by a reload",
+            ["version"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self._endpoint: MetricsEndpoint | None = None
         self._request_children: dict[tuple[int, int], Counter] = {}
         self._latency_children: dict[int, Histogram] = {}
 
@@ -116,17 +143,20 @@ class GatewayMetrics:
             self._latency_children[api_key] = child
         child.observe(seconds)
 
-    def serve(self, host: str, port: int) -> int:
-        """Start the HTTP exporter in a thread; returns the bound port."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return int(server.server_port)
+    def serve(self, host: str, port: int, readiness: Callable[[], Readiness]) -> int:
+        """Start the metrics listener in a thread; returns the bound port."""
+        self._endpoint = MetricsEndpoint(self.registry, readiness)
+        return self._endpoint.serve(host, port)
 
     def stop_serving(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()  # type: ignore[attr-defined]
-            self._server.server_close()  # type: ignore[attr-defined]
-            self._server = None
+        if self._endpoint is not None:
+            self._endpoint.stop()
+            self._endpoint = None
+
+    def set_policy_version(self, version: str, previous: str | None = None) -> None:
+        if previous is not None and previous != version:
+            self.policy_version.labels(previous).set(0)
+        self.policy_version.labels(version).set(1)
 
     def count_validation(self, outcome: PartitionOutcome, policy: str) -> None:
         """Count one partition's validation."""

@@ -7,7 +7,8 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import Counter
 
@@ -17,12 +18,14 @@ from policies.rules import ProtectedTopicsRule
 from protocol.records import record_scanner
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
-from .config import ConfigError, GatewayConfig, HostPort
+from .config import ConfigError, GatewayConfig, HostPort, live_part
 from .connection import ClientConnection
 from .decisions import DecisionRecorder
 from .engine import Engine
+from .generation import Generation
 from .handlers import build_table
 from .handlers.base import Registration
+from .health import Readiness, probe_upstream
 from .limits import ConnectionLimits, RequestMemory, peer_host
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
@@ -35,18 +38,31 @@ from .tasks import TaskSet
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReloadOutcome:
+    applied: bool
+    policy_version: str
+    """The policy version in force after the reload (the old one when refused)."""
+    message: str
+    """Old -> new policy version, or why the reload was refused."""
+    needs_restart: tuple[str, ...] = ()
+    """Changed settings that a running gateway cannot apply (kept as they were)."""
+
+
 class Gateway:
-    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        metrics: GatewayMetrics | None = None,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
+        """``reuse_port``: open every client listener with SO_REUSEPORT, to share its port
+        with the other workers of ``kpg run --workers N``."""
         if not config.upstream.bootstrap_servers:
             raise ValueError("the gateway needs at least one upstream bootstrap server")
-        self.config = config
         self.metrics = metrics or GatewayMetrics()
-        try:
-            self.policies: PolicyChain = load_policy_chain(
-                config.policies, source=config.source, extra_rules=_own_topics_rule(config)
-            )
-        except PolicyConfigError as exc:
-            raise ConfigError(str(exc)) from None
+        self._reuse_port = reuse_port
         self.own_topics = frozenset(gateway_topics(config))
         if config.client_configs.admin_principals is None:
             log.warning(
@@ -55,35 +71,22 @@ class Gateway:
             )
         self.audit = _audit_emitter(config, self.metrics)
         self.state: StateStore = _state_store(config)
-        self.record_validator: RecordValidator = load_record_validator(
-            config.policies, flatten_configs(config.policies), config.source, config.limits
-        )
         self.tasks = TaskSet()
         self.nodes = NodeListeners(
             config.listen.host, config.advertised_host, config.node_port_base, self._start_node
         )
-        self.handlers: Mapping[int, Registration] = build_table(
-            Services(
-                engine=Engine(DecisionRecorder(self.metrics, self.audit, config.audit.instance)),
-                policies=PolicyRunner(self.policies),
-                state=self.state,
-                records=self.record_validator,
-                audit=self.audit,
-                metrics=self.metrics,
-                # Here rather than in GatewayMetrics: the enforcement of dynamic client configs
-                # is the only user (gateway.handlers.produce and gateway.handlers.join_group).
-                client_config_enforced=Counter(
-                    "kpg_client_config_enforced",
-                    "Requests rewritten to a dynamic client config (opt-in enforcement), by config",
-                    ["config"],
-                    registry=self.metrics.registry,
-                ),
-                nodes=self.nodes,
-                upstream=config.upstream,
-                client_configs=config.client_configs,
-                own_topics=self.own_topics,
-            )
+        # Here rather than in GatewayMetrics: the enforcement of dynamic client configs is the
+        # only user (gateway.handlers.produce and gateway.handlers.join_group).
+        self._client_config_enforced = Counter(
+            "kpg_client_config_enforced",
+            "Requests rewritten to a dynamic client config (opt-in enforcement), by config",
+            ["config"],
+            registry=self.metrics.registry,
         )
+        self._generation = self._build(config)
+        self._replaced: list[Generation] = []
+        self._reload_lock = asyncio.Lock()
+        self.metrics.set_policy_version(config.policy_version)
         self._bootstrap: asyncio.Server | None = None
         self._connections: set[ClientConnection] = set()
         self._connection_limits = ConnectionLimits(config.limits, self.metrics)
@@ -91,6 +94,150 @@ class Gateway:
         self._metrics_port: int | None = None
         self._bootstrap_port: int | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._state_loaded = False
+
+    def _build(self, config: GatewayConfig) -> Generation:
+        """What judges requests under ``config``.
+
+        :raises ConfigError: when a policy, rule or plug-in is badly configured (the
+            messages of start-up).
+        """
+        try:
+            policies = load_policy_chain(
+                config.policies, source=config.source, extra_rules=_own_topics_rule(config)
+            )
+        except PolicyConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            record_validator = load_record_validator(
+                config.policies, flatten_configs(config.policies), config.source, config.limits
+            )
+        except BaseException:
+            policies.close()
+            raise
+        recorder = DecisionRecorder(
+            self.metrics, self.audit, config.audit.instance, policy_version=config.policy_version
+        )
+        table = build_table(
+            Services(
+                engine=Engine(recorder),
+                policies=PolicyRunner(policies),
+                state=self.state,
+                records=record_validator,
+                audit=self.audit,
+                metrics=self.metrics,
+                client_config_enforced=self._client_config_enforced,
+                nodes=self.nodes,
+                upstream=config.upstream,
+                client_configs=config.client_configs,
+                own_topics=self.own_topics,
+            )
+        )
+        return Generation(
+            config=config,
+            policies=policies,
+            record_validator=record_validator,
+            recorder=recorder,
+            table=table,
+        )
+
+    @property
+    def generation(self) -> Generation:
+        """The configuration in force and what judges requests under it."""
+        return self._generation
+
+    @property
+    def decisions(self) -> DecisionRecorder:
+        """The decision recorder in force (its policy version is the generation's)."""
+        return self._generation.recorder
+
+    @property
+    def config(self) -> GatewayConfig:
+        return self._generation.config
+
+    @property
+    def policies(self) -> PolicyChain:
+        return self._generation.policies
+
+    @property
+    def record_validator(self) -> RecordValidator:
+        return self._generation.record_validator
+
+    @property
+    def handlers(self) -> Mapping[int, Registration]:
+        return self._generation.table
+
+    async def reload(self, load: Callable[[], GatewayConfig]) -> ReloadOutcome:
+        """Read the configuration again with ``load`` and put it in force for every request
+        read from now on; connections stay open. A configuration that does not load or build
+        is refused with the messages of start-up, and the running one stays. Settings that
+        cannot change in a running gateway (:data:`gateway.config.RESTART_ONLY`) are kept as
+        they are and named in the log. One reload at a time."""
+        async with self._reload_lock:
+            old = self._generation
+            try:
+                loaded = await asyncio.to_thread(load)
+                config, needs_restart = live_part(old.config, loaded)
+                generation = await asyncio.to_thread(self._build, config)
+            except ConfigError as exc:
+                return self._refused(old, str(exc))
+            except Exception as exc:  # noqa: BLE001 - whatever breaks a reload keeps the old config
+                log.exception("reload failed")
+                return self._refused(old, f"{type(exc).__name__}: {exc}")
+            for key in needs_restart:
+                log.warning("reload: %s changed: it needs a restart and was not applied", key)
+            message = f"policy version {old.policy_version} -> {config.policy_version}"
+            if needs_restart:
+                message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
+            # The event, then the swap, with no await between: it comes before every event of
+            # a decision the new generation makes.
+            self._lifecycle("reload", config.policy_version, f"configuration reloaded: {message}")
+            self._generation = generation
+            self._connection_limits.update(config.limits)
+            self._request_memory.set_limit(config.limits.queued_max_request_bytes)
+            old.retire(self.tasks)
+            self._replaced.append(old)
+            self.metrics.config_reloads.labels("applied").inc()
+            self.metrics.set_policy_version(config.policy_version, previous=old.policy_version)
+            log.info("configuration reloaded from %s: %s", config.source, message)
+            return ReloadOutcome(
+                applied=True,
+                policy_version=config.policy_version,
+                message=message,
+                needs_restart=needs_restart,
+            )
+
+    def _refused(self, old: Generation, problem: str) -> ReloadOutcome:
+        log.error(
+            "reload refused, policy version %s stays in force: %s", old.policy_version, problem
+        )
+        self.metrics.config_reloads.labels("refused").inc()
+        self._lifecycle(
+            "reload_refused",
+            old.policy_version,
+            f"reload refused, policy version {old.policy_version} stays: {problem}",
+        )
+        return ReloadOutcome(applied=False, policy_version=old.policy_version, message=problem)
+
+    def _lifecycle(self, action: str, policy_version: str, message: str) -> None:
+        if self.audit is not None and self.audit.running:
+            self.audit.lifecycle(action, policy_version=policy_version, message=message)
+
+    def readiness(self) -> Readiness:
+        """Ready when the state store is loaded and an upstream broker answers now."""
+        if not self._state_loaded:
+            return Readiness(ready=False, reason="not ready: the state store is not loaded")
+        upstream = self.config.upstream
+        problem = probe_upstream(upstream.bootstrap_servers, upstream.connect_timeout_s)
+        if problem is not None:
+            return Readiness(ready=False, reason=f"not ready: upstream: {problem}")
+        return Readiness(
+            ready=True, reason=f"ready: state loaded, upstream answered, {self.policy_version}"
+        )
+
+    @property
+    def policy_version(self) -> str:
+        return self._generation.policy_version
 
     @property
     def bootstrap_address(self) -> HostPort:
@@ -112,6 +259,7 @@ class Gateway:
             await self.state.start()
         except StateStoreError as exc:
             raise ConfigError(f"{self.config.source}: state: {exc}") from None
+        self._state_loaded = True
         if self.audit is not None:
             for sink in self.audit.sinks:
                 if isinstance(sink, KafkaTopicSink):
@@ -130,11 +278,20 @@ class Gateway:
             listen.port,
             limit=2**20,
             ssl=self._ssl,
+            reuse_port=self._reuse_port or None,
         )
         self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
+        if self.audit is not None:
+            # Queued before any client's decision: no await between the bind and here.
+            self.audit.lifecycle(
+                "start",
+                policy_version=self.config.policy_version,
+                message=f"gateway started: bootstrap listener on {self.bootstrap_address}, "
+                f"policy version {self.config.policy_version}",
+            )
         if self.config.metrics is not None:
             self._metrics_port = self.metrics.serve(
-                self.config.metrics.host, self.config.metrics.port
+                self.config.metrics.host, self.config.metrics.port, self.readiness
             )
         log.info(
             "bootstrap listener on %s, upstream %s, record scanner %s",
@@ -171,6 +328,7 @@ class Gateway:
             port,
             limit=2**20,
             ssl=self._ssl,
+            reuse_port=self._reuse_port or None,
         )
 
     def _accept(
@@ -185,8 +343,7 @@ class Gateway:
             writer.transport.abort()  # closed at once, before a byte is read
             return
         connection = ClientConnection(
-            config=self.config,
-            table=self.handlers,
+            generation=lambda: self._generation,
             metrics=self.metrics,
             tasks=self.tasks,
             reader=reader,
@@ -213,15 +370,40 @@ class Gateway:
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()
+        if self.audit is not None and self.audit.running:
+            version = self.decisions.policy_version or self.config.policy_version
+            self.audit.lifecycle(
+                "stop",
+                policy_version=version,
+                message=f"gateway stopped, policy version {version}",
+            )
         if self.audit is not None:
             await self.audit.close()
         await self.state.close()
-        self.record_validator.close()
-        closed_with_errors = self.policies.close()
-        for problem in closed_with_errors:
-            log.error("policy close failed: %s", problem)
+        for generation in (*self._replaced, self._generation):
+            generation.close()
         self.metrics.stop_serving()
         log.info("gateway stopped")
+
+
+def check_policies(config: GatewayConfig) -> None:
+    """Build what ``config``'s policies and record validation would run, and close it again:
+    what the supervisor of ``kpg run --workers`` checks before it starts any worker.
+
+    :raises ConfigError: with the messages of a gateway's start-up.
+    """
+    try:
+        policies = load_policy_chain(
+            config.policies, source=config.source, extra_rules=_own_topics_rule(config)
+        )
+    except PolicyConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        load_record_validator(
+            config.policies, flatten_configs(config.policies), config.source, config.limits
+        ).close()
+    finally:
+        policies.close()
 
 
 def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitter | None:
@@ -255,6 +437,7 @@ def _audit_emitter(config: GatewayConfig, metrics: GatewayMetrics) -> AuditEmitt
     return AuditEmitter(
         sinks,
         summarizer=summarizer,
+        gateway_instance=audit.instance,
         queue_max_events=audit.queue_max_events,
         registry=metrics.registry,
     )

@@ -12,8 +12,11 @@ Contracts, stated once:
   Kafka write acknowledged with acks=all) *and* visible to this instance's reads. A write that
   cannot be made so raises :class:`StateStoreError`; nothing is dropped silently. A cancelled
   SQLite write still finishes and is applied; a cancelled Kafka write may or may not land.
-- Other instances see a write within about ``refresh_interval_s``: the SQLite store re-reads
-  the file when another connection has committed, the Kafka store tails its topic.
+- Other instances see a write: the SQLite store (one host: worker processes of `kpg run
+  --workers`, or gateways sharing the file) on its next read, which first asks the file
+  whether anyone has committed since it was last read (``PRAGMA data_version``, about 3 us);
+  the Kafka store (any number of hosts) within about ``refresh_interval_s``, as it tails its
+  topic.
 - Concurrent writers of one key: the last committed (SQLite) or the later offset (Kafka) wins,
   and every instance converges on it.
 """
@@ -154,11 +157,16 @@ CREATE TABLE IF NOT EXISTS gateway_state (
 class SqliteStore(_Snapshot):
     """The embedded default: one SQLite file (WAL mode, synchronous=FULL).
 
-    Every database call runs in a worker thread, one at a time. Other processes may open the
-    same file: :meth:`refresh` (run every ``refresh_interval_s`` after :meth:`start`) re-reads
-    the table when ``PRAGMA data_version`` says another connection has committed since the
-    last read. A file on a network file system is not supported (SQLite's WAL needs shared
-    memory on one host).
+    Writes run in a worker thread, one at a time. Reads are served from the snapshot, but
+    other processes may write the same file (the workers of ``kpg run --workers N`` do), so
+    every :meth:`get` and :meth:`items` first asks a second connection, kept on the event
+    loop's thread, for ``PRAGMA data_version``: when anyone has committed since the snapshot
+    was read, the table is read again there and then (it is small: per-topic settings and
+    client configs), so a change made through one worker decides the next request on every
+    other. Asking costs about 3 us and never waits for a writer (WAL readers do not). The
+    snapshot is only ever replaced by such a whole read, this instance's own writes included,
+    so it never goes back in time. A file on a network file system is not supported
+    (SQLite's WAL needs shared memory on one host).
     """
 
     def __init__(
@@ -177,8 +185,10 @@ class SqliteStore(_Snapshot):
         """Held by the worker thread using the connection: a cancelled await does not stop
         the thread, so the asyncio lock alone could let a second thread in."""
         self._lock = asyncio.Lock()
-        """Orders snapshot updates: a refresh never publishes rows older than a write."""
+        """One write at a time from this instance (and its read-back after the commit)."""
         self._tasks = TaskSet()
+        self._reader: sqlite3.Connection | None = None
+        """Used on the event loop's thread only: data_version and whole reads."""
         self._data_version: int | None = None
 
     async def start(self) -> None:
@@ -195,6 +205,7 @@ class SqliteStore(_Snapshot):
             raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
         self._data_version = None  # a number of the connection it came from; load anew
         try:
+            self._reader = self._open_reader()
             await self.refresh()
         except BaseException:
             await self.close()
@@ -222,10 +233,52 @@ class SqliteStore(_Snapshot):
             raise
         return conn
 
+    def _open_reader(self) -> sqlite3.Connection:
+        """The event loop's connection (the file exists and is in WAL mode by now).
+
+        :raises StateStoreError: when it cannot be opened.
+        """
+        try:
+            reader = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+            reader.execute("PRAGMA query_only=1")
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
+        return reader
+
     async def close(self) -> None:
         """Stop refreshing and close the file; a write under way finishes first."""
         await self._tasks.cancel_all()
         await asyncio.to_thread(self._close_connection)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        self._read_if_changed()
+        return super().get(namespace, key)
+
+    def items(self, namespace: str) -> Mapping[str, str]:
+        self._read_if_changed()
+        return super().items(namespace)
+
+    def _read_if_changed(self) -> None:
+        """Read the table again if anyone has committed since the snapshot was read; on an
+        error, log it and serve the last snapshot (as a failed periodic refresh did)."""
+        if self._reader is None:
+            return
+        try:
+            self._reload(self._reader)
+        except sqlite3.Error as exc:
+            log.warning(
+                "state store %s: cannot read: %s; serving the last state read", self.path, exc
+            )
+
+    def _reload(self, reader: sqlite3.Connection) -> None:
+        """:raises sqlite3.Error: when the file cannot be read."""
+        loaded = self._load(reader, self._data_version)
+        if loaded is not None:
+            self._data_version, data = loaded
+            self._replace_all(data)
 
     def _close_connection(self) -> None:
         with self._db_lock:
@@ -245,17 +298,12 @@ class SqliteStore(_Snapshot):
 
         :raises StateStoreError: when the file cannot be read.
         """
-        async with self._lock:
-            known_version = self._data_version
-            try:
-                loaded = await asyncio.to_thread(
-                    self._call, lambda conn: self._load(conn, known_version)
-                )
-            except sqlite3.Error as exc:
-                raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
-            if loaded is not None:
-                self._data_version, data = loaded
-                self._replace_all(data)
+        if self._reader is None:
+            raise StateStoreError(f"state store {self.path}: not open")
+        try:
+            self._reload(self._reader)
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
 
     @staticmethod
     def _load(
@@ -351,7 +399,15 @@ class SqliteStore(_Snapshot):
                 error = StateStoreError(f"state store {self.path}: cannot write {what}: {exc}")
                 error.__cause__ = exc
                 return error
-            self._apply(changes)
+            # Read back whole, with whatever other processes committed meanwhile: applying
+            # only this write could put it over a later one of theirs for good.
+            try:
+                if self._reader is None:
+                    raise sqlite3.OperationalError("the reading connection is closed")
+                self._reload(self._reader)
+            except sqlite3.Error as exc:
+                log.warning("state store %s: cannot read back %s: %s", self.path, what, exc)
+                self._apply(changes)
             return None
 
     @staticmethod

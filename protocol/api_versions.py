@@ -9,7 +9,14 @@ from kio.schema.api_versions import v0, v1, v2, v3, v4
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
-from .codec import Undecodable, can_decode, decode_response_as, encode_response, replaced
+from .codec import (
+    Undecodable,
+    can_decode,
+    decode_response_as,
+    encode_request,
+    encode_response,
+    replaced,
+)
 from .versions import API_VERSIONS_KEY, DECODABLE, VersionRange
 
 ApiVersionsResponse: TypeAlias = (
@@ -83,3 +90,21 @@ def unsupported_version_answer(correlation_id: int) -> bytes:
         ),
     )
     return encode_response(correlation_id, API_VERSIONS_KEY, 0, payload)
+
+
+def probe_request(correlation_id: int, client_id: str) -> bytes:
+    """An ApiVersions v0 request, size prefix included: the cheapest question every Kafka
+    broker answers, before authentication too (the gateway's readiness probe asks it)."""
+    return encode_request(API_VERSIONS_KEY, 0, correlation_id, client_id, v0.ApiVersionsRequest())
+
+
+def probe_error(frame: bytes) -> str | None:
+    """None when ``frame`` (a response to :func:`probe_request`, no size prefix) says the
+    broker is serving; otherwise what is wrong with it."""
+    try:
+        payload = decode_api_versions(0, frame)
+    except Undecodable as exc:
+        return f"undecodable ApiVersions answer: {exc}"
+    if payload.error_code != ErrorCode.none:
+        return f"ApiVersions answered {ErrorCode(payload.error_code).name}"
+    return None

@@ -10,8 +10,9 @@ graph acyclic):
 - :mod:`spark_audit.session` builds the Spark session and looks paths up on any file system.
 - :mod:`spark_audit.transforms` holds pure ``DataFrame -> DataFrame`` functions.
 - :mod:`spark_audit.job` is the Structured Streaming job: spool (or Kafka) to a Parquet table
-  partitioned by ``date``. Each event lands exactly once, across restarts: each micro-batch
-  is anti-joined on ``event_id`` against the table before it is appended.
+  partitioned by ``date``. Each event lands exactly once at any crash point: the file source's
+  and file sink's logs make each batch read once and committed all or nothing, and the
+  stream's state drops copies of an ``event_id``.
 - :mod:`spark_audit.report` builds ``summary.json``, CSV files and ``index.html``.
 - :mod:`spark_audit.cli` mounts ``kpg audit report`` and ``kpg audit stream``.
 

@@ -9,6 +9,7 @@ documented for users in ``spark_audit/SCHEMA.md``; keep the two in step, and bum
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import time
@@ -20,16 +21,23 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 SPOOL_SEGMENT_GLOB: Final = "events-*.jsonl"
 """Completed segments in a spool directory: the only files a reader may take (see SCHEMA.md)."""
 
 Mode = Literal["enforce", "dry-run"]
 Verdict = Literal["allowed", "denied", "would_deny"]
+EventKind = Literal["decision", "summary", "lifecycle"]
+LifecycleAction = Literal["start", "stop", "reload", "reload_refused"]
 
 MODES: Final[tuple[str, ...]] = get_args(Mode)
 VERDICTS: Final[tuple[str, ...]] = get_args(Verdict)
+EVENT_KINDS: Final[tuple[str, ...]] = get_args(EventKind)
+LIFECYCLE_ACTIONS: Final[tuple[str, ...]] = get_args(LifecycleAction)
+
+LIFECYCLE_API: Final = "Gateway"
+LIFECYCLE_RESOURCE_TYPE: Final = "gateway"
 
 # Exactly what format_time writes: UTC, millisecond precision, a literal "Z".
 _TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
@@ -63,13 +71,100 @@ def new_event_id() -> str:
     return str(uuid.uuid4())
 
 
+def new_request_id() -> str:
+    """A fresh request id: 32 lower-case hex digits (a UUID4 without dashes), short enough to
+    read in a client's error message and distinct from event ids at a glance."""
+    return uuid.uuid4().hex
+
+
+def line_hash(line: str | bytes) -> str:
+    """Lower-case hex SHA-256 of one event's JSON line as written, without its newline: what
+    the next event of the chain carries as ``prev_hash``."""
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    return hashlib.sha256(data.rstrip(b"\n")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigChange:
+    """One config key a decision was about, with its value before and after the change.
+
+    ``before`` is the value set on the resource when the gateway judged (null: not set);
+    ``after`` is what the request would leave (null: deleted or not set). Both are null when
+    ``sensitive``: Kafka marks the key sensitive (passwords, keys), so its value is never
+    written.
+    """
+
+    name: str
+    before: str | None
+    after: str | None
+    sensitive: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sensitive and (self.before is not None or self.after is not None):
+            raise ValueError(f"config {self.name!r} is sensitive: its values must be null")
+
+    @classmethod
+    def from_mapping(cls, data: object) -> ConfigChange:
+        """:raises ValueError: on missing keys or wrong types."""
+        if not isinstance(data, Mapping) or set(data) != {"name", "before", "after", "sensitive"}:
+            raise ValueError(f"a config change is {{name, before, after, sensitive}}: {data!r}")
+        name, before, after, sensitive = (
+            data["name"],
+            data["before"],
+            data["after"],
+            data["sensitive"],
+        )
+        if not isinstance(name, str) or not isinstance(sensitive, bool):
+            raise ValueError(f"config change name/sensitive of the wrong type: {data!r}")
+        for value in (before, after):
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"config change values are strings or null: {data!r}")
+        return cls(name=name, before=before, after=after, sensitive=sensitive)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSpec:
+    """A topic creation as the policies judged it: partitions and replication factor (broker
+    defaults resolved; both null when the request gave a replica assignment), and the
+    topic configs the request set."""
+
+    partitions: int | None
+    replication_factor: int | None
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, data: object) -> TopicSpec:
+        """:raises ValueError: on missing keys or wrong types."""
+        if not isinstance(data, Mapping) or set(data) != {
+            "partitions",
+            "replication_factor",
+            "configs",
+        }:
+            raise ValueError(
+                f"a topic spec is {{partitions, replication_factor, configs}}: {data!r}"
+            )
+        counts = (data["partitions"], data["replication_factor"])
+        for count in counts:
+            if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+                raise ValueError(f"topic spec counts are integers or null: {data!r}")
+        configs = data["configs"]
+        if not isinstance(configs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in configs.items()
+        ):
+            raise ValueError(f"topic spec configs map strings to strings: {data!r}")
+        return cls(partitions=counts[0], replication_factor=counts[1], configs=dict(configs))
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class AuditEvent:
-    """One audit record: a single gateway decision, or a summary of allowed Produce traffic.
+    """One audit record: a single gateway decision, a summary of allowed Produce traffic, or
+    a gateway lifecycle event (start, stop, reload).
 
     A summary has ``interval_start`` and ``interval_end`` set and stands for ``event_count``
     allowed Produce requests; a single decision has both unset and ``event_count == 1``.
-    Field meanings are in ``spark_audit/SCHEMA.md``.
+    ``event_kind`` is set on every event of version 2 or later (derived when not given); the
+    chain fields are set by the emitter when it writes the event. Field meanings are in
+    ``spark_audit/SCHEMA.md``.
 
     :raises ValueError: on construction, if a field breaks the schema's rules.
     """
@@ -97,6 +192,15 @@ class AuditEvent:
     interval_start: str | None = None
     interval_end: str | None = None
     event_count: int = 1
+    # version 2
+    request_id: str | None = None
+    policy_version: str | None = None
+    event_kind: EventKind | None = None
+    chain_id: str | None = None
+    seq: int | None = None
+    prev_hash: str | None = None
+    config_changes: tuple[ConfigChange, ...] | None = None
+    topic_spec: TopicSpec | None = None
 
     def __post_init__(self) -> None:
         self._check_keywords()
@@ -106,6 +210,27 @@ class AuditEvent:
         self._check_interval()
         if self.records_examined < 0 or self.bytes_examined < 0:
             raise ValueError("records_examined and bytes_examined cannot be negative")
+        if self.schema_version >= 2 and self.event_kind is None:
+            object.__setattr__(self, "event_kind", self.kind)
+        self._check_v2()
+
+    def _check_v2(self) -> None:
+        if self.event_kind is not None and self.event_kind not in EVENT_KINDS:
+            raise ValueError(f"event_kind must be one of {EVENT_KINDS}, got {self.event_kind!r}")
+        if self.event_kind is not None and (self.event_kind == "summary") != self.is_summary:
+            raise ValueError("event_kind 'summary' goes with a summary interval, and only it")
+        if self.event_kind == "lifecycle" and self.action not in LIFECYCLE_ACTIONS:
+            raise ValueError(f"a lifecycle action is one of {LIFECYCLE_ACTIONS}")
+        if (self.chain_id is None) != (self.seq is None):
+            raise ValueError("chain_id and seq are set together or not at all")
+        if self.seq is not None and self.seq < 0:
+            raise ValueError(f"seq must be >= 0, got {self.seq}")
+        if self.prev_hash is not None and (self.seq is None or self.seq == 0):
+            raise ValueError("prev_hash is null for the first event of a chain")
+        if self.seq is not None and self.seq > 0 and self.prev_hash is None:
+            raise ValueError("prev_hash is set on every event of a chain but the first")
+        if self.schema_version < 2 and any(getattr(self, name) is not None for name in _V2_FIELDS):
+            raise ValueError("version 2 fields in an event of version 1")
 
     def _check_keywords(self) -> None:
         if self.mode not in MODES:
@@ -132,9 +257,29 @@ class AuditEvent:
         """True for a Produce summary, false for a single decision."""
         return self.interval_start is not None
 
+    @property
+    def kind(self) -> EventKind:
+        """``event_kind``, or for a version 1 event what its null means (see SCHEMA.md)."""
+        if self.event_kind is not None:
+            return self.event_kind
+        return "summary" if self.is_summary else "decision"
+
+    def chained(self, chain_id: str, seq: int, prev_hash: str | None) -> AuditEvent:
+        """This event as link ``seq`` of chain ``chain_id``."""
+        return dataclasses.replace(self, chain_id=chain_id, seq=seq, prev_hash=prev_hash)
+
     def to_json_line(self) -> str:
         """The event as one line of compact JSON, newline-terminated, keys in schema order."""
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":")) + "\n"
+        return json.dumps(self.to_mapping(), separators=(",", ":")) + "\n"
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The event as JSON-ready values, keys in schema order (a version 1 event has only
+        the version 1 keys)."""
+        data = dataclasses.asdict(self)
+        if self.schema_version < 2:
+            for name in _V2_FIELDS:
+                del data[name]
+        return data
 
     @classmethod
     def from_json(cls, text: str | bytes) -> AuditEvent:
@@ -159,46 +304,63 @@ class AuditEvent:
         version = data.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
             raise ValueError(f"schema_version must be an integer, got {version!r}")
-        known = {field.name: field for field in dataclasses.fields(cls)}
+        known = [name for name, _, _, since in _FIELD_TYPES if since <= version]
         unknown = sorted(set(data) - set(known))
         if unknown and version <= SCHEMA_VERSION:
             raise ValueError(f"unknown audit event keys for version {version}: {unknown}")
         missing = sorted(set(known) - set(data))
         if missing:
             raise ValueError(f"audit event is missing keys: {missing}")
-        values = {name: data[name] for name in known}
-        for name, value in values.items():
-            _check_type(name, value)
+        values: dict[str, Any] = {}
+        for name in known:
+            values[name] = _typed(name, data[name])
         return cls(**values)
 
 
-# The JSON type of every field, in schema order; the Spark schema is derived from it.
-_FIELD_TYPES: Final[tuple[tuple[str, str, bool], ...]] = (
-    # (name, Spark SQL type, nullable)
-    ("schema_version", "INT", False),
-    ("event_id", "STRING", False),
-    ("time", "STRING", False),
-    ("gateway_instance", "STRING", False),
-    ("client_address", "STRING", True),
-    ("principal", "STRING", True),
-    ("client_id", "STRING", True),
-    ("api", "STRING", False),
-    ("api_version", "INT", False),
-    ("resource_type", "STRING", False),
-    ("resource_name", "STRING", False),
-    ("action", "STRING", False),
-    ("policy", "STRING", True),
-    ("mode", "STRING", False),
-    ("verdict", "STRING", False),
-    ("error_code", "INT", True),
-    ("message", "STRING", True),
-    ("validate_only", "BOOLEAN", False),
-    ("records_examined", "BIGINT", False),
-    ("bytes_examined", "BIGINT", False),
-    ("interval_start", "STRING", True),
-    ("interval_end", "STRING", True),
-    ("event_count", "BIGINT", False),
+_CONFIG_CHANGES_DDL: Final = (
+    "ARRAY<STRUCT<name: STRING, before: STRING, after: STRING, sensitive: BOOLEAN>>"
 )
+_TOPIC_SPEC_DDL: Final = (
+    "STRUCT<partitions: INT, replication_factor: INT, configs: MAP<STRING, STRING>>"
+)
+
+# The JSON type of every field, in schema order; the Spark schema is derived from it.
+_FIELD_TYPES: Final[tuple[tuple[str, str, bool, int], ...]] = (
+    # (name, Spark SQL type, nullable, schema version that added it)
+    ("schema_version", "INT", False, 1),
+    ("event_id", "STRING", False, 1),
+    ("time", "STRING", False, 1),
+    ("gateway_instance", "STRING", False, 1),
+    ("client_address", "STRING", True, 1),
+    ("principal", "STRING", True, 1),
+    ("client_id", "STRING", True, 1),
+    ("api", "STRING", False, 1),
+    ("api_version", "INT", False, 1),
+    ("resource_type", "STRING", False, 1),
+    ("resource_name", "STRING", False, 1),
+    ("action", "STRING", False, 1),
+    ("policy", "STRING", True, 1),
+    ("mode", "STRING", False, 1),
+    ("verdict", "STRING", False, 1),
+    ("error_code", "INT", True, 1),
+    ("message", "STRING", True, 1),
+    ("validate_only", "BOOLEAN", False, 1),
+    ("records_examined", "BIGINT", False, 1),
+    ("bytes_examined", "BIGINT", False, 1),
+    ("interval_start", "STRING", True, 1),
+    ("interval_end", "STRING", True, 1),
+    ("event_count", "BIGINT", False, 1),
+    ("request_id", "STRING", True, 2),
+    ("policy_version", "STRING", True, 2),
+    ("event_kind", "STRING", True, 2),
+    ("chain_id", "STRING", True, 2),
+    ("seq", "BIGINT", True, 2),
+    ("prev_hash", "STRING", True, 2),
+    ("config_changes", _CONFIG_CHANGES_DDL, True, 2),
+    ("topic_spec", _TOPIC_SPEC_DDL, True, 2),
+)
+
+_V2_FIELDS: Final[tuple[str, ...]] = tuple(name for name, _, _, v in _FIELD_TYPES if v == 2)
 
 _PYTHON_TYPES: Final[Mapping[str, type]] = {
     "STRING": str,
@@ -208,19 +370,29 @@ _PYTHON_TYPES: Final[Mapping[str, type]] = {
 }
 
 
-def _check_type(name: str, value: object) -> None:
-    spark_type, nullable = next((t, n) for f, t, n in _FIELD_TYPES if f == name)
+def _typed(name: str, value: object) -> object:
+    """``value`` of field ``name`` as the dataclass holds it, after checking its JSON type."""
+    spark_type, nullable = next((t, n) for f, t, n, _ in _FIELD_TYPES if f == name)
     if value is None:
         if not nullable:
             raise ValueError(f"audit event field {name!r} cannot be null")
-        return
+        return None
+    if spark_type == _CONFIG_CHANGES_DDL:
+        if not isinstance(value, list):
+            raise ValueError(f"audit event field {name!r} must be an array, got {value!r}")
+        return tuple(ConfigChange.from_mapping(item) for item in value)
+    if spark_type == _TOPIC_SPEC_DDL:
+        return TopicSpec.from_mapping(value)
     expected = _PYTHON_TYPES[spark_type]
     # bool is a subclass of int in Python, but not in JSON.
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ValueError(f"audit event field {name!r} must be {spark_type}, got {value!r}")
+    return value
 
 
-SPARK_SCHEMA_DDL: Final = ", ".join(f"{name} {spark_type}" for name, spark_type, _ in _FIELD_TYPES)
+SPARK_SCHEMA_DDL: Final = ", ".join(
+    f"{name} {spark_type}" for name, spark_type, _, _ in _FIELD_TYPES
+)
 """The schema as Spark SQL DDL, for ``DataStreamReader.schema(...)`` and ``from_json``.
 
 Times are strings here, exactly as written; the Spark job parses them into timestamps.
@@ -231,15 +403,34 @@ def spark_schema() -> StructType:
     """The schema as a pyspark ``StructType`` (imports pyspark on first call)."""
     from pyspark.sql import types as T
 
-    spark_types = {
-        "STRING": T.StringType(),
-        "INT": T.IntegerType(),
+    string, integer = T.StringType(), T.IntegerType()
+    spark_types: dict[str, T.DataType] = {
+        "STRING": string,
+        "INT": integer,
         "BIGINT": T.LongType(),
         "BOOLEAN": T.BooleanType(),
+        _CONFIG_CHANGES_DDL: T.ArrayType(
+            T.StructType(
+                [
+                    T.StructField("name", string, False),
+                    T.StructField("before", string, True),
+                    T.StructField("after", string, True),
+                    T.StructField("sensitive", T.BooleanType(), False),
+                ]
+            ),
+            False,
+        ),
+        _TOPIC_SPEC_DDL: T.StructType(
+            [
+                T.StructField("partitions", integer, True),
+                T.StructField("replication_factor", integer, True),
+                T.StructField("configs", T.MapType(string, string, False), False),
+            ]
+        ),
     }
     return T.StructType(
         [
             T.StructField(name, spark_types[spark_type], nullable)
-            for name, spark_type, nullable in _FIELD_TYPES
+            for name, spark_type, nullable, _ in _FIELD_TYPES
         ]
     )

@@ -1,20 +1,26 @@
 """The streaming job: audit events from the spool (or a Kafka topic) into a Parquet table.
 
-Exactly-once, across restarts, without a watermark: each micro-batch is written by
-:func:`append_unseen`, which anti-joins the batch against the ``event_id`` values already
-in the table (only the table's partitions for the batch's dates are read) and appends the
-rest. The table itself is the record of what was written, so:
+Exactly once, at any crash point, by Spark's own commit protocols and nothing of ours:
 
-- a batch Spark replays after a crash (written, but not yet committed in the checkpoint)
-  appends only what its first run did not;
-- an event seen twice (the same ``event_id`` in two segments, or in one) lands once;
-- the checkpoint keeps the file source from re-reading finished segments, so a restart
-  does not rescan the spool, and the anti-join makes it harmless if it does.
+- The source: Spark's file source records in the checkpoint (``sources/0``) which segment
+  files each micro-batch takes, before the batch runs; a batch rerun after a crash takes the
+  same files, and a finished file is never taken again. (The Kafka source does the same with
+  offsets.)
+- Dedupe: :func:`spark_audit.transforms.dedupe_stream` keeps each ``event_id`` in the
+  stream's state store (RocksDB, versioned per batch in the checkpoint), so a copy of an event
+  in a later batch, or in the same one, is dropped; a rerun batch starts from the state the
+  previous batch committed.
+- The sink: Spark's file sink (``format("parquet")``). A batch's files are listed in the
+  table's ``_spark_metadata/<batch id>`` log file, which Spark writes atomically after every
+  task of the batch has written its files; a batch already in that log is skipped when Spark
+  reruns it. Spark reads the table through that log (``spark.read.parquet(TABLE)`` on the
+  table's root directory): files of a batch killed before its log entry was written are
+  never read, so a reader sees each batch all or nothing. Do not read ``date=...``
+  directories on their own, or the Parquet files with another tool, without the log's list.
 
-``dropDuplicates`` with a watermark was rejected: an event arriving later than the
-watermark would be dropped (loss), and a copy arriving after the state expires would be
-written again (duplicate). One job per table: two writers would race past each other's
-anti-join.
+Each micro-batch writes one Parquet file per date it holds (rows are repartitioned by
+``date`` before the sink). The job logs a line per batch: its id, lines read, malformed lines,
+rows written, seconds. One job per table and checkpoint.
 
 Run on a cluster with ``spark-submit --py-files spark_audit.zip spark_audit/job.py ...``
 (the zip holds the ``spark_audit`` package); the master comes from spark-submit. Reading
@@ -34,20 +40,26 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_audit.event import SPARK_SCHEMA_DDL, SPOOL_SEGMENT_GLOB, spark_schema
 from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
-from spark_audit.session import build_spark_session, path_exists
+from spark_audit.session import build_spark_session, glob_paths, path_exists, spool_glob
 from spark_audit.transforms import (
-    malformed_events,
-    prepare_events,
+    dedupe_stream,
+    normalize_events,
+    parse_lines,
     table_schema,
-    unseen_events,
+    with_date,
 )
 
 logger = logging.getLogger("spark_audit.job")  # also when run as __main__
 
 Source = Literal["spool", "kafka"]
 QUERY_NAME: Final = "kpg-audit"
+SINK_LOG: Final = "_spark_metadata"
+"""The file sink's log of committed batches, in the table's root directory."""
+
+DEFAULT_DEDUPE_WINDOW: Final = "7 days"
+_PROGRESS_POLL_S: Final = 1
+_ROCKSDB: Final = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 class KafkaConnectorMissingError(RuntimeError):
@@ -57,18 +69,12 @@ class KafkaConnectorMissingError(RuntimeError):
 def read_spool_stream(
     spark: SparkSession, spool_dir: str, *, max_files_per_trigger: int | None = None
 ) -> DataFrame:
-    """Raw events from the completed segments of a spool directory (explicit schema).
-
-    Only ``events-*.jsonl`` files are read; open segments are hidden dot-files.
-    """
-    reader = (
-        spark.readStream.schema(spark_schema())
-        .option("pathGlobFilter", SPOOL_SEGMENT_GLOB)
-        .option("mode", "PERMISSIVE")
-    )
+    """The lines (column ``value``) of the completed segments of a spool directory, read as
+    text so that each line's hash is of the bytes the gateway wrote."""
+    reader = spark.readStream
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    return reader.json(spool_dir)
+    return reader.text(spool_glob(spool_dir))
 
 
 def read_kafka_stream(
@@ -78,7 +84,7 @@ def read_kafka_stream(
     *,
     starting_offsets: str = "earliest",
 ) -> DataFrame:
-    """Raw events from a Kafka topic whose record values are the JSON events.
+    """Lines (column ``value``) from a Kafka topic whose record values are the JSON events.
 
     :raises KafkaConnectorMissingError: if Spark's Kafka connector is not on the classpath.
     """
@@ -100,47 +106,58 @@ def read_kafka_stream(
                 " (spark-submit), or set spark.jars.packages to it"
             ) from exc
         raise
-    parsed = F.from_json(F.col("value").cast("string"), SPARK_SCHEMA_DDL)
-    return records.select(parsed.alias("event")).select("event.*")
+    return records.select(F.col("value").cast("string").alias("value"))
 
 
-def append_unseen(batch: DataFrame, batch_id: int, table_dir: str) -> None:
-    """``foreachBatch`` body: append the batch's well-formed events the table lacks."""
-    spark = batch.sparkSession
-    raw = batch.persist()
-    try:
-        rows = raw.count()
-        if rows == 0:
-            return
-        malformed = malformed_events(raw).count()
-        if malformed:
-            logger.warning("audit batch %d: dropped %d malformed events", batch_id, malformed)
-        events = prepare_events(raw).persist()
-        try:
-            dates = [row["date"] for row in events.select("date").distinct().collect()]
-            if not dates:
-                return
-            if path_exists(spark, table_dir):
-                table = (
-                    spark.read.schema(table_schema())
-                    .parquet(table_dir)
-                    .where(F.col("date").isin(dates))
-                )
-                new = unseen_events(events, table)
-            else:
-                new = events.select(*table_schema().names)
-            new.write.mode("append").partitionBy("date").parquet(table_dir)
-            logger.info(
-                "audit batch %d: %d rows read, %d malformed, dates %s appended",
-                batch_id,
-                rows,
-                malformed,
-                ", ".join(sorted(str(d) for d in dates)),
-            )
-        finally:
-            events.unpersist()
-    finally:
-        raw.unpersist()
+def table_rows_stream(lines: DataFrame, *, dedupe_window: str = DEFAULT_DEDUPE_WINDOW) -> DataFrame:
+    """Streaming lines to audit table rows, one row per event id, one partition per date.
+
+    Observed metrics for the progress log: ``lines`` (``read``, ``malformed``) and
+    ``written`` (``rows``).
+    """
+    observed = parse_lines(lines).observe(
+        "lines",
+        F.count(F.lit(1)).alias("read"),
+        F.count_if(F.col("event_id").isNull()).alias("malformed"),
+    )
+    rows = with_date(dedupe_stream(normalize_events(observed), dedupe_window))
+    return (
+        rows.select(*table_schema().names)
+        .observe("written", F.count(F.lit(1)).alias("rows"))
+        .repartition("date")
+    )
+
+
+def check_table(spark: SparkSession, table_dir: str) -> None:
+    """Refuse a table an earlier version of the job wrote (no ``_spark_metadata`` log).
+
+    The file sink would start a log of its own there, and readers would then see only what it
+    lists: every earlier row would vanish from them.
+
+    :raises ValueError: if ``table_dir`` has date partitions but no sink log.
+    """
+    base = table_dir.rstrip("/")
+    if path_exists(spark, f"{base}/{SINK_LOG}") or not glob_paths(spark, f"{base}/date=*"):
+        return
+    raise ValueError(
+        f"{table_dir} was written by an earlier version of the audit job (it has no "
+        f"{SINK_LOG} log); stream into a new table directory with a new checkpoint "
+        "directory: the spool is read again from its first segment"
+    )
+
+
+def _configure_stream(spark: SparkSession, state_partitions: int | None) -> None:
+    # State in RocksDB (on disk, bounded memory) unless spark-submit chose a provider; a
+    # checkpoint keeps the provider and partition count it started with, whatever is set here.
+    if not spark.sparkContext.getConf().contains("spark.sql.streaming.stateStore.providerClass"):
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)
+        spark.conf.set(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"
+        )
+    partitions = state_partitions or max(1, spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    # No empty batches just to move the watermark: state expiry waits for the next data.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
 
 
 def start_stream(
@@ -155,33 +172,39 @@ def start_stream(
     available_now: bool = False,
     processing_time: str = "30 seconds",
     max_files_per_trigger: int | None = None,
+    dedupe_window: str = DEFAULT_DEDUPE_WINDOW,
+    state_partitions: int | None = None,
 ) -> StreamingQuery:
     """Start the audit stream and return the running query (non-blocking).
 
     ``available_now`` processes what is there and stops; otherwise a micro-batch runs every
-    ``processing_time``.
+    ``processing_time``. ``state_partitions`` (default: the session's default parallelism)
+    only applies to a new checkpoint.
 
-    :raises ValueError: if the source's settings are missing.
+    :raises ValueError: if the source's settings are missing, or see :func:`check_table`.
     :raises KafkaConnectorMissingError: see :func:`read_kafka_stream`.
     """
     if source == "spool":
         if not spool_dir:
             raise ValueError("source 'spool' needs spool_dir")
-        raw = read_spool_stream(spark, spool_dir, max_files_per_trigger=max_files_per_trigger)
+        lines = read_spool_stream(spark, spool_dir, max_files_per_trigger=max_files_per_trigger)
     elif source == "kafka":
         if not bootstrap_servers or not topic:
             raise ValueError("source 'kafka' needs bootstrap_servers and topic")
-        raw = read_kafka_stream(spark, bootstrap_servers, topic)
+        lines = read_kafka_stream(spark, bootstrap_servers, topic)
     else:
         raise ValueError(f"unknown source {source!r}; use 'spool' or 'kafka'")
-
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        append_unseen(batch, batch_id, table_dir)
+    check_table(spark, table_dir)
+    _configure_stream(spark, state_partitions)
 
     writer = (
-        raw.writeStream.queryName(QUERY_NAME)
+        table_rows_stream(lines, dedupe_window=dedupe_window)
+        .writeStream.queryName(QUERY_NAME)
+        .format("parquet")
+        .option("path", table_dir)
         .option("checkpointLocation", checkpoint_dir)
-        .foreachBatch(write_batch)
+        .partitionBy("date")
+        .outputMode("append")
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -190,16 +213,49 @@ def start_stream(
     return writer.start()
 
 
+def describe_progress(progress: Any) -> str:
+    """One log line for a micro-batch's progress (a ``StreamingQueryProgress``)."""
+    metrics = progress["observedMetrics"] or {}
+    lines = metrics.get("lines")
+    written = metrics.get("written")
+    read = progress["numInputRows"]
+    malformed = (lines["malformed"] if lines is not None else 0) or 0
+    rows = (written["rows"] if written is not None else 0) or 0
+    seconds = (progress["durationMs"].get("triggerExecution") or 0) / 1000
+    duplicates = max(0, read - malformed - rows)
+    return (
+        f"audit batch {progress['batchId']}: {read:,} lines read, {malformed:,} malformed, "
+        f"{duplicates:,} duplicate, {rows:,} rows written in {seconds:.1f}s"
+    )
+
+
+class _ProgressLog:
+    """Logs each micro-batch once, from the query's recent progress."""
+
+    def __init__(self) -> None:
+        self._logged = -1
+
+    def __call__(self, query: StreamingQuery) -> None:
+        for progress in query.recentProgress:
+            if progress["batchId"] > self._logged:
+                self._logged = progress["batchId"]
+                if progress["numInputRows"] or progress["observedMetrics"]:
+                    logger.info("%s", describe_progress(progress))
+
+
 def run_stream(spark: SparkSession, **settings: Any) -> None:
-    """Start the stream (see :func:`start_stream`) and block until it ends.
+    """Start the stream (see :func:`start_stream`), log each batch, block until it ends.
 
     :raises pyspark.errors.StreamingQueryException: if the query fails.
     """
     query = start_stream(spark, **settings)
     logger.info("audit stream %s started (id %s)", QUERY_NAME, query.id)
+    log_progress = _ProgressLog()
     try:
-        query.awaitTermination()
+        while not query.awaitTermination(_PROGRESS_POLL_S):
+            log_progress(query)
     finally:
+        log_progress(query)
         if query.isActive:
             query.stop()
     logger.info("audit stream %s finished", QUERY_NAME)

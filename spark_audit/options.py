@@ -34,6 +34,18 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
         help="micro-batch interval (default: 30 seconds)",
     )
     parser.add_argument("--max-files-per-trigger", type=int, help="cap segments per batch")
+    parser.add_argument(
+        "--dedupe-window",
+        default="7 days",
+        help="copies of an event (same event_id) that reach the job within this interval of "
+        "each other are written once (default: 7 days); the report warns about any others",
+    )
+    parser.add_argument(
+        "--state-partitions",
+        type=int,
+        help="partitions of the dedupe state; read only when the checkpoint is new "
+        "(default: Spark's default parallelism)",
+    )
 
 
 def stream_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -49,6 +61,8 @@ def stream_settings(args: argparse.Namespace) -> dict[str, Any]:
         "available_now": args.available_now,
         "processing_time": args.processing_time,
         "max_files_per_trigger": args.max_files_per_trigger,
+        "dedupe_window": args.dedupe_window,
+        "state_partitions": args.state_partitions,
     }
 
 

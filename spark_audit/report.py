@@ -26,11 +26,12 @@ from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_audit.event import SCHEMA_VERSION, SPOOL_SEGMENT_GLOB, spark_schema
-from spark_audit.session import glob_paths, path_exists
+from spark_audit.event import SCHEMA_VERSION
+from spark_audit.session import glob_paths, path_exists, spool_glob
 from spark_audit.transforms import (
     decisions_per_hour,
     denials_by,
+    parse_lines,
     prepare_events,
     table_schema,
     top_offenders,
@@ -122,11 +123,13 @@ def load_events(spark: SparkSession, input_path: str) -> DataFrame:
     base = input_path.rstrip("/")
     if not path_exists(spark, base):
         raise FileNotFoundError(f"audit report input {input_path} does not exist")
-    if glob_paths(spark, f"{base}/{SPOOL_SEGMENT_GLOB}"):
+    segments = spool_glob(base)
+    if glob_paths(spark, segments):
         logger.info("report input %s is a spool directory", input_path)
-        raw = spark.read.schema(spark_schema()).json(f"{base}/{SPOOL_SEGMENT_GLOB}")
-        return prepare_events(raw)
+        return prepare_events(parse_lines(spark.read.text(segments)))
     logger.info("report input %s is a Parquet table", input_path)
+    # The table's root: Spark reads the files its _spark_metadata log lists, so files of a
+    # batch the stream did not commit are never read.
     return spark.read.schema(table_schema()).parquet(base)
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from spark_audit.event import SPOOL_SEGMENT_GLOB
+
 
 def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) -> SparkSession:
     """The session the audit job and reports need (UTC session time zone).
@@ -13,7 +15,12 @@ def build_spark_session(app_name: str = "kpg-audit", master: str | None = None) 
     ``master`` is only set when given: under spark-submit the submitter chooses it, and a
     plain ``python`` run defaults to ``local[*]``.
     """
-    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        # The jobs log their own progress; Spark's bars would run into those lines.
+        .config("spark.ui.showConsoleProgress", "false")
+    )
     if master is not None:
         builder = builder.master(master)
     return builder.getOrCreate()
@@ -34,3 +41,13 @@ def glob_paths(spark: SparkSession, pattern: str) -> list[str]:
     fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     statuses = fs.globStatus(hadoop_path) or []
     return [str(status.getPath().toString()) for status in statuses]
+
+
+def spool_glob(spool_dir: str) -> str:
+    """The completed segments of a spool: ``events-*.jsonl`` in the directory itself and in
+    its direct subdirectories (``worker-<i>/`` with ``kpg run --workers N``).
+
+    Open segments are hidden dot-files, which no pattern here matches.
+    """
+    base = spool_dir.rstrip("/")
+    return f"{base}/{{{SPOOL_SEGMENT_GLOB},*/{SPOOL_SEGMENT_GLOB}}}"

@@ -1,7 +1,9 @@
 """Pure DataFrame transforms: raw audit events in, audit table rows and reports out.
 
 Nothing here reads or writes storage; :mod:`spark_audit.job` and :mod:`spark_audit.report`
-do. "Raw" means the columns of :data:`spark_audit.event.SPARK_SCHEMA_DDL` (times as text);
+do. "Lines" are a ``value`` string column, one JSON event per row, exactly as the gateway
+wrote it (a spool line without its newline, or a Kafka record's value). "Raw" means the
+columns of :data:`spark_audit.event.SPARK_SCHEMA_DDL` (times as text) plus ``line_hash``;
 "events" means the audit table: the same columns with ``time``, ``interval_start`` and
 ``interval_end`` as timestamps, plus the ``date`` partition column.
 
@@ -18,7 +20,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_audit.event import MODES, VERDICTS, spark_schema
+from spark_audit.event import MODES, SPARK_SCHEMA_DDL, VERDICTS, spark_schema
 
 TIME_FORMAT: Final = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
 """How the schema's times parse in Spark (``XXX`` takes the ``Z``)."""
@@ -30,15 +32,38 @@ _LOWERCASE_COLUMNS: Final = ("mode", "verdict", "action", "resource_type", "even
 DenialDimension = Literal["policy", "principal", "client_id", "topic"]
 
 
+LINE_HASH: Final = "line_hash"
+"""Lower-case hex SHA-256 of the event's line exactly as written (UTF-8, no newline): what
+the next event of the same chain names as its ``prev_hash`` (see SCHEMA.md)."""
+
+
 def table_schema() -> T.StructType:
-    """The audit table's schema: the event schema, times typed, plus ``date``."""
+    """The audit table's schema: the event schema, times typed, ``line_hash``, ``date``."""
     fields = [
         T.StructField(field.name, T.TimestampType(), field.nullable)
         if field.name in _TIME_COLUMNS
         else field
         for field in spark_schema().fields
     ]
-    return T.StructType([*fields, T.StructField("date", T.DateType(), False)])
+    return T.StructType(
+        [
+            *fields,
+            T.StructField(LINE_HASH, T.StringType(), True),
+            T.StructField("date", T.DateType(), False),
+        ]
+    )
+
+
+def parse_lines(lines: DataFrame) -> DataFrame:
+    """Raw events from JSON lines (column ``value``), each with the SHA-256 of its line.
+
+    A line that is not a JSON object of the schema's shape gives a row of nulls, which
+    :func:`normalize_events` drops and :func:`malformed_events` keeps.
+    """
+    parsed = F.from_json(F.col("value"), SPARK_SCHEMA_DDL, {"mode": "PERMISSIVE"})
+    return lines.select(parsed.alias("event"), F.sha2(F.col("value"), 256).alias(LINE_HASH)).select(
+        "event.*", LINE_HASH
+    )
 
 
 def _typed_columns() -> list[Column]:
@@ -50,6 +75,7 @@ def _typed_columns() -> list[Column]:
         elif field.name in _LOWERCASE_COLUMNS:
             column = F.lower(F.trim(column))
         columns.append(column.alias(field.name))
+    columns.append(F.col(LINE_HASH))
     return columns
 
 
@@ -82,8 +108,33 @@ def malformed_events(raw: DataFrame) -> DataFrame:
 
 
 def dedupe_events(events: DataFrame) -> DataFrame:
-    """One row per ``event_id`` (copies of an event are identical; any one is kept)."""
+    """One row per ``event_id`` (copies of an event are identical; any one is kept).
+
+    For a batch DataFrame; the stream dedupes with state instead (:func:`dedupe_stream`).
+    """
     return events.dropDuplicates(["event_id"])
+
+
+INGESTED_AT: Final = "ingested_at"
+
+
+def dedupe_stream(events: DataFrame, window: str) -> DataFrame:
+    """One row per ``event_id`` across the micro-batches of a stream, for copies that
+    arrive within ``window`` (a Spark interval, e.g. ``"7 days"``) of each other.
+
+    The watermark is on the time each micro-batch started (``current_timestamp()`` is the
+    batch's own time in a stream, and the same when Spark reruns the batch), not on the
+    event's ``time``: every row is on time, so a late segment (a gateway that was down for a
+    day) is never dropped as late data, and the state (one ``event_id`` per row seen within
+    the window) stays bounded. A copy arriving later than ``window`` after the first is
+    written again; the report counts and warns about such duplicates.
+    """
+    return (
+        events.withColumn(INGESTED_AT, F.current_timestamp())
+        .withWatermark(INGESTED_AT, window)
+        .dropDuplicatesWithinWatermark(["event_id"])
+        .drop(INGESTED_AT)
+    )
 
 
 def with_date(events: DataFrame) -> DataFrame:
@@ -101,18 +152,8 @@ def with_date(events: DataFrame) -> DataFrame:
 
 
 def prepare_events(raw: DataFrame) -> DataFrame:
-    """Raw events to audit table rows: normalize, dedupe, add ``date``."""
-    return with_date(dedupe_events(normalize_events(raw)))
-
-
-def unseen_events(events: DataFrame, table: DataFrame) -> DataFrame:
-    """``events`` whose ``event_id`` is not in ``table``, in table column order.
-
-    Only the table's partitions for the dates in ``events`` need to be passed: an event's
-    ``date`` follows from its ``time``, so copies share a partition.
-    """
-    seen = table.select("event_id")
-    return events.join(seen, on="event_id", how="left_anti").select(*table_schema().names)
+    """Raw events to audit table rows (batch): normalize, dedupe, add ``date``."""
+    return with_date(dedupe_events(normalize_events(raw))).select(*table_schema().names)
 
 
 # --------------------------------------------------------------------------------------------

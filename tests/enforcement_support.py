@@ -27,7 +27,7 @@ from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from prometheus_client import CollectorRegistry, Counter
 
-from gateway.audit import AuditEmitter, ProduceSummarizer
+from gateway.audit import AuditEmitter, EventLine, ProduceSummarizer
 from gateway.config import ClientConfigsConfig, HostPort, UpstreamConfig
 from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine, RequestContext, Session
@@ -269,8 +269,8 @@ class ListSink:
     def open(self) -> None:
         pass
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
-        self.events.extend(events)
+    def write(self, lines: Sequence[EventLine]) -> None:
+        self.events.extend(line.event for line in lines)
 
     def maintain(self) -> None:
         pass

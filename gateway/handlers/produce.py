@@ -165,6 +165,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                     api_version=ctx.api_version,
                     records_examined=outcome.records,
                     bytes_examined=outcome.bytes,
+                    policy_version=services.engine.decisions.policy_version,
                 )
             return None
         # dry-run passes what the policy rejects, never what was not read through (a corrupt

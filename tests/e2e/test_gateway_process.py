@@ -26,6 +26,9 @@ KPG = str(Path(sys.executable).with_name("kpg"))
 
 
 def start_kpg(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """`kpg run` with ``args``; one process (``--workers 1``) unless they say otherwise."""
+    if "--workers" not in args:
+        args = (*args, "--workers", "1")
     process = subprocess.Popen(
         [KPG, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

@@ -46,7 +46,8 @@ def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
     events: list[AuditEvent] = []
     deadline = time.monotonic() + 20
     try:
-        while len(events) < 2 and time.monotonic() < deadline:
+        # start, the two decisions, stop
+        while len(events) < 4 and time.monotonic() < deadline:
             msg = consumer.poll(0.3)
             if msg is not None and msg.error() is None:
                 event = AuditEvent.from_json(msg.value())
@@ -54,7 +55,11 @@ def test_decisions_land_in_the_audit_topic(broker: HostPort) -> None:
                 events.append(event)
     finally:
         consumer.close()
-    by_topic = {e.resource_name: e for e in events}
+    assert [(e.kind, e.action) for e in (events[0], events[-1])] == [
+        ("lifecycle", "start"),
+        ("lifecycle", "stop"),
+    ]
+    by_topic = {e.resource_name: e for e in events if e.kind == "decision"}
     assert set(by_topic) == {denied, allowed}
     assert by_topic[denied].verdict == "denied" and by_topic[denied].error_code == 44
     assert by_topic[denied].message == "Topics should have at least 5 partitions, received 2"

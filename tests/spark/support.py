@@ -9,9 +9,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from gateway.audit import SpoolSink
-from spark_audit.event import AuditEvent, spark_schema
-from spark_audit.transforms import prepare_events
+from gateway.audit import EventLine, SpoolSink
+from spark_audit.event import AuditEvent
+from spark_audit.transforms import parse_lines, prepare_events
 from tests.support import audit_event
 
 _numbers = itertools.count()
@@ -34,15 +34,16 @@ def write_segment(spool: Path, events: Sequence[AuditEvent]) -> Path:
     before = set(spool.glob("events-*.jsonl"))
     sink = SpoolSink(spool)
     sink.open()
-    sink.write(events)
+    sink.write([EventLine.of(e) for e in events])
     sink.close()
     (segment,) = set(spool.glob("events-*.jsonl")) - before
     return segment
 
 
 def raw_events(spark: SparkSession, lines: Iterable[str]) -> DataFrame:
-    """Raw events from JSON lines, read the way the job reads the spool."""
-    return spark.read.schema(spark_schema()).json(spark.sparkContext.parallelize(list(lines)))
+    """Raw events from JSON lines, parsed the way the job parses the spool's lines."""
+    rows = [(line.rstrip("\n"),) for line in lines]
+    return parse_lines(spark.createDataFrame(rows, "value STRING"))
 
 
 def table_rows(spark: SparkSession, events: Sequence[AuditEvent]) -> DataFrame:

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from spark_audit.event import line_hash
 from spark_audit.transforms import (
     DenialDimension,
     decisions_per_hour,
@@ -17,10 +18,8 @@ from spark_audit.transforms import (
     denials_by,
     malformed_events,
     normalize_events,
-    table_schema,
     top_offenders,
     totals,
-    unseen_events,
     validate_only_outcomes,
     with_date,
     would_deny_by_policy,
@@ -107,20 +106,6 @@ def test_with_date_refuses_a_session_that_is_not_utc(spark: SparkSession) -> Non
             with_date(events)
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
-
-
-def test_unseen_events_are_those_the_table_lacks_in_table_column_order(
-    spark: SparkSession,
-) -> None:
-    a, b, c = event(), event(), event()
-    table = table_rows(spark, [b])
-
-    unseen = unseen_events(table_rows(spark, [a, b, c]), table)
-
-    assert unseen.columns == table_schema().names
-    assertDataFrameEqual(
-        unseen.select("event_id"), [Row(event_id=a.event_id), Row(event_id=c.event_id)]
-    )
 
 
 def test_totals(report_table: DataFrame) -> None:
@@ -257,3 +242,11 @@ def test_validate_only_outcomes(report_table: DataFrame) -> None:
         ],
         checkRowOrder=True,
     )
+
+
+def test_parse_lines_hashes_each_line_as_written(spark: SparkSession) -> None:
+    lines = [event().to_json_line() for _ in range(2)] + ["{torn"]
+    raw = raw_events(spark, lines).collect()
+
+    assert [row.line_hash for row in raw] == [line_hash(line) for line in lines]
+    assert raw[2].event_id is None and raw[2].line_hash == line_hash("{torn")

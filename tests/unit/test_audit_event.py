@@ -17,7 +17,10 @@ from spark_audit.event import (
     SCHEMA_VERSION,
     SPARK_SCHEMA_DDL,
     AuditEvent,
+    ConfigChange,
+    TopicSpec,
     format_time,
+    new_request_id,
     parse_time,
 )
 from tests.support import audit_event
@@ -57,9 +60,20 @@ def test_defaults_give_a_fresh_id_and_the_current_version() -> None:
     assert first.event_count == 1 and not first.is_summary
 
 
+def _top_level_columns(ddl: str) -> list[str]:
+    """``ddl`` split at the commas outside ``<...>`` (nested struct fields stay together)."""
+    columns, depth, start = [], 0, 0
+    for index, char in enumerate(ddl):
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            columns.append(ddl[start:index].strip())
+            start = index + 1
+    return [*columns, ddl[start:].strip()]
+
+
 def test_spark_schema_lists_the_dataclass_fields_in_order() -> None:
     field_names = [field.name for field in dataclasses.fields(AuditEvent)]
-    ddl_names = [column.split()[0] for column in SPARK_SCHEMA_DDL.split(", ")]
+    ddl_names = [column.split()[0] for column in _top_level_columns(SPARK_SCHEMA_DDL)]
 
     assert ddl_names == field_names
 
@@ -141,6 +155,124 @@ def test_from_json_ignores_fields_added_by_a_newer_version() -> None:
 
     assert event.schema_version == SCHEMA_VERSION + 1
     assert event.resource_name == "orders"
+
+
+def test_v2_fields_round_trip() -> None:
+    event = make_event(
+        request_id=new_request_id(),
+        policy_version="sha256:0123456789abcdef",
+        chain_id="c0ffee00-0000-4000-8000-000000000000",
+        seq=3,
+        prev_hash="ab" * 32,
+        config_changes=(
+            ConfigChange(name="retention.ms", before="604800000", after="86400000"),
+            ConfigChange(name="ssl.key.password", before=None, after=None, sensitive=True),
+            ConfigChange(name="cleanup.policy", before=None, after="compact"),
+        ),
+        topic_spec=TopicSpec(partitions=6, replication_factor=3, configs={"a.b": "c"}),
+    )
+
+    line = event.to_json_line()
+    data = json.loads(line)
+
+    assert AuditEvent.from_json(line) == event
+    assert data["event_kind"] == "decision"
+    assert data["config_changes"][1] == {
+        "name": "ssl.key.password",
+        "before": None,
+        "after": None,
+        "sensitive": True,
+    }
+    assert data["topic_spec"] == {
+        "partitions": 6,
+        "replication_factor": 3,
+        "configs": {"a.b": "c"},
+    }
+    assert list(data)[-8:] == [
+        "request_id",
+        "policy_version",
+        "event_kind",
+        "chain_id",
+        "seq",
+        "prev_hash",
+        "config_changes",
+        "topic_spec",
+    ]
+
+
+V1_LINE = (
+    '{"schema_version":1,"event_id":"0d7c3f7e-0b7e-4d55-9a47-3c4cf0d5e0a1",'
+    '"time":"2026-11-21T09:00:00.123Z","gateway_instance":"kpg-1",'
+    '"client_address":null,"principal":null,"client_id":"p","api":"Produce",'
+    '"api_version":9,"resource_type":"topic","resource_name":"orders","action":"produce",'
+    '"policy":null,"mode":"enforce","verdict":"allowed","error_code":null,"message":null,'
+    '"validate_only":false,"records_examined":4,"bytes_examined":400,'
+    '"interval_start":"2026-11-21T09:00:00.000Z","interval_end":"2026-11-21T09:00:00.123Z",'
+    '"event_count":2}'
+)
+
+
+def test_a_v1_event_still_reads_with_its_v2_fields_null() -> None:
+    event = AuditEvent.from_json(V1_LINE)
+
+    assert event.schema_version == 1
+    assert event.event_kind is None and event.kind == "summary"
+    assert event.request_id is None and event.chain_id is None and event.topic_spec is None
+    assert event.to_json_line().rstrip("\n") == V1_LINE  # written back as it was
+
+
+def test_v2_keys_in_a_v1_event_are_a_writer_bug() -> None:
+    data = json.loads(V1_LINE) | {"request_id": "x"}
+
+    with pytest.raises(ValueError, match="unknown"):
+        AuditEvent.from_json(json.dumps(data))
+
+
+def test_a_v2_event_must_have_its_v2_keys() -> None:
+    data = _as_dict(make_event())
+    del data["policy_version"]
+
+    with pytest.raises(ValueError, match="missing"):
+        AuditEvent.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        ({"event_kind": "audit"}, "event_kind"),
+        ({"event_kind": "summary"}, "summary"),
+        ({"event_kind": "lifecycle"}, "lifecycle"),
+        ({"chain_id": "c"}, "together"),
+        ({"chain_id": "c", "seq": 0, "prev_hash": "ab"}, "first event"),
+        ({"chain_id": "c", "seq": 1}, "every event"),
+        ({"schema_version": 1, "request_id": "r"}, "version 1"),
+    ],
+)
+def test_construction_rejects_v2_fields_that_break_the_schema(
+    overrides: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        make_event(**overrides)
+
+
+def test_a_sensitive_config_change_has_no_values() -> None:
+    with pytest.raises(ValueError, match="sensitive"):
+        ConfigChange(name="sasl.jaas.config", before="secret", after=None, sensitive=True)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"name": "a", "before": 1, "after": None, "sensitive": False}],
+        [{"name": "a", "before": None, "after": None}],
+        {"name": "a"},
+    ],
+)
+def test_from_json_rejects_malformed_config_changes(bad: object) -> None:
+    data = _as_dict(make_event()) | {"config_changes": bad}
+
+    with pytest.raises(ValueError, match="config change|array"):
+        AuditEvent.from_json(json.dumps(data))
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ demand; the spool tests use the real file system (and real crashed processes).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import stat
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.audit import (
     AuditEmitter,
+    EventLine,
     ProduceSummarizer,
     SinkWriteError,
     SpoolSink,
@@ -36,6 +38,16 @@ pytestmark = pytest.mark.unit
 def make_event(number: int = 0, **overrides: Any) -> AuditEvent:
     """``audit_event`` of topic ``topic-<number, 4 digits>``: all as long as ``LINE_BYTES``."""
     return audit_event(**({"resource_name": f"topic-{number:04d}"} | overrides))
+
+
+def lines(events: Sequence[AuditEvent]) -> list[EventLine]:
+    """``events`` as a sink gets them, unchained (for writing a sink directly)."""
+    return [EventLine.of(event) for event in events]
+
+
+def unchained(events: Sequence[AuditEvent]) -> list[AuditEvent]:
+    """``events`` without the chain fields the emitter set, to compare with what was emitted."""
+    return [dataclasses.replace(e, chain_id=None, seq=None, prev_hash=None) for e in events]
 
 
 class FakeClock:
@@ -77,7 +89,7 @@ def test_segments_rotate_by_size_and_keep_every_event_in_order(
     sink.open()
 
     for start in range(0, len(events), batch_size):
-        sink.write(events[start : start + batch_size])
+        sink.write(lines(events[start : start + batch_size]))
     before_close = completed(tmp_path)
     sink.close()
 
@@ -90,7 +102,7 @@ def test_segments_rotate_by_size_and_keep_every_event_in_order(
 def test_a_line_larger_than_a_segment_gets_a_segment_of_its_own(tmp_path: Path) -> None:
     sink = SpoolSink(tmp_path, segment_max_bytes=10)
     sink.open()
-    sink.write([make_event(1), make_event(2)])
+    sink.write(lines([make_event(1), make_event(2)]))
     sink.close()
 
     assert [len(p.read_text().splitlines()) for p in completed(tmp_path)] == [1, 1]
@@ -101,7 +113,7 @@ def test_segments_rotate_by_age_even_without_new_events(tmp_path: Path) -> None:
     sink = SpoolSink(tmp_path, segment_max_age_s=60, clock=clock)
     events = [make_event(n) for n in range(3)]
     sink.open()
-    sink.write(events[:2])
+    sink.write(lines(events[:2]))
 
     clock.now += 59.9
     sink.maintain()
@@ -112,7 +124,7 @@ def test_segments_rotate_by_age_even_without_new_events(tmp_path: Path) -> None:
     assert [len(p.read_text().splitlines()) for p in completed(tmp_path)] == [2]
     assert open_segments(tmp_path) == []
 
-    sink.write(events[2:])
+    sink.write(lines(events[2:]))
     sink.close()
     assert read_spool(tmp_path) == events
     assert len(completed(tmp_path)) == 2
@@ -123,7 +135,7 @@ def test_open_segment_is_hidden_until_it_is_renamed_complete(tmp_path: Path) -> 
     sink = SpoolSink(tmp_path, clock=clock)
     event = make_event(1)
     sink.open()
-    sink.write([event])
+    sink.write(lines([event]))
 
     (hidden,) = open_segments(tmp_path)
     visible = [p.name for p in tmp_path.iterdir() if not p.name.startswith((".", "_"))]
@@ -139,7 +151,7 @@ def test_sequence_numbers_continue_after_a_restart(tmp_path: Path) -> None:
     for number in range(3):
         sink = SpoolSink(tmp_path)
         sink.open()
-        sink.write([make_event(number)])
+        sink.write(lines([make_event(number)]))
         sink.close()
 
     assert [p.name[-14:-6] for p in completed(tmp_path)] == ["00000000", "00000001", "00000002"]
@@ -177,7 +189,7 @@ def test_recovery_keeps_complete_lines_and_drops_a_torn_last_line(
     assert open_segments(tmp_path) == []
     assert "kept 2 events" in caplog.text and "40 bytes of a torn last line" in caplog.text
 
-    sink.write([make_event(4)])
+    sink.write(lines([make_event(4)]))
     sink.close()
     assert completed(tmp_path)[-1].name.endswith("-00000008.jsonl")
 
@@ -213,13 +225,13 @@ def _run_python(code: str, *args: str, stdin: str) -> subprocess.CompletedProces
 
 CRASHING_WRITER = """
     import os, sys
-    from gateway.audit import SpoolSink
+    from gateway.audit import EventLine, SpoolSink
     from spark_audit.event import AuditEvent
     sink = SpoolSink(sys.argv[1], segment_max_bytes=int(sys.argv[2]), fsync="segment")
     sink.open()
     template = sys.stdin.read()
     for n in range(7):
-        sink.write([AuditEvent.from_json(template.replace("NUMBER", str(n)))])
+        sink.write([EventLine.of(AuditEvent.from_json(template.replace("NUMBER", str(n))))])
     os._exit(3)  # no close(): the process dies with a segment open
 """
 
@@ -242,14 +254,14 @@ def test_a_crashed_writer_loses_no_completed_segment_and_no_written_event(tmp_pa
 
 DISK_FILLING_WRITER = """
     import json, resource, signal, sys
-    from gateway.audit import SinkWriteError, SpoolSink
+    from gateway.audit import EventLine, SinkWriteError, SpoolSink
     from spark_audit.event import AuditEvent
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a full file gives EFBIG, not a signal
     limit = int(sys.argv[2])
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     sink = SpoolSink(sys.argv[1], segment_max_bytes=10 * limit)
     sink.open()
-    event = AuditEvent.from_json(sys.stdin.read())
+    event = EventLine.of(AuditEvent.from_json(sys.stdin.read()))
     sink.write([event] * 2)
     try:
         sink.write([event] * 3)
@@ -298,7 +310,7 @@ def test_fsync_always_syncs_after_every_write(tmp_path: Path, fsyncs: FsyncRecor
     sink = SpoolSink(tmp_path, fsync="always")
     sink.open()
     for number in range(3):
-        sink.write([make_event(number)])
+        sink.write(lines([make_event(number)]))
     assert (fsyncs.files, fsyncs.directories) == (3, 0)
 
     sink.close()
@@ -311,7 +323,7 @@ def test_fsync_segment_syncs_only_when_a_segment_completes(
     sink = SpoolSink(tmp_path, fsync="segment", segment_max_bytes=2 * LINE_BYTES)
     sink.open()
     for number in range(3):
-        sink.write([make_event(number)])
+        sink.write(lines([make_event(number)]))
     assert (fsyncs.files, fsyncs.directories) == (1, 1)  # the first segment filled up
 
     sink.close()
@@ -324,17 +336,17 @@ def test_fsync_interval_syncs_at_most_once_per_interval(
     clock = FakeClock()
     sink = SpoolSink(tmp_path, fsync="interval", fsync_interval_s=1.0, clock=clock)
     sink.open()
-    sink.write([make_event(1)])
+    sink.write(lines([make_event(1)]))
     clock.now += 0.5
-    sink.write([make_event(2)])
+    sink.write(lines([make_event(2)]))
     assert fsyncs.files == 0
 
     clock.now += 0.5
-    sink.write([make_event(3)])
+    sink.write(lines([make_event(3)]))
     assert fsyncs.files == 1
 
     clock.now += 0.2
-    sink.write([make_event(4)])
+    sink.write(lines([make_event(4)]))
     sink.maintain()
     assert fsyncs.files == 1
     clock.now += 0.8
@@ -376,10 +388,10 @@ class RecordingSink:
     def open(self) -> None:
         self.opened = True
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
+    def write(self, lines: Sequence[EventLine]) -> None:
         self.entered.set()
         assert self.release.wait(10), "the test never released the sink"
-        self.events.extend(events)
+        self.events.extend(line.event for line in lines)
 
     def maintain(self) -> None:
         pass
@@ -397,7 +409,7 @@ class FailingSink:
     def open(self) -> None:
         pass
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
+    def write(self, lines: Sequence[EventLine]) -> None:
         raise self.error
 
     def maintain(self) -> None:
@@ -432,7 +444,7 @@ def test_emit_waits_when_the_queue_is_full_and_nothing_is_dropped() -> None:
 
     asyncio.run(scenario())
 
-    assert sink.events == events
+    assert unchained(sink.events) == events
     assert sink.opened and sink.closed
     assert emitter.failed_events == 0
     assert registry.get_sample_value("kpg_audit_events_total", {"verdict": "denied"}) == 4
@@ -465,7 +477,7 @@ def test_a_failing_sink_is_counted_and_logged_loudly_and_other_sinks_still_get_e
         # emit() only queues, so all three go to the writer in one batch
         asyncio.run(scenario())
 
-    assert healthy.events == events
+    assert unchained(healthy.events) == events
     assert emitter.failed_events == lost
     assert registry.get_sample_value("kpg_audit_events_failed_total") == lost
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
@@ -535,5 +547,56 @@ def test_close_writes_everything_to_the_spool(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
 
-    assert read_spool(tmp_path) == events
+    assert unchained(read_spool(tmp_path)) == events
     assert open_segments(tmp_path) == []
+
+
+def test_lifecycle_events_keep_their_place_even_when_the_queue_is_full() -> None:
+    sink = RecordingSink(stall=True)
+    emitter = AuditEmitter([sink], queue_max_events=1, batch_max_events=1, gateway_instance="kpg-1")
+    decisions = [make_event(n) for n in range(2)]
+
+    async def scenario() -> None:
+        await emitter.start()
+        emitter.lifecycle("start", policy_version="sha256:0000000000000001", message="started")
+        assert await asyncio.to_thread(sink.entered.wait, 10)  # the writer is stuck on it
+        await emitter.emit(decisions[0])  # fills the queue
+        emitter.lifecycle(  # cannot queue now: it waits in a task, and keeps its turn
+            "reload",
+            policy_version="sha256:0000000000000002",
+            message="sha256:0000000000000001 -> sha256:0000000000000002",
+        )
+        late = asyncio.create_task(emitter.emit(decisions[1]))
+        await asyncio.sleep(0.1)
+        sink.release.set()
+        await asyncio.wait_for(late, 10)
+        emitter.lifecycle("stop", policy_version="sha256:0000000000000002", message="stopped")
+        await emitter.close()
+        with pytest.raises(RuntimeError, match="not running"):
+            emitter.lifecycle("stop", policy_version="v", message="after close")
+
+    asyncio.run(scenario())
+
+    assert [(e.kind, e.action) for e in sink.events] == [
+        ("lifecycle", "start"),
+        ("decision", "create"),
+        ("lifecycle", "reload"),
+        ("decision", "create"),
+        ("lifecycle", "stop"),
+    ]
+    start, reload = sink.events[0], sink.events[2]
+    assert (start.api, start.api_version, start.resource_type, start.resource_name) == (
+        "Gateway",
+        0,
+        "gateway",
+        "kpg-1",
+    )
+    assert (start.verdict, start.mode, start.request_id) == ("allowed", "enforce", None)
+    assert reload.policy_version == "sha256:0000000000000002"
+    assert reload.message == "sha256:0000000000000001 -> sha256:0000000000000002"
+
+
+def test_an_unknown_lifecycle_action_is_refused() -> None:
+    emitter = AuditEmitter([RecordingSink()])
+    with pytest.raises(ValueError, match="lifecycle action"):
+        emitter.lifecycle("restart", policy_version="v", message="m")

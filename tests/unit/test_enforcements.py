@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway import client_configs
-from gateway.audit import AuditEmitter
+from gateway.audit import AuditEmitter, EventLine
 from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
@@ -25,7 +25,6 @@ from gateway.outcomes import Answer, Close, Forward
 from protocol.codec import Undecodable
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
-from spark_audit.event import AuditEvent
 from tests.batches import record, uncompressed_batch
 from tests.enforcement_support import (
     ALTER_CONFIGS,
@@ -176,9 +175,9 @@ class GatedSink(ListSink):
         super().__init__()
         self.release = threading.Event()
 
-    def write(self, events: Sequence[AuditEvent]) -> None:
+    def write(self, lines: Sequence[EventLine]) -> None:
         self.release.wait(10)
-        super().write(events)
+        super().write(lines)
 
 
 def test_a_denial_is_audited_before_the_client_is_answered(gateway: Harness) -> None:

@@ -1,0 +1,387 @@
+"""``kpg run --workers N``: one supervisor, N worker processes, one set of ports.
+
+Contracts, stated once:
+
+- Listeners: the supervisor binds nothing for clients. Each worker is a whole gateway that
+  opens the bootstrap listener and its node listeners with SO_REUSEPORT on the same fixed
+  ports, and the kernel spreads new connections over the workers listening. A connection
+  stays with the worker that accepted it (and so does its link to the broker).
+- State: the workers share the state store (the SQLite file is read again on the next read
+  after any worker writes it; see :mod:`gateway.state`), so a policy set through one worker
+  decides the next request on every other.
+- Audit: worker i writes its spool to ``<audit.spool_dir>/worker-<i>/`` (one writer per
+  directory); each worker summarises its own Produce traffic, so no request is counted twice.
+- Metrics: every worker writes its values to files in a directory of the supervisor's
+  (``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode); the supervisor serves
+  their sum, with its own worker counts, on the metrics listener, with ``/healthz`` and
+  ``/readyz`` (ready: at least one worker ready, and an upstream broker answers).
+- Configuration: workers read the supervisor's copy of the file, taken when it was last
+  accepted, so a worker restarted later runs what the others run. SIGHUP (``kpg reload``)
+  copies the file anew and passes SIGHUP on; each worker reloads (or refuses, with start-up's
+  messages) and says so; refused by every worker, the copy goes back to the previous file.
+- Workers that die are started again after a pause that doubles with each quick death
+  (:data:`BACKOFF_S` up to :data:`MAX_BACKOFF_S`); a worker that dies :data:`CRASH_LOOP`
+  times in a row within :data:`QUICK_DEATH_S` of starting is reported and left down. With
+  no worker left the supervisor exits with status 1.
+- SIGTERM / SIGINT: passed to every worker (each stops gracefully); whatever is still
+  running after the shutdown timeout and a margin is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from .config import GatewayConfig
+from .health import MetricsEndpoint, Readiness, probe_upstream
+
+log = logging.getLogger(__name__)
+
+BACKOFF_S: Final = 0.5
+MAX_BACKOFF_S: Final = 30.0
+QUICK_DEATH_S: Final = 10.0
+CRASH_LOOP: Final = 5
+RELOAD_WAIT_S: Final = 120.0
+"""How long the supervisor waits for every worker to say how its reload went."""
+STOP_MARGIN_S: Final = 10.0
+
+
+@dataclass(slots=True, eq=False)
+class Worker:
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    ready: bool = False
+    started_at: float = 0.0
+    quick_deaths: int = 0
+    restarts: int = 0
+    given_up: bool = False
+    reloads: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    """``applied <version>`` or ``refused <message>``, one per SIGHUP it was sent."""
+
+
+WorkerCommand = Callable[[int, int, Path], list[str]]
+"""(worker index, status pipe's write end, config copy) -> the worker's command line."""
+
+
+class Supervisor:
+    def __init__(
+        self,
+        *,
+        workers: int,
+        config: GatewayConfig,
+        config_file: Path | None,
+        command: WorkerCommand,
+    ) -> None:
+        self.config = config
+        self._config_file = config_file
+        self._command = command
+        self._workers = [Worker(index=i) for i in range(workers)]
+        self._run_dir = Path(tempfile.mkdtemp(prefix="kpg-run-"))
+        self._metrics_dir = self._run_dir / "metrics"
+        self._metrics_dir.mkdir()
+        self.config_copy = self._run_dir / "gateway.yaml"
+        self._stopping = False
+        self._done = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._endpoint: MetricsEndpoint | None = None
+        self.metrics_port: int | None = None
+        self.exit_status = 0
+
+    # --- start and stop ----------------------------------------------------------------
+
+    async def run(self, on_ready: Callable[[], None]) -> int:
+        """Start the workers, serve metrics, wait for a signal or for every worker to be
+        given up; returns the exit status."""
+        self._copy_config()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop_soon)
+        loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
+        if self.config.metrics is not None:
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(self._metrics_dir))  # type: ignore[no-untyped-call]
+            registry.register(_SupervisorCollector(self._workers))
+            self._endpoint = MetricsEndpoint(registry, self.readiness)
+            self.metrics_port = self._endpoint.serve(
+                self.config.metrics.host, self.config.metrics.port
+            )
+        for worker in self._workers:
+            await self._start(worker)
+        self._spawn(self._announce_when_ready(on_ready), "announce")
+        await self._done.wait()
+        await self._stop_workers()
+        if self._endpoint is not None:
+            self._endpoint.stop()
+        shutil.rmtree(self._run_dir, ignore_errors=True)
+        return self.exit_status
+
+    def _stop_soon(self) -> None:
+        if not self._stopping:
+            log.info("supervisor: stopping %d workers", len(self._running()))
+        self._stopping = True
+        self._done.set()
+
+    async def _announce_when_ready(self, on_ready: Callable[[], None]) -> None:
+        while not self._stopping:
+            if any(w.ready for w in self._workers):
+                on_ready()
+                return
+            await asyncio.sleep(0.05)
+
+    async def _stop_workers(self) -> None:
+        running = self._running()
+        for worker in running:
+            assert worker.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(signal.SIGTERM)
+        deadline = self.config.shutdown_timeout_s + STOP_MARGIN_S
+        waits = [w.process.wait() for w in running if w.process is not None]
+        if not waits:
+            return
+        done, pending = await asyncio.wait(
+            [asyncio.ensure_future(wait) for wait in waits], timeout=deadline
+        )
+        if pending:
+            log.warning("supervisor: %d workers did not stop in time: killed", len(pending))
+            for worker in running:
+                if worker.process is not None and worker.process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        worker.process.kill()
+            await asyncio.wait(pending)
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _running(self) -> list[Worker]:
+        return [w for w in self._workers if w.process is not None and w.process.returncode is None]
+
+    # --- workers -----------------------------------------------------------------------
+
+    async def _start(self, worker: Worker) -> None:
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(self._metrics_dir))
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self._command(worker.index, write_fd, self.config_copy),
+                pass_fds=(write_fd,),
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        finally:
+            os.close(write_fd)
+        worker.process = process
+        worker.ready = False
+        worker.started_at = time.monotonic()
+        worker.reloads = asyncio.Queue()
+        log.info("supervisor: worker %d started (pid %d)", worker.index, process.pid)
+        self._spawn(self._watch(worker, process, read_fd), f"worker-{worker.index}")
+
+    async def _watch(self, worker: Worker, process: asyncio.subprocess.Process, fd: int) -> None:
+        reader = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb")
+        )
+        try:
+            async for line in reader:
+                self._status(worker, line.decode(errors="replace").rstrip("\n"))
+        finally:
+            transport.close()
+        status = await process.wait()
+        worker.ready = False
+        mark_process_dead(process.pid, str(self._metrics_dir))  # type: ignore[no-untyped-call]
+        if self._stopping:
+            log.info("supervisor: worker %d (pid %d) %s", worker.index, process.pid, _exit(status))
+            return
+        await self._restart(worker, process.pid, status)
+
+    def _status(self, worker: Worker, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "ready":
+            worker.ready = True
+        elif word == "reload":
+            worker.reloads.put_nowait(rest)
+
+    async def _restart(self, worker: Worker, pid: int, status: int) -> None:
+        lived = time.monotonic() - worker.started_at
+        worker.quick_deaths = worker.quick_deaths + 1 if lived < QUICK_DEATH_S else 0
+        if worker.quick_deaths >= CRASH_LOOP:
+            worker.given_up = True
+            log.error(
+                "supervisor: worker %d (pid %d) %s, dying within %.0f s of starting %d times "
+                "in a row: crashing in a loop, not started again (see its log lines above)",
+                worker.index,
+                pid,
+                _exit(status),
+                QUICK_DEATH_S,
+                worker.quick_deaths,
+            )
+            if all(w.given_up for w in self._workers):
+                log.error("supervisor: no worker left: exiting")
+                self.exit_status = 1
+                self._stop_soon()
+            return
+        pause = backoff(worker.quick_deaths)
+        log.error(
+            "supervisor: worker %d (pid %d) %s after %.1f s: starting it again in %.1f s",
+            worker.index,
+            pid,
+            _exit(status),
+            lived,
+            pause,
+        )
+        await asyncio.sleep(pause)
+        if self._stopping:
+            return
+        worker.restarts += 1
+        await self._start(worker)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("supervisor: task %s failed", task.get_name(), exc_info=task.exception())
+
+    # --- reload ------------------------------------------------------------------------
+
+    def _copy_config(self) -> bytes | None:
+        """Copy the operator's file for the workers; returns what the copy held before."""
+        previous = self.config_copy.read_bytes() if self.config_copy.exists() else None
+        text = self._config_file.read_bytes() if self._config_file is not None else b"{}\n"
+        _write_atomically(self.config_copy, text)
+        return previous
+
+    async def reload(self) -> None:
+        """SIGHUP: every worker reloads the file as it is now (see the module docstring)."""
+        async with self._reload_lock:
+            try:
+                previous = self._copy_config()
+            except OSError as exc:
+                log.error("supervisor: reload refused: %s: cannot read: %s", self._config_file, exc)
+                return
+            running = [w for w in self._running() if w.ready]
+            for worker in running:
+                assert worker.process is not None
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signal.SIGHUP)
+            results = await asyncio.gather(*(self._reload_result(w) for w in running))
+            applied = [r for r in results if r is not None and r.startswith("applied")]
+            log.info(
+                "supervisor: reload: %d of %d workers applied it%s",
+                len(applied),
+                len(running),
+                f" ({applied[0].partition(' ')[2]})" if applied else "",
+            )
+            if running and not applied and previous is not None:
+                _write_atomically(self.config_copy, previous)
+                log.error("supervisor: reload refused by every worker: the previous file stays")
+
+    async def _reload_result(self, worker: Worker) -> str | None:
+        try:
+            return await asyncio.wait_for(worker.reloads.get(), RELOAD_WAIT_S)
+        except TimeoutError:
+            log.error("supervisor: worker %d did not say how its reload went", worker.index)
+            return None
+
+    # --- health ------------------------------------------------------------------------
+
+    def readiness(self) -> Readiness:
+        ready = sum(w.ready for w in self._workers)
+        workers = f"{ready}/{len(self._workers)} workers ready"
+        if not ready:
+            return Readiness(ready=False, reason=f"not ready: {workers}")
+        upstream = self.config.upstream
+        problem = probe_upstream(upstream.bootstrap_servers, upstream.connect_timeout_s)
+        if problem is not None:
+            return Readiness(ready=False, reason=f"not ready: upstream: {problem} ({workers})")
+        return Readiness(ready=True, reason=f"ready: {workers}, upstream answered")
+
+
+def backoff(quick_deaths: int) -> float:
+    """The pause before starting a worker again after ``quick_deaths`` quick deaths in a row
+    (0: it had run a while)."""
+    if quick_deaths <= 0:
+        return BACKOFF_S
+    return float(min(BACKOFF_S * 2 ** (quick_deaths - 1), MAX_BACKOFF_S))
+
+
+def _exit(status: int) -> str:
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+class _SupervisorCollector(Collector):
+    """The supervisor's own metrics, beside the workers' sum."""
+
+    def __init__(self, workers: Sequence[Worker]) -> None:
+        self._workers = workers
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        states = GaugeMetricFamily(
+            "kpg_workers", "Worker processes of kpg run --workers, by state", labels=["state"]
+        )
+        running = [
+            w for w in self._workers if w.process is not None and w.process.returncode is None
+        ]
+        states.add_metric(["running"], len(running))
+        states.add_metric(["ready"], sum(w.ready for w in self._workers))
+        states.add_metric(["given_up"], sum(w.given_up for w in self._workers))
+        yield states
+        restarts = CounterMetricFamily(
+            "kpg_worker_restarts", "Workers started again after they died"
+        )
+        restarts.add_metric([], sum(w.restarts for w in self._workers))
+        yield restarts
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (os.process_cpu_count() from Python 3.13)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
+
+
+def worker_spool_dir(spool_dir: str, index: int) -> str:
+    """Worker ``index``'s spool directory (the contract the Spark job reads)."""
+    return str(Path(spool_dir) / f"worker-{index}")
+
+
+def worker_command(
+    base: Sequence[str], index: int, status_fd: int, config_copy: Path, config_name: str | None
+) -> list[str]:
+    command = [sys.executable, "-m", "gateway.cli", "run", *base]
+    command += ["--worker-index", str(index), "--status-fd", str(status_fd)]
+    command += ["--config", str(config_copy)]
+    if config_name is not None:
+        command += ["--config-name", config_name]
+    return command

@@ -1,0 +1,510 @@
+"""`kpg run --workers N` and live operation as users run them: the real `kpg run` in a process
+of its own, real clients, the real broker; which worker serves a connection is read from the
+kernel (`ss -p`: the pid owning the gateway's end of it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gateway.config import HostPort
+from gateway.embedded import EmbeddedBroker, free_port
+from protocol import client_configs as wire
+from protocol.alter_configs import SET
+from protocol.codec import decode_response
+from protocol.framing import SIZE
+from tests.batches import record, uncompressed_batch
+from tests.e2e.test_gateway_process import KPG, start_kpg
+from tests.enforcement_support import produce as produce_request
+from tests.inproc.test_clients import consume_assigned, create_topic, produce
+from tests.support import RawClient, unique_name, wait_for
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)"),
+]
+
+TANSU_NODE_ID = 111
+INVALID_RECORD = 87
+POLICY_VIOLATION = 44
+
+
+# --- a gateway of several workers --------------------------------------------------------
+
+
+class Running:
+    """A `kpg run` process (the supervisor with --workers N) and what it was given."""
+
+    def __init__(self, process: subprocess.Popen[str], bootstrap: str, config: Path) -> None:
+        self.process = process
+        self.bootstrap = bootstrap
+        self.config = config
+        raw = yaml.safe_load(config.read_text())
+        self.port = int(bootstrap.rpartition(":")[2])
+        self.node_port = int(raw["node_port_base"]) + TANSU_NODE_ID
+        self.metrics_url = f"http://{raw['metrics']}"
+        self.spool = Path(raw["audit"]["spool_dir"])
+        self.stderr_lines: list[str] = []
+        assert process.stderr is not None
+        stderr = process.stderr
+        self._reader = threading.Thread(
+            target=lambda: self.stderr_lines.extend(iter(stderr.readline, "")), daemon=True
+        )
+        self._reader.start()
+
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+    def workers(self) -> set[int]:
+        """The pids of the supervisor's children now."""
+        return children(self.process.pid)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the whole gateway's scrape (0 when absent)."""
+        status, text = get(self.metrics_url + "/metrics")
+        assert status == 200, f"{status} {text}\n{self.stderr()}"
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            sample, _, value = line.rpartition(" ")
+            metric, _, label_text = sample.partition("{")
+            if metric != name:
+                continue
+            found = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(value)
+        return 0.0
+
+    def reload(self) -> None:
+        subprocess.run([KPG, "reload", "--pid", str(self.process.pid)], check=True, timeout=30)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces, so split after its ")"
+        state, ppid = stat.rpartition(")")[2].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def owners(port: int) -> dict[int, int]:
+    """Client port -> the pid that holds the gateway's end of that connection to ``port``."""
+    out = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = {}
+    for line in out.splitlines():
+        fields = line.split()
+        pid = re.search(r"pid=(\d+)", line)
+        if pid:
+            found[int(fields[3].rpartition(":")[2])] = int(pid.group(1))
+    return found
+
+
+def get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def write_config(directory: Path, upstream: HostPort, **extra: Any) -> Path:
+    node_port = free_port()
+    raw: dict[str, Any] = {
+        "listen": f"127.0.0.1:{free_port()}",
+        "node_port_base": node_port - TANSU_NODE_ID,
+        "metrics": f"127.0.0.1:{free_port()}",
+        "shutdown_timeout_s": 5,
+        "upstream": {
+            "bootstrap_servers": [str(upstream)],
+            "connect_timeout_s": 3,
+            "ignores_validate_only": True,
+            "topic_config_source_unreliable": True,
+            "broker_defaults": {"num.partitions": 3, "default.replication.factor": 1},
+        },
+        "state": {"path": str(directory / "state.db"), "refresh_interval_s": 3600},
+        "audit": {"spool_dir": str(directory / "audit"), "segment_max_age_s": 0.5},
+    }
+    raw.update(extra)
+    path = directory / "gateway.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def start(config: Path, workers: int = 2) -> Running:
+    process, bootstrap = start_kpg("--config", str(config), "--workers", str(workers))
+    running = Running(process, bootstrap, config)
+    assert wait_for(lambda: len(running.workers()) == workers, timeout=30)
+    assert wait_for(lambda: running.metric("kpg_workers", state="ready") == workers, timeout=60)
+    return running
+
+
+@pytest.fixture
+def two_workers(broker: HostPort, tmp_path: Path) -> Iterator[Running]:
+    running = start(write_config(tmp_path, broker))
+    try:
+        yield running
+    finally:
+        if running.process.poll() is None:
+            running.stop()
+
+
+def clients_on_each_worker(running: Running, workers: int = 2) -> dict[int, RawClient]:
+    """One open connection served by each worker: connections are opened until the kernel
+    has given each worker one (SO_REUSEPORT spreads them by a hash of the addresses)."""
+    chosen: dict[int, RawClient] = {}
+    spare: list[RawClient] = []
+    for _ in range(200):
+        client = RawClient(running.bootstrap)
+        port = client.sock.getsockname()[1]
+        assert wait_for(lambda p=port: p in owners(running.port), timeout=10)
+        pid = owners(running.port)[port]
+        if pid in chosen:
+            spare.append(client)
+        else:
+            chosen[pid] = client
+        if len(chosen) == workers:
+            break
+    for client in spare:
+        client.close()
+    assert len(chosen) == workers, f"every connection went to {set(chosen)}"
+    return chosen
+
+
+def raw_produce(client: RawClient, topic: str, headers: tuple[tuple[bytes, bytes], ...]) -> int:
+    """One record through ``client`` (Produce v9, acks=-1); the partition's error code."""
+    batch = uncompressed_batch((record(0, None, b"v", headers),), idempotent=False)
+    frame = produce_request(9, {(topic, 0): batch})
+    client.send_bytes(SIZE.pack(len(frame)) + frame)
+    answer = decode_response(0, 9, client.recv_frame())
+    return int(answer.responses[0].partition_responses[0].error_code)
+
+
+def raw_set_validation(client: RawClient, topic: str, policy: str) -> int:
+    """IncrementalAlterConfigs v1 of the topic's record.validation.policy; its error code."""
+    client.send_bytes(
+        wire.incremental_alter_request(
+            [(2, topic, [("record.validation.policy", SET, policy)])],
+            validate_only=False,
+            correlation_id=1,
+            client_id="raw-test",
+        )
+    )
+    (result,) = wire.read_incremental_alter_response(client.recv_frame())
+    return int(result.error_code)
+
+
+def validated_topic(running: Running) -> str:
+    """A new topic whose records must carry a trace-id header."""
+    topic = unique_name("workers")
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    client = RawClient(running.bootstrap)
+    try:
+        assert raw_set_validation(client, topic, "trace-id") == 0
+    finally:
+        client.close()
+    return topic
+
+
+def spool_events(spool: Path) -> list[dict[str, Any]]:
+    """Every event of every completed segment of every worker's spool."""
+    events = []
+    for segment in sorted(spool.glob("worker-*/events-*.jsonl")):
+        events.extend(json.loads(line) for line in segment.read_text().splitlines())
+    return events
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+
+def test_two_workers_behind_one_port_serve_real_clients(
+    two_workers: Running, topic_name: str
+) -> None:
+    running = two_workers
+    workers = running.workers()
+    served = clients_on_each_worker(running)
+    assert set(served) == workers, "both workers accept connections on the one port"
+    for client in served.values():
+        client.close()
+
+    create_topic(running.bootstrap, topic_name, partitions=2)
+    sent = produce(running.bootstrap, topic_name, 200, "zstd")
+    assert sorted(consume_assigned(running.bootstrap, topic_name, 2, 200)) == sorted(sent)
+    # One scrape covers both workers: the connections both of them accepted are summed.
+    assert running.metric("kpg_connections_total", listener="bootstrap") >= 2
+    assert running.stop() == 0
+
+
+def test_a_policy_set_through_one_worker_decides_the_next_request_on_the_other(
+    two_workers: Running,
+) -> None:
+    running = two_workers
+    topic = unique_name("workers")
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    (pid_a, one), (pid_b, other) = clients_on_each_worker(running).items()
+    assert pid_a != pid_b
+    assert raw_produce(other, topic, ()) == 0
+
+    assert raw_set_validation(one, topic, "trace-id") == 0
+    # At once, on the other worker's connection: no refresh interval to wait for (it is an
+    # hour in this config).
+    assert raw_produce(other, topic, ()) == INVALID_RECORD
+    assert raw_produce(other, topic, ((b"trace-id", b"t-1"),)) == 0
+    assert raw_produce(one, topic, ()) == INVALID_RECORD
+
+
+def test_a_killed_worker_loses_no_completed_segment_and_is_started_again(
+    two_workers: Running,
+) -> None:
+    running = two_workers
+    topic = validated_topic(running)
+    victim, survivor = sorted(running.workers())
+    served = clients_on_each_worker(running)
+    for client in served.values():
+        # Refused and audited (before the answer leaves) by the worker serving it.
+        assert raw_produce(client, topic, ()) == INVALID_RECORD
+    # Completed within segment_max_age_s (0.5 s here) and the sink's next maintenance.
+    assert wait_for(lambda: len(list(running.spool.glob("worker-*/events-*.jsonl"))) >= 2, 30)
+    before = {p: p.read_bytes() for p in running.spool.glob("worker-*/events-*.jsonl")}
+
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: len(running.workers() - {victim}) == 2, 60)
+    assert survivor in running.workers(), running.stderr()
+    (newcomer,) = running.workers() - {survivor}
+    assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, timeout=60)
+    assert running.metric("kpg_worker_restarts_total") == 1
+    for client in served.values():
+        client.close()
+
+    for path, data in before.items():
+        assert path.read_bytes() == data, f"{path} changed or went missing"
+    # The newcomer serves: a connection lands on it and is answered.
+    fresh = clients_on_each_worker(running)
+    assert set(fresh) == {survivor, newcomer}
+    assert raw_produce(fresh[newcomer], topic, ()) == INVALID_RECORD
+    for client in fresh.values():
+        client.close()
+    assert "was killed by SIGKILL" in running.stderr()
+    assert running.stop() == 0
+
+
+class ContinuousProducer(threading.Thread):
+    """Produces a 2,000-byte record with a trace-id header every 20 ms until stopped, noting
+    when each was handed to the client and how it was delivered."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0, "acks": "all"}
+        )
+        self.topic = topic
+        self.outcomes: list[tuple[float, int]] = []
+        """(monotonic time produce() was called, error code or 0), in delivery order."""
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            sent_at = time.monotonic()
+            self.producer.produce(
+                self.topic,
+                b"x" * 2000,
+                headers=[("trace-id", b"t")],
+                on_delivery=lambda e, m, t=sent_at: self.outcomes.append(
+                    (t, 0 if e is None else int(e.code()))
+                ),
+            )
+            self.producer.poll(0)
+            self.halt.wait(0.02)
+        self.producer.flush(15)
+
+
+def test_reload_under_continuous_produce_keeps_connections_and_the_new_limit_decides(
+    two_workers: Running,
+) -> None:
+    running = two_workers
+    topic = validated_topic(running)
+    raw = yaml.safe_load(running.config.read_text())
+    producer = ContinuousProducer(running.bootstrap, topic)
+    producer.start()
+    try:
+        assert wait_for(lambda: len(producer.outcomes) >= 50, timeout=30)
+        # The producer's connection to the partition's leader, through the node listener.
+        connections = set(owners(running.node_port))
+        assert connections
+
+        # The producer's 2,000-byte records are now longer than record validation takes.
+        raw["limits"] = {"record.validation.max.record.bytes": 1000}
+        running.config.write_text(yaml.safe_dump(raw))
+        hangup_at = time.monotonic()
+        running.reload()
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30
+        )
+        applied_at = time.monotonic()
+        assert wait_for(lambda: any(t > applied_at for t, _ in producer.outcomes), 30)
+    finally:
+        producer.halt.set()
+        producer.join(30)
+    # Records handed over well before the SIGHUP were delivered under the old limit, every
+    # one handed over once both workers had applied the new one was refused by it.
+    before = [code for t, code in producer.outcomes if t < hangup_at - 0.2]
+    after = [code for t, code in producer.outcomes if t > applied_at]
+    assert before and set(before) == {0}
+    assert after and set(after) == {INVALID_RECORD}
+    # No connection of the producer's was dropped or replaced by the reload.
+    assert connections <= set(owners(running.node_port))
+    assert running.stop() == 0
+
+    events = spool_events(running.spool)
+    reloads = [e for e in events if e["event_kind"] == "lifecycle" and e["action"] == "reload"]
+    assert len(reloads) == 2  # one per worker, each in its own chain
+    new = {e["policy_version"] for e in reloads}
+    assert len(new) == 1
+    (new_version,) = new
+    assert all(new_version in e["message"] for e in reloads)
+    starts = [e for e in events if e["event_kind"] == "lifecycle" and e["action"] == "start"]
+    old = {e["policy_version"] for e in starts}
+    assert len(old) == 1 and old != new
+    assert all(f"{next(iter(old))} -> {new_version}" in e["message"] for e in reloads)
+    # The denials (one per partition: topic-0) were decided by the new version; the
+    # summaries of what was allowed before, by the old one.
+    refused = [e for e in events if e["resource_name"] == f"{topic}-0"]
+    assert refused and {(e["verdict"], e["policy_version"]) for e in refused} == {
+        ("denied", new_version)
+    }
+    summaries = [e for e in events if e["event_kind"] == "summary" and e["resource_name"] == topic]
+    assert old <= {e["policy_version"] for e in summaries}
+
+
+def test_a_broken_config_on_reload_is_refused_and_the_old_rules_stay(
+    two_workers: Running,
+) -> None:
+    running = two_workers
+    raw = yaml.safe_load(running.config.read_text())
+    raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30)
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    too_many = unique_name("wide")
+    with pytest.raises(Exception, match="POLICY_VIOLATION|partitions"):
+        admin.create_topics([NewTopic(too_many, 5, 1)])[too_many].result(15)
+
+    raw["limits"] = {"max_in_flight": 5}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    assert wait_for(lambda: "reload refused by every worker" in running.stderr(), 30)
+    # Start-up's message, naming the key and the file, from each worker.
+    assert running.stderr().count(f"{running.config}: limits.max_in_flight: unknown key") >= 2
+    assert running.metric("kpg_config_reloads_total", result="refused") == 2
+    with pytest.raises(Exception, match="POLICY_VIOLATION|partitions"):
+        admin.create_topics([NewTopic(too_many, 5, 1)])[too_many].result(15)
+    fits = unique_name("narrow")
+    admin.create_topics([NewTopic(fits, 2, 1)])[fits].result(15)
+
+    # A worker started after the refusal runs the rules in force, not the broken file.
+    os.kill(min(running.workers()), signal.SIGKILL)
+    assert wait_for(lambda: running.metric("kpg_worker_restarts_total") == 1, 60)
+    assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
+    for client in clients_on_each_worker(running).values():
+        client.close()
+    assert running.stop() == 0
+
+
+def test_healthz_and_readyz_follow_the_upstream(tmp_path: Path) -> None:
+    embedded = EmbeddedBroker()
+    upstream = embedded.start()
+    running = start(write_config(tmp_path, upstream))
+    try:
+        assert get(running.metrics_url + "/healthz") == (200, "ok\n")
+        status, body = get(running.metrics_url + "/readyz")
+        assert (status, body.split(",")[0]) == (200, "ready: 2/2 workers ready")
+        embedded.stop()
+        status, body = get(running.metrics_url + "/readyz")
+        assert status == 503 and "upstream" in body
+        assert get(running.metrics_url + "/healthz")[0] == 200
+    finally:
+        embedded.stop()
+        running.stop()
+
+
+def test_one_process_answers_readyz_too(tmp_path: Path) -> None:
+    embedded = EmbeddedBroker()
+    upstream = embedded.start()
+    process, _ = start_kpg("--config", str(write_config(tmp_path, upstream)), "--workers", "1")
+    url = f"http://{yaml.safe_load((tmp_path / 'gateway.yaml').read_text())['metrics']}"
+    try:
+        assert get(url + "/readyz")[0] == 200
+        assert "kpg_connections_active" in get(url + "/metrics")[1]
+        embedded.stop()
+        assert get(url + "/readyz")[0] == 503
+        assert get(url + "/healthz")[0] == 200
+    finally:
+        embedded.stop()
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+def test_the_open_file_limit_is_raised_and_max_connections_follows(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard <= 1024:
+        pytest.skip(f"the hard open-file limit is {hard}: nothing to raise to")
+    process = subprocess.Popen(
+        [KPG, "run", "--upstream", str(broker), "--listen", f"127.0.0.1:{free_port()}"]
+        + ["--node-port-base", "0", "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)),
+    )
+    try:
+        assert process.stdout is not None
+        assert "gateway ready" in process.stdout.readline()
+        with open(f"/proc/{process.pid}/limits") as limits:
+            line = next(li for li in limits if li.startswith("Max open files"))
+        assert line.split()[3] == str(hard)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert process.stderr is not None
+    log = process.stderr.read()
+    assert f"open-file limit raised from 1024 to {hard}" in log
+    assert f"max.connections {(hard - 64) // 2}," in log

@@ -1,0 +1,194 @@
+"""The audit chain: the emitter links every event it writes; the verifier finds edits,
+removals and copies in the spool files. Real files in a temporary directory, no broker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.audit import AuditEmitter, SpoolSink
+from spark_audit.chain import (
+    ChainStatus,
+    Link,
+    read_spool_links,
+    verify_command,
+    verify_links,
+)
+from spark_audit.event import AuditEvent, line_hash
+from tests.support import audit_event
+
+pytestmark = pytest.mark.unit
+
+VERSION = "sha256:00000000000000aa"
+
+
+def write_chain(directory: Path, decisions: int, *, also: Path | None = None) -> str:
+    """A gateway's life in ``directory``: start, ``decisions`` denials, stop. Small segments,
+    so the chain spans files. Returns the chain id."""
+    sinks = [SpoolSink(directory, segment_max_bytes=4000, fsync="segment")]
+    if also is not None:
+        sinks.append(SpoolSink(also, segment_max_bytes=4000, fsync="segment"))
+    emitter = AuditEmitter(sinks, gateway_instance="kpg-1", batch_max_events=3)
+
+    async def scenario() -> None:
+        await emitter.start()
+        emitter.lifecycle("start", policy_version=VERSION, message="started")
+        for number in range(decisions):
+            await emitter.emit(audit_event(resource_name=f"topic-{number}"))
+        emitter.lifecycle("stop", policy_version=VERSION, message="stopped")
+        await emitter.close()
+
+    asyncio.run(scenario())
+    return emitter.chain_id
+
+
+def segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("events-*.jsonl"))
+
+
+def all_lines(directory: Path) -> list[bytes]:
+    return [line for path in segments(directory) for line in path.read_bytes().splitlines()]
+
+
+def rewrite_line(directory: Path, seq: int, change: object) -> None:
+    """Apply ``change`` (bytes -> bytes, or None to delete) to the line with ``seq``."""
+    for path in segments(directory):
+        kept = []
+        for line in path.read_bytes().splitlines(keepends=True):
+            if json.loads(line)["seq"] == seq:
+                new = change(line)  # type: ignore[operator]
+                if new is not None:
+                    kept.append(new)
+            else:
+                kept.append(line)
+        path.write_bytes(b"".join(kept))
+
+
+def only_status(directory: Path) -> ChainStatus:
+    (status,) = verify_links(read_spool_links(directory).links)
+    return status
+
+
+def test_the_emitter_writes_one_linked_chain_across_segments(tmp_path: Path) -> None:
+    chain_id = write_chain(tmp_path, 20)
+
+    lines = all_lines(tmp_path)
+    events = [AuditEvent.from_json(line) for line in lines]
+    status = only_status(tmp_path)
+
+    assert len(segments(tmp_path)) > 1
+    assert [e.seq for e in events] == list(range(22))
+    assert {e.chain_id for e in events} == {chain_id}
+    assert events[0].prev_hash is None
+    for before, after in zip(lines, events[1:], strict=False):
+        assert after.prev_hash == line_hash(before)
+    assert status.intact and status.ended_with_stop
+    assert (status.events, status.first_seq, status.last_seq) == (22, 0, 21)
+
+
+def test_every_sink_gets_the_same_bytes(tmp_path: Path) -> None:
+    write_chain(tmp_path / "a", 10, also=tmp_path / "b")
+
+    assert all_lines(tmp_path / "a") == all_lines(tmp_path / "b")
+
+
+def test_a_restart_starts_a_new_chain(tmp_path: Path) -> None:
+    first = write_chain(tmp_path, 3)
+    second = write_chain(tmp_path, 2)
+
+    statuses = verify_links(read_spool_links(tmp_path).links)
+
+    assert first != second
+    assert {(s.chain_id, s.events, s.intact) for s in statuses} == {
+        (first, 5, True),
+        (second, 4, True),
+    }
+
+
+def test_worker_subdirectories_are_read(tmp_path: Path) -> None:
+    write_chain(tmp_path / "worker-0", 2)
+    write_chain(tmp_path / "worker-1", 3)
+
+    statuses = verify_links(read_spool_links(tmp_path).links)
+
+    assert sorted(s.events for s in statuses) == [4, 5]
+    assert all(s.intact for s in statuses)
+
+
+def test_an_edited_line_breaks_the_link_after_it(tmp_path: Path) -> None:
+    write_chain(tmp_path, 8)
+    rewrite_line(tmp_path, 4, lambda line: line.replace(b'"denied"', b'"allowed"'))
+
+    status = only_status(tmp_path)
+
+    assert [(p.kind, p.seq) for p in status.problems] == [("break", 5)]
+    assert "seq 4" in status.problems[0].detail
+
+
+def test_a_removed_line_is_a_gap(tmp_path: Path) -> None:
+    write_chain(tmp_path, 8)
+    rewrite_line(tmp_path, 3, lambda line: None)
+
+    status = only_status(tmp_path)
+
+    assert [(p.kind, p.seq) for p in status.problems] == [("gap", 3)]
+
+
+def test_a_removed_start_is_a_gap_and_a_cut_off_end_has_no_stop(tmp_path: Path) -> None:
+    write_chain(tmp_path, 5)
+    rewrite_line(tmp_path, 0, lambda line: None)
+    rewrite_line(tmp_path, 6, lambda line: None)
+
+    status = only_status(tmp_path)
+
+    assert [(p.kind, p.seq) for p in status.problems] == [("gap", 0)]
+    assert not status.ended_with_stop
+
+
+def test_copies_and_forgeries_at_one_seq(tmp_path: Path) -> None:
+    write_chain(tmp_path, 6)
+    rewrite_line(tmp_path, 2, lambda line: line + line)
+    rewrite_line(tmp_path, 5, lambda line: line + line.replace(b"topic-4", b"topic-X"))
+
+    status = only_status(tmp_path)
+
+    assert [(p.kind, p.seq) for p in status.problems] == [
+        ("duplicate", 2),
+        ("fork", 5),
+    ]
+
+
+def test_verify_links_needs_no_files() -> None:
+    """The report's way in: links built from table rows."""
+    links = [
+        Link(chain_id="c", seq=1, prev_hash="h0", line_hash="h1"),
+        Link(chain_id="c", seq=0, prev_hash=None, line_hash="h0"),
+        Link(chain_id="c", seq=2, prev_hash="hX", line_hash="h2"),
+        Link(chain_id="d", seq=0, prev_hash=None, line_hash="g0"),
+    ]
+
+    statuses = verify_links(links)
+
+    assert [(s.chain_id, [(p.kind, p.seq) for p in s.problems]) for s in statuses] == [
+        ("c", [("break", 2)]),
+        ("d", []),
+    ]
+
+
+def test_kpg_audit_verify_exit_status_and_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_chain(tmp_path, 4)
+    assert verify_command(argparse.Namespace(input=tmp_path)) == 0
+    assert "6 events, seq 0..5, stopped: intact" in capsys.readouterr().out
+
+    rewrite_line(tmp_path, 2, lambda line: line.replace(b'"denied"', b'"allowed"'))
+    assert verify_command(argparse.Namespace(input=tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN" in out and "break at seq" in out
+
+    assert verify_command(argparse.Namespace(input=tmp_path / "missing")) == 2
