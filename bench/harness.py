@@ -43,7 +43,7 @@ def kpg_has_workers() -> bool:
 class GatewayProcess:
     process: subprocess.Popen[str]
     bootstrap: str
-    workers: int | None
+    workers: int
 
     @property
     def pid(self) -> int:
@@ -63,17 +63,21 @@ def start_gateway(
     upstream: str,
     workdir: Path,
     *,
-    workers: int | None = None,
+    workers: int = 1,
     node_ids: tuple[int, ...] = (),
     extra: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> GatewayProcess:
     """``kpg run`` in front of ``upstream`` with a SQLite state store in ``workdir``.
 
-    ``workers``: pass ``--workers N`` (None: the flag is left out). With workers the node
-    listeners need fixed ports (every worker binds the same ones), so ``node_ids`` names the
-    broker's node ids and the node ports are picked free; without, node_port_base is 0.
+    ``workers``: ``--workers N`` (left out where ``kpg run`` has no such flag, which is one
+    process). Several workers need fixed node ports (every worker binds the same ones), so
+    ``node_ids`` names the broker's node ids and the node ports are picked free; without,
+    node_port_base is 0.
     """
+    has_workers = kpg_has_workers()
+    if workers != 1 and not has_workers:
+        raise SystemExit(f"kpg run has no --workers: cannot start {workers} workers")
     workdir.mkdir(parents=True, exist_ok=True)
     node_port_base = 0
     if node_ids:
@@ -89,7 +93,7 @@ def start_gateway(
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(config))
     command = [kpg(), "run", "--config", str(path), "--log-level", "WARNING"]
-    if workers is not None:
+    if has_workers:
         command += ["--workers", str(workers)]
     process = subprocess.Popen(
         command,

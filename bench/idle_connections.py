@@ -158,7 +158,7 @@ def main() -> int:
     args = parser.parse_args()
     limit = raise_open_file_limit()
     has_workers = kpg_has_workers()
-    workers = args.workers if has_workers else None
+    workers = args.workers if has_workers else 1
     started = machine()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
         upstream = str(broker.address)
@@ -180,7 +180,7 @@ def main() -> int:
     }
     last = result["steps"][-1]
     print(
-        f"\n{last['clients']} idle clients through the gateway ({workers or 1} worker(s)): "
+        f"\n{last['clients']} idle clients through the gateway ({workers} worker(s)): "
         f"RSS {last['gateway_rss_mb']:.0f} MB summed over its processes; "
         f"{result['still_open_at_end']} still open at the end"
     )

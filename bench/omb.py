@@ -392,9 +392,7 @@ def main() -> int:
         nodes = broker_node_ids(direct)
         assert broker.process is not None
         bpid = broker.process.pid
-        one = start_gateway(
-            direct, Path(workdir, "one"), workers=1 if has_workers else None, node_ids=nodes
-        )
+        one = start_gateway(direct, Path(workdir, "one"), workers=1, node_ids=nodes)
         two = (
             start_gateway(direct, Path(workdir, "two"), workers=2, node_ids=nodes)
             if has_workers and not (args.skip_two_workers or args.no_saturation)
