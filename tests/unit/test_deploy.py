@@ -106,6 +106,14 @@ def k8s_config(k8s: dict, tmp_path_factory: pytest.TempPathFactory) -> GatewayCo
     return load(path)
 
 
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * factor
+    return int(quantity)
+
+
 def _container(k8s: dict) -> dict:  # type: ignore[type-arg]
     (container,) = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]["containers"]
     return container  # type: ignore[no-any-return]
@@ -183,6 +191,13 @@ def test_k8s_pods_run_the_configured_gateway(k8s: dict, k8s_config: GatewayConfi
     # One worker per core of the CPU limit.
     workers = int(args[args.index("--workers") + 1])
     assert workers == int(container["resources"]["limits"]["cpu"])
+
+    # Memory: each worker's clients (22 KB each idle, bench/idle_connections.py, 32 KiB
+    # here), the requests it may be receiving, and the process itself (60 MB, 128 MiB here).
+    limit = _bytes(container["resources"]["limits"]["memory"])
+    limits = k8s_config.limits
+    per_worker = limits.max_connections * 32 * 1024 + limits.queued_max_request_bytes + (128 << 20)
+    assert limit >= workers * per_worker
 
     # Probes on the metrics listener: alive, and ready once upstream and state are there.
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
