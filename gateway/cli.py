@@ -16,7 +16,7 @@ from pathlib import Path
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
 from .rlimits import raise_open_file_limit
-from .supervisor import Supervisor, cpu_count, worker_command, worker_spool_dir
+from .supervisor import Supervisor, cpu_count, watch_parent, worker_command, worker_spool_dir
 
 log = logging.getLogger("kpg")
 
@@ -82,6 +82,7 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
     run.add_argument("--config-name", help=argparse.SUPPRESS)
     run.add_argument("--embedded-upstream", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
     run.epilog = (
         "Reload: SIGHUP (or kpg reload) reads the config file again and puts policies, rules, "
@@ -344,6 +345,7 @@ def _serve(
             signal.SIGHUP, lambda: gateway.tasks.spawn(reload(gateway), name="reload")
         )
         if worker:
+            gateway.tasks.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
             log.info(
                 "worker %d (pid %d) serving %s",
                 args.worker_index,

@@ -182,6 +182,9 @@ class Supervisor:
                 pass_fds=(write_fd,),
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
+                # A terminal's Ctrl-C reaches the supervisor alone, which stops the workers
+                # in order; a worker whose supervisor is gone stops itself (watch_parent).
+                start_new_session=True,
             )
         finally:
             os.close(write_fd)
@@ -381,7 +384,20 @@ def worker_command(
 ) -> list[str]:
     command = [sys.executable, "-m", "gateway.cli", "run", *base]
     command += ["--worker-index", str(index), "--status-fd", str(status_fd)]
+    command += ["--parent-pid", str(os.getpid())]
     command += ["--config", str(config_copy)]
     if config_name is not None:
         command += ["--config-name", config_name]
     return command
+
+
+PARENT_CHECK_S: Final = 1.0
+
+
+async def watch_parent(parent: int, stop: Callable[[], None]) -> None:
+    """In a worker: call ``stop`` once the supervisor (``parent``) is gone, killed with no
+    chance to stop its workers, so that no orphan keeps serving the ports."""
+    while os.getppid() == parent:
+        await asyncio.sleep(PARENT_CHECK_S)
+    log.error("the supervisor (pid %d) is gone: stopping", parent)
+    stop()

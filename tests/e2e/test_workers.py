@@ -508,3 +508,37 @@ def test_the_open_file_limit_is_raised_and_max_connections_follows(
     log = process.stderr.read()
     assert f"open-file limit raised from 1024 to {hard}" in log
     assert f"max.connections {(hard - 64) // 2}," in log
+
+
+def test_a_worker_crashing_in_a_loop_is_reported_and_left_down(two_workers: Running) -> None:
+    """A worker that cannot start (its state file has become a directory) is started again
+    with growing pauses, then reported and left down; the other one serves on."""
+    running = two_workers
+    state = Path(yaml.safe_load(running.config.read_text())["state"]["path"])
+    state.unlink()
+    state.mkdir()  # the running workers keep their open file; a new one cannot open it
+    victim, survivor = sorted(running.workers())
+    os.kill(victim, signal.SIGKILL)
+    assert wait_for(lambda: running.metric("kpg_workers", state="given_up") == 1, 120)
+    assert "crashing in a loop, not started again" in running.stderr()
+    # Five quick deaths in a row: the kill (quick too, unless the worker had run 10 s) and
+    # the starts that failed; the last one is not followed by a start.
+    assert running.metric("kpg_worker_restarts_total") in (4, 5)
+    assert running.workers() == {survivor}
+    assert running.process.poll() is None
+    (client,) = clients_on_each_worker(running, workers=1).values()
+    client.close()
+    assert get(running.metrics_url + "/readyz")[1].startswith("ready: 1/2 workers ready")
+    assert running.stop() == 0
+
+
+def test_workers_stop_when_the_supervisor_is_killed(two_workers: Running) -> None:
+    running = two_workers
+    workers = running.workers()
+    running.process.kill()
+    running.process.wait(30)
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+    assert wait_for(gone, 60), "a worker outlived its supervisor"

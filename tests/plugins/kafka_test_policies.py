@@ -63,9 +63,12 @@ class CrashingCreateTopicPolicy(CreateTopicPolicy):
 
 class HangingCreateTopicPolicy(CreateTopicPolicy):
     release = threading.Event()
+    entered = threading.Event()
+    """Set once a call is waiting for ``release``."""
 
     def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
         if request_metadata.topic.startswith("hang"):
+            self.entered.set()
             self.release.wait(30)
         time.sleep(0)
 
