@@ -481,7 +481,8 @@ def _print_table(summary: dict[str, Any]) -> None:
         print(f"  saturation {name:10s} {r['records_per_s']:9.0f} rec/s {r['mb_per_s']:6.1f} MB/s")
     if summary["two_over_one_workers"] is not None:
         print(f"  2 workers / 1 worker: {summary['two_over_one_workers']:.2f}x")
-    print(f"  fixed rate {summary['rate']:.0f} rec/s ({summary['load']:.0%} of direct saturation)")
+    share = f"{summary['load']:.0%} of direct saturation" if summary["saturation"] else "--rate"
+    print(f"  fixed rate {summary['rate']:.0f} rec/s ({share})")
     print("  scenario     added e2e p50 / p99 / p99.9 ms   added publish p50 / p99   mc/(MB/s)")
     for scenario, c in summary["comparisons"].items():
         e, p = c["added_e2e_ms"], c["added_publish_ms"]
