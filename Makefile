@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps run test test-fast lint bench clean
+.PHONY: install system-deps run test test-fast lint bench bench-omb bench-idle clean
 
 install: $(STAMP)
 
@@ -39,6 +39,14 @@ lint: install
 
 bench: install
 	$(PY) bench/produce_bench.py
+
+# OpenMessaging-Benchmark-style: direct vs through the gateway, 10x10 topics (about 10 minutes)
+bench-omb: install
+	$(PY) bench/omb.py
+
+# Gateway memory with 1,000, 5,000 and 10,000 idle client connections
+bench-idle: install
+	$(PY) bench/idle_connections.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so

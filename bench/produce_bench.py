@@ -31,26 +31,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,7 +59,14 @@ from kio.schema.produce.v9.request import (  # noqa: E402
 from kio.schema.types import TopicName  # noqa: E402
 from kio.static.primitive import i16, i32, i32Timedelta  # noqa: E402
 
-from gateway.embedded import EmbeddedBroker, free_port  # noqa: E402
+from bench.harness import (  # noqa: E402
+    GatewayProcess,
+    cpu_seconds,
+    create_topic,
+    delete_topic,
+    start_gateway,
+)
+from gateway.embedded import EmbeddedBroker  # noqa: E402
 from protocol.codec import encode_request  # noqa: E402
 from protocol.records import CompressionType, record_scanner  # noqa: E402
 from tests.batches import HEADER_SIZE, record, reframe, uncompressed_batch  # noqa: E402
@@ -162,50 +163,16 @@ SCENARIOS = {
 }
 
 
-def start_gateway(
-    upstream: str, workdir: Path, *, audit: bool = False
-) -> tuple[subprocess.Popen[str], str]:
+def start_bench_gateway(upstream: str, workdir: Path, *, audit: bool = False) -> GatewayProcess:
+    """The gateway with the JSON Schema scenario's schema in its schema directory (and an
+    audit spool, as deployed, with ``audit``)."""
     schemas = workdir / "schemas"
-    schemas.mkdir(exist_ok=True)
+    schemas.mkdir(parents=True, exist_ok=True)
     (schemas / "bench.json").write_text(json.dumps(SCHEMA))
-    config = {
-        "listen": f"127.0.0.1:{free_port()}",
-        "node_port_base": 0,
-        "upstream": {"bootstrap_servers": [upstream], "topic_config_source_unreliable": True},
-        "state": {"path": str(workdir / "state.db")},
-        "policies": {"record.validation.json.schema.dir": str(schemas)},
-    }
+    extra: dict[str, Any] = {"policies": {"record.validation.json.schema.dir": str(schemas)}}
     if audit:
-        config["audit"] = {"spool_dir": str(workdir / "spool")}
-    path = workdir / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    kpg = Path(sys.executable).with_name("kpg")
-    process = subprocess.Popen(
-        [str(kpg), "run", "--config", str(path), "--log-level", "WARNING"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        match = re.search(r"bootstrap.servers=(\S+)", line)
-        if match:
-            return process, match.group(1)
-    raise SystemExit("gateway did not start")
-
-
-def create_topic(admin_bootstrap: str, policy: str | None) -> str:
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    configs = {"record.validation.policy": policy} if policy else {}
-    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
-    for future in admin.create_topics([NewTopic(topic, 1, 1, config=configs)]).values():
-        future.result(30)
-    return topic
-
-
-def delete_topic(admin_bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
-    for future in admin.delete_topics([topic]).values():
-        future.result(30)
+        extra["audit"] = {"spool_dir": str(workdir / "spool")}
+    return start_gateway(upstream, workdir, extra=extra)
 
 
 def run_once(
@@ -278,13 +245,6 @@ def warm_up(broker: str, gateway: str) -> None:
         delete_topic(gateway, topic)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SHORT_RUN_S = 2.0
 
 
@@ -626,7 +586,8 @@ def main() -> int:
     results: dict[str, Any] = {}
     load_at_start = os.getloadavg()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
-        process, gateway = start_gateway(str(broker.address), Path(workdir), audit=args.audit)
+        process = start_bench_gateway(str(broker.address), Path(workdir), audit=args.audit)
+        gateway = process.bootstrap
         try:
             warm_up(str(broker.address), gateway)
             for name in names:
@@ -637,8 +598,7 @@ def main() -> int:
                     SCENARIOS[name], str(broker.address), gateway, process.pid, args
                 )
         finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
+            process.stop()
 
     print(f"\nrecord scanner: {record_scanner()}")
     for name, result in results.items():

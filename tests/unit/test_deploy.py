@@ -1,15 +1,18 @@
-"""docker-compose.yml cannot run here (no Docker engine); it is checked against the gateway's
-own configuration loader and ports instead."""
+"""docker-compose.yml and the Kubernetes manifests cannot run here (no Docker engine, no
+cluster): they are checked against the Kubernetes schemas, the gateway's own configuration
+loader and its ports instead."""
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import load
+from gateway.config import GatewayConfig, load
 
 pytestmark = pytest.mark.unit
 
@@ -74,3 +77,175 @@ def test_dockerfile_copies_what_exists() -> None:
     for pkg in ("gateway", "protocol", "policies", "spark_audit"):
         assert f"COPY {pkg} " in dockerfile
     assert 'ENTRYPOINT ["kpg"]' in dockerfile
+
+
+# Kubernetes (deploy/kubernetes/): validated offline against the JSON schemas that the
+# kubernetes-validate package bundles, and held to the gateway configuration they carry.
+
+K8S = ROOT / "deploy" / "kubernetes"
+K8S_VERSION = "1.37.0"
+
+
+def _k8s_documents() -> list[dict]:  # type: ignore[type-arg]
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    docs = []
+    for name in kustomization["resources"]:
+        docs += [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+    return docs
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[tuple[str, str], dict]:  # type: ignore[type-arg]
+    return {(d["kind"], d["metadata"]["name"]): d for d in _k8s_documents()}
+
+
+@pytest.fixture(scope="module")
+def k8s_config(k8s: dict, tmp_path_factory: pytest.TempPathFactory) -> GatewayConfig:  # type: ignore[type-arg]
+    path = tmp_path_factory.mktemp("k8s") / "gateway.yaml"
+    path.write_text(k8s["ConfigMap", "kpg-config"]["data"]["gateway.yaml"])
+    return load(path)
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * factor
+    return int(quantity)
+
+
+def _container(k8s: dict) -> dict:  # type: ignore[type-arg]
+    (container,) = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]["containers"]
+    return container  # type: ignore[no-any-return]
+
+
+def test_k8s_manifests_match_the_kubernetes_schemas(k8s: dict) -> None:  # type: ignore[type-arg]
+    kinds = {kind for kind, _ in k8s}
+    assert kinds == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+    for doc in k8s.values():
+        # strict: a field the schema does not know (a typo) is an error too
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("livenessProbe", "periodSeconds"), "ten"),  # a wrong type
+        (("readinessProbe", "httpGet", "paht"), "/readyz"),  # an unknown field
+        (("resources", "limits"), ["cpu", "2"]),  # a list where a map belongs
+    ],
+)
+def test_k8s_schema_check_refuses_a_broken_manifest(
+    k8s: dict,  # type: ignore[type-arg]
+    where: tuple[str, ...],
+    value: object,
+) -> None:
+    broken = copy.deepcopy(k8s["Deployment", "kpg"])
+    (container,) = broken["spec"]["template"]["spec"]["containers"]
+    node = container
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_k8s_ports_agree_with_the_gateway_config(k8s: dict, k8s_config: GatewayConfig) -> None:  # type: ignore[type-arg]
+    container = _container(k8s)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert k8s_config.metrics is not None
+    assert ports["bootstrap"] == k8s_config.listen.port
+    assert ports["metrics"] == k8s_config.metrics.port
+    assert k8s_config.listen.host == k8s_config.metrics.host == "0.0.0.0"
+    node_ports = {n: p for n, p in ports.items() if n.startswith("node-")}
+    assert node_ports
+    for name, port in node_ports.items():
+        assert port == k8s_config.node_port_base + int(name.removeprefix("node-")), name
+
+    # The clients' Service carries the bootstrap and every node port, to the same numbers
+    # (a client is told node N's port and dials it on the Service); metrics stay inside.
+    service = {p["name"]: p for p in k8s["Service", "kpg"]["spec"]["ports"]}
+    assert set(service) == {"bootstrap", *node_ports}
+    for name, port in service.items():
+        assert port["port"] == ports[name] and port["targetPort"] == name
+    assert k8s["Service", "kpg"]["spec"]["type"] == "LoadBalancer"
+    (metrics,) = k8s["Service", "kpg-metrics"]["spec"]["ports"]
+    assert metrics["targetPort"] == "metrics"
+    assert k8s["Service", "kpg-metrics"]["spec"]["type"] == "ClusterIP"
+
+    # advertised_host is a name clients resolve, never the wildcard or a pod address.
+    assert k8s_config.advertised_host not in ("0.0.0.0", "localhost", "127.0.0.1")
+    assert "." in k8s_config.advertised_host
+
+
+def test_k8s_pods_run_the_configured_gateway(k8s: dict, k8s_config: GatewayConfig) -> None:  # type: ignore[type-arg]
+    pod = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]
+    container = _container(k8s)
+    args = container["args"]
+    config_path = Path(args[args.index("--config") + 1])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent)]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "kpg-config"
+    assert config_path.name in k8s["ConfigMap", "kpg-config"]["data"]
+
+    # One worker per core of the CPU limit.
+    workers = int(args[args.index("--workers") + 1])
+    assert workers == int(container["resources"]["limits"]["cpu"])
+
+    # Memory: each worker's clients (22 KB each idle, bench/idle_connections.py, 32 KiB
+    # here), the requests it may be receiving, and the process itself (60 MB, 128 MiB here).
+    limit = _bytes(container["resources"]["limits"]["memory"])
+    limits = k8s_config.limits
+    per_worker = limits.max_connections * 32 * 1024 + limits.queued_max_request_bytes + (128 << 20)
+    assert limit >= workers * per_worker
+
+    # Probes on the metrics listener: alive, and ready once upstream and state are there.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+
+    # Shutdown: the preStop pause and the gateway's own drain fit in the grace period.
+    pause = int(container["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert pod["terminationGracePeriodSeconds"] >= pause + k8s_config.shutdown_timeout_s + 1
+
+
+def test_k8s_pods_are_unprivileged_and_write_only_their_volumes(
+    k8s: dict,  # type: ignore[type-arg]
+    k8s_config: GatewayConfig,
+) -> None:
+    pod = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]
+    container = _container(k8s)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    uid = re.search(r"useradd [^\n]*--uid (\d+)", (ROOT / "deploy" / "Dockerfile").read_text())
+    assert uid is not None
+    assert pod["securityContext"]["runAsUser"] == int(uid.group(1))
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = [
+        m["mountPath"]
+        for m in container["volumeMounts"]
+        if not m.get("readOnly") and "emptyDir" in volumes[m["name"]]
+    ]
+    assert k8s_config.audit.spool_dir is not None
+    assert any(k8s_config.audit.spool_dir.startswith(p + "/") for p in writable)
+    # Several replicas, several workers: one state for all of them, on the cluster.
+    assert k8s["Deployment", "kpg"]["spec"]["replicas"] > 1
+    assert k8s_config.state.store == "kafka"
+
+
+def test_k8s_disruption_budget_covers_the_gateway_pods(k8s: dict) -> None:  # type: ignore[type-arg]
+    labels = k8s["Deployment", "kpg"]["spec"]["template"]["metadata"]["labels"]
+    pdb = k8s["PodDisruptionBudget", "kpg"]["spec"]
+    assert pdb["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["maxUnavailable"] < k8s["Deployment", "kpg"]["spec"]["replicas"]
+    for service in ("kpg", "kpg-metrics"):
+        assert k8s["Service", service]["spec"]["selector"].items() <= labels.items()
+
+
+def test_compose_raises_the_gateways_open_file_limit(compose: dict) -> None:  # type: ignore[type-arg]
+    """Each client holds two sockets in the gateway: 10,000 clients need over 20,000 files."""
+    nofile = compose["services"]["gateway"]["ulimits"]["nofile"]
+    assert nofile["soft"] == nofile["hard"] >= 2 * 10_000 + 64

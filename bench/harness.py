@@ -1,0 +1,231 @@
+"""What the benchmarks share: `kpg run` as a separate process in front of the embedded Tansu
+broker, topics created through it, and the gateway's CPU time and memory from /proc (summed
+over its supervisor and workers with ``kpg run --workers N``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gateway.embedded import free_port  # noqa: E402
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def kpg() -> str:
+    return str(Path(sys.executable).with_name("kpg"))
+
+
+def kpg_has_workers() -> bool:
+    """Whether this checkout's ``kpg run`` takes ``--workers``."""
+    out = subprocess.run([kpg(), "run", "--help"], capture_output=True, text=True, check=True)
+    return "--workers" in out.stdout
+
+
+@dataclass
+class GatewayProcess:
+    process: subprocess.Popen[str]
+    bootstrap: str
+    workers: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_gateway(
+    upstream: str,
+    workdir: Path,
+    *,
+    workers: int = 1,
+    node_ids: tuple[int, ...] = (),
+    extra: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> GatewayProcess:
+    """``kpg run`` in front of ``upstream`` with a SQLite state store in ``workdir``.
+
+    ``workers``: ``--workers N`` (left out where ``kpg run`` has no such flag, which is one
+    process). Several workers need fixed node ports (every worker binds the same ones), so
+    ``node_ids`` names the broker's node ids and the node ports are picked free; without,
+    node_port_base is 0.
+    """
+    has_workers = kpg_has_workers()
+    if workers != 1 and not has_workers:
+        raise SystemExit(f"kpg run has no --workers: cannot start {workers} workers")
+    workdir.mkdir(parents=True, exist_ok=True)
+    node_port_base = 0
+    if node_ids:
+        node_port_base = free_port() - min(node_ids)
+    config: dict[str, Any] = {
+        "listen": f"127.0.0.1:{free_port()}",
+        "node_port_base": node_port_base,
+        "upstream": {"bootstrap_servers": [upstream], "topic_config_source_unreliable": True},
+        "state": {"path": str(workdir / "state.db")},
+    }
+    for key, value in (extra or {}).items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [kpg(), "run", "--config", str(path), "--log-level", "WARNING"]
+    if has_workers:
+        command += ["--workers", str(workers)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        match = re.search(r"bootstrap.servers=(\S+)", line)
+        if match:
+            # The rest of its output is not read: let it go nowhere rather than fill the pipe.
+            _drain(process)
+            return GatewayProcess(process, match.group(1), workers)
+    raise SystemExit(f"gateway did not start: {' '.join(command)}")
+
+
+def _drain(process: subprocess.Popen[str]) -> None:
+    import threading
+
+    def run() -> None:
+        assert process.stdout is not None
+        for _ in process.stdout:
+            pass
+
+    threading.Thread(target=run, name="kpg-stdout", daemon=True).start()
+
+
+def broker_node_ids(bootstrap: str) -> tuple[int, ...]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return tuple(sorted(admin.list_topics(timeout=30).brokers))
+
+
+def create_topics(
+    admin_bootstrap: str,
+    policy: str | None,
+    *,
+    count: int = 1,
+    partitions: int = 1,
+    prefix: str = "bench",
+) -> list[str]:
+    """``count`` fresh topics of ``partitions`` partitions, with record.validation.policy
+    ``policy`` when given (create them through the gateway, so that it knows the policy)."""
+    run = uuid.uuid4().hex[:8]
+    topics = [f"{prefix}-{run}-{n}" for n in range(count)]
+    configs = {"record.validation.policy": policy} if policy else {}
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    new = [NewTopic(topic, partitions, 1, config=configs) for topic in topics]
+    for future in admin.create_topics(new).values():
+        future.result(60)
+    return topics
+
+
+def create_topic(admin_bootstrap: str, policy: str | None) -> str:
+    (topic,) = create_topics(admin_bootstrap, policy)
+    return topic
+
+
+def delete_topics(admin_bootstrap: str, topics: list[str]) -> None:
+    """Through the gateway, which forgets their policy; the in-memory broker keeps their
+    records otherwise (gigabytes over a whole run)."""
+    admin = AdminClient({"bootstrap.servers": admin_bootstrap})
+    for future in admin.delete_topics(topics).values():
+        future.result(60)
+
+
+def delete_topic(admin_bootstrap: str, topic: str) -> None:
+    delete_topics(admin_bootstrap, [topic])
+
+
+def _stat(pid: int) -> list[str]:
+    # after the command name, which may hold spaces and parentheses
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now (a supervisor and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            parent = int(_stat(int(entry))[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (Linux /proc)."""
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` and every descendant alive now, plus what its exited and reaped
+    children used (cutime, cstime)."""
+    total = 0.0
+    for member in process_tree(pid):
+        try:
+            fields = _stat(member)
+        except FileNotFoundError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
+    return total
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and its descendants, summed (shared pages counted in each,
+    as ps would: an upper bound)."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            resident = int(Path(f"/proc/{member}/statm").read_text().split()[1])
+        except FileNotFoundError:
+            continue
+        total += resident * _PAGE_BYTES
+    return total
+
+
+def machine() -> dict[str, Any]:
+    """What else the machine was doing: its load and cores."""
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout
+    return {
+        "load_average": os.getloadavg(),
+        "uptime": uptime.strip(),
+        "cores": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

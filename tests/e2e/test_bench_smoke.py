@@ -1,0 +1,60 @@
+"""The benchmarks run (bench/omb.py, bench/idle_connections.py), with tiny settings: a check
+that the scripts work end to end against the real broker and `kpg run`, not a measurement.
+Nothing here asserts a time or a rate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str, out: Path) -> dict:  # type: ignore[type-arg]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (result,) = out.glob("*.json")
+    return json.loads(result.read_text())  # type: ignore[no-any-return]
+
+
+def test_omb_bench_measures_direct_and_through_the_gateway(tmp_path: Path) -> None:
+    result = _run(
+        "omb.py",
+        *("--producers", "1", "--consumers", "1", "--warmup", "1", "--duration", "2"),
+        *("--rate", "500", "--no-saturation", "--scenario", "header"),
+        out=tmp_path,
+    )
+    for target in ("direct", "gateway-1"):
+        run = result["fixed_rate"][f"header/{target}"]
+        assert run["errors"] == 0
+        # every record produced in the window was acknowledged and consumed
+        assert run["counts"]["acked_in_window"] > 0
+        assert run["counts"]["consumed_in_window"] == run["counts"]["acked_in_window"]
+        assert run["e2e_ms"]["p50"] > 0 and run["publish_ms"]["p50"] > 0
+    assert result["fixed_rate"]["header/direct"]["gateway_cpu_cores"] is None
+    assert result["fixed_rate"]["header/gateway-1"]["gateway_cpu_cores"] > 0
+    assert result["comparisons"]["header"]["gateway_millicores_per_mb_s"] > 0
+    assert result["machine"]["start"]["load_average"]
+
+
+def test_idle_connections_bench_holds_its_clients(tmp_path: Path) -> None:
+    result = _run(
+        "idle_connections.py", "--steps", "20,50", "--settle", "0.2", "--workers", "1", out=tmp_path
+    )
+    assert [s["clients"] for s in result["steps"]] == [20, 50]
+    assert result["still_open_at_end"] == 50
+    # every client holds a socket into the gateway, and the gateway one to the broker
+    assert result["steps"][-1]["gateway_open_files"] >= 2 * 50
+    assert result["steps"][-1]["gateway_rss_bytes"] > result["baseline_rss_bytes"] > 0
