@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.audit_generate import generate  # noqa: E402
+from bench.harness import write_result  # noqa: E402
 
 
 def _load() -> list[float]:
@@ -139,10 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
     result = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = args.out / f"audit-{args.label}-{stamp}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result(args.out, f"audit-{args.label}", result)
     print(json.dumps(result, indent=2))
     print(f"written to {path}")
     return 0

@@ -4,6 +4,7 @@ over its supervisor and workers with ``kpg run --workers N``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -13,6 +14,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +231,11 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def write_result(out: Path, name: str, summary: Mapping[str, Any]) -> Path:
+    """Writes one run's summary as ``<out>/<name>-<UTC time>.json`` and returns the path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    return path

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import struct
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from bench.harness import (  # noqa: E402
     process_tree,
     start_gateway,
     tree_rss_bytes,
+    write_result,
 )
 from gateway.embedded import EmbeddedBroker  # noqa: E402
 from protocol.codec import encode_request  # noqa: E402
@@ -184,9 +183,7 @@ def main() -> int:
         f"RSS {last['gateway_rss_mb']:.0f} MB summed over its processes; "
         f"{result['still_open_at_end']} still open at the end"
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"idle-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = write_result(args.out, "idle", summary)
     print(f"wrote {path}")
     return 0
 

@@ -44,7 +44,6 @@ import tempfile
 import time
 from array import array
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,7 @@ from bench.harness import (  # noqa: E402
     machine,
     start_gateway,
     tree_cpu_seconds,
+    write_result,
 )
 from gateway.embedded import EmbeddedBroker  # noqa: E402
 
@@ -432,9 +432,7 @@ def main() -> int:
                 two.stop()
     summary = _summary(args, results, started, has_workers, two is not None)
     _print_table(summary)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"omb-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = write_result(args.out, "omb", summary)
     print(f"wrote {path}")
     return 0
 

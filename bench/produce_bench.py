@@ -65,6 +65,7 @@ from bench.harness import (  # noqa: E402
     create_topic,
     delete_topic,
     start_gateway,
+    write_result,
 )
 from gateway.embedded import EmbeddedBroker  # noqa: E402
 from protocol.codec import encode_request  # noqa: E402
@@ -633,9 +634,7 @@ def main() -> int:
         "record_scanner": record_scanner(),
         "scenarios": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"produce-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = write_result(args.out, "produce", summary)
     print(f"wrote {path}")
     return 0
 
