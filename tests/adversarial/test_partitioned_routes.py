@@ -24,7 +24,6 @@ from kio.schema.delete_records.v2 import request as dr
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.describe_quorum.v2 import request as dq
 from kio.schema.elect_leaders.v2 import request as el
-from kio.schema.fetch.v12 import request as f12
 from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.offset_delete.v0 import request as od
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -33,7 +32,14 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.record_validation import STATE_NAMESPACE
 from tests.batches import batch_with, record
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, outcome
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    fetch_request,
+    gateway_config,
+    outcome,
+)
 
 pytestmark = pytest.mark.adversarial
 
@@ -121,26 +127,7 @@ def _unclean(topic: str) -> Any:
 
 
 def _fetch(topic: str) -> Any:
-    partition = f12.FetchPartition(
-        partition=i32(0),
-        current_leader_epoch=i32(-1),
-        fetch_offset=i64(0),
-        last_fetched_epoch=i32(-1),
-        log_start_offset=i64(-1),
-        partition_max_bytes=i32(1 << 20),
-    )
-    return f12.FetchRequest(
-        replica_id=BrokerId(-1),
-        max_wait=i32Timedelta.parse(timedelta(milliseconds=50)),
-        min_bytes=i32(0),
-        max_bytes=i32(1 << 20),
-        isolation_level=i8(0),
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=(f12.FetchTopic(topic=TopicName(topic), partitions=(partition,)),),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    return fetch_request(topic, max_wait=timedelta(milliseconds=50), min_bytes=0)
 
 
 def _list_offsets(topic: str) -> Any:

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gateway.config import ConfigError
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import Upstream
-from tests.support import GatewayThread, gateway_config, unique_name
+from tests.support import GatewayThread, gateway_config, ssl_client, unique_name
 
 pytestmark = pytest.mark.inproc
 
@@ -46,20 +46,6 @@ def listener_tls(pki: Path, client_auth: str = "required", **extra: Any) -> dict
         "client_auth": client_auth,
         **extra,
     }
-
-
-def client(bootstrap: str, pki: Path, who: str | None = "alice", **extra: str) -> dict[str, str]:
-    """confluent-kafka over TLS to the gateway, with ``who``'s certificate."""
-    config = {
-        "bootstrap.servers": bootstrap,
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(pki / "ca.pem"),
-        **extra,
-    }
-    if who is not None:
-        config["ssl.certificate.location"] = str(pki / f"{who}.pem")
-        config["ssl.key.location"] = str(pki / f"{who}.key")
-    return config
 
 
 def produce_consume_deny(config: dict[str, str]) -> str:
@@ -117,11 +103,11 @@ def test_ssl_both_legs_with_principal_mapping(tls_upstream: Upstream) -> None:
     )
     gw = GatewayThread(config).start()
     try:
-        topic = produce_consume_deny(client(gw.bootstrap, pki))
+        topic = produce_consume_deny(ssl_client(gw.bootstrap, pki, "alice"))
         (seen,) = [m for m in RecordingTopicActionPolicy.seen if m.topic == topic]
         assert seen.principal == "User:alice"
         # mallory's certificate is signed by the CA but no rule maps it: refused.
-        outsider = AdminClient(client(gw.bootstrap, pki, "mallory"))
+        outsider = AdminClient(ssl_client(gw.bootstrap, pki, "mallory"))
         with pytest.raises(KafkaException):
             outsider.list_topics(timeout=5)
         assert gw.metric("kpg_rejected_frames_total", reason="principal_mapping") >= 1

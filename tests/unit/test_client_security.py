@@ -1,15 +1,13 @@
 """--command-config: Kafka's client properties for the kpg tools, parsed and applied; the SASL
 exchanges the tools make (PLAIN, SCRAM-SHA-256/512).
 
-End-to-end SASL through the gateway to a broker needs a SASL-capable broker, which the test
-broker is not; here the exchange runs against a scripted SaslHandshake/SaslAuthenticate
-server on a socket pair (it checks the client's messages as a broker would)."""
+End to end (the tools, through the gateway, to the test broker behind tests/security_front.py,
+since Tansu has no SASL) is tests/security/test_tools_sasl.py. Here the client side alone runs
+on a socket pair against a scripted SaslHandshake/SaslAuthenticate server, to check its
+messages byte by byte; the SCRAM server side is the secured front's."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import socket
 import ssl
 import threading
@@ -37,6 +35,7 @@ from gateway.client_security import (
 from protocol import sasl as wire
 from protocol.codec import encode_response
 from protocol.framing import SIZE, frame_bytes, parse_request_header
+from tests import security_front
 
 pytestmark = pytest.mark.unit
 
@@ -219,39 +218,23 @@ def test_a_server_nonce_that_does_not_extend_the_clients_is_refused() -> None:
 # --- the exchange, against a scripted server ------------------------------------------------------
 
 
-class ScramServer:
-    """A SCRAM server's side, per RFC 5802, with fixed credentials."""
+def scram_rounds(
+    mechanism: str, username: str, password: str
+) -> list[Callable[[bytes], tuple[bytes, str | None]]]:
+    """The two SaslAuthenticate rounds of a SCRAM server with one user: the secured front's
+    server side (:mod:`tests.security_front`), answering bytes with (reply, error)."""
+    server = security_front._Scram(mechanism, {username: password})
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
-        self.hash = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
-        self.username, self.password = username, password
-        self.salt, self.iterations = b"salty-salt", 4096
-        self.client_first_bare = self.server_first = ""
+    def round_of(step: Callable[[str], str]) -> Callable[[bytes], tuple[bytes, str | None]]:
+        def answer(message: bytes) -> tuple[bytes, str | None]:
+            try:
+                return step(message.decode()).encode(), None
+            except security_front.AuthenticationFailed as exc:
+                return b"", str(exc)
 
-    def first(self, message: bytes) -> tuple[bytes, str | None]:
-        text = message.decode()
-        assert text.startswith("n,,")
-        self.client_first_bare = text[3:]
-        fields = dict(item.split("=", 1) for item in self.client_first_bare.split(","))
-        if fields["n"] != self.username:
-            return b"", "unknown user"
-        salt = base64.b64encode(self.salt).decode()
-        self.server_first = f"r={fields['r']}server-part,s={salt},i={self.iterations}"
-        return self.server_first.encode(), None
+        return answer
 
-    def final(self, message: bytes) -> tuple[bytes, str | None]:
-        text = message.decode()
-        without_proof, _, proof = text.rpartition(",p=")
-        salted = hashlib.pbkdf2_hmac(self.hash, self.password.encode(), self.salt, self.iterations)
-        client_key = hmac.digest(salted, b"Client Key", self.hash)
-        stored_key = hashlib.new(self.hash, client_key).digest()
-        auth = f"{self.client_first_bare},{self.server_first},{without_proof}".encode()
-        signature = hmac.digest(stored_key, auth, self.hash)
-        expected = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        if base64.b64decode(proof) != expected:
-            return b"", "Authentication failed during authentication due to invalid credentials"
-        server_key = hmac.digest(salted, b"Server Key", self.hash)
-        return b"v=" + base64.b64encode(hmac.digest(server_key, auth, self.hash)), None
+    return [round_of(server.first), round_of(server.final)]
 
 
 def serve_sasl(
@@ -351,15 +334,13 @@ def test_plain_sends_the_user_and_password() -> None:
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_scram_completes_with_the_right_password_only(mechanism: str) -> None:
-    server = ScramServer(mechanism, "bob", "bob-secret")
     right = SaslCredentials(mechanism=mechanism, username="bob", password="bob-secret")
-    seen, failure = exchange_with(right, mechanism, [server.first, server.final])
+    seen, failure = exchange_with(right, mechanism, scram_rounds(mechanism, "bob", "bob-secret"))
     assert failure is None
     assert seen == [f"handshake {mechanism}", "authenticate v2", "authenticate v2"]
 
-    server = ScramServer(mechanism, "bob", "bob-secret")
     wrong = SaslCredentials(mechanism=mechanism, username="bob", password="guess")
-    _, failure = exchange_with(wrong, mechanism, [server.first, server.final])
+    _, failure = exchange_with(wrong, mechanism, scram_rounds(mechanism, "bob", "bob-secret"))
     assert isinstance(failure, AuthenticationFailed)
     assert "invalid credentials" in str(failure) and "guess" not in str(failure)
 
