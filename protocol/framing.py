@@ -136,3 +136,35 @@ def frame_bytes(*parts: bytes) -> bytes:
     """Join ``parts`` and put the size prefix in front."""
     body = b"".join(parts)
     return SIZE.pack(len(body)) + body
+
+
+def uvarint(frame: bytes, offset: int) -> tuple[int, int]:
+    """The unsigned varint at ``offset``: its value and the offset behind it.
+
+    :raises IndexError: when the frame ends inside it, or it runs past five bytes.
+    """
+    value = shift = 0
+    while True:
+        byte = frame[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, offset
+        shift += 7
+        if shift > 28:
+            raise IndexError("varint longer than 5 bytes")
+
+
+def skip_tags(frame: bytes, offset: int) -> int:
+    """The offset behind the tagged fields of a flexible-version struct at ``offset``.
+
+    :raises IndexError: when the frame ends inside their count or a tag's header.
+    """
+    if frame[offset] == 0:  # no tagged fields: nearly always
+        return offset + 1
+    count, offset = uvarint(frame, offset)
+    for _ in range(count):
+        _, offset = uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
+        offset += size
+    return offset

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from .codec import Undecodable
+from .framing import skip_tags, uvarint
 
 PRODUCE: Final = 0
 FETCH: Final = 1
@@ -59,7 +60,7 @@ def has_node_endpoints(api_key: int, api_version: int, frame: bytes) -> bool:
     if api_key not in (FETCH, PRODUCE):
         return True
     try:
-        position = _skip_tags(frame, 4)  # correlation id, then the flexible header's tags
+        position = skip_tags(frame, 4)  # correlation id, then the flexible header's tags
         if api_key == FETCH:
             position = _fetch_topics_end(frame, position)
         else:
@@ -69,32 +70,10 @@ def has_node_endpoints(api_key: int, api_version: int, frame: bytes) -> bool:
         if position > len(frame):
             raise IndexError(position)
         return _has_tag(frame, position, _NODE_ENDPOINTS_TAG)
-    except IndexError:
-        raise Undecodable(f"API key {api_key} v{api_version} answer is truncated") from None
-
-
-def _uvarint(frame: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = frame[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position
-        shift += 7
-        if shift > 28:
-            raise Undecodable("varint longer than five bytes")
-
-
-def _skip_tags(frame: bytes, position: int) -> int:
-    if frame[position] == 0:  # no tagged fields: nearly always
-        return position + 1
-    count, position = _uvarint(frame, position)
-    for _ in range(count):
-        _, position = _uvarint(frame, position)
-        size, position = _uvarint(frame, position)
-        position += size
-    return position
+    except IndexError as exc:
+        raise Undecodable(
+            f"API key {api_key} v{api_version} answer is truncated or malformed ({exc})"
+        ) from None
 
 
 def _skip_compact(frame: bytes, position: int) -> int:
@@ -105,7 +84,7 @@ def _skip_compact(frame: bytes, position: int) -> int:
     second = frame[position + 1]
     if second < 0x80:  # up to 16 KiB: two bytes
         return position + 1 + (length & 0x7F | second << 7)
-    length, position = _uvarint(frame, position)
+    length, position = uvarint(frame, position)
     return position + length - 1
 
 
@@ -114,7 +93,7 @@ def _count(frame: bytes, position: int) -> tuple[int, int]:
     count = frame[position]
     if count < 0x80:
         return (count - 1 if count else 0), position + 1
-    count, position = _uvarint(frame, position)
+    count, position = uvarint(frame, position)
     return count - 1, position
 
 
@@ -128,10 +107,10 @@ def _fetch_topics_end(frame: bytes, position: int) -> int:
             # index, error_code, high watermark, last stable offset, log start offset
             aborted, position = _count(frame, position + 4 + 2 + 8 + 8 + 8)
             for _ in range(aborted):
-                position = _skip_tags(frame, position + 8 + 8)  # producer id, first offset
+                position = skip_tags(frame, position + 8 + 8)  # producer id, first offset
             position = _skip_compact(frame, position + 4)  # preferred read replica, records
-            position = _skip_tags(frame, position)
-        position = _skip_tags(frame, position)
+            position = skip_tags(frame, position)
+        position = skip_tags(frame, position)
     return position
 
 
@@ -145,18 +124,18 @@ def _produce_topics_end(frame: bytes, position: int, *, by_id: bool) -> int:
             # index, error_code, base offset, log append time, log start offset
             errors, position = _count(frame, position + 4 + 2 + 8 + 8 + 8)
             for _ in range(errors):
-                position = _skip_tags(frame, _skip_compact(frame, position + 4))
-            position = _skip_tags(frame, _skip_compact(frame, position))  # error_message
-        position = _skip_tags(frame, position)
+                position = skip_tags(frame, _skip_compact(frame, position + 4))
+            position = skip_tags(frame, _skip_compact(frame, position))  # error_message
+        position = skip_tags(frame, position)
     return position + 4  # throttle_time_ms
 
 
 def _has_tag(frame: bytes, position: int, wanted: int) -> bool:
-    count, position = _uvarint(frame, position)
+    count, position = uvarint(frame, position)
     found = False
     for _ in range(count):
-        tag, position = _uvarint(frame, position)
-        size, position = _uvarint(frame, position)
+        tag, position = uvarint(frame, position)
+        size, position = uvarint(frame, position)
         found = found or tag == wanted
         position += size
     if position != len(frame):

@@ -46,7 +46,7 @@ from .codec import (
     replaced,
     schema_of,
 )
-from .framing import DECODE_ERRORS, FrameRejected, RequestHeader
+from .framing import DECODE_ERRORS, FrameRejected, RequestHeader, skip_tags, uvarint
 from .results import ItemError
 from .versions import VersionRange, is_flexible
 
@@ -273,44 +273,21 @@ def _legacy_topics(frame: bytes, offset: int) -> tuple[str, ...]:
 def _flexible_topics(frame: bytes, offset: int) -> tuple[str, ...]:
     """v9 from ``topic_data``: compact arrays and strings, tagged fields."""
     names: dict[str, None] = {}
-    topics, offset = _uvarint(frame, offset)
+    topics, offset = uvarint(frame, offset)
     for _ in range(topics - 1):
-        size, offset = _uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
         if size < 1 or offset + size - 1 > len(frame):
             raise IndexError("topic name beyond the frame")
         names[frame[offset : offset + size - 1].decode()] = None
         offset += size - 1
-        partitions, offset = _uvarint(frame, offset)
+        partitions, offset = uvarint(frame, offset)
         for _ in range(partitions - 1):
-            records, offset = _uvarint(frame, offset + 4)  # behind the partition index
-            offset = _skip_tags(frame, offset + max(records - 1, 0))
-        offset = _skip_tags(frame, offset)
+            records, offset = uvarint(frame, offset + 4)  # behind the partition index
+            offset = skip_tags(frame, offset + max(records - 1, 0))
+        offset = skip_tags(frame, offset)
     if offset > len(frame):
         raise IndexError("records beyond the frame")
     return tuple(names)
-
-
-def _uvarint(frame: bytes, offset: int) -> tuple[int, int]:
-    """An unsigned varint at ``offset``: its value and the offset behind it."""
-    value = shift = 0
-    while True:
-        byte = frame[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, offset
-        shift += 7
-        if shift > 28:
-            raise IndexError("varint longer than 5 bytes")
-
-
-def _skip_tags(frame: bytes, offset: int) -> int:
-    count, offset = _uvarint(frame, offset)
-    for _ in range(count):
-        _, offset = _uvarint(frame, offset)
-        size, offset = _uvarint(frame, offset)
-        offset += size
-    return offset
 
 
 def read_produce(header: RequestHeader, frame: bytes) -> ProduceView:
