@@ -84,8 +84,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--log-format",
         default="text",
         choices=LOG_FORMATS,
-        help="text lines, or one JSON object per line (time, level, logger, message, "
-        "exception) for a log pipeline (default: text)",
+        help="text lines, or one JSON object per line (time, level, worker under --workers, "
+        "logger, message, exception) for a log pipeline (default: text)",
     )
     # Set by the supervisor for its workers; not for people.
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
@@ -98,8 +98,9 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "Reload: SIGHUP (or kpg reload) reads the config file again and puts policies, rules, "
         "record validation, limits and client_configs in force for the next request, connections "
         "kept; a bad file is refused with start-up's messages and the running configuration "
-        "stays. listen, advertised_host, node_port_base, upstream.bootstrap_servers, metrics, "
-        "tls, state and audit need a restart. On the metrics listener: /metrics, /healthz, "
+        "stays. listen, advertised_host, node_port_base, upstream.bootstrap_servers, "
+        "upstream.tls, upstream.sasl, metrics, tls, sasl, state and audit need a restart. On "
+        "the metrics listener: /metrics, /healthz, "
         "/readyz. At start the soft open-file limit is raised to the hard one."
     )
 
