@@ -583,11 +583,12 @@ def test_admin_principals_guard_alters_and_other_users(broker: HostPort) -> None
         gw.stop()
 
 
-def test_an_admin_principal_alters_and_reads_every_users_configs(
+@pytest.fixture
+def admin_gateway(
     broker: HostPort, tmp_path: Path
-) -> None:
-    """The other half: over TLS the client certificate is the principal, and the one named in
-    admin_principals alters any user's configs and reads them back; another is refused."""
+) -> Iterator[tuple[GatewayThread, ssl.SSLContext, ssl.SSLContext]]:
+    """A gateway whose TLS listener takes client certificates, with User:CN=platform-admin in
+    admin_principals; and the TLS contexts of platform-admin and of alice (no admin)."""
     pki = make_pki(tmp_path, {"platform-admin": "/CN=platform-admin", "alice": "/CN=alice"})
     gw = GatewayThread(
         gateway_config(
@@ -597,21 +598,29 @@ def test_an_admin_principal_alters_and_reads_every_users_configs(
         )
     ).start()
     try:
-        admin, alice = tls_context(pki, "platform-admin"), tls_context(pki, "alice")
-        change = [(USER_CLIENT, "bob:", [("acks", SET, "1")])]
-        [(_, _, code, message)] = alter(gw.bootstrap, change, tls=alice)
-        assert code == 31 and message is not None and "admin_principals" in message
-        assert not stored(gw)
-
-        [(_, _, code, message)] = alter(gw.bootstrap, change, tls=admin)
-        assert (code, message) == (0, None)
-        assert stored(gw)
-        [bob] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=admin)
-        assert values(bob)["acks"][0] == "1"
-        [bob_for_alice] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=alice)
-        assert bob_for_alice.error_code == 31
+        yield gw, tls_context(pki, "platform-admin"), tls_context(pki, "alice")
     finally:
         gw.stop()
+
+
+def test_an_admin_principal_alters_and_reads_every_users_configs(
+    admin_gateway: tuple[GatewayThread, ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """The other half: over TLS the client certificate is the principal, and the one named in
+    admin_principals alters any user's configs and reads them back; another is refused."""
+    gw, admin, alice = admin_gateway
+    change = [(USER_CLIENT, "bob:", [("acks", SET, "1")])]
+    [(_, _, code, message)] = alter(gw.bootstrap, change, tls=alice)
+    assert code == 31 and message is not None and "admin_principals" in message
+    assert not stored(gw)
+
+    [(_, _, code, message)] = alter(gw.bootstrap, change, tls=admin)
+    assert (code, message) == (0, None)
+    assert stored(gw)
+    [bob] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=admin)
+    assert values(bob)["acks"][0] == "1"
+    [bob_for_alice] = describe(gw.bootstrap, [(USER_CLIENT, "bob:")], tls=alice)
+    assert bob_for_alice.error_code == 31
 
 
 # --- ListConfigResources ---------------------------------------------------------------------
@@ -664,28 +673,17 @@ def test_list_config_resources_lists_the_gateways_entities_and_never_asks_the_br
 
 
 def test_list_config_resources_shows_only_its_own_user_to_a_non_admin(
-    broker: HostPort, tmp_path: Path
+    admin_gateway: tuple[GatewayThread, ssl.SSLContext, ssl.SSLContext],
 ) -> None:
-    pki = make_pki(tmp_path, {"platform-admin": "/CN=platform-admin", "alice": "/CN=alice"})
-    gw = GatewayThread(
-        gateway_config(
-            broker,
-            tls=tls_listener(pki),
-            client_configs={"admin_principals": ["User:CN=platform-admin"]},
-        )
-    ).start()
-    try:
-        admin, alice = tls_context(pki, "platform-admin"), tls_context(pki, "alice")
-        change = [(USER_CLIENT, name, [("acks", SET, "1")]) for name in ("bob:", "CN=alice:app-a")]
-        assert [code for _, _, code, _ in alter(gw.bootstrap, change, tls=admin)] == [0, 0]
-        assert list_resources(gw.bootstrap, [USER_CLIENT], tls=admin) == (
-            0,
-            ((USER_CLIENT, "CN=alice:app-a"), (USER_CLIENT, "bob:")),
-        )
-        assert list_resources(gw.bootstrap, [USER_CLIENT], tls=alice) == (
-            0,
-            ((USER_CLIENT, "CN=alice:app-a"),),
-        )
-        assert list_resources(gw.bootstrap, [CLIENT], tls=alice) == (0, ((CLIENT, "app-a"),))
-    finally:
-        gw.stop()
+    gw, admin, alice = admin_gateway
+    change = [(USER_CLIENT, name, [("acks", SET, "1")]) for name in ("bob:", "CN=alice:app-a")]
+    assert [code for _, _, code, _ in alter(gw.bootstrap, change, tls=admin)] == [0, 0]
+    assert list_resources(gw.bootstrap, [USER_CLIENT], tls=admin) == (
+        0,
+        ((USER_CLIENT, "CN=alice:app-a"), (USER_CLIENT, "bob:")),
+    )
+    assert list_resources(gw.bootstrap, [USER_CLIENT], tls=alice) == (
+        0,
+        ((USER_CLIENT, "CN=alice:app-a"),),
+    )
+    assert list_resources(gw.bootstrap, [CLIENT], tls=alice) == (0, ((CLIENT, "app-a"),))
