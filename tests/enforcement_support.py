@@ -568,6 +568,11 @@ def _by_topic(partitions: Sequence[Partition]) -> dict[str | uuid.UUID, list[int
 
 def fetch(version: int, *partitions: Partition) -> bytes:
     """Fetch (v4 and later: kio's) from offset 0 of each partition; topics by id from v13."""
+    return request(FETCH, version, fetch_payload(version, *partitions))
+
+
+def fetch_payload(version: int, *partitions: Partition) -> Any:
+    """The kio FetchRequest of :func:`fetch`."""
     m = kio_module(FETCH, version)
     by_id = version >= 13
     topics = []
@@ -587,7 +592,7 @@ def fetch(version: int, *partitions: Partition) -> bytes:
         )
         named = {"topic_id": topic} if by_id else {"topic": topic}
         topics.append(m.FetchTopic(**named, partitions=fetched))
-    payload = make(
+    return make(
         m.FetchRequest,
         replica_id=BrokerId(-1),
         max_wait=i32Timedelta.parse(timedelta(milliseconds=500)),
@@ -600,7 +605,6 @@ def fetch(version: int, *partitions: Partition) -> bytes:
         forgotten_topics_data=(),
         rack_id="",
     )
-    return request(FETCH, version, payload)
 
 
 def legacy_fetch(version: int, *partitions: tuple[str, int]) -> bytes:

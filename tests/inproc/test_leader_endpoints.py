@@ -28,6 +28,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 from gateway.record_validation import STATE_NAMESPACE
 from protocol.framing import RequestHeader
 from tests.batches import batch_with, record
+from tests.enforcement_support import fetch_payload
 from tests.scripted import ScriptedBroker, ScriptedCluster, metadata_response
 from tests.support import GatewayThread, RawClient, gateway_config
 
@@ -298,43 +299,13 @@ def test_a_merged_produce_answer_carries_gateway_addresses_too(
     assert_gateway_addresses_only(gw, node2, frame, answer)
 
 
-def fetch_request(version: int, topics: tuple[uuid.UUID, ...]) -> Any:
-    m = module("fetch", version, "request")
-    return m.FetchRequest(
-        max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=10)),
-        min_bytes=i32(1),
-        max_bytes=i32(1 << 20),
-        isolation_level=0,
-        session_id=i32(0),
-        session_epoch=i32(-1),
-        topics=tuple(
-            m.FetchTopic(
-                topic_id=t,
-                partitions=(
-                    m.FetchPartition(
-                        partition=i32(0),
-                        current_leader_epoch=i32(-1),
-                        fetch_offset=i64(0),
-                        last_fetched_epoch=i32(-1),
-                        log_start_offset=i64(-1),
-                        partition_max_bytes=i32(1 << 20),
-                    ),
-                ),
-            )
-            for t in topics
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-
-
 @pytest.mark.parametrize("version", [16, 17, 18])
 def test_fetch_leader_endpoints_reach_the_client_as_gateway_addresses(
     cluster: tuple[GatewayThread, ScriptedBroker], version: int
 ) -> None:
     gw, node2 = cluster
     frame, answer = raw_answer(
-        gw, 1, version, fetch_request(version, (topic_id("orders"), topic_id("payments")))
+        gw, 1, version, fetch_payload(version, (topic_id("orders"), 0), (topic_id("payments"), 0))
     )
     assert [int(p.error_code) for t in answer.responses for p in t.partitions] == [6, 6]
     assert_gateway_addresses_only(gw, node2, frame, answer)
