@@ -158,9 +158,11 @@ def test_other_connections_are_answered_while_a_long_validation_runs(
         )  # connected upstream
 
         bomb_answered: list[float] = []
+        bomb_sent = threading.Event()
 
         def send_bomb() -> None:
             cid = bomber.send(PRODUCE, 9, produce(bombed, bomb))
+            bomb_sent.set()
             frame = bomber.recv_frame()
             bomb_answered.append(time.monotonic())
             assert int.from_bytes(frame[:4], "big") == cid
@@ -170,7 +172,10 @@ def test_other_connections_are_answered_while_a_long_validation_runs(
         bombing = threading.Thread(target=send_bomb)
         bombing.start()
         try:
-            time.sleep(0.3)  # the gateway is reading the bomb's records
+            # Its 7 MB handed over (the gateway reads the rest at once), the gateway is
+            # reading the bomb's records, seconds of work.
+            assert bomb_sent.wait(60)
+            time.sleep(0.3)
             versions = neighbour.request(
                 API_VERSIONS,
                 3,
