@@ -13,7 +13,13 @@ import logging
 import sys
 
 from spark_audit.chain import add_verify_command
-from spark_audit.options import add_stream_arguments, configure_logging, stream_settings
+from spark_audit.options import (
+    add_replay_arguments,
+    add_stream_arguments,
+    configure_logging,
+    stream_settings,
+    utc_time,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +49,11 @@ def add_audit_commands(
         "--top", type=int, default=10, help="rows in the top offenders report (default: 10)"
     )
     report.add_argument(
-        "--since", help="only events at or after this UTC time (e.g. 2026-11-21T09:00:00)"
+        "--since",
+        type=utc_time,
+        help="only events at or after this UTC time (e.g. 2026-11-21T09:00:00)",
     )
-    report.add_argument("--until", help="only events before this UTC time")
+    report.add_argument("--until", type=utc_time, help="only events before this UTC time")
     report.add_argument(
         "--principal", help="only this principal's events (ANONYMOUS: unauthenticated clients)"
     )
@@ -75,8 +83,6 @@ def add_audit_commands(
         "rule, principal and topic. Produce, deletes and partition increases are counted as "
         "not replayable (their records or topic state are not recorded).",
     )
-    from spark_audit.options import add_replay_arguments
-
     add_replay_arguments(replay)
     replay.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
     replay.set_defaults(func=replay_command)

@@ -181,16 +181,24 @@ def start_stream(
     ``processing_time``. ``state_partitions`` (default: the session's default parallelism)
     only applies to a new checkpoint.
 
-    :raises ValueError: if the source's settings are missing, or see :func:`check_table`.
+    :raises ValueError: if the source's settings are missing, the spool directory does not
+        exist, or see :func:`check_table`.
     :raises KafkaConnectorMissingError: see :func:`read_kafka_stream`.
     """
     if source == "spool":
         if not spool_dir:
-            raise ValueError("source 'spool' needs spool_dir")
+            raise ValueError("source spool needs --spool: the gateway's audit.spool_dir")
+        if not path_exists(spark, spool_dir):
+            raise ValueError(
+                f"spool directory {spool_dir} does not exist: give --spool the gateway's "
+                "audit.spool_dir"
+            )
         lines = read_spool_stream(spark, spool_dir, max_files_per_trigger=max_files_per_trigger)
     elif source == "kafka":
         if not bootstrap_servers or not topic:
-            raise ValueError("source 'kafka' needs bootstrap_servers and topic")
+            raise ValueError(
+                "source kafka needs --bootstrap-servers and --topic (the gateway's audit.topic)"
+            )
         lines = read_kafka_stream(spark, bootstrap_servers, topic)
     else:
         raise ValueError(f"unknown source {source!r}; use 'spool' or 'kafka'")

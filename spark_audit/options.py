@@ -7,7 +7,30 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
+from datetime import datetime
 from typing import Any
+
+# What Spark's to_timestamp reads the same way: a date, or a date and time to the second
+# (fraction optional), then Z or an offset; without one, UTC (the session's time zone).
+_UTC_TIME = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:\d{2})?")
+
+
+def utc_time(text: str) -> str:
+    """``--since`` / ``--until``: ``text`` unchanged when Spark reads it as a time; anything
+    else is an argparse error naming the option (Spark would read it as null and filter
+    every event out).
+    """
+    try:
+        if _UTC_TIME.fullmatch(text):
+            datetime.fromisoformat(text.replace(" ", "T"))  # out-of-range month, day, hour
+            return text
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a time: use 2026-11-21 or 2026-11-21T09:00:00 (UTC), "
+        "optionally with Z or an offset such as +01:00"
+    )
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,8 +104,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     """``kpg audit replay``'s options."""
     parser.add_argument("--config", required=True, help="gateway YAML with candidate policies")
     parser.add_argument("--input", required=True, help="the audit table (or a spool directory)")
-    parser.add_argument("--since", help="only requests at or after this UTC time")
-    parser.add_argument("--until", help="only requests before this UTC time")
+    parser.add_argument("--since", type=utc_time, help="only requests at or after this UTC time")
+    parser.add_argument("--until", type=utc_time, help="only requests before this UTC time")
     parser.add_argument(
         "--output", default="audit-replay", help="directory for summary.json and CSV files"
     )

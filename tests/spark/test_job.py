@@ -272,6 +272,7 @@ def test_kpg_audit_report_command(
     dirs: dict[str, Path],
     report_spool: Path,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     parser = argparse.ArgumentParser(prog="kpg")
     add_audit_commands(parser.add_subparsers(dest="command", required=True))
@@ -292,6 +293,13 @@ def test_kpg_audit_report_command(
         ["audit", "report", "--input", str(dirs["spool"] / "nope"), "--out", str(dirs["report"])]
     )
     assert missing.func(missing) == 2
+    assert "does not exist" in caplog.text
+
+    # Spark reads a time it cannot parse as null, which would filter every event out.
+    with pytest.raises(SystemExit) as refused:
+        parser.parse_args(["audit", "report", "--input", "x", "--out", "y", "--since", "monday"])
+    assert refused.value.code == 2
+    assert "argument --since: 'monday' is not a time" in capsys.readouterr().err
 
 
 def test_report_flags_gaps_and_breaks_in_the_chains(
@@ -338,6 +346,15 @@ def test_a_table_without_the_sink_log_is_refused(
     spark.createDataFrame([("x",)], "event_id STRING").write.parquet(str(old_partition / "x"))
 
     with pytest.raises(ValueError, match="earlier version of the audit job"):
+        run_available_now(spark, dirs)
+
+
+def test_a_spool_directory_that_does_not_exist_is_refused(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """A mistyped --spool would otherwise stream nothing and exit 0."""
+    dirs["spool"] = dirs["spool"] / "nope"
+    with pytest.raises(ValueError, match="nope does not exist: give --spool"):
         run_available_now(spark, dirs)
 
 
