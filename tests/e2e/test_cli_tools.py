@@ -60,16 +60,16 @@ def test_dry_run_prints_verdicts_and_creates_nothing(tmp_path: Path, broker: Hos
         admin = AdminClient({"bootstrap.servers": bootstrap})
         assert not {"team.ok.v1", "payments.orders.v1"} & set(admin.list_topics(timeout=10).topics)
 
-        only_good = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", bootstrap, "--topic", "team.fine.v1:2:1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        only_good = kpg("dry-run", "--bootstrap-server", bootstrap, "--topic", "team.fine.v1:2:1")
         assert only_good.returncode == 0 and "allowed" in only_good.stdout
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
+
+
+def kpg(*args: str) -> subprocess.CompletedProcess[str]:
+    """``kpg args``, its output captured as text."""
+    return subprocess.run([KPG, *args], capture_output=True, text=True, timeout=60)
 
 
 def table(stdout: str) -> list[tuple[str, str, str]]:
@@ -105,32 +105,17 @@ def test_dry_run_and_policy_check_list_every_violation_alike(
         ("Odd_Name", "would-deny", f"topic name 'Odd_Name' {naming} (rule topic-naming)"),
         ("team.ok.v1", "allowed", ""),
     ]
-    offline = subprocess.run(
-        [KPG, "policy", "check", "--config", str(config), str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    offline = kpg("policy", "check", "--config", str(config), str(manifest))
     assert offline.returncode == 1, offline.stderr
     assert table(offline.stdout) == expected
     process, bootstrap = start_kpg("--config", str(config))
     try:
-        online = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", bootstrap, str(manifest)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        online = kpg("dry-run", "--bootstrap-server", bootstrap, str(manifest))
         assert online.returncode == 1, online.stderr
         assert table(online.stdout) == expected
         assert online.stdout == offline.stdout
 
-        only_dry_run = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", bootstrap, "--topic", "Odd_Name:3:1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        only_dry_run = kpg("dry-run", "--bootstrap-server", bootstrap, "--topic", "Odd_Name:3:1")
         assert only_dry_run.returncode == 0, only_dry_run.stdout
         assert table(only_dry_run.stdout) == [expected[2]]
     finally:
@@ -141,12 +126,7 @@ def test_dry_run_and_policy_check_list_every_violation_alike(
 def test_policy_check_offline(tmp_path: Path) -> None:
     manifest = ROOT / "deploy" / "topics.example.yaml"
     config = ROOT / "deploy" / "gateway.example.yaml"
-    result = subprocess.run(
-        [KPG, "policy", "check", "--config", str(config), str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = kpg("policy", "check", "--config", str(config), str(manifest))
     assert result.returncode == 1
     assert "scratch" in result.stdout and "DENIED" in result.stdout
     good = tmp_path / "good.yaml"
@@ -154,22 +134,12 @@ def test_policy_check_offline(tmp_path: Path) -> None:
         "topics:\n  - {name: a.b.v1, partitions: 3, replication_factor: 1}\n"
         "  - {name: Bad_Name, partitions: 3, replication_factor: 1}\n"
     )
-    result = subprocess.run(
-        [KPG, "policy", "check", "--config", str(config), str(good)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = kpg("policy", "check", "--config", str(config), str(good))
     assert result.returncode == 0, result.stdout
     assert "would-deny" in result.stdout and "topic-naming" in result.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("topics:\n  - {name: x, partitions: zero, replication_factor: 1}\n")
-    result = subprocess.run(
-        [KPG, "policy", "check", "--config", str(config), str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = kpg("policy", "check", "--config", str(config), str(bad))
     assert result.returncode == 2 and "topics[0].partitions" in result.stderr
 
 
@@ -190,12 +160,7 @@ def test_dry_run_against_something_that_is_not_a_gateway() -> None:
     thread = threading.Thread(target=answer_garbage, daemon=True)
     thread.start()
     try:
-        result = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "a.b.v1:1:1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = kpg("dry-run", "--bootstrap-server", f"127.0.0.1:{port}", "--topic", "a.b.v1:1:1")
     finally:
         server.close()
     assert result.returncode == 2
