@@ -87,8 +87,13 @@ def load_candidate(path: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise CandidateError(f"{path}: not YAML: {exc}") from exc
     section = raw.get("policies") if isinstance(raw, Mapping) else None
-    if not isinstance(section, Mapping):
+    if section is None:
         raise CandidateError(f"{path}: no policies: section to replay")
+    if not isinstance(section, Mapping):
+        raise CandidateError(
+            f"{path}: policies: is a {type(section).__name__}; it is a mapping (rules: ...), "
+            "as in the gateway's configuration"
+        )
     try:
         load_policy_chain(section, source=path).close()
     except PolicyConfigError as exc:

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from spark_audit import job
 from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange, TopicSpec
+from spark_audit.replay import CandidateError, load_candidate
 from tests.spark.support import event, write_segment
 
 pytestmark = pytest.mark.e2e
@@ -137,3 +138,22 @@ def test_replay_lists_exactly_the_requests_that_change_verdict(
     )
     assert args.func(args) == 0
     assert json.loads((out / "summary.json").read_text())["reports"]["changed_requests"] == []
+
+
+@pytest.mark.parametrize(
+    ("candidate", "message"),
+    [
+        ("listen: {}\n", "no policies: section to replay"),
+        ("policies: [1\n", "not YAML"),
+        ("policies:\n  - rules\n", "policies: is a list; it is a mapping"),
+        ("policies:\n  rules:\n    - {name: x, type: nope}\n", r"policies.rules\[0\].type"),
+    ],
+)
+def test_a_bad_candidate_is_refused_before_spark_starts_naming_file_and_key(
+    tmp_path: Path, candidate: str, message: str
+) -> None:
+    config = tmp_path / "candidate.yaml"
+    config.write_text(candidate)
+    with pytest.raises(CandidateError, match=message) as refused:
+        load_candidate(str(config))
+    assert str(config) in str(refused.value)
