@@ -410,6 +410,20 @@ def plain_message(credentials: SaslCredentials) -> bytes:
 # --- connections ---------------------------------------------------------------------------------
 
 
+def read_exactly(sock: socket.socket, n: int, peer: str) -> bytes:
+    """``n`` bytes from a blocking socket.
+
+    :raises ConnectionError: naming ``peer`` when it closes first.
+    """
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"{peer} closed the connection before answering")
+        data += chunk
+    return bytes(data)
+
+
 class Connection:
     """One connection to a gateway, TLS and SASL done: send frames, read frames."""
 
@@ -428,18 +442,9 @@ class Connection:
         :raises FrameRejected: for an answer size past Kafka's default cap.
         """
         self._sock.sendall(frame)
-        size: int = SIZE.unpack(self._exact(4))[0]
+        size: int = SIZE.unpack(read_exactly(self._sock, 4, "the gateway"))[0]
         check_frame_size(size, DEFAULT_MAX_FRAME_BYTES)
-        return self._exact(size)
-
-    def _exact(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self._sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the gateway closed the connection")
-            data += chunk
-        return data
+        return read_exactly(self._sock, size, "the gateway")
 
     def close(self) -> None:
         self._sock.close()

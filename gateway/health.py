@@ -29,6 +29,7 @@ from prometheus_client.exposition import choose_encoder
 
 from protocol.api_versions import probe_error, probe_request
 
+from .client_security import read_exactly
 from .config import HostPort
 
 log = logging.getLogger(__name__)
@@ -74,24 +75,13 @@ def _ask(server: HostPort, timeout_s: float, tls: ssl.SSLContext | None) -> str 
         if tls is not None:
             sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=server.host))
         sock.sendall(probe_request(correlation_id, "kpg-readiness"))
-        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        (size,) = struct.unpack(">i", read_exactly(sock, 4, "the broker"))
         if not 4 <= size <= _MAX_ANSWER:
             return f"answered a frame of {size} bytes"
-        frame = _read_exactly(sock, size)
+        frame = read_exactly(sock, size, "the broker")
     if struct.unpack_from(">i", frame)[0] != correlation_id:
         return "answered another request's correlation id"
     return probe_error(frame)
-
-
-def _read_exactly(sock: socket.socket, n: int) -> bytes:
-    """:raises ConnectionError: when the broker closes first."""
-    data = bytearray()
-    while len(data) < n:
-        piece = sock.recv(n - len(data))
-        if not piece:
-            raise ConnectionError("closed the connection before answering")
-        data += piece
-    return bytes(data)
 
 
 class MetricsEndpoint:
