@@ -342,6 +342,7 @@ def build_report(
             cached.extend([events, requests])
         stage("totals")
         summary_totals = _collect(totals(events))[0] | _collect(request_totals(requests))[0]
+        warnings.extend(_empty_input_warnings(summary_totals, input_path, filters))
         reports: dict[str, list[Row]] = {}
         listed: dict[str, int] = {}
         for section in sections:
@@ -528,6 +529,18 @@ def _status_row(status: ChainStatus) -> Row:
         "forks": sum(p.kind == "fork" for p in status.problems),
         "problems": "; ".join(f"seq {p.seq}: {p.kind}: {p.detail}" for p in status.problems[:20]),
     }
+
+
+def _empty_input_warnings(
+    summary_totals: dict[str, Any], input_path: str, filters: Filters
+) -> list[str]:
+    """A directory that is neither a spool nor the table reads as no events: say so."""
+    if summary_totals["audit_events"]:
+        return []
+    return [
+        f"no audit events in {input_path} (filters: {filters.describe()}); --input is the "
+        "audit table's root directory or a spool directory"
+    ]
 
 
 def _chain_warnings(chains: Sequence[Row]) -> list[str]:

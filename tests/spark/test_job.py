@@ -295,6 +295,14 @@ def test_kpg_audit_report_command(
     assert missing.func(missing) == 2
     assert "does not exist" in caplog.text
 
+    # A directory that is neither a spool nor the table: no events, and a warning saying so.
+    dirs["table"].mkdir()
+    empty = parser.parse_args(
+        ["audit", "report", "--input", str(dirs["table"]), "--out", str(dirs["report"])]
+    )
+    assert empty.func(empty) == 0
+    assert f"warning: no audit events in {dirs['table']}" in capsys.readouterr().err
+
     # Spark reads a time it cannot parse as null, which would filter every event out.
     with pytest.raises(SystemExit) as refused:
         parser.parse_args(["audit", "report", "--input", "x", "--out", "y", "--since", "monday"])
