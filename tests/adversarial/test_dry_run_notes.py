@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.test_cli_tools import table
-from tests.e2e.test_gateway_process import KPG
+from tests.e2e.test_cli_tools import kpg, table
 from tests.support import BrokerTap, GatewayThread, gateway_config, unique_name
 
 pytestmark = pytest.mark.adversarial
@@ -56,20 +55,10 @@ def both_tools(tap: BrokerTap, tmp_path: Path, topic: str, value: str) -> tuple[
     manifest.write_text(yaml.safe_dump({"topics": [entry]}))
     config = tmp_path / "gateway.yaml"
     config.write_text(yaml.safe_dump({"policies": POLICIES}))
-    offline = subprocess.run(
-        [KPG, "policy", "check", "--config", str(config), str(manifest)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    offline = kpg("policy", "check", "--config", str(config), str(manifest))
     gw = GatewayThread(gateway_config(tap.address, policies=POLICIES)).start()
     try:
-        online = subprocess.run(
-            [KPG, "dry-run", "--bootstrap-server", gw.bootstrap, str(manifest)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        online = kpg("dry-run", "--bootstrap-server", gw.bootstrap, str(manifest))
     finally:
         gw.stop()
     assert CREATE_TOPICS not in tap.api_keys()
