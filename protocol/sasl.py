@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Final, TypeAlias, get_args
 
+from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate import v0 as sasl_authenticate_v0
 from kio.schema.sasl_authenticate import v1 as sasl_authenticate_v1
 from kio.schema.sasl_authenticate import v2 as sasl_authenticate_v2
 from kio.schema.sasl_handshake import v0 as sasl_handshake_v0
 from kio.schema.sasl_handshake import v1 as sasl_handshake_v1
 
-from .codec import decode_request_as, decode_response_as, encode_request
+from .codec import decode_request_as, decode_response_as, encode_request, encode_response
 from .framing import RequestHeader
 
 SASL_HANDSHAKE: Final = 17
@@ -103,3 +104,14 @@ def read_authenticate_response(frame: bytes) -> tuple[int, str | None, bytes]:
         frame,
     )
     return int(payload.error_code), payload.error_message, bytes(payload.auth_bytes)
+
+
+def handshake_v0_refusal(correlation_id: int) -> bytes:
+    """The answer to a SaslHandshake v0, which the gateway lists but does not carry (see
+    :mod:`gateway.handlers.sasl_handshake`): UNSUPPORTED_VERSION and no mechanism. After a v0
+    handshake a client sends bare SASL tokens, without Kafka's framing, which no one between
+    it and the broker could read; every client since Kafka 1.0 sends v1 when it is offered."""
+    payload = sasl_handshake_v0.SaslHandshakeResponse(
+        error_code=ErrorCode.unsupported_version, mechanisms=()
+    )
+    return encode_response(correlation_id, SASL_HANDSHAKE, 0, payload)

@@ -9,8 +9,7 @@ neither read nor tell apart from requests.
 
 from __future__ import annotations
 
-from protocol.sasl import SASL_HANDSHAKE, read_mechanism
-from protocol.sasl_v0 import handshake_v0_refusal
+from protocol.sasl import SASL_HANDSHAKE, handshake_v0_refusal, read_mechanism
 from protocol.versions import VersionRange
 
 from ..engine import ClusterView, RequestContext
