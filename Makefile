@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps run test test-fast lint bench bench-omb bench-idle clean
+.PHONY: install system-deps run test test-fast lint bench bench-omb bench-idle bench-audit clean
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ bench-omb: install
 # Gateway memory with 1,000, 5,000 and 10,000 idle client connections
 bench-idle: install
 	$(PY) bench/idle_connections.py
+
+# kpg audit stream and report on 1,000,000 synthetic events (spark_audit/README.md)
+bench-audit: install
+	$(PY) bench/audit_bench.py --workers 0
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so
