@@ -526,7 +526,8 @@ def _round(connection: Connection, auth_bytes: bytes, client_id: str) -> bytes:
 COMMAND_CONFIG_HELP: Final = (
     "a Java properties file of Kafka client security settings, as kafka-configs.sh takes "
     "them: security.protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), "
-    "ssl.truststore.location, ssl.keystore.location, ssl.key.password (PEM files), "
+    "ssl.truststore.location (or ssl.truststore.certificates), ssl.keystore.location, "
+    "ssl.key.password (PEM files), "
     "ssl.endpoint.identification.algorithm, sasl.mechanism (PLAIN, SCRAM-SHA-256, "
     "SCRAM-SHA-512) and sasl.jaas.config"
 )
