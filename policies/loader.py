@@ -66,6 +66,8 @@ CREATE_TOPIC_POLICY: Final = "create.topic.policy"
 ALTER_CONFIG_POLICY: Final = "alter.config.policy"
 ALTER_CONFIG_V2_POLICY: Final = "alter.config.v2.policy"
 TOPIC_ACTION_POLICY: Final = "topic.action.policy"
+RECORD_VALIDATION_POLICY: Final = "record.validation.policy"
+"""Its plug-in is loaded by the gateway's record validation, not by this chain."""
 
 _PLUGIN_KINDS: Final[Mapping[str, type[Policy]]] = {
     CREATE_TOPIC_POLICY: CreateTopicPolicy,
@@ -160,6 +162,7 @@ def parse_policy_config(section: Mapping[str, object], *, source: str) -> Policy
     for key in section:
         if key.startswith("policy.") and key not in (_TIMEOUT_KEY, _THREADS_KEY):
             raise errors.at(key, f"unknown key; expected {_TIMEOUT_KEY} or {_THREADS_KEY}")
+        _check_plugin_kind(key, errors)
     return PolicyConfig(
         source=source,
         plugins=tuple(plugins),
@@ -168,6 +171,22 @@ def parse_policy_config(section: Mapping[str, object], *, source: str) -> Policy
         threads=threads,
         configs=FrozenMap(flatten_configs(section)),
     )
+
+
+def _check_plugin_kind(key: str, errors: _Errors) -> None:
+    """Other keys go to the plug-ins' configure(), as Kafka passes its configs; but a
+    ``<kind>.class.name`` of no kind the gateway knows (a misspelt one) would name a policy
+    that never runs, so it is refused."""
+    if not key.endswith(".class.name"):
+        return
+    kind = key.removesuffix(".class.name")
+    known = (*_PLUGIN_KINDS, RECORD_VALIDATION_POLICY)
+    if kind not in known:
+        raise errors.at(
+            key,
+            "no such policy kind, so this class would never run; expected one of: "
+            + ", ".join(f"{k}.class.name" for k in known),
+        )
 
 
 def build_policy_chain(config: PolicyConfig) -> PolicyChain:

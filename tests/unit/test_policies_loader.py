@@ -467,3 +467,15 @@ def test_the_example_file_loads_and_judges_as_its_comments_say(chains: list[Poli
         "retention-time",
         "broker-configs",
     ]
+
+
+@pytest.mark.parametrize(
+    "key", ["create.topics.policy.class.name", "alter.configs.policy.class.name"]
+)
+def test_a_misspelt_plugin_kind_is_refused_not_ignored(key: str) -> None:
+    """Other keys are the plug-ins' configs, passed on as Kafka passes its own; a class
+    under a kind the gateway does not know would never run, a policy silently off."""
+    with pytest.raises(PolicyConfigError, match=rf"policies\.{key}: no such policy kind"):
+        parse_policy_config({key: "acme.Policy"}, source="gw.yaml")
+    # the right spellings and the record plug-in's key still pass this check
+    parse_policy_config({"record.validation.policy.class.name": "x.Y"}, source="gw.yaml")
