@@ -19,7 +19,14 @@ from .embedded import EmbeddedBroker, EmbeddedBrokerError
 from .logs import LOG_FORMATS
 from .logs import configure as configure_logging
 from .rlimits import raise_open_file_limit
-from .supervisor import Supervisor, cpu_count, watch_parent, worker_command, worker_spool_dir
+from .supervisor import (
+    Supervisor,
+    cpu_count,
+    watch_parent,
+    worker_command,
+    worker_commands,
+    worker_spool_dir,
+)
 
 log = logging.getLogger("kpg")
 
@@ -214,7 +221,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         with _pid_file(args.pid_file):
             if workers > 1:
-                return _supervise(config, workers, args, embedded is not None)
+                return _supervise(config, workers, args, overrides, embedded is not None)
             return _serve(config, reloaded, args)
     finally:
         if embedded is not None:
@@ -279,16 +286,13 @@ def _reload_worker(args: argparse.Namespace, overrides: dict[str, object]) -> Ga
 
 
 def _supervise(
-    config: GatewayConfig, workers: int, args: argparse.Namespace, embedded: bool
+    config: GatewayConfig,
+    workers: int,
+    args: argparse.Namespace,
+    overrides: dict[str, object],
+    embedded: bool,
 ) -> int:
     """Run ``workers`` worker processes under a supervisor (gateway.supervisor)."""
-    from .server import check_policies
-
-    try:
-        check_policies(config)
-    except ConfigError as exc:
-        print(f"kpg: configuration error: {exc}", file=sys.stderr)
-        return 2
     base = [
         "--upstream",
         ",".join(map(str, config.upstream.bootstrap_servers)),
@@ -306,12 +310,26 @@ def _supervise(
     if embedded:
         base.append("--embedded-upstream")
     config_name = str(args.config) if args.config is not None else None
+    upstream = config.upstream.bootstrap_servers[0]
+
+    def load_copy(path: Path) -> GatewayConfig:
+        # What a worker's start-up and reload read (_cmd_run, _reload_worker), from a copy.
+        loaded = load(path, overrides, source=config_name)
+        return with_embedded_upstream(loaded, upstream) if embedded else loaded
+
     supervisor = Supervisor(
         workers=workers,
         config=config,
         config_file=args.config,
         command=lambda index, fd, copy: worker_command(base, index, fd, copy, config_name),
+        load=load_copy,
     )
+    try:
+        supervisor.adopt()
+    except ConfigError as exc:
+        supervisor.close()
+        print(f"kpg: configuration error: {exc}", file=sys.stderr)
+        return 2
 
     def ready() -> None:
         address = HostPort(host=config.advertised_host, port=config.listen.port)
@@ -340,6 +358,7 @@ def _serve(
     import uvloop
 
     from .server import Gateway, ReloadOutcome
+    from .tasks import TaskSet
 
     worker = args.worker_index is not None
     status = os.fdopen(args.status_fd, "w", buffering=1) if args.status_fd is not None else None
@@ -356,7 +375,8 @@ def _serve(
 
     async def main() -> int:
         try:
-            gateway = Gateway(config, reuse_port=worker)
+            # A worker counts no reload: its supervisor counts each of the gateway's once.
+            gateway = Gateway(config, reuse_port=worker, count_reloads=not worker)
             await gateway.start()
         except ConfigError as exc:
             print(f"kpg: configuration error: {exc}", file=sys.stderr)
@@ -371,8 +391,11 @@ def _serve(
         loop.add_signal_handler(
             signal.SIGHUP, lambda: gateway.tasks.spawn(reload(gateway), name="reload")
         )
+        # Not the gateway's tasks: those are waited for at shutdown, and these never end.
+        supervised = TaskSet()
         if worker:
-            gateway.tasks.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
+            supervised.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
+            supervised.spawn(worker_commands(gateway.reload_refused_by_supervisor), "commands")
             log.info(
                 "worker %d (pid %d) serving %s",
                 args.worker_index,
@@ -383,6 +406,7 @@ def _serve(
         else:
             _announce(gateway.bootstrap_address, config, gateway.metrics_port)
         await stop.wait()
+        await supervised.cancel_all()
         if not worker:
             print("kpg: shutting down", flush=True)
         await gateway.stop()

@@ -92,6 +92,18 @@ class Running:
                 return float(value)
         return 0.0
 
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every sample of ``name`` in one scrape of the whole gateway: (labels, value)."""
+        status, text = get(self.metrics_url + "/metrics")
+        assert status == 200, f"{status} {text}\n{self.stderr()}"
+        found = []
+        for line in text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            metric, _, label_text = sample.partition("{")
+            if not line.startswith("#") and metric == name:
+                found.append((dict(re.findall(r'(\w+)="([^"]*)"', label_text)), float(value)))
+        return found
+
     def reload(self) -> None:
         subprocess.run([KPG, "reload", "--pid", str(self.process.pid)], check=True, timeout=30)
 
@@ -373,8 +385,9 @@ def test_reload_under_continuous_produce_keeps_connections_and_the_new_limit_dec
         running.config.write_text(yaml.safe_dump(raw))
         hangup_at = time.monotonic()
         running.reload()
+        # Counted once for the gateway, by the supervisor, once both workers applied it.
         assert wait_for(
-            lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30
+            lambda: running.metric("kpg_config_reloads_total", result="applied") == 1, 30
         )
         applied_at = time.monotonic()
         assert wait_for(lambda: any(t > applied_at for t, _ in producer.outcomes), 30)
@@ -415,35 +428,149 @@ def test_reload_under_continuous_produce_keeps_connections_and_the_new_limit_dec
 def test_a_broken_config_on_reload_is_refused_and_the_old_rules_stay(
     two_workers: Running,
 ) -> None:
+    """The supervisor checks the new file as start-up does; a refused one never reaches a
+    worker, and each worker records the refusal in its own audit chain."""
     running = two_workers
     raw = yaml.safe_load(running.config.read_text())
     raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
     running.config.write_text(yaml.safe_dump(raw))
     running.reload()
-    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30)
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 1, 30)
     admin = AdminClient({"bootstrap.servers": running.bootstrap})
     too_many = unique_name("wide")
     refused = outcome(admin.create_topics([NewTopic(too_many, 5, 1)])[too_many])
     assert refused is not None and refused[0] == KafkaError.POLICY_VIOLATION, refused
+    in_force = {
+        labels["version"] for labels, value in running.samples("kpg_policy_version") if value == 1
+    }
+    assert len(in_force) == 1
 
     raw["limits"] = {"max_in_flight": 5}
     running.config.write_text(yaml.safe_dump(raw))
     running.reload()
-    assert wait_for(lambda: "reload refused by every worker" in running.stderr(), 30)
-    # Start-up's message, naming the key and the file, from each worker.
-    assert running.stderr().count(f"{running.config}: limits.max_in_flight: unknown key") >= 2
-    assert running.metric("kpg_config_reloads_total", result="refused") == 2
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="refused") == 1, 30)
+    problem = f"{running.config}: limits.max_in_flight: unknown key"
+    assert wait_for(lambda: "supervisor: reload refused" in running.stderr(), 30)
+    # Start-up's message, naming the key and the file, once: from the supervisor; no worker
+    # read the file, so none refused it, none was sent SIGHUP.
+    assert running.stderr().count(problem) == 1, running.stderr()
+    assert "reload: 0 of 2 workers" not in running.stderr()
+    assert running.metric("kpg_config_reloads_total", result="applied") == 1
     refused = outcome(admin.create_topics([NewTopic(too_many, 5, 1)])[too_many])
     assert refused is not None and refused[0] == KafkaError.POLICY_VIOLATION, refused
     fits = unique_name("narrow")
     admin.create_topics([NewTopic(fits, 2, 1)])[fits].result(15)
 
     # A worker started after the refusal runs the rules in force, not the broken file.
-    os.kill(min(running.workers()), signal.SIGKILL)
+    victim = min(running.workers())
+    os.kill(victim, signal.SIGKILL)
     assert wait_for(lambda: running.metric("kpg_worker_restarts_total") == 1, 60)
     assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
     for client in clients_on_each_worker(running).values():
         client.close()
+    assert running.stop() == 0
+
+    # Each worker that was running recorded the refusal in its own chain, with the version
+    # that stays.
+    events = spool_events(running.spool)
+    refusals = [e for e in events if e["action"] == "reload_refused"]
+    assert len(refusals) == 2, refusals
+    assert len({e["chain_id"] for e in refusals}) == 2
+    for event in refusals:
+        assert event["verdict"] == "denied" and event["event_kind"] == "lifecycle"
+        assert event["policy_version"] in in_force
+        assert problem in event["message"]
+
+
+def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
+    two_workers: Running,
+) -> None:
+    """A worker that starts while a refused reload is being decided must not start on the
+    refused file. One worker is stopped (SIGSTOP), so a reload waits for its verdict; the
+    other one is killed in the meantime and started again."""
+    running = two_workers
+    raw = yaml.safe_load(running.config.read_text())
+    stalled, victim = sorted(running.workers())
+    os.kill(stalled, signal.SIGSTOP)
+    try:
+        # Loads, but its policies do not build.
+        raw["policies"] = {"create.topic.policy.class.name": "no_such_module.Policy"}
+        running.config.write_text(yaml.safe_dump(raw))
+        running.reload()
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="refused") >= 1, 30
+        )
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: running.metric("kpg_worker_restarts_total") >= 1, 60)
+        # The newcomer starts on the configuration in force and serves.
+        assert wait_for(lambda: len(running.workers() - {stalled, victim}) == 1, 60)
+        (newcomer,) = running.workers() - {stalled, victim}
+        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60), (
+            running.stderr()
+        )
+        assert "configuration error" not in running.stderr()
+    finally:
+        os.kill(stalled, signal.SIGCONT)
+    assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
+    assert running.metric("kpg_worker_restarts_total") == 1
+    for client in clients_on_each_worker(running).values():
+        client.close()
+    assert running.stop() == 0
+
+
+def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A policy plug-in that does not import: the file loads, the policies do not build."""
+    config = write_config(
+        tmp_path, broker, policies={"create.topic.policy.class.name": "no_such_module.Policy"}
+    )
+    process = subprocess.run(
+        [KPG, "run", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert process.returncode == 2, process.stderr
+    assert (
+        f"\nkpg: configuration error: {config}: policies.create.topic.policy.class.name: "
+        "cannot import no_such_module" in process.stderr
+    ), process.stderr
+    assert "worker 0 started" not in process.stderr
+    assert "gateway ready" not in process.stdout
+
+
+def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Running) -> None:
+    """One scrape of the supervisor: a reload counts once, gauges add up over the live
+    workers with no per-process series, the version in force is 1 and the old one 0."""
+    running = two_workers
+    (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+    served = clients_on_each_worker(running)
+    assert wait_for(lambda: running.metric("kpg_connections_active") == 2, 30)
+
+    raw = yaml.safe_load(running.config.read_text())
+    raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 30)
+    assert running.samples("kpg_config_reloads_total") == [
+        ({"result": "applied"}, 1.0),
+        ({"result": "refused"}, 0.0),
+        ({"result": "partial"}, 0.0),
+    ]
+    versions = dict(
+        (labels["version"], value) for labels, value in running.samples("kpg_policy_version")
+    )
+    assert versions.pop(old) == 0
+    ((new, in_force),) = versions.items()
+    assert in_force == 1 and new != old
+
+    # One series for the whole gateway, not one per worker's pid.
+    assert running.samples("kpg_audit_queue_depth") == [({}, 0.0)]
+    assert running.samples("kpg_connections_active") == [({}, 2.0)]
+    for client in served.values():
+        client.close()
+    assert wait_for(lambda: running.metric("kpg_connections_active") == 0, 30)
     assert running.stop() == 0
 
 
