@@ -107,11 +107,15 @@ class Supervisor:
         config_file: Path | None,
         command: WorkerCommand,
         load: ConfigLoader,
+        on_reload: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``on_reload(result, message)``: called once a reload is decided (see
+        :data:`RELOAD_RESULTS`; message: old -> new policy version, or why not)."""
         self.config = config
         self._config_file = config_file
         self._command = command
         self._load = load
+        self._on_reload = on_reload
         tls = config.upstream.tls
         self._upstream_tls = client_ssl_context(tls, config.source) if tls is not None else None
         self._workers = [Worker(index=i) for i in range(workers)]
@@ -336,51 +340,59 @@ class Supervisor:
         """SIGHUP: check the file as it is now, then have every worker reload it (see the
         module docstring)."""
         async with self._reload_lock:
-            previous = self.config_copy.read_bytes()
-            try:
-                config = await asyncio.to_thread(self._adopt, self.config)
-            except ConfigError as exc:
-                self._refuse(str(exc))
-                return
-            running = [w for w in self._running() if w.ready]
-            for worker in running:
-                assert worker.process is not None
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.send_signal(signal.SIGHUP)
-            results = await asyncio.gather(*(self._reload_result(w) for w in running))
-            applied = [r for r in results if r is not None and r.startswith("applied")]
-            log.info(
-                "supervisor: reload: %d of %d workers applied it%s",
+            result, message = await self._reload()
+            self.reloads[result] += 1
+            if self._on_reload is not None:
+                self._on_reload(result, message)
+
+    async def _reload(self) -> tuple[str, str]:
+        """One reload: its result (:data:`RELOAD_RESULTS`) and what happened."""
+        previous = self.config_copy.read_bytes()
+        try:
+            config = await asyncio.to_thread(self._adopt, self.config)
+        except ConfigError as exc:
+            self._refuse(str(exc))
+            return "refused", str(exc)
+        running = [w for w in self._running() if w.ready]
+        for worker in running:
+            assert worker.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(signal.SIGHUP)
+        results = await asyncio.gather(*(self._reload_result(w) for w in running))
+        said = [r.partition(" ") for r in results if r is not None]
+        applied = [message for verdict, _, message in said if verdict == "applied"]
+        log.info(
+            "supervisor: reload: %d of %d workers applied it%s",
+            len(applied),
+            len(running),
+            f" ({applied[0]})" if applied else "",
+        )
+        if running and not applied:
+            _write_atomically(self.config_copy, previous)
+            log.error("supervisor: reload refused by every worker: the previous file stays")
+            refusals = [message for verdict, _, message in said if verdict == "refused"]
+            return "refused", refusals[0] if refusals else "no worker said how its reload went"
+        versions = f"policy version {self.config.policy_version} -> {config.policy_version}"
+        self.config = config
+        message = applied[0] if applied else versions  # with no worker ready, nothing to say
+        if len(applied) < len(running):
+            log.error(
+                "supervisor: reload applied by %d of %d workers only: the others run the "
+                "previous configuration until they are started again (see their log lines)",
                 len(applied),
                 len(running),
-                f" ({applied[0].partition(' ')[2]})" if applied else "",
             )
-            if running and not applied:
-                _write_atomically(self.config_copy, previous)
-                self.reloads["refused"] += 1
-                log.error("supervisor: reload refused by every worker: the previous file stays")
-                return
-            self.config = config
-            if len(applied) < len(running):
-                self.reloads["partial"] += 1
-                log.error(
-                    "supervisor: reload applied by %d of %d workers only: the others run the "
-                    "previous configuration until they are started again (see their log lines)",
-                    len(applied),
-                    len(running),
-                )
-                return
-            self.reloads["applied"] += 1
+            return "partial", f"applied by {len(applied)} of {len(running)} workers: {message}"
+        return "applied", message
 
     def _refuse(self, problem: str) -> None:
-        """A file the supervisor's check refused: logged and counted here, recorded in the
-        audit by every worker (told over its command pipe), and no worker reloads."""
+        """A file the supervisor's check refused: logged here, recorded in the audit by every
+        worker (told over its command pipe), and no worker reloads."""
         log.error(
             "supervisor: reload refused, policy version %s stays in force: %s",
             self.config.policy_version,
             problem,
         )
-        self.reloads["refused"] += 1
         line = f"reload_refused {json.dumps(problem)}\n".encode()
         for worker in self._running():
             assert worker.process is not None

@@ -61,6 +61,7 @@ class Running:
         self.node_port = int(raw["node_port_base"]) + TANSU_NODE_ID
         self.metrics_url = f"http://{raw['metrics']}"
         self.spool = Path(raw["audit"]["spool_dir"])
+        self.pid_file = pid_file(config)
         self.stderr_lines: list[str] = []
         assert process.stderr is not None
         stderr = process.stderr
@@ -104,12 +105,23 @@ class Running:
                 found.append((dict(re.findall(r'(\w+)="([^"]*)"', label_text)), float(value)))
         return found
 
-    def reload(self) -> None:
-        subprocess.run([KPG, "reload", "--pid", str(self.process.pid)], check=True, timeout=30)
+    def reload(self, status: int = 0) -> str:
+        """`kpg reload --pid-file`: it waits for the gateway's outcome; its exit status must
+        be ``status``; returns what it printed."""
+        done = subprocess.run(
+            [KPG, "reload", "--pid-file", str(self.pid_file)],
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
+        assert done.returncode == status, f"{done}\n{self.stderr()}"
+        return done.stdout + done.stderr
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(60)
+        status = self.process.wait(60)
+        self._reader.join(30)  # every line it wrote is in stderr()
+        return status
 
 
 def children(pid: int) -> set[int]:
@@ -177,8 +189,14 @@ def write_config(directory: Path, upstream: HostPort, **extra: Any) -> Path:
     return path
 
 
+def pid_file(config: Path) -> Path:
+    return config.with_name("kpg.pid")
+
+
 def start(config: Path, workers: int = 2) -> Running:
-    process, bootstrap = start_kpg("--config", str(config), "--workers", str(workers))
+    process, bootstrap = start_kpg(
+        "--config", str(config), "--workers", str(workers), "--pid-file", str(pid_file(config))
+    )
     running = Running(process, bootstrap, config)
     assert wait_for(lambda: len(running.workers()) == workers, timeout=30)
     assert wait_for(lambda: running.metric("kpg_workers", state="ready") == workers, timeout=60)
@@ -280,6 +298,9 @@ def test_two_workers_behind_one_port_serve_real_clients(
     # One scrape covers both workers: the connections both of them accepted are summed.
     assert running.metric("kpg_connections_total", listener="bootstrap") >= 2
     assert running.stop() == 0
+    # The workers stopped at once: no task of theirs kept them to the shutdown timeout.
+    assert running.stderr().count("gateway stopped") == 2
+    assert "shutdown timeout" not in running.stderr()
 
 
 def test_a_policy_set_through_one_worker_decides_the_next_request_on_the_other(
@@ -434,7 +455,7 @@ def test_a_broken_config_on_reload_is_refused_and_the_old_rules_stay(
     raw = yaml.safe_load(running.config.read_text())
     raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
     running.config.write_text(yaml.safe_dump(raw))
-    running.reload()
+    assert re.search(r"kpg reload: applied: policy version \S+ -> \S+", running.reload())
     assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 1, 30)
     admin = AdminClient({"bootstrap.servers": running.bootstrap})
     too_many = unique_name("wide")
@@ -447,9 +468,9 @@ def test_a_broken_config_on_reload_is_refused_and_the_old_rules_stay(
 
     raw["limits"] = {"max_in_flight": 5}
     running.config.write_text(yaml.safe_dump(raw))
-    running.reload()
-    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="refused") == 1, 30)
     problem = f"{running.config}: limits.max_in_flight: unknown key"
+    assert f"kpg reload: refused: {problem}" in running.reload(status=1)
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="refused") == 1, 30)
     assert wait_for(lambda: "supervisor: reload refused" in running.stderr(), 30)
     # Start-up's message, naming the key and the file, once: from the supervisor; no worker
     # read the file, so none refused it, none was sent SIGHUP.
@@ -496,7 +517,7 @@ def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
         # Loads, but its policies do not build.
         raw["policies"] = {"create.topic.policy.class.name": "no_such_module.Policy"}
         running.config.write_text(yaml.safe_dump(raw))
-        running.reload()
+        running.reload(status=1)
         assert wait_for(
             lambda: running.metric("kpg_config_reloads_total", result="refused") >= 1, 30
         )
@@ -572,6 +593,31 @@ def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Runnin
         client.close()
     assert wait_for(lambda: running.metric("kpg_connections_active") == 0, 30)
     assert running.stop() == 0
+
+
+def test_kpg_reload_of_one_process_says_how_the_reload_went(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, broker)
+    process, _ = start_kpg("--config", str(config), "--pid-file", str(pid_file(config)))
+    try:
+        running = Running(process, "127.0.0.1:0", config)
+        raw = yaml.safe_load(config.read_text())
+        raw["limits"] = {"max_in_flight": 5}
+        config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert f"kpg reload: refused: {config}: limits.max_in_flight: unknown key" in said
+        del raw["limits"]
+        raw["policies"] = {"rules": [{"name": "p", "type": "partitions", "max": 2}]}
+        config.write_text(yaml.safe_dump(raw))
+        assert re.search(r"kpg reload: applied: policy version \S+ -> \S+", running.reload())
+        assert running.metric("kpg_config_reloads_total", result="applied") == 1
+        assert running.metric("kpg_config_reloads_total", result="refused") == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert not pid_file(config).exists()
+    assert not pid_file(config).with_name("kpg.pid.reload").exists()
 
 
 def test_healthz_and_readyz_follow_the_upstream(tmp_path: Path) -> None:
