@@ -86,7 +86,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--pid-file",
         type=Path,
         metavar="PATH",
-        help="write the gateway's pid here (the supervisor's with --workers), for kpg reload",
+        help="write the gateway's pid here (the supervisor's with --workers), and the outcome "
+        "of each reload to PATH.reload, for kpg reload",
     )
     run.add_argument(
         "--log-level",
