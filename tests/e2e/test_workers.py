@@ -517,7 +517,7 @@ def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
         # Loads, but its policies do not build.
         raw["policies"] = {"create.topic.policy.class.name": "no_such_module.Policy"}
         running.config.write_text(yaml.safe_dump(raw))
-        running.reload(status=1)
+        running.process.send_signal(signal.SIGHUP)  # kill -HUP: no waiting for the outcome
         assert wait_for(
             lambda: running.metric("kpg_config_reloads_total", result="refused") >= 1, 30
         )
