@@ -24,8 +24,10 @@ Contracts, stated once:
   supervisor writes no spool: one writer per spool directory). An accepted file becomes the
   copy and SIGHUP is passed on; each worker reloads it (or refuses, a second line of defence:
   say, a plug-in that fails to build only there) and says so; refused by every worker, the
-  copy goes back to the previous file. The supervisor counts each reload once, by outcome
-  (``kpg_config_reloads_total``): the workers count none of theirs.
+  copy goes back to the previous file. A worker that read the copy just before a reload
+  replaced it, not yet serving and so not sent SIGHUP, is sent SIGHUP once it serves. The
+  supervisor counts each reload once, by outcome (``kpg_config_reloads_total``): the workers
+  count none of theirs.
 - Workers that die are started again after a pause that doubles with each quick death
   (:data:`BACKOFF_S` up to :data:`MAX_BACKOFF_S`); a worker that dies :data:`CRASH_LOOP`
   times in a row within :data:`QUICK_DEATH_S` of starting is reported and left down. With
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -86,6 +89,8 @@ class Worker:
     given_up: bool = False
     reloads: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     """``applied <version>`` or ``refused <message>``, one per SIGHUP it was sent."""
+    copy: int = 0
+    """Which of the supervisor's copies of the file it runs (see ``Supervisor._copy``)."""
 
 
 WorkerCommand = Callable[[int, int, Path], list[str]]
@@ -125,6 +130,11 @@ class Supervisor:
         self.config_copy = self._run_dir / "gateway.yaml"
         self._candidate = self._run_dir / "candidate.yaml"
         self.reloads: collections.Counter[str] = collections.Counter()
+        self._copies = itertools.count(1)
+        self._copy = 0
+        """Which copy of the file the workers' copy holds now: a worker started on another
+        one (it read the copy just before a reload replaced it, and was not ready to be sent
+        SIGHUP) is sent SIGHUP once ready."""
         """The gateway's reloads by outcome (:data:`RELOAD_RESULTS`), one per SIGHUP."""
         self._stopping = False
         self._done = asyncio.Event()
@@ -233,6 +243,7 @@ class Supervisor:
         worker.ready = False
         worker.started_at = time.monotonic()
         worker.reloads = asyncio.Queue()
+        worker.copy = self._copy
         log.info("supervisor: worker %d started (pid %d)", worker.index, process.pid)
         self._spawn(self._watch(worker, process, read_fd), f"worker-{worker.index}")
 
@@ -259,6 +270,8 @@ class Supervisor:
         word, _, rest = line.partition(" ")
         if word == "ready":
             worker.ready = True
+            if worker.copy != self._copy:
+                self._spawn(self._catch_up(worker), f"catch-up-{worker.index}")
         elif word == "reload":
             worker.reloads.put_nowait(rest)
 
@@ -334,6 +347,7 @@ class Supervisor:
             self._candidate.unlink(missing_ok=True)
             raise
         os.replace(self._candidate, self.config_copy)
+        self._copy = next(self._copies)
         return config
 
     async def reload(self) -> None:
@@ -347,7 +361,7 @@ class Supervisor:
 
     async def _reload(self) -> tuple[str, str]:
         """One reload: its result (:data:`RELOAD_RESULTS`) and what happened."""
-        previous = self.config_copy.read_bytes()
+        previous, previous_copy = self.config_copy.read_bytes(), self._copy
         try:
             config = await asyncio.to_thread(self._adopt, self.config)
         except ConfigError as exc:
@@ -359,6 +373,9 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(signal.SIGHUP)
         results = await asyncio.gather(*(self._reload_result(w) for w in running))
+        for worker, result in zip(running, results, strict=True):
+            if result is not None and result.startswith("applied"):
+                worker.copy = self._copy
         said = [r.partition(" ") for r in results if r is not None]
         applied = [message for verdict, _, message in said if verdict == "applied"]
         log.info(
@@ -369,6 +386,7 @@ class Supervisor:
         )
         if running and not applied:
             _write_atomically(self.config_copy, previous)
+            self._copy = previous_copy
             log.error("supervisor: reload refused by every worker: the previous file stays")
             refusals = [message for verdict, _, message in said if verdict == "refused"]
             return "refused", refusals[0] if refusals else "no worker said how its reload went"
@@ -384,6 +402,24 @@ class Supervisor:
             )
             return "partial", f"applied by {len(applied)} of {len(running)} workers: {message}"
         return "applied", message
+
+    async def _catch_up(self, worker: Worker) -> None:
+        """A worker ready on a copy that is no longer the workers' (it read the file just
+        before a reload replaced it): it reloads, after any reload under way."""
+        async with self._reload_lock:
+            process = worker.process
+            if process is None or process.returncode is not None or worker.copy == self._copy:
+                return
+            worker.copy = self._copy
+            log.info(
+                "supervisor: worker %d started on the file a reload replaced: reloading it",
+                worker.index,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGHUP)
+            result = await self._reload_result(worker)
+            if result is not None and not result.startswith("applied"):
+                log.error("supervisor: worker %d did not reload: %s", worker.index, result)
 
     def _refuse(self, problem: str) -> None:
         """A file the supervisor's check refused: logged here, recorded in the audit by every

@@ -42,6 +42,7 @@ pytestmark = [
 ]
 
 TANSU_NODE_ID = 111
+PLUGINS = "tests.plugins.kafka_test_policies"
 INVALID_RECORD = 87
 POLICY_VIOLATION = 44
 
@@ -537,6 +538,55 @@ def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
     for client in clients_on_each_worker(running).values():
         client.close()
     assert running.stop() == 0
+
+
+def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A worker that read the workers' copy just before a reload replaced it, and was not yet
+    serving (so not sent SIGHUP), must not run the replaced configuration. A test plug-in
+    holds the restarted worker between reading its configuration and serving while the
+    reload happens (tests/plugins: GatedCreateTopicPolicy)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.GatedCreateTopicPolicy",
+        "test.gate.dir": str(gate),
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        victim = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[0])
+        (gate / "hold-worker-1").touch()
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: len(re.findall(r"worker 1 started", running.stderr())) == 2, 60)
+        newcomer = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[1])
+        # It has read the copy and is building its policies, not serving.
+        assert wait_for(lambda: (gate / f"configuring-{newcomer}").exists(), 60)
+
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["rules"] = [{"name": "p", "type": "partitions", "max": 2}]
+        running.config.write_text(yaml.safe_dump(raw))
+        running.process.send_signal(signal.SIGHUP)
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
+        )
+        (gate / "hold-worker-1").unlink()
+
+        def versions() -> dict[str, float]:
+            return {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+
+        # Once the newcomer serves (its policy version is then in the scrape), both workers
+        # come to the new version: the old one is 1 on no live worker.
+        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
+        assert wait_for(lambda: len(versions()) == 2 and versions()[old] == 0, 60), (
+            versions(),
+            running.stderr(),
+        )
+        assert "started on the file a reload replaced: reloading it" in running.stderr()
+    finally:
+        (gate / "hold-worker-1").unlink(missing_ok=True)
+        running.stop()
 
 
 def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
