@@ -130,12 +130,12 @@ class Supervisor:
         self.config_copy = self._run_dir / "gateway.yaml"
         self._candidate = self._run_dir / "candidate.yaml"
         self.reloads: collections.Counter[str] = collections.Counter()
+        """The gateway's reloads by outcome (:data:`RELOAD_RESULTS`), one per SIGHUP."""
         self._copies = itertools.count(1)
         self._copy = 0
         """Which copy of the file the workers' copy holds now: a worker started on another
         one (it read the copy just before a reload replaced it, and was not ready to be sent
         SIGHUP) is sent SIGHUP once ready."""
-        """The gateway's reloads by outcome (:data:`RELOAD_RESULTS`), one per SIGHUP."""
         self._stopping = False
         self._done = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -367,6 +367,10 @@ class Supervisor:
         except ConfigError as exc:
             self._refuse(str(exc))
             return "refused", str(exc)
+        except Exception as exc:  # noqa: BLE001 - as a worker's reload: the old config stays
+            log.exception("supervisor: checking the reloaded file failed")
+            self._refuse(f"{type(exc).__name__}: {exc}")
+            return "refused", f"{type(exc).__name__}: {exc}"
         running = [w for w in self._running() if w.ready]
         for worker in running:
             assert worker.process is not None
