@@ -589,6 +589,40 @@ def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
         running.stop()
 
 
+def test_a_file_only_workers_refuse_is_reported_and_counted_once(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """The workers' own check, behind the supervisor's: a plug-in that fails to build in the
+    workers only (tests/plugins: WorkerRefusedCreateTopicPolicy)."""
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.WorkerRefusedCreateTopicPolicy"
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["test.fail.in.workers"] = "0,1"
+        running.config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert "kpg reload: refused: " in said and "refused in worker" in said
+        assert "reload refused by every worker: the previous file stays" in running.stderr()
+
+        raw["policies"]["test.fail.in.workers"] = "1"
+        running.config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert "kpg reload: partial: applied by 1 of 2 workers: policy version" in said
+        assert running.samples("kpg_config_reloads_total") == [
+            ({"result": "applied"}, 0.0),
+            ({"result": "refused"}, 1.0),
+            ({"result": "partial"}, 1.0),
+        ]
+        # The workers disagree, and the scrape says so.
+        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        assert versions[old] == 1 and sorted(versions.values()) == [1.0, 1.0]
+    finally:
+        running.stop()
+
+
 def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
     broker: HostPort, tmp_path: Path
 ) -> None:

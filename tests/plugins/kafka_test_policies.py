@@ -149,3 +149,19 @@ class GatedCreateTopicPolicy(CreateTopicPolicy):
 
     def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
         return None
+
+
+class WorkerRefusedCreateTopicPolicy(CreateTopicPolicy):
+    """Allows everything; its ``configure()`` fails in the workers of ``kpg run --workers``
+    whose index is in ``test.fail.in.workers`` (comma-separated), and nowhere else (not in
+    the supervisor's check): a file only a worker refuses."""
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        failing = configs.get("test.fail.in.workers", "").split(",")
+        if "--worker-index" in sys.argv:
+            index = sys.argv[sys.argv.index("--worker-index") + 1]
+            if index in failing:
+                raise RuntimeError(f"refused in worker {index}")
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        return None
