@@ -529,13 +529,17 @@ class AuditEmitter:
         self._failed_events = 0
         self._events_total: Counter | None = None
         self._failed_total: Counter | None = None
+        self._depth: Gauge | None = None
         if registry is not None:
-            depth = Gauge(
+            self._depth = Gauge(
                 "kpg_audit_queue_depth",
                 "Audit events waiting to be written.",
                 registry=registry,
+                multiprocess_mode="livesum",
             )
-            depth.set_function(self._queue.qsize)
+            # Read at each scrape in one process; under kpg run --workers the supervisor
+            # reads the workers' files instead, which _note_depth keeps current.
+            self._depth.set_function(self._queue.qsize)
             self._events_total = Counter(
                 "kpg_audit_events",
                 "Audit events emitted, by verdict (a Produce summary counts once).",
@@ -605,6 +609,7 @@ class AuditEmitter:
             await self._queue.put(event)
         finally:
             self._waiting_emits -= 1
+        self._note_depth()
         self._count_emitted((event,))
 
     def lifecycle(self, action: str, *, policy_version: str, message: str) -> None:
@@ -647,6 +652,7 @@ class AuditEmitter:
             self._late_emits.add(task)
             task.add_done_callback(self._late_emits.discard)
             return
+        self._note_depth()
         self._count_emitted((event,))
 
     async def _put_late(self, event: AuditEvent) -> None:
@@ -654,6 +660,7 @@ class AuditEmitter:
             await self._queue.put(event)
         finally:
             self._waiting_emits -= 1
+        self._note_depth()
         self._count_emitted((event,))
 
     def record_allowed_produce(
@@ -741,6 +748,7 @@ class AuditEmitter:
         items = [first]
         while len(items) < self._batch_max_events and not self._queue.empty():
             items.append(self._queue.get_nowait())
+        self._note_depth()
         return [item for item in items if item is not None]
 
     def _flush_summaries(self, now: float) -> list[AuditEvent]:
@@ -748,6 +756,11 @@ class AuditEmitter:
         summaries = list(self._summarizer.flush(int(now * 1000)))
         self._count_emitted(summaries)
         return summaries
+
+    def _note_depth(self) -> None:
+        """Store the queue's depth (for prometheus_client's multiprocess files)."""
+        if self._depth is not None:
+            self._depth.set(self._queue.qsize())
 
     def _count_emitted(self, events: Sequence[AuditEvent]) -> None:
         if self._events_total is not None:

@@ -6,22 +6,36 @@ import argparse
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Final
 
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
 from .logs import LOG_FORMATS
 from .logs import configure as configure_logging
 from .rlimits import raise_open_file_limit
-from .supervisor import Supervisor, cpu_count, watch_parent, worker_command, worker_spool_dir
+from .supervisor import (
+    RELOAD_WAIT_S,
+    Supervisor,
+    cpu_count,
+    watch_parent,
+    worker_command,
+    worker_commands,
+    worker_spool_dir,
+)
 
 log = logging.getLogger("kpg")
+
+VERDICT_WAIT_S: Final = RELOAD_WAIT_S + 30.0
+"""How long ``kpg reload --pid-file`` waits for the gateway to say how the reload went."""
 
 
 def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,7 +86,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--pid-file",
         type=Path,
         metavar="PATH",
-        help="write the gateway's pid here (the supervisor's with --workers), for kpg reload",
+        help="write the gateway's pid here (the supervisor's with --workers), and the outcome "
+        "of each reload to PATH.reload, for kpg reload",
     )
     run.add_argument(
         "--log-level",
@@ -113,10 +128,13 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
             "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid. It reads "
             "its config file again: policies, rules, record validation, limits and "
             "client_configs apply to the next request, connections stay open; a bad file is "
-            "refused and the running configuration stays. The outcome is in the gateway's log "
-            "('configuration reloaded' or 'reload refused'), in kpg_config_reloads_total"
-            "{result=applied|refused}, kpg_policy_version and, with audit on, a lifecycle "
-            "audit event."
+            "refused with start-up's messages and the running configuration stays. With "
+            "--pid-file, kpg reload waits for the outcome (which kpg run --pid-file PATH "
+            "writes to PATH.reload), prints it and exits 0 when applied, 1 when refused (or "
+            "applied by some workers only, or no outcome came); with --pid it only signals. "
+            "The outcome is also in the gateway's log ('configuration reloaded' or 'reload "
+            "refused'), in kpg_config_reloads_total{result=applied|refused|partial}, "
+            "kpg_policy_version and, with audit on, a lifecycle audit event."
         ),
     )
     target = reload.add_mutually_exclusive_group(required=True)
@@ -133,13 +151,72 @@ def _cmd_reload(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"kpg reload: {args.pid_file}: no pid in it: {exc}", file=sys.stderr)
             return 2
+    verdicts = verdict_path(args.pid_file) if args.pid_file is not None else None
+    seen = _read_verdict(verdicts, pid) if verdicts is not None else None
     try:
         os.kill(pid, signal.SIGHUP)
     except OSError as exc:
         print(f"kpg reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(f"kpg reload: sent SIGHUP to pid {pid}; the outcome is in the gateway's log")
-    return 0
+    if verdicts is None:
+        print(f"kpg reload: sent SIGHUP to pid {pid}; the outcome is in the gateway's log")
+        return 0
+    deadline = time.monotonic() + VERDICT_WAIT_S
+    after = seen[0] if seen is not None else 0
+    while time.monotonic() < deadline:
+        verdict = _read_verdict(verdicts, pid)
+        if verdict is not None and verdict[0] > after:
+            _, result, message = verdict
+            if result == "applied":
+                print(f"kpg reload: applied: {message}")
+                return 0
+            print(f"kpg reload: {result}: {message}", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    print(
+        f"kpg reload: sent SIGHUP to pid {pid}, no outcome in {verdicts} within "
+        f"{VERDICT_WAIT_S:.0f} s: see the gateway's log",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def verdict_path(pid_file: Path) -> Path:
+    """Where ``kpg run --pid-file PATH`` writes how its latest reload went: ``PATH.reload``."""
+    return pid_file.with_name(pid_file.name + ".reload")
+
+
+def _read_verdict(path: Path, pid: int) -> tuple[int, str, str] | None:
+    """(seq, result, message) of the latest verdict the gateway of ``pid`` wrote (None:
+    none yet, or another process's)."""
+    try:
+        verdict = json.loads(path.read_text())
+        if verdict["pid"] != pid:
+            return None
+        return int(verdict["seq"]), str(verdict["result"]), str(verdict["message"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+class ReloadVerdicts:
+    """Writes each reload's outcome for ``kpg reload`` (see :func:`verdict_path`): one JSON
+    object, ``pid``, ``seq`` (1, 2, ... since this start), ``result`` and ``message``."""
+
+    def __init__(self, pid_file: Path | None) -> None:
+        self._path = verdict_path(pid_file) if pid_file is not None else None
+        self._seq = 0
+
+    def __call__(self, result: str, message: str) -> None:
+        if self._path is None:
+            return
+        self._seq += 1
+        verdict = {"pid": os.getpid(), "seq": self._seq, "result": result, "message": message}
+        temporary = self._path.with_name(self._path.name + ".tmp")
+        try:
+            temporary.write_text(json.dumps(verdict) + "\n")
+            os.replace(temporary, self._path)
+        except OSError as exc:
+            log.warning("cannot write the reload's outcome to %s: %s", self._path, exc)
 
 
 def package_version() -> str:
@@ -214,7 +291,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         with _pid_file(args.pid_file):
             if workers > 1:
-                return _supervise(config, workers, args, embedded is not None)
+                return _supervise(config, workers, args, overrides, embedded is not None)
             return _serve(config, reloaded, args)
     finally:
         if embedded is not None:
@@ -254,11 +331,13 @@ def _pid_file(path: Path | None) -> Iterator[None]:
         yield
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    verdict_path(path).unlink(missing_ok=True)  # a previous run's
     path.write_text(f"{os.getpid()}\n")
     try:
         yield
     finally:
         path.unlink(missing_ok=True)
+        verdict_path(path).unlink(missing_ok=True)
 
 
 def _worker_config(config: GatewayConfig, args: argparse.Namespace) -> GatewayConfig:
@@ -279,16 +358,13 @@ def _reload_worker(args: argparse.Namespace, overrides: dict[str, object]) -> Ga
 
 
 def _supervise(
-    config: GatewayConfig, workers: int, args: argparse.Namespace, embedded: bool
+    config: GatewayConfig,
+    workers: int,
+    args: argparse.Namespace,
+    overrides: dict[str, object],
+    embedded: bool,
 ) -> int:
     """Run ``workers`` worker processes under a supervisor (gateway.supervisor)."""
-    from .server import check_policies
-
-    try:
-        check_policies(config)
-    except ConfigError as exc:
-        print(f"kpg: configuration error: {exc}", file=sys.stderr)
-        return 2
     base = [
         "--upstream",
         ",".join(map(str, config.upstream.bootstrap_servers)),
@@ -306,12 +382,27 @@ def _supervise(
     if embedded:
         base.append("--embedded-upstream")
     config_name = str(args.config) if args.config is not None else None
+    upstream = config.upstream.bootstrap_servers[0]
+
+    def load_copy(path: Path) -> GatewayConfig:
+        # What a worker's start-up and reload read (_cmd_run, _reload_worker), from a copy.
+        loaded = load(path, overrides, source=config_name)
+        return with_embedded_upstream(loaded, upstream) if embedded else loaded
+
     supervisor = Supervisor(
         workers=workers,
         config=config,
         config_file=args.config,
         command=lambda index, fd, copy: worker_command(base, index, fd, copy, config_name),
+        load=load_copy,
+        on_reload=ReloadVerdicts(args.pid_file),
     )
+    try:
+        supervisor.adopt()
+    except ConfigError as exc:
+        supervisor.close()
+        print(f"kpg: configuration error: {exc}", file=sys.stderr)
+        return 2
 
     def ready() -> None:
         address = HostPort(host=config.advertised_host, port=config.listen.port)
@@ -340,6 +431,7 @@ def _serve(
     import uvloop
 
     from .server import Gateway, ReloadOutcome
+    from .tasks import TaskSet
 
     worker = args.worker_index is not None
     status = os.fdopen(args.status_fd, "w", buffering=1) if args.status_fd is not None else None
@@ -349,14 +441,18 @@ def _serve(
             with contextlib.suppress(OSError):
                 status.write(line.replace("\n", " ") + "\n")
 
+    verdicts = ReloadVerdicts(None if worker else args.pid_file)
+
     async def reload(gateway: Gateway) -> None:
         outcome: ReloadOutcome = await gateway.reload(reloaded)
         verdict = "applied" if outcome.applied else "refused"
         tell(f"reload {verdict} {outcome.message}")
+        verdicts(verdict, outcome.message)
 
     async def main() -> int:
         try:
-            gateway = Gateway(config, reuse_port=worker)
+            # A worker counts no reload: its supervisor counts each of the gateway's once.
+            gateway = Gateway(config, reuse_port=worker, count_reloads=not worker)
             await gateway.start()
         except ConfigError as exc:
             print(f"kpg: configuration error: {exc}", file=sys.stderr)
@@ -371,8 +467,11 @@ def _serve(
         loop.add_signal_handler(
             signal.SIGHUP, lambda: gateway.tasks.spawn(reload(gateway), name="reload")
         )
+        # Not the gateway's tasks: those are waited for at shutdown, and these never end.
+        supervised = TaskSet()
         if worker:
-            gateway.tasks.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
+            supervised.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
+            supervised.spawn(worker_commands(gateway.reload_refused_by_supervisor), "commands")
             log.info(
                 "worker %d (pid %d) serving %s",
                 args.worker_index,
@@ -383,6 +482,7 @@ def _serve(
         else:
             _announce(gateway.bootstrap_address, config, gateway.metrics_port)
         await stop.wait()
+        await supervised.cancel_all()
         if not worker:
             print("kpg: shutting down", flush=True)
         await gateway.stop()

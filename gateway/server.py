@@ -57,13 +57,16 @@ class Gateway:
         metrics: GatewayMetrics | None = None,
         *,
         reuse_port: bool = False,
+        count_reloads: bool = True,
     ) -> None:
         """``reuse_port``: open every client listener with SO_REUSEPORT, to share its port
-        with the other workers of ``kpg run --workers N``."""
+        with the other workers of ``kpg run --workers N``. ``count_reloads`` False: leave
+        ``kpg_config_reloads_total`` alone (a worker's supervisor counts the gateway's)."""
         if not config.upstream.bootstrap_servers:
             raise ValueError("the gateway needs at least one upstream bootstrap server")
         self.metrics = metrics or GatewayMetrics()
         self._reuse_port = reuse_port
+        self._count_reloads = count_reloads
         self.own_topics = frozenset(gateway_topics(config))
         if config.client_configs.admin_principals is None:
             log.warning(
@@ -199,7 +202,8 @@ class Gateway:
             self._request_memory.set_limit(config.limits.queued_max_request_bytes)
             old.retire(self.tasks)
             self._replaced.append(old)
-            self.metrics.config_reloads.labels("applied").inc()
+            if self._count_reloads:
+                self.metrics.config_reloads.labels("applied").inc()
             self.metrics.set_policy_version(config.policy_version, previous=old.policy_version)
             log.info("configuration reloaded from %s: %s", config.source, message)
             return ReloadOutcome(
@@ -213,13 +217,24 @@ class Gateway:
         log.error(
             "reload refused, policy version %s stays in force: %s", old.policy_version, problem
         )
-        self.metrics.config_reloads.labels("refused").inc()
+        if self._count_reloads:
+            self.metrics.config_reloads.labels("refused").inc()
+        self._record_refusal(old.policy_version, problem)
+        return ReloadOutcome(applied=False, policy_version=old.policy_version, message=problem)
+
+    def reload_refused_by_supervisor(self, problem: str) -> None:
+        """In a worker of ``kpg run --workers``: the supervisor refused a reload before any
+        worker read the file; record it in this worker's audit as a refusal here would be
+        (the supervisor has logged and counted it)."""
+        log.info("reload refused by the supervisor, policy version %s stays", self.policy_version)
+        self._record_refusal(self.policy_version, problem)
+
+    def _record_refusal(self, policy_version: str, problem: str) -> None:
         self._lifecycle(
             "reload_refused",
-            old.policy_version,
-            f"reload refused, policy version {old.policy_version} stays: {problem}",
+            policy_version,
+            f"reload refused, policy version {policy_version} stays: {problem}",
         )
-        return ReloadOutcome(applied=False, policy_version=old.policy_version, message=problem)
 
     def _lifecycle(self, action: str, policy_version: str, message: str) -> None:
         if self.audit is not None and self.audit.running:

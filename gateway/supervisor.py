@@ -15,10 +15,19 @@ Contracts, stated once:
   (``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode); the supervisor serves
   their sum, with its own worker counts, on the metrics listener, with ``/healthz`` and
   ``/readyz`` (ready: at least one worker ready, and an upstream broker answers).
-- Configuration: workers read the supervisor's copy of the file, taken when it was last
-  accepted, so a worker restarted later runs what the others run. SIGHUP (``kpg reload``)
-  copies the file anew and passes SIGHUP on; each worker reloads (or refuses, with start-up's
-  messages) and says so; refused by every worker, the copy goes back to the previous file.
+- Configuration: workers read the supervisor's copy of the file, so a worker restarted later
+  runs what the others run. The supervisor checks a file as start-up does (the same loader
+  and policy build, the same messages) before it becomes the copy: at start (a bad file stops
+  ``kpg run`` before any worker starts) and on SIGHUP (``kpg reload``). A file refused on
+  SIGHUP is logged, never reaches the copy nor any worker, and each worker is told over its
+  command pipe (stdin) to record the ``reload_refused`` audit event in its own chain (the
+  supervisor writes no spool: one writer per spool directory). An accepted file becomes the
+  copy and SIGHUP is passed on; each worker reloads it (or refuses, a second line of defence:
+  say, a plug-in that fails to build only there) and says so; refused by every worker, the
+  copy goes back to the previous file. A worker that read the copy just before a reload
+  replaced it, not yet serving and so not sent SIGHUP, is sent SIGHUP once it serves. The
+  supervisor counts each reload once, by outcome (``kpg_config_reloads_total``): the workers
+  count none of theirs.
 - Workers that die are started again after a pause that doubles with each quick death
   (:data:`BACKOFF_S` up to :data:`MAX_BACKOFF_S`); a worker that dies :data:`CRASH_LOOP`
   times in a row within :data:`QUICK_DEATH_S` of starting is reported and left down. With
@@ -30,7 +39,10 @@ Contracts, stated once:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
+import json
 import logging
 import os
 import shutil
@@ -48,7 +60,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from .config import GatewayConfig
+from .config import ConfigError, GatewayConfig, live_part
 from .health import MetricsEndpoint, Readiness, probe_upstream
 from .upstream_security import client_ssl_context
 
@@ -61,6 +73,9 @@ CRASH_LOOP: Final = 5
 RELOAD_WAIT_S: Final = 120.0
 """How long the supervisor waits for every worker to say how its reload went."""
 STOP_MARGIN_S: Final = 10.0
+RELOAD_RESULTS: Final = ("applied", "refused", "partial")
+"""``kpg_config_reloads_total`` labels: every worker asked applied it (or none was running),
+the supervisor or every worker refused it, some workers applied it and others did not."""
 
 
 @dataclass(slots=True, eq=False)
@@ -74,10 +89,18 @@ class Worker:
     given_up: bool = False
     reloads: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
     """``applied <version>`` or ``refused <message>``, one per SIGHUP it was sent."""
+    copy: int = 0
+    """Which of the supervisor's copies of the file it runs (see ``Supervisor._copy``)."""
 
 
 WorkerCommand = Callable[[int, int, Path], list[str]]
 """(worker index, status pipe's write end, config copy) -> the worker's command line."""
+
+ConfigLoader = Callable[[Path], GatewayConfig]
+"""Reads a copy of the operator's file as a worker will (start-up's loader, the overrides of
+the command line, messages naming the operator's file).
+
+:raises ConfigError: as at start-up."""
 
 
 class Supervisor:
@@ -88,10 +111,16 @@ class Supervisor:
         config: GatewayConfig,
         config_file: Path | None,
         command: WorkerCommand,
+        load: ConfigLoader,
+        on_reload: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``on_reload(result, message)``: called once a reload is decided (see
+        :data:`RELOAD_RESULTS`; message: old -> new policy version, or why not)."""
         self.config = config
         self._config_file = config_file
         self._command = command
+        self._load = load
+        self._on_reload = on_reload
         tls = config.upstream.tls
         self._upstream_tls = client_ssl_context(tls, config.source) if tls is not None else None
         self._workers = [Worker(index=i) for i in range(workers)]
@@ -99,6 +128,14 @@ class Supervisor:
         self._metrics_dir = self._run_dir / "metrics"
         self._metrics_dir.mkdir()
         self.config_copy = self._run_dir / "gateway.yaml"
+        self._candidate = self._run_dir / "candidate.yaml"
+        self.reloads: collections.Counter[str] = collections.Counter()
+        """The gateway's reloads by outcome (:data:`RELOAD_RESULTS`), one per SIGHUP."""
+        self._copies = itertools.count(1)
+        self._copy = 0
+        """Which copy of the file the workers' copy holds now: a worker started on another
+        one (it read the copy just before a reload replaced it, and was not ready to be sent
+        SIGHUP) is sent SIGHUP once ready."""
         self._stopping = False
         self._done = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -109,10 +146,21 @@ class Supervisor:
 
     # --- start and stop ----------------------------------------------------------------
 
+    def adopt(self) -> None:
+        """At start-up: check the operator's file as start-up does and make it the workers'
+        copy; call before :meth:`run`.
+
+        :raises ConfigError: with start-up's messages; no worker is started then.
+        """
+        self.config = self._adopt(None)
+
+    def close(self) -> None:
+        """Remove the run directory (after :meth:`run`, or instead of it)."""
+        shutil.rmtree(self._run_dir, ignore_errors=True)
+
     async def run(self, on_ready: Callable[[], None]) -> int:
-        """Start the workers, serve metrics, wait for a signal or for every worker to be
-        given up; returns the exit status."""
-        self._copy_config()
+        """Start the workers (on the file :meth:`adopt` took), serve metrics, wait for a signal
+        or for every worker to be given up; returns the exit status."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop_soon)
@@ -120,7 +168,7 @@ class Supervisor:
         if self.config.metrics is not None:
             registry = CollectorRegistry()
             MultiProcessCollector(registry, path=str(self._metrics_dir))  # type: ignore[no-untyped-call]
-            registry.register(_SupervisorCollector(self._workers))
+            registry.register(_SupervisorCollector(self._workers, self.reloads))
             self._endpoint = MetricsEndpoint(registry, self.readiness)
             self.metrics_port = self._endpoint.serve(
                 self.config.metrics.host, self.config.metrics.port
@@ -132,7 +180,7 @@ class Supervisor:
         await self._stop_workers()
         if self._endpoint is not None:
             self._endpoint.stop()
-        shutil.rmtree(self._run_dir, ignore_errors=True)
+        self.close()
         return self.exit_status
 
     def _stop_soon(self) -> None:
@@ -184,7 +232,7 @@ class Supervisor:
                 *self._command(worker.index, write_fd, self.config_copy),
                 pass_fds=(write_fd,),
                 env=env,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE,  # the command pipe (see worker_commands)
                 # A terminal's Ctrl-C reaches the supervisor alone, which stops the workers
                 # in order; a worker whose supervisor is gone stops itself (watch_parent).
                 start_new_session=True,
@@ -195,6 +243,7 @@ class Supervisor:
         worker.ready = False
         worker.started_at = time.monotonic()
         worker.reloads = asyncio.Queue()
+        worker.copy = self._copy
         log.info("supervisor: worker %d started (pid %d)", worker.index, process.pid)
         self._spawn(self._watch(worker, process, read_fd), f"worker-{worker.index}")
 
@@ -221,6 +270,8 @@ class Supervisor:
         word, _, rest = line.partition(" ")
         if word == "ready":
             worker.ready = True
+            if worker.copy != self._copy:
+                self._spawn(self._catch_up(worker), f"catch-up-{worker.index}")
         elif word == "reload":
             worker.reloads.put_nowait(rest)
 
@@ -270,37 +321,125 @@ class Supervisor:
 
     # --- reload ------------------------------------------------------------------------
 
-    def _copy_config(self) -> bytes | None:
-        """Copy the operator's file for the workers; returns what the copy held before."""
-        previous = self.config_copy.read_bytes() if self.config_copy.exists() else None
-        text = self._config_file.read_bytes() if self._config_file is not None else b"{}\n"
-        _write_atomically(self.config_copy, text)
-        return previous
+    def _adopt(self, running: GatewayConfig | None) -> GatewayConfig:
+        """Read the operator's file once, check those bytes as start-up does (with the
+        settings a reload cannot change kept as ``running`` has them, when reloading) and only
+        then make them the workers' copy; returns the configuration they will run.
+
+        :raises ConfigError: with start-up's messages; the copy is left as it was.
+        """
+        from .server import check_policies  # the policy build: heavy, and only needed here
+
+        if self._config_file is None:
+            text = b"{}\n"
+        else:
+            try:
+                text = self._config_file.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"{self._config_file}: cannot read: {exc.strerror}") from None
+        _write_atomically(self._candidate, text)
+        try:
+            config = self._load(self._candidate)
+            if running is not None:
+                config = live_part(running, config)[0]
+            check_policies(config)
+        except BaseException:
+            self._candidate.unlink(missing_ok=True)
+            raise
+        os.replace(self._candidate, self.config_copy)
+        self._copy = next(self._copies)
+        return config
 
     async def reload(self) -> None:
-        """SIGHUP: every worker reloads the file as it is now (see the module docstring)."""
+        """SIGHUP: check the file as it is now, then have every worker reload it (see the
+        module docstring)."""
         async with self._reload_lock:
-            try:
-                previous = self._copy_config()
-            except OSError as exc:
-                log.error("supervisor: reload refused: %s: cannot read: %s", self._config_file, exc)
-                return
-            running = [w for w in self._running() if w.ready]
-            for worker in running:
-                assert worker.process is not None
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.send_signal(signal.SIGHUP)
-            results = await asyncio.gather(*(self._reload_result(w) for w in running))
-            applied = [r for r in results if r is not None and r.startswith("applied")]
-            log.info(
-                "supervisor: reload: %d of %d workers applied it%s",
+            result, message = await self._reload()
+            self.reloads[result] += 1
+            if self._on_reload is not None:
+                self._on_reload(result, message)
+
+    async def _reload(self) -> tuple[str, str]:
+        """One reload: its result (:data:`RELOAD_RESULTS`) and what happened."""
+        previous, previous_copy = self.config_copy.read_bytes(), self._copy
+        try:
+            config = await asyncio.to_thread(self._adopt, self.config)
+        except ConfigError as exc:
+            self._refuse(str(exc))
+            return "refused", str(exc)
+        except Exception as exc:  # noqa: BLE001 - as a worker's reload: the old config stays
+            log.exception("supervisor: checking the reloaded file failed")
+            self._refuse(f"{type(exc).__name__}: {exc}")
+            return "refused", f"{type(exc).__name__}: {exc}"
+        running = [w for w in self._running() if w.ready]
+        for worker in running:
+            assert worker.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(signal.SIGHUP)
+        results = await asyncio.gather(*(self._reload_result(w) for w in running))
+        for worker, result in zip(running, results, strict=True):
+            if result is not None and result.startswith("applied"):
+                worker.copy = self._copy
+        said = [r.partition(" ") for r in results if r is not None]
+        applied = [message for verdict, _, message in said if verdict == "applied"]
+        log.info(
+            "supervisor: reload: %d of %d workers applied it%s",
+            len(applied),
+            len(running),
+            f" ({applied[0]})" if applied else "",
+        )
+        if running and not applied:
+            _write_atomically(self.config_copy, previous)
+            self._copy = previous_copy
+            log.error("supervisor: reload refused by every worker: the previous file stays")
+            refusals = [message for verdict, _, message in said if verdict == "refused"]
+            return "refused", refusals[0] if refusals else "no worker said how its reload went"
+        versions = f"policy version {self.config.policy_version} -> {config.policy_version}"
+        self.config = config
+        message = applied[0] if applied else versions  # with no worker ready, nothing to say
+        if len(applied) < len(running):
+            log.error(
+                "supervisor: reload applied by %d of %d workers only: the others run the "
+                "previous configuration until they are started again (see their log lines)",
                 len(applied),
                 len(running),
-                f" ({applied[0].partition(' ')[2]})" if applied else "",
             )
-            if running and not applied and previous is not None:
-                _write_atomically(self.config_copy, previous)
-                log.error("supervisor: reload refused by every worker: the previous file stays")
+            return "partial", f"applied by {len(applied)} of {len(running)} workers: {message}"
+        return "applied", message
+
+    async def _catch_up(self, worker: Worker) -> None:
+        """A worker ready on a copy that is no longer the workers' (it read the file just
+        before a reload replaced it): it reloads, after any reload under way."""
+        async with self._reload_lock:
+            process = worker.process
+            if process is None or process.returncode is not None or worker.copy == self._copy:
+                return
+            worker.copy = self._copy
+            log.info(
+                "supervisor: worker %d started on the file a reload replaced: reloading it",
+                worker.index,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGHUP)
+            result = await self._reload_result(worker)
+            if result is not None and not result.startswith("applied"):
+                log.error("supervisor: worker %d did not reload: %s", worker.index, result)
+
+    def _refuse(self, problem: str) -> None:
+        """A file the supervisor's check refused: logged here, recorded in the audit by every
+        worker (told over its command pipe), and no worker reloads."""
+        log.error(
+            "supervisor: reload refused, policy version %s stays in force: %s",
+            self.config.policy_version,
+            problem,
+        )
+        line = f"reload_refused {json.dumps(problem)}\n".encode()
+        for worker in self._running():
+            assert worker.process is not None
+            if worker.process.stdin is None:
+                continue
+            with contextlib.suppress(OSError):  # a worker that died: it has nothing to record
+                worker.process.stdin.write(line)
 
     async def _reload_result(self, worker: Worker) -> str | None:
         try:
@@ -351,8 +490,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class _SupervisorCollector(Collector):
     """The supervisor's own metrics, beside the workers' sum."""
 
-    def __init__(self, workers: Sequence[Worker]) -> None:
+    def __init__(self, workers: Sequence[Worker], reloads: collections.Counter[str]) -> None:
         self._workers = workers
+        self._reloads = reloads
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         states = GaugeMetricFamily(
@@ -370,6 +510,15 @@ class _SupervisorCollector(Collector):
         )
         restarts.add_metric([], sum(w.restarts for w in self._workers))
         yield restarts
+        reloads = CounterMetricFamily(
+            "kpg_config_reloads",
+            "Configuration reloads of the gateway (SIGHUP, kpg reload), by result: applied, "
+            "refused, or partial (applied by some workers only)",
+            labels=["result"],
+        )
+        for result in RELOAD_RESULTS:
+            reloads.add_metric([result], self._reloads[result])
+        yield reloads
 
 
 def cpu_count() -> int:
@@ -394,6 +543,26 @@ def worker_command(
     if config_name is not None:
         command += ["--config-name", config_name]
     return command
+
+
+async def worker_commands(on_reload_refused: Callable[[str], None]) -> None:
+    """In a worker: read the supervisor's commands from stdin, one a line, until it closes.
+    ``reload_refused <JSON string>``: the supervisor refused a reload (the string says why)
+    before this worker saw the file."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    try:
+        async for raw in reader:
+            word, _, rest = raw.decode(errors="replace").rstrip("\n").partition(" ")
+            if word == "reload_refused":
+                on_reload_refused(str(json.loads(rest)))
+            else:
+                log.error("unknown command from the supervisor: %r", word)
+    finally:
+        transport.close()
 
 
 PARENT_CHECK_S: Final = 1.0

@@ -42,6 +42,7 @@ pytestmark = [
 ]
 
 TANSU_NODE_ID = 111
+PLUGINS = "tests.plugins.kafka_test_policies"
 INVALID_RECORD = 87
 POLICY_VIOLATION = 44
 
@@ -61,6 +62,7 @@ class Running:
         self.node_port = int(raw["node_port_base"]) + TANSU_NODE_ID
         self.metrics_url = f"http://{raw['metrics']}"
         self.spool = Path(raw["audit"]["spool_dir"])
+        self.pid_file = pid_file(config)
         self.stderr_lines: list[str] = []
         assert process.stderr is not None
         stderr = process.stderr
@@ -92,12 +94,35 @@ class Running:
                 return float(value)
         return 0.0
 
-    def reload(self) -> None:
-        subprocess.run([KPG, "reload", "--pid", str(self.process.pid)], check=True, timeout=30)
+    def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """Every sample of ``name`` in one scrape of the whole gateway: (labels, value)."""
+        status, text = get(self.metrics_url + "/metrics")
+        assert status == 200, f"{status} {text}\n{self.stderr()}"
+        found = []
+        for line in text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            metric, _, label_text = sample.partition("{")
+            if not line.startswith("#") and metric == name:
+                found.append((dict(re.findall(r'(\w+)="([^"]*)"', label_text)), float(value)))
+        return found
+
+    def reload(self, status: int = 0) -> str:
+        """`kpg reload --pid-file`: it waits for the gateway's outcome; its exit status must
+        be ``status``; returns what it printed."""
+        done = subprocess.run(
+            [KPG, "reload", "--pid-file", str(self.pid_file)],
+            capture_output=True,
+            text=True,
+            timeout=200,
+        )
+        assert done.returncode == status, f"{done}\n{self.stderr()}"
+        return done.stdout + done.stderr
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(60)
+        status = self.process.wait(60)
+        self._reader.join(30)  # every line it wrote is in stderr()
+        return status
 
 
 def children(pid: int) -> set[int]:
@@ -165,8 +190,14 @@ def write_config(directory: Path, upstream: HostPort, **extra: Any) -> Path:
     return path
 
 
+def pid_file(config: Path) -> Path:
+    return config.with_name("kpg.pid")
+
+
 def start(config: Path, workers: int = 2) -> Running:
-    process, bootstrap = start_kpg("--config", str(config), "--workers", str(workers))
+    process, bootstrap = start_kpg(
+        "--config", str(config), "--workers", str(workers), "--pid-file", str(pid_file(config))
+    )
     running = Running(process, bootstrap, config)
     assert wait_for(lambda: len(running.workers()) == workers, timeout=30)
     assert wait_for(lambda: running.metric("kpg_workers", state="ready") == workers, timeout=60)
@@ -268,6 +299,9 @@ def test_two_workers_behind_one_port_serve_real_clients(
     # One scrape covers both workers: the connections both of them accepted are summed.
     assert running.metric("kpg_connections_total", listener="bootstrap") >= 2
     assert running.stop() == 0
+    # The workers stopped at once: no task of theirs kept them to the shutdown timeout.
+    assert running.stderr().count("gateway stopped") == 2
+    assert "shutdown timeout" not in running.stderr()
 
 
 def test_a_policy_set_through_one_worker_decides_the_next_request_on_the_other(
@@ -373,8 +407,9 @@ def test_reload_under_continuous_produce_keeps_connections_and_the_new_limit_dec
         running.config.write_text(yaml.safe_dump(raw))
         hangup_at = time.monotonic()
         running.reload()
+        # Counted once for the gateway, by the supervisor, once both workers applied it.
         assert wait_for(
-            lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30
+            lambda: running.metric("kpg_config_reloads_total", result="applied") == 1, 30
         )
         applied_at = time.monotonic()
         assert wait_for(lambda: any(t > applied_at for t, _ in producer.outcomes), 30)
@@ -415,36 +450,258 @@ def test_reload_under_continuous_produce_keeps_connections_and_the_new_limit_dec
 def test_a_broken_config_on_reload_is_refused_and_the_old_rules_stay(
     two_workers: Running,
 ) -> None:
+    """The supervisor checks the new file as start-up does; a refused one never reaches a
+    worker, and each worker records the refusal in its own audit chain."""
     running = two_workers
     raw = yaml.safe_load(running.config.read_text())
     raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
     running.config.write_text(yaml.safe_dump(raw))
-    running.reload()
-    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 30)
+    assert re.search(r"kpg reload: applied: policy version \S+ -> \S+", running.reload())
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") == 1, 30)
     admin = AdminClient({"bootstrap.servers": running.bootstrap})
     too_many = unique_name("wide")
     refused = outcome(admin.create_topics([NewTopic(too_many, 5, 1)])[too_many])
     assert refused is not None and refused[0] == KafkaError.POLICY_VIOLATION, refused
+    in_force = {
+        labels["version"] for labels, value in running.samples("kpg_policy_version") if value == 1
+    }
+    assert len(in_force) == 1
 
     raw["limits"] = {"max_in_flight": 5}
     running.config.write_text(yaml.safe_dump(raw))
-    running.reload()
-    assert wait_for(lambda: "reload refused by every worker" in running.stderr(), 30)
-    # Start-up's message, naming the key and the file, from each worker.
-    assert running.stderr().count(f"{running.config}: limits.max_in_flight: unknown key") >= 2
-    assert running.metric("kpg_config_reloads_total", result="refused") == 2
+    problem = f"{running.config}: limits.max_in_flight: unknown key"
+    assert f"kpg reload: refused: {problem}" in running.reload(status=1)
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="refused") == 1, 30)
+    assert wait_for(lambda: "supervisor: reload refused" in running.stderr(), 30)
+    # Start-up's message, naming the key and the file, once: from the supervisor; no worker
+    # read the file, so none refused it, none was sent SIGHUP.
+    assert running.stderr().count(problem) == 1, running.stderr()
+    assert "reload: 0 of 2 workers" not in running.stderr()
+    assert running.metric("kpg_config_reloads_total", result="applied") == 1
     refused = outcome(admin.create_topics([NewTopic(too_many, 5, 1)])[too_many])
     assert refused is not None and refused[0] == KafkaError.POLICY_VIOLATION, refused
     fits = unique_name("narrow")
     admin.create_topics([NewTopic(fits, 2, 1)])[fits].result(15)
 
     # A worker started after the refusal runs the rules in force, not the broken file.
-    os.kill(min(running.workers()), signal.SIGKILL)
+    victim = min(running.workers())
+    os.kill(victim, signal.SIGKILL)
     assert wait_for(lambda: running.metric("kpg_worker_restarts_total") == 1, 60)
     assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
     for client in clients_on_each_worker(running).values():
         client.close()
     assert running.stop() == 0
+
+    # Each worker that was running recorded the refusal in its own chain, with the version
+    # that stays.
+    events = spool_events(running.spool)
+    refusals = [e for e in events if e["action"] == "reload_refused"]
+    assert len(refusals) == 2, refusals
+    assert len({e["chain_id"] for e in refusals}) == 2
+    for event in refusals:
+        assert event["verdict"] == "denied" and event["event_kind"] == "lifecycle"
+        assert event["policy_version"] in in_force
+        assert problem in event["message"]
+
+
+def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
+    two_workers: Running,
+) -> None:
+    """A worker that starts while a refused reload is being decided must not start on the
+    refused file. One worker is stopped (SIGSTOP), so a reload waits for its verdict; the
+    other one is killed in the meantime and started again."""
+    running = two_workers
+    raw = yaml.safe_load(running.config.read_text())
+    stalled, victim = sorted(running.workers())
+    os.kill(stalled, signal.SIGSTOP)
+    try:
+        # Loads, but its policies do not build.
+        raw["policies"] = {"create.topic.policy.class.name": "no_such_module.Policy"}
+        running.config.write_text(yaml.safe_dump(raw))
+        running.process.send_signal(signal.SIGHUP)  # kill -HUP: no waiting for the outcome
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="refused") >= 1, 30
+        )
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: running.metric("kpg_worker_restarts_total") >= 1, 60)
+        # The newcomer starts on the configuration in force and serves.
+        assert wait_for(lambda: len(running.workers() - {stalled, victim}) == 1, 60)
+        (newcomer,) = running.workers() - {stalled, victim}
+        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60), (
+            running.stderr()
+        )
+        assert "configuration error" not in running.stderr()
+    finally:
+        os.kill(stalled, signal.SIGCONT)
+    assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
+    assert running.metric("kpg_worker_restarts_total") == 1
+    for client in clients_on_each_worker(running).values():
+        client.close()
+    assert running.stop() == 0
+
+
+def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A worker that read the workers' copy just before a reload replaced it, and was not yet
+    serving (so not sent SIGHUP), must not run the replaced configuration. A test plug-in
+    holds the restarted worker between reading its configuration and serving while the
+    reload happens (tests/plugins: GatedCreateTopicPolicy)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.GatedCreateTopicPolicy",
+        "test.gate.dir": str(gate),
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        victim = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[0])
+        (gate / "hold-worker-1").touch()
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: len(re.findall(r"worker 1 started", running.stderr())) == 2, 60)
+        newcomer = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[1])
+        # It has read the copy and is building its policies, not serving.
+        assert wait_for(lambda: (gate / f"configuring-{newcomer}").exists(), 60)
+
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["rules"] = [{"name": "p", "type": "partitions", "max": 2}]
+        running.config.write_text(yaml.safe_dump(raw))
+        running.process.send_signal(signal.SIGHUP)
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
+        )
+        (gate / "hold-worker-1").unlink()
+
+        def versions() -> dict[str, float]:
+            return {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+
+        # Once the newcomer serves (its policy version is then in the scrape), both workers
+        # come to the new version: the old one is 1 on no live worker.
+        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
+        assert wait_for(lambda: len(versions()) == 2 and versions()[old] == 0, 60), (
+            versions(),
+            running.stderr(),
+        )
+        assert "started on the file a reload replaced: reloading it" in running.stderr()
+    finally:
+        (gate / "hold-worker-1").unlink(missing_ok=True)
+        running.stop()
+
+
+def test_a_file_only_workers_refuse_is_reported_and_counted_once(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """The workers' own check, behind the supervisor's: a plug-in that fails to build in the
+    workers only (tests/plugins: WorkerRefusedCreateTopicPolicy)."""
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.WorkerRefusedCreateTopicPolicy"
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["test.fail.in.workers"] = "0,1"
+        running.config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert "kpg reload: refused: " in said and "refused in worker" in said
+        assert "reload refused by every worker: the previous file stays" in running.stderr()
+
+        raw["policies"]["test.fail.in.workers"] = "1"
+        running.config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert "kpg reload: partial: applied by 1 of 2 workers: policy version" in said
+        assert running.samples("kpg_config_reloads_total") == [
+            ({"result": "applied"}, 0.0),
+            ({"result": "refused"}, 1.0),
+            ({"result": "partial"}, 1.0),
+        ]
+        # The workers disagree, and the scrape says so.
+        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        assert versions[old] == 1 and sorted(versions.values()) == [1.0, 1.0]
+    finally:
+        running.stop()
+
+
+def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A policy plug-in that does not import: the file loads, the policies do not build."""
+    config = write_config(
+        tmp_path, broker, policies={"create.topic.policy.class.name": "no_such_module.Policy"}
+    )
+    process = subprocess.run(
+        [KPG, "run", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert process.returncode == 2, process.stderr
+    assert (
+        f"\nkpg: configuration error: {config}: policies.create.topic.policy.class.name: "
+        "cannot import no_such_module" in process.stderr
+    ), process.stderr
+    assert "worker 0 started" not in process.stderr
+    assert "gateway ready" not in process.stdout
+
+
+def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Running) -> None:
+    """One scrape of the supervisor: a reload counts once, gauges add up over the live
+    workers with no per-process series, the version in force is 1 and the old one 0."""
+    running = two_workers
+    (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+    served = clients_on_each_worker(running)
+    assert wait_for(lambda: running.metric("kpg_connections_active") == 2, 30)
+
+    raw = yaml.safe_load(running.config.read_text())
+    raw["policies"] = {"rules": [{"name": "partition-count", "type": "partitions", "max": 2}]}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    assert wait_for(lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 30)
+    assert running.samples("kpg_config_reloads_total") == [
+        ({"result": "applied"}, 1.0),
+        ({"result": "refused"}, 0.0),
+        ({"result": "partial"}, 0.0),
+    ]
+    versions = dict(
+        (labels["version"], value) for labels, value in running.samples("kpg_policy_version")
+    )
+    assert versions.pop(old) == 0
+    ((new, in_force),) = versions.items()
+    assert in_force == 1 and new != old
+
+    # One series for the whole gateway, not one per worker's pid.
+    assert running.samples("kpg_audit_queue_depth") == [({}, 0.0)]
+    assert running.samples("kpg_connections_active") == [({}, 2.0)]
+    for client in served.values():
+        client.close()
+    assert wait_for(lambda: running.metric("kpg_connections_active") == 0, 30)
+    assert running.stop() == 0
+
+
+def test_kpg_reload_of_one_process_says_how_the_reload_went(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, broker)
+    process, _ = start_kpg("--config", str(config), "--pid-file", str(pid_file(config)))
+    try:
+        running = Running(process, "127.0.0.1:0", config)
+        raw = yaml.safe_load(config.read_text())
+        raw["limits"] = {"max_in_flight": 5}
+        config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert f"kpg reload: refused: {config}: limits.max_in_flight: unknown key" in said
+        del raw["limits"]
+        raw["policies"] = {"rules": [{"name": "p", "type": "partitions", "max": 2}]}
+        config.write_text(yaml.safe_dump(raw))
+        assert re.search(r"kpg reload: applied: policy version \S+ -> \S+", running.reload())
+        assert running.metric("kpg_config_reloads_total", result="applied") == 1
+        assert running.metric("kpg_config_reloads_total", result="refused") == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+    assert not pid_file(config).exists()
+    assert not pid_file(config).with_name("kpg.pid.reload").exists()
 
 
 def test_healthz_and_readyz_follow_the_upstream(tmp_path: Path) -> None:

@@ -7,9 +7,12 @@ semantics: messages, per-topic failure, validate_only.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from policies.api import (
     AlterConfigPolicy,
@@ -125,3 +128,40 @@ class HangingRecordValidationPolicy(RecordValidationPolicy):
     def validate(self, topic_metadata: TopicMetadata, record: RecordProxy) -> None:
         if topic_metadata.topic.startswith("hang"):
             self.release.wait(60)
+
+
+class GatedCreateTopicPolicy(CreateTopicPolicy):
+    """Allows everything; holds a worker of ``kpg run --workers`` in ``configure()`` (at its
+    start-up or reload) while ``<test.gate.dir>/hold-worker-<index>`` exists, after writing
+    ``<test.gate.dir>/configuring-<pid>``: a test can keep a worker between reading its
+    configuration and serving. Elsewhere (a worker is the process with --worker-index in its
+    command line) it does not wait."""
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        gate = configs.get("test.gate.dir")
+        if not gate or "--worker-index" not in sys.argv:
+            return
+        index = sys.argv[sys.argv.index("--worker-index") + 1]
+        Path(gate, f"configuring-{os.getpid()}").touch()
+        deadline = time.monotonic() + 120
+        while Path(gate, f"hold-worker-{index}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        return None
+
+
+class WorkerRefusedCreateTopicPolicy(CreateTopicPolicy):
+    """Allows everything; its ``configure()`` fails in the workers of ``kpg run --workers``
+    whose index is in ``test.fail.in.workers`` (comma-separated), and nowhere else (not in
+    the supervisor's check): a file only a worker refuses."""
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        failing = configs.get("test.fail.in.workers", "").split(",")
+        if "--worker-index" in sys.argv:
+            index = sys.argv[sys.argv.index("--worker-index") + 1]
+            if index in failing:
+                raise RuntimeError(f"refused in worker {index}")
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        return None

@@ -5,6 +5,9 @@ workers' spool directories. The processes themselves are shown in tests/e2e/test
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -195,3 +198,61 @@ def test_a_reload_keeps_the_upstream_security_and_the_listener_sasl(tmp_path: Pa
         running.upstream.sasl,
         running.sasl,
     )
+
+
+_QUEUE_DEPTH_SCRIPT = """
+import asyncio, sys, threading
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from gateway.audit import AuditEmitter
+
+class StalledSink:
+    # A sink whose first write waits until released: the events behind it stay queued.
+    def __init__(self):
+        self.writing = threading.Event()
+        self.release = threading.Event()
+    def open(self): pass
+    def write(self, lines):
+        self.writing.set()
+        self.release.wait(30)
+    def maintain(self): pass
+    def close(self): pass
+
+async def main():
+    sink = StalledSink()
+    emitter = AuditEmitter([sink], registry=CollectorRegistry(), gateway_instance="gw")
+    await emitter.start()
+    emitter.lifecycle("start", policy_version="v", message="first")
+    await asyncio.to_thread(sink.writing.wait, 30)
+    for n in range(5):
+        emitter.lifecycle("reload", policy_version="v", message=str(n))
+    # What the supervisor of kpg run --workers serves: the sum of the workers' files.
+    scrape = CollectorRegistry()
+    MultiProcessCollector(scrape, path=sys.argv[1])
+    samples = [
+        (s.labels, s.value)
+        for family in scrape.collect() if family.name == "kpg_audit_queue_depth"
+        for s in family.samples
+    ]
+    print(samples)
+    sink.release.set()
+    await emitter.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_audit_queue_depth_reaches_the_supervisor_of_workers(tmp_path: Path) -> None:
+    """Under kpg run --workers a worker's metrics reach the supervisor through
+    prometheus_client's multiprocess files (chosen when the library is imported, so in a
+    process of its own): the audit queue's depth must be in them, one series summed over
+    the live workers, not a function only the worker's own registry could call."""
+    result = subprocess.run(
+        [sys.executable, "-c", _QUEUE_DEPTH_SCRIPT, str(tmp_path)],
+        env=dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[({}, 5.0)]"
