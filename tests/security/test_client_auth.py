@@ -214,3 +214,21 @@ def test_request_pipelined_behind_a_failed_authentication_is_not_served(
     assert refusal is not None and int.from_bytes(refusal[:4], "big") == 21
     assert answer_or_close(raw) is None
     raw.close()
+
+
+def test_sasl_behind_a_gateway_not_requiring_it_is_warned(
+    sasl_ssl_upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without upstream.sasl the default is none; the first handshake a broker accepts shows
+    that clients authenticate with SASL, and the gateway says the setting is missing, once."""
+    caplog.set_level("WARNING")
+    gw = secured_gateway(sasl_ssl_upstream).start()
+    try:
+        assert gw.config.sasl.client_auth == "none"
+        for _ in range(2):
+            raw = connect(gw, sasl_ssl_upstream)
+            assert authenticate(raw, ALICE_PASSWORD) == 0
+            raw.close()
+    finally:
+        gw.stop()
+    assert caplog.text.count("set sasl.client_auth: required") == 1
