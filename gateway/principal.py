@@ -13,7 +13,8 @@ exchange. Pure functions; the connection keeps the state.
   gateway does not check its signature, the broker does, and the name counts only once the
   broker has accepted the token.
 - Other mechanisms (GSSAPI): the gateway cannot read a name it can trust, so the principal
-  stays None (unauthenticated) and the connection is still carried.
+  stays None (unauthenticated) and the connection is still carried; with
+  ``sasl.client_auth: required`` such a handshake is refused.
 """
 
 from __future__ import annotations
