@@ -20,6 +20,10 @@ Contracts, stated once:
 - Fail closed: a request the gateway must inspect but cannot decode is refused (the
   connection is closed, as a broker closes it), never forwarded blind. An API key the
   gateway does not know is never forwarded.
+- Authentication (``sasl.client_auth: required``): until the broker has accepted a
+  connection's SASL exchange, only ApiVersions, SaslHandshake and SaslAuthenticate are
+  served, in Kafka's order; anything else closes the connection, unforwarded and unanswered.
+  A refused exchange closes it after the refusal whatever the setting.
 - Every broker address a client can learn (Metadata, FindCoordinator, DescribeCluster) is
   replaced by a gateway listener's address before the response leaves.
 - Upstream gone: the client connection is closed, as a dead broker's would be. Listeners

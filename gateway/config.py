@@ -218,6 +218,12 @@ class SaslListenerConfig:
 
     oauthbearer_sub_claim_name: str = "sub"
     """Kafka's ``sasl.oauthbearer.sub.claim.name``: the token claim that names the principal."""
+    client_auth: str = "none"
+    """``required``: a connection must complete a SASL exchange (which the broker accepts)
+    before anything but ApiVersions, SaslHandshake and SaslAuthenticate, as on Kafka's SASL
+    listeners; anything else closes it. ``none``: no such gate (unauthenticated connections
+    are ANONYMOUS). Unset: ``required`` when ``upstream.sasl`` is set (the brokers' listener
+    then requires SASL of every connection through the gateway too), else ``none``."""
 
 
 KAFKA_UNLIMITED: Final = 2_147_483_647
@@ -352,7 +358,7 @@ _ENFORCE_KEYS = frozenset({"acks", "session_timeout"})
 _TLS_KEYS = frozenset(
     {"cert_file", "key_file", "ca_file", "client_auth", "principal_mapping_rules"}
 )
-_SASL_LISTENER_KEYS = frozenset({"oauthbearer_sub_claim_name"})
+_SASL_LISTENER_KEYS = frozenset({"oauthbearer_sub_claim_name", "client_auth"})
 _AUDIT_KEYS = frozenset(
     {
         "spool_dir",
@@ -470,11 +476,26 @@ def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
     )
 
 
-def _sasl_listener(raw: Mapping[str, Any], source: str) -> SaslListenerConfig:
+def _sasl_listener(
+    raw: Mapping[str, Any], upstream: UpstreamConfig, source: str
+) -> SaslListenerConfig:
     """The top-level ``sasl`` section."""
     section = _section(raw, "sasl", _SASL_LISTENER_KEYS, source)
     claim = _text(section, "oauthbearer_sub_claim_name", "sasl", source)
-    return SaslListenerConfig(oauthbearer_sub_claim_name=claim or "sub")
+    inferred = "required" if upstream.sasl is not None else "none"
+    client_auth = section.get("client_auth", inferred)
+    if client_auth not in ("required", "none"):
+        raise ConfigError(
+            f"{source}: sasl.client_auth: expected required or none, got {client_auth!r}"
+        )
+    if client_auth == "none" and upstream.sasl is not None:
+        raise ConfigError(
+            f"{source}: sasl.client_auth: none, but upstream.sasl is set: the brokers' listener "
+            "requires SASL of every connection the gateway opens, so a client that does not "
+            "authenticate would only reach what the gateway answers itself, as ANONYMOUS. "
+            "Leave it unset (required)"
+        )
+    return SaslListenerConfig(oauthbearer_sub_claim_name=claim or "sub", client_auth=client_auth)
 
 
 def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
@@ -1008,7 +1029,7 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> GatewayConfig:
         ),
         audit=audit,
         tls=tls,
-        sasl=_sasl_listener(raw, source),
+        sasl=_sasl_listener(raw, upstream, source),
         state=state,
         client_configs=_client_configs(raw, source),
         policies=MappingProxyType(dict(policies)),

@@ -85,7 +85,7 @@ class ClientConnection:
             session = self._session()
             if session is None:
                 return
-            writer_task = tasks.spawn(self._write_loop(), name=f"write-{self.peer}")
+            writer_task = tasks.spawn(self._write_loop(session), name=f"write-{self.peer}")
             self._read_task = tasks.spawn(self._read_loop(session), name=f"read-{self.peer}")
             if self._closing:  # shutdown began before the connection started
                 self._read_task.cancel()
@@ -121,7 +121,10 @@ class ClientConnection:
         except NoMatchingRule as exc:
             self._reject(f"{exc}: authentication failed", "principal_mapping")
             return None
-        sasl = SaslState(config.sasl.oauthbearer_sub_claim_name)
+        sasl = SaslState(
+            config.sasl.oauthbearer_sub_claim_name,
+            required=config.sasl.client_auth == "required",
+        )
         return Session(principal=principal, sasl=sasl)
 
     @property
@@ -297,10 +300,16 @@ class ClientConnection:
         session: Session,
         cluster: UpstreamCluster,
     ) -> Outcome:
+        name = api_name(header.api_key)
+        refusal = session.sasl.refusal(header.api_key)
+        if refusal is not None:
+            # Kafka's SASL listener closes such a connection; nothing is forwarded or answered.
+            return Close(
+                reason=f"{name} v{header.api_version} {refusal}", metric_reason="unauthenticated"
+            )
         registration = table.get(header.api_key)
         if registration is None:
             return Forward(frame=frame)
-        name = api_name(header.api_key)
         if (
             header.api_key != API_VERSIONS_KEY
             and registration.versions is not None
@@ -351,7 +360,7 @@ class ClientConnection:
         self._answers_due += 1
         await self._slots.put(pending)
 
-    async def _write_loop(self) -> None:
+    async def _write_loop(self, session: Session) -> None:
         writer, metrics = self._writer, self._metrics
         while True:
             slot = await self._slots.get()
@@ -381,6 +390,11 @@ class ClientConnection:
                 return
             self._answers_due -= 1
             self._last_activity = time.monotonic()
+            if session.sasl.failed:
+                # The refusal has reached the client; Kafka closes the connection after it.
+                self._reject(f"SASL: {session.sasl.failure}", "sasl_failed")
+                self.stop_reading()
+                return
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

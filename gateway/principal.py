@@ -13,7 +13,8 @@ exchange. Pure functions; the connection keeps the state.
   gateway does not check its signature, the broker does, and the name counts only once the
   broker has accepted the token.
 - Other mechanisms (GSSAPI): the gateway cannot read a name it can trust, so the principal
-  stays None (unauthenticated) and the connection is still carried.
+  stays None (unauthenticated) and the connection is still carried; with
+  ``sasl.client_auth: required`` such a handshake is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
+
+from protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from protocol.versions import API_VERSIONS_KEY
 
 # OpenSSL's long names -> the RFC 2253 keywords Java's X500Principal prints.
 _RFC2253_KEYWORDS = {
@@ -293,34 +297,128 @@ def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> s
 
 
 class SaslState:
-    """One connection's SASL exchange, as far as the gateway follows it."""
+    """One connection's SASL exchange, as far as the gateway follows it.
 
-    def __init__(self, oauthbearer_claim: str = "sub") -> None:
+    Phases, as Kafka's SaslServerAuthenticator has them: ``idle`` (no exchange yet),
+    ``handshake`` (a SaslHandshake forwarded, its answer not back), ``authenticating`` (the
+    broker accepted the mechanism; SaslAuthenticate rounds), ``complete`` (the broker answered
+    the whole exchange with success) and ``failed`` (the broker refused the mechanism or the
+    credentials, or a re-authentication named someone else: the connection closes, as Kafka
+    closes it). A mechanism counts only once the broker has accepted its handshake, so the
+    gateway reads the client's messages as the broker does.
+
+    With ``required`` (``sasl.client_auth: required``), :meth:`refusal` admits nothing but
+    ApiVersions and SaslHandshake before an exchange, nothing but SaslAuthenticate during
+    one, and nothing while a SASL answer is awaited.
+    """
+
+    def __init__(self, oauthbearer_claim: str = "sub", *, required: bool = False) -> None:
         self.oauthbearer_claim = oauthbearer_claim
+        self.required = required
         self.mechanism: str | None = None
+        """The mechanism the broker accepted (the last exchange's)."""
+        self.phase = "idle"
+        self.principal: str | None = None
+        """``User:<name>`` of the last completed exchange."""
+        self.failure: str | None = None
+        """Why the exchange failed (phase ``failed``)."""
+        self._requested: str | None = None
+        self._previous: str | None = None
+        """On a re-authentication (KIP-368): the principal it must name again."""
+        self._answer_due = False
         self._user: str | None = None
         self._messages = 0
         self._successes = 0
 
+    @property
+    def failed(self) -> bool:
+        return self.phase == "failed"
+
+    def refusal(self, api_key: int) -> str | None:
+        """Why a request of ``api_key`` may not be served now (``required`` only); None: it
+        may."""
+        if not self.required:
+            return None
+        if self.phase == "failed":
+            return f"the SASL exchange failed ({self.failure})"
+        if self._answer_due:
+            return "sent before the answer to its SASL request"
+        if self.phase == "authenticating":
+            return None if api_key == SASL_AUTHENTICATE else "sent during the SASL exchange"
+        if self.phase == "complete" or api_key in (API_VERSIONS_KEY, SASL_HANDSHAKE):
+            return None
+        return "sent before SASL authentication (sasl.client_auth: required)"
+
+    def handshake_sent(self, mechanism: str) -> str | None:
+        """A SaslHandshake for ``mechanism`` is about to be forwarded; a reason to refuse it
+        instead (``required`` only), else None."""
+        if self.required:
+            if mechanism not in SASL_ROUNDS:
+                return (
+                    f"SASL mechanism {mechanism!r}: the gateway cannot tell when its exchange "
+                    "completes or whom it names, so it cannot require it"
+                )
+            if self.phase == "complete" and mechanism != self.mechanism:
+                return (
+                    f"re-authentication with {mechanism} after {self.mechanism}: Kafka "
+                    "refuses a change of mechanism"
+                )
+        self._requested = mechanism
+        self._answer_due = True
+        self._previous = self.principal if self.phase == "complete" else None
+        self.phase = "handshake"
+        return None
+
+    def handshake_answered(self, error_code: int) -> None:
+        """The broker's answer to the handshake: the mechanism counts once it is accepted."""
+        self._answer_due = False
+        if self.phase != "handshake" or self._requested is None:
+            return
+        if error_code != 0:
+            self._fail(f"the broker refused mechanism {self._requested} (error {error_code})")
+            return
+        self.start(self._requested)
+
     def start(self, mechanism: str) -> None:
+        """The exchange for ``mechanism`` begins (the broker accepted its handshake)."""
         self.mechanism = mechanism
+        self.phase = "authenticating"
         self._user = None
         self._messages = 0
         self._successes = 0
 
     def client_message(self, auth_bytes: bytes) -> None:
-        """:raises AmbiguousSaslMessage: (the first message; the connection must close)."""
+        """A SaslAuthenticate is about to be forwarded; outside an exchange it names nobody.
+
+        :raises AmbiguousSaslMessage: (the first message; the connection must close).
+        """
+        if self.phase != "authenticating":
+            return
+        self._answer_due = True
         if self.mechanism is not None and self._messages == 0:
             self._user = sasl_username(self.mechanism, auth_bytes, self.oauthbearer_claim)
         self._messages += 1
 
     def broker_answered(self, success: bool) -> str | None:
-        """The principal once the exchange is complete and successful, else None."""
+        """The principal once the exchange is complete and successful, else None. A refusal
+        fails the exchange; so does a re-authentication that names someone else (Kafka
+        refuses a change of principal)."""
+        self._answer_due = False
+        if self.phase != "authenticating":
+            return None
         if not success:
-            self._user = None
+            self._fail(f"the broker refused the {self.mechanism} credentials")
             return None
         self._successes += 1
         needed = SASL_ROUNDS.get(self.mechanism or "")
-        if needed is not None and self._user is not None and self._successes == needed:
-            return f"User:{self._user}"
-        return None
+        if needed is None or self._user is None or self._successes != needed:
+            return None
+        principal = f"User:{self._user}"
+        if self._previous is not None and self._previous != principal:
+            self._fail(f"re-authentication as {principal} after {self._previous}")
+            return None
+        self.phase, self.principal = "complete", principal
+        return principal
+
+    def _fail(self, reason: str) -> None:
+        self.phase, self.failure, self.principal, self._user = "failed", reason, None, None

@@ -131,6 +131,9 @@ class SaslCredentials:
     users: dict[str, str]
     tokens: TokenEndpoint | None = None
     mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    close_on_failure: bool = True
+    """False: after a failed exchange the front keeps the connection open and waits for a new
+    handshake, as a broker laxer than Kafka might; the gateway must not rely on the close."""
 
 
 @dataclass
@@ -246,7 +249,10 @@ class SecuredFront:
                     },
                 )
                 await cwriter.drain()
-                return False
+                if self.sasl.close_on_failure:
+                    return False
+                exchange = None
+                continue
             _answer(cwriter, header, {"error_code": 0, "auth_bytes": reply.encode()})
             if exchange.done:
                 assert exchange.user is not None

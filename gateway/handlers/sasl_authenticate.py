@@ -2,7 +2,11 @@
 name of the client's first message once the broker has answered the whole exchange with
 success (see :mod:`gateway.principal`). A first message that names its user twice (two
 OAUTHBEARER ``auth`` pairs, two SCRAM ``n=``) closes the connection unforwarded: brokers need
-not agree which one counts, and the gateway must name whom the broker authenticated."""
+not agree which one counts, and the gateway must name whom the broker authenticated.
+
+A refused exchange (or a re-authentication naming someone else) leaves the connection with
+no principal, and it closes once the broker's answer has reached the client, as Kafka
+closes it."""
 
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ def handler(services: Services) -> Handler:
             principal = session.sasl.broker_answered(code == 0)
             if principal is not None:
                 session.principal = principal
+            elif session.sasl.failed:
+                session.principal = None
             return response
 
         return Forward(frame=frame, on_response=on_response)

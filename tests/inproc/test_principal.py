@@ -145,8 +145,15 @@ def _exchange(mechanism: str, messages: list[bytes], outcomes: list[bool]) -> st
     try:
         client = RawClient(gw.bootstrap)
         assert client.request(17, 1, SaslHandshakeRequest(mechanism=mechanism)).error_code == 0
-        for message in messages:
-            client.request(36, 2, SaslAuthenticateRequest(auth_bytes=message))
+        for message, accepted in zip(messages, outcomes, strict=True):
+            answer = client.request(36, 2, SaslAuthenticateRequest(auth_bytes=message))
+            if not accepted:
+                # The refusal reaches the client, then the gateway closes the connection, as
+                # Kafka does, though this scripted broker would keep it open: nothing more is
+                # served on it, under any principal.
+                assert answer.error_code == ErrorCode.sasl_authentication_failed
+                assert client.is_closed()
+                return None
         topic = unique_name("sasl")
         client.request(
             19,

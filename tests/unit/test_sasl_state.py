@@ -1,0 +1,165 @@
+"""The SASL exchange as the gateway follows it (:class:`gateway.principal.SaslState`), and the
+``sasl.client_auth`` setting: what a connection may send before it has authenticated, and
+when it counts as authenticated (only once the broker has accepted the whole exchange)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError
+from gateway.principal import SaslState
+from tests.support import gateway_config
+
+pytestmark = pytest.mark.unit
+
+API_VERSIONS, METADATA, DESCRIBE_CONFIGS, HANDSHAKE, AUTHENTICATE = 18, 3, 32, 17, 36
+UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE = 33, 34
+
+
+def _jwt(claims: dict[str, str]) -> str:
+    parts = ({"alg": "none"}, claims)
+    encoded = (base64.urlsafe_b64encode(json.dumps(p).encode()).decode().rstrip("=") for p in parts)
+    return ".".join(encoded) + ".sig"
+
+
+def authenticated(state: SaslState, user: str = "alice", password: str = "pw") -> str | None:
+    """A PLAIN exchange the broker accepts; the principal it gives."""
+    assert state.handshake_sent("PLAIN") is None
+    state.handshake_answered(0)
+    state.client_message(f"\x00{user}\x00{password}".encode())
+    return state.broker_answered(True)
+
+
+def admitted(state: SaslState) -> set[int]:
+    keys = (API_VERSIONS, METADATA, DESCRIBE_CONFIGS, HANDSHAKE, AUTHENTICATE)
+    return {key for key in keys if state.refusal(key) is None}
+
+
+def test_required_admits_only_the_exchange_before_it_completes() -> None:
+    """Kafka's SaslServerAuthenticator order: ApiVersions or SaslHandshake first; then
+    SaslAuthenticate only; nothing while a SASL answer is awaited; everything once complete."""
+    state = SaslState(required=True)
+    assert admitted(state) == {API_VERSIONS, HANDSHAKE}
+    assert state.handshake_sent("SCRAM-SHA-256") is None
+    assert admitted(state) == set()  # the handshake's answer is awaited
+    state.handshake_answered(0)
+    assert admitted(state) == {AUTHENTICATE}
+    state.client_message(b"n,,n=alice,r=abc")
+    assert admitted(state) == set()
+    assert state.broker_answered(True) is None  # SCRAM: one more round
+    assert admitted(state) == {AUTHENTICATE}
+    state.client_message(b"c=biws,r=abcdef,p=xyz")
+    assert state.broker_answered(True) == "User:alice"
+    assert admitted(state) == {API_VERSIONS, METADATA, DESCRIBE_CONFIGS, HANDSHAKE, AUTHENTICATE}
+
+
+def test_none_admits_everything() -> None:
+    state = SaslState()
+    assert admitted(state) == {API_VERSIONS, METADATA, DESCRIBE_CONFIGS, HANDSHAKE, AUTHENTICATE}
+    assert authenticated(state) == "User:alice"
+
+
+@pytest.mark.parametrize("required", [True, False])
+def test_refused_credentials_fail_the_connection(required: bool) -> None:
+    state = SaslState(required=required)
+    assert state.handshake_sent("PLAIN") is None
+    state.handshake_answered(0)
+    state.client_message(b"\x00alice\x00wrong")
+    assert state.broker_answered(False) is None
+    assert state.failed and state.principal is None
+    assert admitted(state) == (set() if required else admitted(SaslState()))
+
+
+def test_a_refused_handshake_fails_the_connection() -> None:
+    state = SaslState(required=True)
+    assert state.handshake_sent("PLAIN") is None
+    state.handshake_answered(UNSUPPORTED_SASL_MECHANISM)
+    assert state.failed
+    assert admitted(state) == set()
+
+
+def test_the_mechanism_counts_only_once_the_broker_accepts_it() -> None:
+    """PLAIN accepted, then a handshake for OAUTHBEARER the broker refuses: a message read
+    as an OAUTHBEARER token naming admin must not make anyone admin, whatever the broker
+    answers next (it checks the PLAIN credentials)."""
+    state = SaslState()
+    assert state.handshake_sent("PLAIN") is None
+    state.handshake_answered(0)
+    assert state.handshake_sent("OAUTHBEARER") is None
+    state.handshake_answered(ILLEGAL_SASL_STATE)
+    state.client_message(f"n,,\x01auth=Bearer {_jwt({'sub': 'admin'})}\x01\x01".encode())
+    assert state.broker_answered(True) is None
+    assert state.failed and state.principal is None
+
+
+def test_authenticate_outside_an_exchange_names_nobody() -> None:
+    """A SaslAuthenticate with no accepted handshake (only possible without ``required``)
+    is read as no one's."""
+    state = SaslState()
+    state.client_message(b"\x00admin\x00pw")
+    assert state.broker_answered(True) is None
+    assert state.principal is None
+
+
+def test_reauthentication_must_name_the_same_principal() -> None:
+    """KIP-368: a re-authentication as the same user keeps the connection; as another user
+    it fails (Kafka refuses a change of principal), leaving no principal."""
+    state = SaslState(required=True)
+    assert authenticated(state) == "User:alice"
+    assert authenticated(state) == "User:alice"
+    assert not state.failed
+    assert authenticated(state, user="admin") is None
+    assert state.failed and state.principal is None
+    assert admitted(state) == set()
+
+
+def test_reauthentication_with_another_mechanism_is_refused_when_required() -> None:
+    state = SaslState(required=True)
+    assert authenticated(state) == "User:alice"
+    reason = state.handshake_sent("SCRAM-SHA-512")
+    assert reason is not None and "change of mechanism" in reason
+
+
+@pytest.mark.parametrize(("required", "refused"), [(True, True), (False, False)])
+def test_a_mechanism_the_gateway_cannot_follow(required: bool, refused: bool) -> None:
+    """GSSAPI: the gateway cannot tell when the exchange completes, so it cannot require it;
+    without ``required`` it is carried and names no one."""
+    state = SaslState(required=required)
+    assert (state.handshake_sent("GSSAPI") is not None) is refused
+
+
+# --- sasl.client_auth ---------------------------------------------------------------------
+
+
+def _upstream_sasl(tmp_path: Path) -> dict[str, object]:
+    secret = tmp_path / "pw"
+    secret.write_text("kpg-pw\n")
+    return {
+        "bootstrap_servers": ["127.0.0.1:9"],
+        "sasl": {"mechanism": "PLAIN", "username": "kpg", "password_file": str(secret)},
+    }
+
+
+def test_client_auth_defaults(tmp_path: Path) -> None:
+    """Unset: none, unless the gateway itself authenticates to the brokers (upstream.sasl):
+    their listener then requires SASL of every connection, so the gateway requires it too."""
+    base = {"bootstrap_servers": ["127.0.0.1:9"]}
+    assert gateway_config([], upstream=base).sasl.client_auth == "none"
+    assert gateway_config([], upstream=_upstream_sasl(tmp_path)).sasl.client_auth == "required"
+    explicit = gateway_config([], upstream=base, sasl={"client_auth": "required"})
+    assert explicit.sasl.client_auth == "required"
+
+
+def test_client_auth_none_beside_upstream_sasl_stops_start_up(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"sasl\.client_auth: none, but upstream\.sasl is set"):
+        gateway_config([], upstream=_upstream_sasl(tmp_path), sasl={"client_auth": "none"})
+
+
+def test_client_auth_values() -> None:
+    base = {"bootstrap_servers": ["127.0.0.1:9"]}
+    with pytest.raises(ConfigError, match=r"sasl\.client_auth: expected required or none"):
+        gateway_config([], upstream=base, sasl={"client_auth": "requested"})
