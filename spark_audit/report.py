@@ -25,13 +25,15 @@ import html
 import json
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_audit.chain import ChainStatus, Link, verify_links
@@ -44,6 +46,7 @@ from spark_audit.transforms import (
     denied_requests,
     denied_requests_by,
     dry_run_requests,
+    duplicate_event_ids,
     event_kind,
     filter_events,
     lifecycle_events,
@@ -68,6 +71,7 @@ REPORT_FORMAT_VERSION: Final = 2
 """Version of ``summary.json``'s layout (not of the events)."""
 
 _MAX_CHART_HOURS: Final = 24 * 92
+_CONCURRENT_JOBS: Final = 4
 _PAGE_ROWS: Final = 200
 """Rows of a long section shown on the page; its CSV file has them all."""
 
@@ -104,10 +108,12 @@ class _Section:
     name: str
     title: str
     build: Callable[[DataFrame, DataFrame], DataFrame]
-    """(requests, events) -> the section's rows."""
+    """(requests, notable events) -> the section's rows (see :func:`_notable`)."""
     description: str
     events: str | None = None
     """Which ``events-<set>.csv`` holds the events behind the section's figures."""
+    frames: str = "requests"
+    """Which frame the section is drawn from: ``requests`` or ``events`` (the notable)."""
     listing: bool = False
     """A list of requests or events, not a table of figures: its CSV file has every row,
     ``summary.json`` and the page the first ``_PAGE_ROWS``."""
@@ -200,6 +206,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             name="config_changes",
             title="Config changes",
             build=lambda _, events: config_changes(events),
+            frames="events",
             description="Every config key a judged request changed (or tried to), with its "
             "value before and after; sensitive values are never recorded.",
             events="config_changes",
@@ -209,6 +216,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             name="lifecycle",
             title="Gateway starts, stops and reloads",
             build=lambda _, events: lifecycle_events(events),
+            frames="events",
             description="Lifecycle events of the gateways, with the policy version in force.",
         ),
     )
@@ -240,17 +248,32 @@ _EVENT_COLUMNS: Final = (
 )
 
 
+def _dry_run() -> Column:
+    return F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
+
+
+def _notable() -> Column:
+    """Events any of :func:`_event_sets` or an event section (config changes, lifecycle)
+    shows: a small part of the table, since most decisions are plain allows."""
+    return (
+        (F.col("verdict") != "allowed")
+        | _dry_run()
+        | F.col("config_changes").isNotNull()
+        | (event_kind() == "lifecycle")
+    )
+
+
 def _event_sets(events: DataFrame) -> dict[str, DataFrame]:
-    """The events behind the figures, one CSV file each."""
+    """The events behind the figures, one CSV file each; ``events`` may be only those
+    :func:`_notable` keeps."""
     columns = [
         principal_name().alias("principal") if c == "principal" else c for c in _EVENT_COLUMNS
     ]
     decisions = events.where(event_kind() != "lifecycle")
-    dry_run = F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
     sets = {
         "denied": decisions.where(F.col("verdict") == "denied"),
         "would_deny": decisions.where(F.col("verdict") == "would_deny"),
-        "dry_runs": decisions.where(dry_run),
+        "dry_runs": decisions.where(_dry_run()),
         "config_changes": decisions.where(F.col("config_changes").isNotNull()),
     }
     # In the table's order (by ingest, so a request's events are together), not sorted: a sort
@@ -296,23 +319,9 @@ def build_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = _sections(top_n)
-    stages = len(sections) + 6
-    started = time.monotonic()
-    number = 0
-
-    def stage(what: str) -> None:
-        nonlocal number
-        number += 1
-        logger.info(
-            "report stage %d/%d: %s (%.1fs elapsed)",
-            number,
-            stages,
-            what,
-            time.monotonic() - started,
-        )
-
-    _small_shuffles(spark)
-    stage(f"loading events from {input_path} (filters: {filters.describe()})")
+    progress = _Progress(stages=len(sections) + 8)
+    _report_settings(spark)
+    progress.stage(f"loading events from {input_path} (filters: {filters.describe()})")
     loaded = filter_events(
         with_topic(load_events(spark, input_path)),
         since=filters.since,
@@ -322,48 +331,23 @@ def build_report(
     )
     # Not cached: Parquet is read again per figure, only the columns each one needs.
     events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
-    every_row = events  # the chains see copies of a line too (a "duplicate" in the chain)
-    cached: list[DataFrame] = []
-    try:
-        stage("requests and duplicate event ids")
-        requests = requests_of(events).cache()
-        cached.append(requests)
-        # Copies of an event share its request, so the grouping finds them.
-        duplicates = _duplicates(requests, events)
-        warnings = []
-        if duplicates["event_ids"]:
-            warnings.append(
-                f"{duplicates['event_ids']:,} event ids occur more than once "
-                f"({duplicates['extra_rows']:,} extra rows); each is counted once"
-            )
-            events = events.dropDuplicates(["event_id"]).cache()
-            requests.unpersist()
-            requests = requests_of(events).cache()
-            cached.extend([events, requests])
-        stage("totals")
-        summary_totals = _collect(totals(events))[0] | _collect(request_totals(requests))[0]
-        warnings.extend(_empty_input_warnings(summary_totals, input_path, filters))
-        reports: dict[str, list[Row]] = {}
-        listed: dict[str, int] = {}
-        for section in sections:
-            stage(section.title.lower())
-            reports[section.name], total = _section_rows(section, requests, events, out)
-            if total is not None:
-                listed[section.name] = total
-        stage("chains")
-        chains = verify_chains(every_row)
-        warnings.extend(_chain_warnings(chains))
-        stage("events behind the figures")
-        for name, frame in _event_sets(events).items():
-            _write_frame_csv(out / f"events-{name}.csv", frame)
-    finally:
-        for frame in cached:
-            frame.unpersist()
+    progress.stage("duplicate event ids")
+    duplicates = _collect(duplicate_event_ids(events))[0]
+    warnings = []
+    if duplicates["event_ids"]:
+        warnings.append(
+            f"{duplicates['event_ids']:,} event ids occur more than once "
+            f"({duplicates['extra_rows']:,} extra rows); each is counted once"
+        )
+    figures = _Figures(progress, sections, out)
+    figures.compute(events, deduplicated=bool(duplicates["event_ids"]))
+    warnings.extend(_empty_input_warnings(figures.totals, input_path, filters))
+    warnings.extend(_chain_warnings(figures.chains))
     for warning in warnings:
         logger.warning("audit report: %s", warning)
 
-    stage(f"writing summary.json, CSV files and index.html to {out}")
-    reports["chains"] = chains
+    progress.stage(f"writing summary.json, CSV files and index.html to {out}")
+    reports = {s.name: figures.reports[s.name] for s in sections} | {"chains": figures.chains}
     summary: dict[str, Any] = {
         "report_format_version": REPORT_FORMAT_VERSION,
         "event_schema_version": SCHEMA_VERSION,
@@ -372,17 +356,115 @@ def build_report(
         "filters": {name: value for name, value in filters._items()},
         "warnings": warnings,
         "duplicates": duplicates,
-        "totals": summary_totals,
-        "listed_rows": listed,
+        "totals": figures.totals,
+        "listed_rows": figures.listed,
         "reports": reports,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     for name, rows in reports.items():
-        if name not in listed:
+        if name not in figures.listed:
             _write_csv(out / f"{name}.csv", rows)
     (out / "index.html").write_text(_render_html(summary, sections), encoding="utf-8")
-    logger.info("report done in %.1fs: %s", time.monotonic() - started, out / "index.html")
+    logger.info("report done in %.1fs: %s", progress.elapsed(), out / "index.html")
     return summary
+
+
+class _Progress:
+    """``report stage i/n`` log lines, from any thread."""
+
+    def __init__(self, stages: int) -> None:
+        self._stages = stages
+        self._number = 0
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+    def stage(self, what: str) -> None:
+        with self._lock:
+            self._number += 1
+            logger.info(
+                "report stage %d/%d: %s (%.1fs elapsed)",
+                self._number,
+                self._stages,
+                what,
+                self.elapsed(),
+            )
+
+
+class _Figures:
+    """Every figure of a report: totals, sections, chains and the events-*.csv files.
+
+    Four groups of Spark jobs that share nothing run side by side (requests and their
+    sections, notable events and theirs, chains, event totals): while one job's plan is
+    built and compiled on the driver, another's tasks use the cores.
+    """
+
+    def __init__(self, progress: _Progress, sections: Sequence[_Section], out: Path) -> None:
+        self._progress = progress
+        self._sections = sections
+        self._out = out
+        self.reports: dict[str, list[Row]] = {}
+        self.listed: dict[str, int] = {}
+        self.totals: Row = {}
+        self.chains: list[Row] = []
+
+    def compute(self, events: DataFrame, *, deduplicated: bool) -> None:
+        """``deduplicated``: ``events`` has copies of an event id; count each once (the
+        chains still see every row: a copy is a "duplicate" in its chain)."""
+        every_row = events
+        cached: list[DataFrame] = []
+        if deduplicated:
+            events = events.dropDuplicates(["event_id"]).cache()
+            cached.append(events)
+        requests = requests_of(events).drop("request_key").cache()
+        # The events the event sections and the events-*.csv files are drawn from (denied,
+        # dry-run objections, dry runs, config changes, lifecycle): read once, kept in memory.
+        notable = events.where(_notable()).cache()
+        cached.extend([requests, notable])
+        try:
+            with ThreadPoolExecutor(max_workers=_CONCURRENT_JOBS) as pool:
+                chains = pool.submit(self._chains, every_row)
+                request_totals_ = pool.submit(self._requests, requests, notable)
+                notable_done = pool.submit(self._notable, requests, notable)
+                event_totals = pool.submit(self._event_totals, events)
+                self.totals = event_totals.result() | request_totals_.result()
+                notable_done.result()
+                self.chains = chains.result()
+        finally:
+            for frame in cached:
+                frame.unpersist()
+
+    def _chains(self, events: DataFrame) -> list[Row]:
+        self._progress.stage("chains")
+        return verify_chains(events)
+
+    def _event_totals(self, events: DataFrame) -> Row:
+        self._progress.stage("totals")
+        return _collect(totals(events))[0]
+
+    def _requests(self, requests: DataFrame, notable: DataFrame) -> Row:
+        self._progress.stage("requests")
+        request_total = _collect(request_totals(requests))[0]
+        self._sections_of("requests", requests, notable)
+        return request_total
+
+    def _notable(self, requests: DataFrame, notable: DataFrame) -> None:
+        self._progress.stage("notable events")
+        self._sections_of("events", requests, notable)
+        self._progress.stage("events behind the figures")
+        for name, frame in _event_sets(notable).items():
+            _write_frame_csv(self._out / f"events-{name}.csv", frame)
+
+    def _sections_of(self, frames: str, requests: DataFrame, notable: DataFrame) -> None:
+        for section in self._sections:
+            if section.frames == frames:
+                self._progress.stage(section.title.lower())
+                rows, total = _section_rows(section, requests, notable, self._out)
+                self.reports[section.name] = rows
+                if total is not None:
+                    self.listed[section.name] = total
 
 
 _UNUSED_COLUMNS: Final = frozenset(
@@ -390,38 +472,17 @@ _UNUSED_COLUMNS: Final = frozenset(
 )
 
 
-def _small_shuffles(spark: SparkSession) -> None:
-    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+def _report_settings(spark: SparkSession) -> None:
+    """Settings for a report's many small aggregations, unless spark-submit chose them."""
+    conf = spark.sparkContext.getConf()
+    if not conf.contains("spark.sql.shuffle.partitions"):
         # Spark's 200 is for clusters; each aggregation here is small.
         partitions = max(2, 2 * spark.sparkContext.defaultParallelism)
         spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-
-
-def _duplicates(requests: DataFrame, events: DataFrame) -> Row:
-    """How many event ids occur more than once, and the rows beyond the first of each: for
-    decisions from :func:`spark_audit.transforms.requests_of`'s ``duplicate_ids`` and
-    ``events``, for the few lifecycle events (no request) by their own grouping."""
-    in_requests = _collect(
-        requests.agg(
-            F.coalesce(F.sum("duplicate_ids"), F.lit(0)).alias("event_ids"),
-            F.coalesce(F.sum(F.col("events") - F.col("distinct_events")), F.lit(0)).alias(
-                "extra_rows"
-            ),
-        )
-    )[0]
-    lifecycle = (
-        events.where(event_kind() == "lifecycle")
-        .groupBy("event_id")
-        .count()
-        .where(F.col("count") > 1)
-    )
-    copies = _collect(
-        lifecycle.agg(
-            F.count(F.lit(1)).alias("event_ids"),
-            F.coalesce(F.sum(F.col("count") - 1), F.lit(0)).alias("extra_rows"),
-        )
-    )[0]
-    return {key: in_requests[key] + copies[key] for key in ("event_ids", "extra_rows")}
+    if not conf.contains("spark.sql.adaptive.autoBroadcastJoinThreshold"):
+        # The refused requests' rule sets join the requests; broadcast them when they turn
+        # out small (Spark's 10 MB is about 60,000 refused requests), else a sort-merge join.
+        spark.conf.set("spark.sql.adaptive.autoBroadcastJoinThreshold", "64MB")
 
 
 def _section_rows(

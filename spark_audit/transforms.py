@@ -251,6 +251,9 @@ def _rules(verdict: str) -> Column:
     return F.array_sort(F.collect_set(F.when(F.col("verdict") == verdict, F.col("policy"))))
 
 
+_REQUEST_SETS: Final = ("denied_rules", "would_deny_rules", "topics", "resources")
+
+
 def requests_of(events: DataFrame) -> DataFrame:
     """One row per request: decisions grouped by ``request_id`` (a v1 decision, or a summary,
     is a request of its own, a summary weighing ``event_count``); lifecycle events left out.
@@ -260,33 +263,42 @@ def requests_of(events: DataFrame) -> DataFrame:
     validate_only request or the ``kpg-dry-run`` tool), ``outcome`` (``denied`` when any
     event is denied, else ``allowed``), ``would_deny`` (allowed with a dry-run objection),
     ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics`` and
-    ``resources`` (of the items a rule denied or objected to), ``events`` (rows),
-    ``distinct_events`` and ``duplicate_ids`` (event ids on more than one row). ``events``
-    must have ``topic``.
+    ``resources`` (of the items a rule denied or objected to) and ``events`` (rows; copies
+    of an event count as rows, :func:`duplicate_event_ids` finds them). ``events`` must
+    have ``topic``.
     """
     decisions = events.where(event_kind() != "lifecycle")
     key = F.coalesce(F.col("request_id"), F.col("event_id")).alias("request_key")
-    refused = F.col("verdict") != "allowed"
-    grouped = decisions.groupBy(key).agg(
-        F.first("request_id", ignorenulls=True).alias("request_id"),
+    # A request's events share its principal, client id and API (one client request), so
+    # they are grouping keys: every aggregate left is fixed-width, and Spark can group by
+    # hashing instead of sorting a million rows. The rule and name sets are collected from
+    # refused events only (the few) and joined on; Spark broadcasts that side when small.
+    grouped = decisions.groupBy(
+        key, "request_id", principal_name().alias("principal"), "client_id", "api"
+    ).agg(
         F.min("time").alias("time"),
-        F.first(principal_name()).alias("principal"),
-        F.first("client_id").alias("client_id"),
-        F.first("api").alias("api"),
         F.max(F.col("validate_only").cast("int")).alias("validate_only"),
         F.max((F.col("verdict") == "denied").cast("int")).alias("any_denied"),
         F.max((F.col("verdict") == "would_deny").cast("int")).alias("any_would_deny"),
         F.max("event_count").alias("requests"),
-        _rules("denied").alias("denied_rules"),
-        _rules("would_deny").alias("would_deny_rules"),
-        # Only refused items' names: the arrays stay empty for the many allowed requests.
-        F.array_sort(F.collect_set(F.when(refused, F.col("topic")))).alias("topics"),
-        F.array_sort(F.collect_set(F.when(refused, F.col("resource_name")))).alias("resources"),
         F.count(F.lit(1)).alias("events"),
-        F.collect_list("event_id").alias("event_ids"),
+    )
+    refused = (
+        decisions.where(F.col("verdict") != "allowed")
+        .groupBy(key)
+        .agg(
+            _rules("denied").alias("denied_rules"),
+            _rules("would_deny").alias("would_deny_rules"),
+            F.array_sort(F.collect_set("topic")).alias("topics"),
+            F.array_sort(F.collect_set("resource_name")).alias("resources"),
+        )
+    )
+    none: Column = F.array().cast("array<string>")
+    grouped = grouped.join(refused, "request_key", "left").select(
+        *grouped.columns,
+        *(F.coalesce(F.col(name), none).alias(name) for name in _REQUEST_SETS),
     )
     denied = F.col("any_denied") == 1
-    distinct = F.size(F.array_distinct("event_ids"))
     return grouped.select(
         "request_key",
         "request_id",
@@ -306,21 +318,28 @@ def requests_of(events: DataFrame) -> DataFrame:
         "topics",
         "resources",
         "events",
-        distinct.alias("distinct_events"),
-        # Event ids on more than one row (copies share their request).
-        F.when(
-            F.col("events") > distinct,
-            F.size(
-                F.array_distinct(
-                    F.filter(
-                        "event_ids",
-                        lambda e: F.size(F.array_remove("event_ids", e)) < F.col("events") - 1,
-                    )
-                )
-            ),
-        )
-        .otherwise(F.lit(0))
-        .alias("duplicate_ids"),
+    )
+
+
+def duplicate_event_ids(events: DataFrame) -> DataFrame:
+    """One row: ``event_ids``, how many event ids occur on more than one row, and
+    ``extra_rows``, the rows beyond the first of each (lifecycle events included).
+
+    Exact, and cheap when there are none (the stream drops copies, so the usual case): rows
+    are grouped by a 64-bit hash of the event id, a grouping of numbers; only ids whose hash
+    occurs twice (copies, or the rare hash collision) are grouped again by the id itself.
+    """
+    hashed = events.select("event_id", F.xxhash64("event_id").alias("id_hash"))
+    repeated_hashes = hashed.groupBy("id_hash").count().where(F.col("count") > 1).select("id_hash")
+    per_id = (
+        hashed.join(F.broadcast(repeated_hashes), "id_hash", "left_semi")
+        .groupBy("event_id")
+        .agg(F.count(F.lit(1)).alias("copies"))
+        .where(F.col("copies") > 1)
+    )
+    return per_id.agg(
+        F.count(F.lit(1)).alias("event_ids"),
+        F.coalesce(F.sum(F.col("copies") - 1), F.lit(0)).alias("extra_rows"),
     )
 
 

@@ -13,6 +13,7 @@ from pyspark.testing import assertDataFrameEqual
 from spark_audit.event import line_hash
 from spark_audit.transforms import (
     dedupe_events,
+    duplicate_event_ids,
     malformed_events,
     normalize_events,
     totals,
@@ -150,3 +151,18 @@ def test_parse_lines_hashes_each_line_as_written(spark: SparkSession) -> None:
 
     assert [row.line_hash for row in raw] == [line_hash(line) for line in lines]
     assert raw[2].event_id is None and raw[2].line_hash == line_hash("{torn")
+
+
+def test_duplicate_event_ids_counts_ids_and_extra_rows_exactly(spark: SparkSession) -> None:
+    """Found through a 64-bit hash of the id, then checked on the id itself: three copies of
+    one event and two of another are two ids and three extra rows; distinct ids are none."""
+    once, twice, thrice = event(), event(), event()
+    rows = normalize_events(
+        raw_events(spark, [e.to_json_line() for e in (once, twice, twice, thrice, thrice, thrice)])
+    )
+
+    (counted,) = duplicate_event_ids(rows).collect()
+    (clean,) = duplicate_event_ids(rows.dropDuplicates(["event_id"])).collect()
+
+    assert (counted["event_ids"], counted["extra_rows"]) == (2, 3)
+    assert (clean["event_ids"], clean["extra_rows"]) == (0, 0)
