@@ -93,11 +93,15 @@ def add_audit_commands(
 def report_command(args: argparse.Namespace) -> int:
     """``kpg audit report --input DIR --out DIR``."""
     from spark_audit.report import Filters, build_report
-    from spark_audit.session import build_spark_session
+    from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
     configure_logging()
     spark = build_spark_session(
-        "kpg-audit-report", master=args.master, driver_memory="2g", web_ui=False
+        "kpg-audit-report",
+        master=args.master,
+        driver_memory="2g",
+        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
+        web_ui=False,
     )
     filters = Filters(
         since=args.since, until=args.until, principal=args.principal, topic=args.topic
@@ -121,7 +125,7 @@ def report_command(args: argparse.Namespace) -> int:
 def stream_command(args: argparse.Namespace) -> int:
     """``kpg audit stream --spool DIR --table DIR --checkpoint DIR [--available-now]``."""
     from spark_audit.job import KafkaConnectorMissingError, run_stream
-    from spark_audit.session import build_spark_session
+    from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
     configure_logging()
     # A run to completion needs no web UI; a long-running stream keeps Spark's.
@@ -129,6 +133,7 @@ def stream_command(args: argparse.Namespace) -> int:
         "kpg-audit-stream",
         master=args.master,
         driver_memory="2g",
+        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
         web_ui=not args.available_now,
     )
     try:
@@ -142,11 +147,15 @@ def stream_command(args: argparse.Namespace) -> int:
 def replay_command(args: argparse.Namespace) -> int:
     """``kpg audit replay --config FILE --input DIR [--since T] [--until T] [--output DIR]``."""
     from spark_audit.replay import CandidateError, build_replay
-    from spark_audit.session import build_spark_session
+    from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
     configure_logging()
     spark = build_spark_session(
-        "kpg-audit-replay", master=args.master, driver_memory="2g", web_ui=False
+        "kpg-audit-replay",
+        master=args.master,
+        driver_memory="2g",
+        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
+        web_ui=False,
     )
     try:
         summary = build_replay(
