@@ -8,10 +8,12 @@ on loopback ports, in front of a real broker (or, where a test says so, a script
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib
 import itertools
 import os
 import re
+import shutil
 import socket
 import ssl
 import struct
@@ -53,6 +55,18 @@ TEST_BROKER_DEFAULTS = {"num.partitions": 3, "default.replication.factor": 1}
 reports no broker configs, so gateways in front of it state them."""
 
 
+_STATE_ROOT: list[str] = []
+
+
+def _state_root() -> str:
+    """One directory per test process for the gateways' state databases, removed when the
+    process ends (the suite made thousands, left in /tmp)."""
+    if not _STATE_ROOT:
+        _STATE_ROOT.append(tempfile.mkdtemp(prefix="kpg-test-state-"))
+        atexit.register(shutil.rmtree, _STATE_ROOT[0], True)
+    return _STATE_ROOT[0]
+
+
 def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> GatewayConfig:
     servers = upstream if isinstance(upstream, list) else [upstream]
     raw: dict[str, Any] = {
@@ -69,7 +83,7 @@ def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> Gate
             "broker_defaults": TEST_BROKER_DEFAULTS,
         },
         "shutdown_timeout_s": 5,
-        "state": {"path": os.path.join(tempfile.mkdtemp(prefix="kpg-state-"), "state.db")},
+        "state": {"path": os.path.join(tempfile.mkdtemp(dir=_state_root()), "state.db")},
     }
     upstream_extra = extra.pop("upstream", {})
     raw["upstream"].update(upstream_extra)
