@@ -44,7 +44,13 @@ def add_audit_commands(
     report.add_argument(
         "--input", required=True, help="a spool directory or a Parquet audit table directory"
     )
-    report.add_argument("--out", required=True, help="directory to write the report into")
+    report.add_argument(
+        "--out",
+        "--output",
+        dest="out",
+        required=True,
+        help="directory to write the report into (--output, as replay spells it, too)",
+    )
     report.add_argument(
         "--top", type=int, default=10, help="rows in the top offenders report (default: 10)"
     )

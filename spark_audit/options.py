@@ -107,5 +107,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--since", type=utc_time, help="only requests at or after this UTC time")
     parser.add_argument("--until", type=utc_time, help="only requests before this UTC time")
     parser.add_argument(
-        "--output", default="audit-replay", help="directory for summary.json and CSV files"
+        "--output",
+        "--out",
+        dest="output",
+        default="audit-replay",
+        help="directory for summary.json and CSV files (--out, as report spells it, too)",
     )
