@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from datetime import date, datetime
 
 import pytest
@@ -11,6 +12,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from spark_audit.event import line_hash
+from spark_audit.report import verify_chains
 from spark_audit.transforms import (
     dedupe_events,
     duplicate_event_ids,
@@ -166,3 +168,62 @@ def test_duplicate_event_ids_counts_ids_and_extra_rows_exactly(spark: SparkSessi
 
     assert (counted["event_ids"], counted["extra_rows"]) == (2, 3)
     assert (clean["event_ids"], clean["extra_rows"]) == (0, 0)
+
+
+def _chain_lines(count: int) -> list[str]:
+    """``count`` JSON lines of one chain, each ``prev_hash`` the hash of the line before."""
+    chain = str(uuid.uuid4())
+    lines: list[str] = []
+    for seq in range(count):
+        previous = line_hash(lines[-1]) if lines else None
+        lines.append(event(chain_id=chain, seq=seq, prev_hash=previous).to_json_line())
+    return lines
+
+
+def _with_prev_hash(line: str, prev_hash: str) -> str:
+    return json.dumps(json.loads(line) | {"prev_hash": prev_hash})
+
+
+@pytest.mark.parametrize(
+    ("tamper", "status"),
+    [
+        (lambda right: right, "intact"),
+        # conv() would read these as the right hash: compared whole, as lower-case hex.
+        (lambda right: right.upper(), "BROKEN"),
+        (lambda right: right + "zz", "BROKEN"),
+        (lambda right: right[:32] + "0" * 32, "BROKEN"),
+    ],
+    ids=["right", "upper-case", "suffixed", "second-half-zero"],
+)
+def test_chains_are_checked_on_the_whole_hash(
+    spark: SparkSession, tamper: Callable[[str], str], status: str
+) -> None:
+    lines = _chain_lines(6)
+    lines[3] = _with_prev_hash(lines[3], tamper(json.loads(lines[3])["prev_hash"]))
+    # The line after the edited one names the edited line's hash: only the edit is wrong.
+    lines[4] = _with_prev_hash(lines[4], line_hash(lines[3]))
+    lines[5] = _with_prev_hash(lines[5], line_hash(lines[4]))
+
+    (chain,) = verify_chains(normalize_events(raw_events(spark, lines)))
+
+    assert (chain["status"], chain["events"], chain["last_seq"]) == (status, 6, 5)
+    assert chain["breaks"] == (0 if status == "intact" else 1)
+
+
+def test_chains_with_a_gap_a_repeat_or_a_first_link_are_not_intact(spark: SparkSession) -> None:
+    gap = _chain_lines(5)
+    del gap[2]
+    repeat = _chain_lines(5)
+    repeat.insert(3, repeat[2])
+    first = _chain_lines(3)
+    first[0] = _with_prev_hash(first[0], "0" * 64)
+    first[1] = _with_prev_hash(first[1], line_hash(first[0]))
+    first[2] = _with_prev_hash(first[2], line_hash(first[1]))
+
+    chains = verify_chains(normalize_events(raw_events(spark, gap + repeat + first)))
+
+    assert sorted((c["events"], c["status"], c["gaps"], c["duplicates"]) for c in chains) == [
+        (3, "BROKEN", 0, 0),
+        (4, "BROKEN", 1, 0),
+        (6, "BROKEN", 0, 1),
+    ]
