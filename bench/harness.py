@@ -46,6 +46,8 @@ class GatewayProcess:
     process: subprocess.Popen[str]
     bootstrap: str
     workers: int
+    metrics_url: str | None = None
+    """Its /metrics, when it was started with a metrics listener."""
 
     @property
     def pid(self) -> int:
@@ -109,7 +111,9 @@ def start_gateway(
         if match:
             # The rest of its output is not read: let it go nowhere rather than fill the pipe.
             _drain(process)
-            return GatewayProcess(process, match.group(1), workers)
+            metrics = config.get("metrics")
+            url = f"http://{metrics}/metrics" if metrics else None
+            return GatewayProcess(process, match.group(1), workers, url)
     raise SystemExit(f"gateway did not start: {' '.join(command)}")
 
 
@@ -207,6 +211,38 @@ def tree_cpu_seconds(pid: int) -> float:
             continue
         total += sum(int(f) for f in fields[11:15]) / _CLOCK_TICKS
     return total
+
+
+def tree_run_queue_seconds(pid: int) -> float:
+    """How long the threads of ``pid`` and its descendants alive now have waited, runnable,
+    for a core (Linux schedstat ``run_delay``): CPU contention, as opposed to waiting on I/O.
+    Threads that have exited are not counted."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            threads = os.listdir(f"/proc/{member}/task")
+        except FileNotFoundError:
+            continue
+        for tid in threads:
+            try:
+                total += int(Path(f"/proc/{member}/task/{tid}/schedstat").read_text().split()[1])
+            except (FileNotFoundError, IndexError, ValueError):
+                continue
+    return total / 1e9
+
+
+def prometheus_samples(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus text exposition: ``name{labels}`` -> value."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
 
 
 def tree_rss_bytes(pid: int) -> int:

@@ -17,6 +17,10 @@ process on the machine shares).
    rate reached, and the gateway's CPU time (all its processes, from /proc) per MB/s of
    produced records: millicores per MB/s. The gateway carries each byte twice (produce in,
    fetch out), as a proxy does.
+   Beside it, to tell where latency comes from on a shared machine: how long the gateway's
+   and the broker's threads waited, runnable, for a core (schedstat run_delay, seconds per
+   second), and from the gateway's /metrics its Produce and Fetch requests per second and
+   their mean round trip to the broker (sent upstream to answered).
 
 Consumers fetch with fetch.wait.max.ms=10 at the fixed rate (--fetch-wait): Tansu answers a
 fetch late rather than when records arrive, so with librdkafka's 500 the end-to-end p50 at
@@ -58,11 +62,13 @@ from bench.harness import (  # noqa: E402
     delete_topics,
     kpg_has_workers,
     machine,
+    prometheus_samples,
     start_gateway,
     tree_cpu_seconds,
+    tree_run_queue_seconds,
     write_result,
 )
-from gateway.embedded import EmbeddedBroker  # noqa: E402
+from gateway.embedded import EmbeddedBroker, free_port  # noqa: E402
 
 TOPICS = 10
 PARTITIONS = 10
@@ -228,10 +234,19 @@ class RunResult:
     publish_ms: dict[str, float]
     gateway_cpu_cores: float | None
     gateway_millicores_per_mb_s: float | None
+    gateway_run_queue_share: float | None
+    """Seconds per second the gateway's threads waited, runnable, for a core (CPU
+    contention); the broker's beside it."""
+    gateway_requests_per_s: dict[str, float] | None
+    """Produce and Fetch requests per second through the gateway (its own count)."""
+    gateway_upstream_ms: dict[str, float] | None
+    """The mean time from the gateway sending a Produce (Fetch) to the broker's answer: the
+    part of the publish latency spent beyond the gateway."""
     producer_max_lag_ms: float
     errors: int
     broker_cpu_cores: float
     """Tansu's CPU over the window; and the client processes' over their whole life."""
+    broker_run_queue_share: float
     client_cpu_cores: float
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -283,7 +298,7 @@ def run(
         for worker in workers:
             worker.start()
         spawned = time.monotonic_ns()
-        cpu = _cpu_over_window(plan, gateway, broker_pid)
+        cpu = _usage_over_window(plan, gateway, broker_pid)
         for worker in workers:
             worker.join(300)
             if worker.exitcode != 0:
@@ -294,21 +309,54 @@ def run(
     return result
 
 
-def _cpu_over_window(
+_APIS = ("Produce", "Fetch")
+
+
+def _usage_over_window(
     plan: Plan, gateway: GatewayProcess | None, broker_pid: int
-) -> dict[str, float | None]:
-    """The gateway's CPU time (all its processes) and the broker's, in cores, between the
-    window's start and end."""
+) -> dict[str, Any]:
+    """Between the window's start and end: the gateway's CPU time (all its processes) and the
+    broker's, in cores; the time their threads waited for a core, per second; the gateway's
+    request counts and its upstream round trips (from its /metrics)."""
     pids = {"broker": broker_pid, "gateway": gateway.pid if gateway else None}
+    url = gateway.metrics_url if gateway else None
     time.sleep(max(0.0, (plan.measure_ns - time.monotonic_ns()) / 1e9))
     before = {k: tree_cpu_seconds(pid) for k, pid in pids.items() if pid is not None}
+    queued = {k: tree_run_queue_seconds(pid) for k, pid in pids.items() if pid is not None}
+    samples = prometheus_samples(url) if url else {}
     started = time.monotonic_ns()
     time.sleep(max(0.0, (plan.end_ns - time.monotonic_ns()) / 1e9))
     elapsed = (time.monotonic_ns() - started) / 1e9
-    return {
+    usage: dict[str, Any] = {
         k: (tree_cpu_seconds(pid) - before[k]) / elapsed if pid is not None else None
         for k, pid in pids.items()
     }
+    for k, pid in pids.items():
+        usage[f"{k}_run_queue"] = (
+            (tree_run_queue_seconds(pid) - queued[k]) / elapsed if pid is not None else None
+        )
+    usage["requests"], usage["upstream_ms"] = (
+        _gateway_requests(samples, prometheus_samples(url), elapsed) if url else (None, None)
+    )
+    return usage
+
+
+def _gateway_requests(
+    before: dict[str, float], after: dict[str, float], elapsed: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Requests per second by API, and the mean upstream round trip in ms, between two
+    scrapes of the gateway's metrics."""
+
+    def delta(prefix: str) -> float:
+        return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix))
+
+    rates, round_trips = {}, {}
+    for api in _APIS:
+        rates[api] = delta(f'kpg_requests_total{{api="{api}",') / elapsed
+        count = delta(f'kpg_upstream_latency_seconds_count{{api="{api}"}}')
+        total = delta(f'kpg_upstream_latency_seconds_sum{{api="{api}"}}')
+        round_trips[api] = total / count * 1000 if count else float("nan")
+    return rates, round_trips
 
 
 def _collect(
@@ -317,7 +365,7 @@ def _collect(
     rate: float | None,
     plan: Plan,
     outdir: Path,
-    cpus: dict[str, float | None],
+    cpus: dict[str, Any],
 ) -> RunResult:
     producers = [json.loads(p.read_text()) for p in outdir.glob("producer-*.json")]
     consumers = [json.loads(p.read_text()) for p in outdir.glob("consumer-*.json")]
@@ -345,27 +393,44 @@ def _collect(
         publish_ms={"p50": _percentile(publish, 0.5), "p99": _percentile(publish, 0.99)},
         gateway_cpu_cores=cpu,
         gateway_millicores_per_mb_s=cpu * 1000 / mb_per_s if cpu is not None and mb_per_s else None,
+        gateway_run_queue_share=cpus["gateway_run_queue"],
+        gateway_requests_per_s=cpus["requests"],
+        gateway_upstream_ms=cpus["upstream_ms"],
         producer_max_lag_ms=max(p["max_lag_ms"] for p in producers),
         errors=errors,
         broker_cpu_cores=cpus["broker"] or 0.0,
+        broker_run_queue_share=cpus["broker_run_queue"] or 0.0,
         client_cpu_cores=sum(w["cpu_s"] for w in producers + consumers) / clients_s,
         counts={"acked_in_window": acked, "consumed_in_window": consumed},
     )
 
 
+def _metrics() -> dict[str, Any]:
+    """A metrics listener for a gateway: its request counts and upstream round trips."""
+    return {"metrics": f"127.0.0.1:{free_port()}"}
+
+
 def _line(r: RunResult) -> str:
     cpu = (
         f" | gateway {r.gateway_cpu_cores:4.2f} cores, "
-        f"{r.gateway_millicores_per_mb_s:5.1f} mc/(MB/s)"
-        if r.gateway_cpu_cores is not None and r.gateway_millicores_per_mb_s is not None
+        f"{r.gateway_millicores_per_mb_s:5.1f} mc/(MB/s), waited {r.gateway_run_queue_share:4.2f}"
+        if r.gateway_cpu_cores is not None
+        and r.gateway_millicores_per_mb_s is not None
+        and r.gateway_run_queue_share is not None
         else ""
     )
+    if r.gateway_requests_per_s and r.gateway_upstream_ms:
+        cpu += "".join(
+            f", {api} {r.gateway_requests_per_s[api]:.0f}/s {r.gateway_upstream_ms[api]:.2f} ms"
+            for api in _APIS
+        )
     return (
         f"{r.target:10s} {r.scenario:11s} {r.records_per_s:8.0f} rec/s {r.mb_per_s:6.1f} MB/s "
         f"(consumed {r.consumed_per_s:8.0f}/s) e2e p50 {r.e2e_ms['p50']:7.2f} p99 "
         f"{r.e2e_ms['p99']:7.2f} p99.9 {r.e2e_ms['p99.9']:7.2f} ms | publish p50 "
         f"{r.publish_ms['p50']:6.2f} p99 {r.publish_ms['p99']:6.2f} ms{cpu} | broker "
-        f"{r.broker_cpu_cores:4.2f} cores, clients {r.client_cpu_cores:4.2f}"
+        f"{r.broker_cpu_cores:4.2f} cores (waited {r.broker_run_queue_share:4.2f}), clients "
+        f"{r.client_cpu_cores:4.2f}"
         f"{'' if not r.errors else f' | {r.errors} ERRORS'}"
     )
 
@@ -397,9 +462,11 @@ def main() -> int:
         nodes = broker_node_ids(direct)
         assert broker.process is not None
         bpid = broker.process.pid
-        one = start_gateway(direct, Path(workdir, "one"), workers=1, node_ids=nodes)
+        one = start_gateway(
+            direct, Path(workdir, "one"), workers=1, node_ids=nodes, extra=_metrics()
+        )
         two = (
-            start_gateway(direct, Path(workdir, "two"), workers=2, node_ids=nodes)
+            start_gateway(direct, Path(workdir, "two"), workers=2, node_ids=nodes, extra=_metrics())
             if has_workers and not (args.skip_two_workers or args.no_saturation)
             else None
         )

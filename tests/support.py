@@ -207,6 +207,8 @@ class TapRecord:
     api_version: int
     correlation_id: int
     frame: bytes
+    connection: int = 0
+    """Which of the tap's connections carried it (numbered from 1 as they are accepted)."""
 
     @property
     def client_id(self) -> str | None:
@@ -220,6 +222,9 @@ class BrokerTap:
     The tapped broker advertises the tap's own address (see the ``tap`` fixture), so every
     connection the gateway opens, bootstrap and node listeners alike, passes the tap: a test
     sees exactly what reaches the broker.
+
+    :meth:`hold_answers` keeps the broker's answers in the tap (requests still pass) until
+    :meth:`release_answers`: what the gateway sends while it has no answer is then visible.
     """
 
     broker: HostPort
@@ -229,6 +234,7 @@ class BrokerTap:
     _server: asyncio.Server | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
+    _answers_flow: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def address(self) -> HostPort:
@@ -236,6 +242,7 @@ class BrokerTap:
         return HostPort(host="127.0.0.1", port=self._server.sockets[0].getsockname()[1])
 
     def start(self) -> HostPort:
+        self._answers_flow.set()
         self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -244,8 +251,26 @@ class BrokerTap:
         ).result(10)
         return self.address
 
+    def hold_answers(self) -> None:
+        """From now on, keep every answer the broker sends in the tap."""
+        self._in_loop(self._answers_flow.clear)
+
+    def release_answers(self) -> None:
+        """Let the answers held, and all later ones, through."""
+        self._in_loop(self._answers_flow.set)
+
+    def _in_loop(self, action: Callable[[], None]) -> None:
+        """Run ``action`` in the tap's loop and return once it has run."""
+        assert self._loop is not None
+
+        async def run() -> None:
+            action()
+
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(10)
+
     async def _relay(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         self.connections += 1
+        connection = self.connections
         breader, bwriter = await asyncio.open_connection(self.broker.host, self.broker.port)
 
         async def upstream() -> None:
@@ -254,7 +279,7 @@ class BrokerTap:
                     prefix = await creader.readexactly(4)
                     frame = await creader.readexactly(SIZE.unpack(prefix)[0])
                     key, version, cid = struct.unpack_from(">hhi", frame)
-                    self.requests.append(TapRecord(key, version, cid, frame))
+                    self.requests.append(TapRecord(key, version, cid, frame, connection))
                     bwriter.write(prefix + frame)
                     await bwriter.drain()
             except (asyncio.IncompleteReadError, ConnectionError):
@@ -265,6 +290,7 @@ class BrokerTap:
         async def downstream() -> None:
             try:
                 while data := await breader.read(65536):
+                    await self._answers_flow.wait()
                     cwriter.write(data)
                     await cwriter.drain()
             except ConnectionError:

@@ -43,8 +43,15 @@ def test_omb_bench_measures_direct_and_through_the_gateway(tmp_path: Path) -> No
         assert run["counts"]["acked_in_window"] > 0
         assert run["counts"]["consumed_in_window"] == run["counts"]["acked_in_window"]
         assert run["e2e_ms"]["p50"] > 0 and run["publish_ms"]["p50"] > 0
-    assert result["fixed_rate"]["header/direct"]["gateway_cpu_cores"] is None
-    assert result["fixed_rate"]["header/gateway-1"]["gateway_cpu_cores"] > 0
+    runs = result["fixed_rate"]
+    direct, through = runs["header/direct"], runs["header/gateway-1"]
+    assert direct["gateway_cpu_cores"] is None and direct["gateway_requests_per_s"] is None
+    assert through["gateway_cpu_cores"] > 0
+    # the gateway's own view: requests it carried, their round trips to the broker, and how
+    # long its threads waited for a core (schedstat; zero on an idle machine)
+    assert through["gateway_requests_per_s"]["Produce"] > 0
+    assert through["gateway_upstream_ms"]["Produce"] > 0
+    assert through["gateway_run_queue_share"] >= 0 and direct["broker_run_queue_share"] >= 0
     assert result["comparisons"]["header"]["gateway_millicores_per_mb_s"] > 0
     assert result["machine"]["start"]["load_average"]
 

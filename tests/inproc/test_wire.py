@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from kio.records.schema import NewRecordBatch, Record
 from kio.records.writers import write_new_batch
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -31,6 +31,7 @@ from tests.support import (
     RawClient,
     fetch_request,
     gateway_config,
+    unique_name,
     wait_for,
 )
 
@@ -71,6 +72,49 @@ def test_pipelined_requests_come_back_in_order(gateway: GatewayThread) -> None:
         assert struct.unpack_from(">i", frame)[0] == cid
         decode_response(api_key, 12 if api_key == 3 else 3, frame)  # decodes in its layout
     client.close()
+
+
+def test_a_pipelining_client_has_several_requests_in_flight_upstream(tap: BrokerTap) -> None:
+    """A Kafka client sends requests on a connection without waiting for the answers before
+    (librdkafka: up to max.in.flight); the gateway forwards each as it comes, so while the
+    broker has answered none of them, several of one connection have reached it. Forwarding
+    one at a time, answer by answer, would add a broker round trip per request queued. The
+    tap holds the broker's answers meanwhile; released, every record is delivered."""
+    gw = GatewayThread(gateway_config(tap.address)).start()
+    topic = unique_name("pipelined")
+    create_topic(gw.bootstrap, topic, partitions=8)
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "linger.ms": 0, "acks": "all"})
+    failed: list[KafkaError] = []
+    delivered: list[Message] = []
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        (failed if err is not None else delivered).append(err or msg)
+
+    try:
+        producer.produce(topic, b"first", partition=0, on_delivery=report)
+        assert producer.flush(30) == 0 and len(delivered) == 1  # node connection up
+        before = len(tap.requests)
+        tap.hold_answers()
+        try:
+            for i in range(16):  # a batch per partition and round: a request each
+                producer.produce(topic, b"r%d" % i, partition=i % 8, on_delivery=report)
+                producer.poll(0.02)
+
+            def most_in_flight() -> int:
+                held = [r.connection for r in tap.requests[before:] if r.api_key == 0]
+                return max((held.count(c) for c in set(held)), default=0)
+
+            assert wait_for(lambda: most_in_flight() >= 2), (
+                f"{most_in_flight()} Produce request(s) of one connection reached the broker "
+                "while it had answered none"
+            )
+            assert not delivered[1:] and not failed
+        finally:
+            tap.release_answers()
+        assert producer.flush(30) == 0
+        assert not failed and len(delivered) == 17
+    finally:
+        gw.stop()
 
 
 def test_unknown_api_key_is_not_forwarded(tap: BrokerTap) -> None:

@@ -112,6 +112,23 @@ def test_the_walk_finds_leader_endpoints_only_where_the_broker_put_them(
 
 
 @pytest.mark.parametrize(("api_key", "version", "build"), ANSWERS)
+def test_an_empty_list_of_leader_endpoints_is_passed_unread(
+    api_key: int, version: int, build: Any
+) -> None:
+    """Tansu writes the tagged field with no entry in every Fetch answer (kio leaves it out):
+    it names no address, so the answer needs no rewrite; any entry still does."""
+    plain = build(version, False)
+    assert plain.endswith(b"\x00")  # the answer's own tagged fields: none
+    # one tagged field: tag 0, one byte long, a compact array of no entries
+    empty = plain[:-1] + b"\x01\x00\x01\x01"
+    assert decode_address_bearing(api_key, version, empty).node_endpoints == ()
+    assert not has_node_endpoints(api_key, version, empty)
+    # another tagged field beside it changes nothing; a list with an entry is read
+    assert not has_node_endpoints(api_key, version, plain[:-1] + b"\x02\x00\x01\x01\x05\x00")
+    assert has_node_endpoints(api_key, version, build(version, True))
+
+
+@pytest.mark.parametrize(("api_key", "version", "build"), ANSWERS)
 def test_the_walk_refuses_a_truncated_or_padded_answer(
     api_key: int, version: int, build: Any
 ) -> None:
