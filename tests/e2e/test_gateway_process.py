@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -24,6 +25,14 @@ from tests.inproc.test_clients import consume_assigned, create_topic, produce
 pytestmark = pytest.mark.e2e
 
 KPG = str(Path(sys.executable).with_name("kpg"))
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def kpg_env() -> dict[str, str]:
+    """The environment for a ``kpg`` process: the checkout on PYTHONPATH, so that a config
+    may name the test plug-ins (``tests.plugins...``), which the installed package lacks."""
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
 
 
 def start_kpg(*args: str) -> tuple[subprocess.Popen[str], str]:
@@ -31,7 +40,11 @@ def start_kpg(*args: str) -> tuple[subprocess.Popen[str], str]:
     if "--workers" not in args:
         args = (*args, "--workers", "1")
     process = subprocess.Popen(
-        [KPG, "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [KPG, "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kpg_env(),
     )
     assert process.stdout is not None
     deadline = time.monotonic() + 30
