@@ -513,109 +513,40 @@ def verify_chains(events: DataFrame) -> list[Row]:
     (seq 0 without ``prev_hash`` first, seqs without gap or repeat, each ``prev_hash`` the
     ``line_hash`` of the seq before); the links of any other chain are collected and given to
     :func:`spark_audit.chain.verify_links`, which says what is wrong and where.
-
-    The check sorts nothing: each event puts its own hash at its seq and its ``prev_hash`` at
-    the seq before, and both meet in a grouping by (chain, seq), spread over every core; a
-    chain of any length is checked in parallel. Hashes are compared whole, as four 64-bit
-    numbers each (``prev_hash`` must be 64 lower-case hex digits).
     """
+    from pyspark.sql import Window
+
     chained = events.where(F.col("chain_id").isNotNull() & F.col("seq").isNotNull())
-    own = chained.select(
+    order = Window.partitionBy("chain_id").orderBy("seq", LINE_HASH)
+    linked = chained.select(
         "chain_id",
-        F.col("seq").alias("at"),
-        F.lit(1).alias("lines"),
-        *_hash_words(F.col(LINE_HASH), "line"),
-        *_hash_words(F.lit(None).cast("string"), "prev"),
-        ((F.col("seq") == 0) & F.col("prev_hash").isNotNull()).alias("bad_first"),
+        "seq",
+        "prev_hash",
+        LINE_HASH,
+        "gateway_instance",
+        event_kind().alias("kind"),
+        "action",
+        F.lag("seq").over(order).alias("prev_seq"),
+        F.lag(LINE_HASH).over(order).alias("prev_line"),
     )
-    previous = chained.where(F.col("seq") > 0).select(
-        "chain_id",
-        (F.col("seq") - 1).alias("at"),
-        F.lit(0).alias("lines"),
-        *_hash_words(F.lit(None).cast("string"), "line"),
-        *_hash_words(F.col("prev_hash"), "prev"),
-        F.lit(False).alias("bad_first"),
-    )
-    words = [f"{side}{i}" for side in ("line", "prev") for i in range(4)]
-    links = (
-        own.unionByName(previous)
-        .groupBy("chain_id", "at")
-        .agg(
-            F.sum("lines").alias("lines"),
-            F.sum(1 - F.col("lines")).alias("prevs"),
-            F.max(F.col("bad_first").cast("int")).alias("bad_first"),
-            *(F.max(word).alias(word) for word in words),
-        )
-    )
-    same = [F.col(f"line{i}") == F.col(f"prev{i}") for i in range(4)]
-    linked = (F.col("prevs") == 1) & same[0] & same[1] & same[2] & same[3]
-    link_ok = (F.col("lines") == 1) & (F.col("bad_first") == 0) & (linked | (F.col("prevs") == 0))
-    per_chain = links.groupBy("chain_id").agg(
-        F.sum("lines").alias("events"),
-        F.min(F.when(F.col("lines") > 0, F.col("at"))).alias("first_seq"),
-        F.max(F.when(F.col("lines") > 0, F.col("at"))).alias("last_seq"),
-        F.min(F.coalesce(link_ok, F.lit(False)).cast("int")).alias("links_ok"),
-        F.sum((F.col("prevs") == 0).cast("int")).alias("ends"),
+    first_ok = F.col("prev_seq").isNull() & (F.col("seq") == 0) & F.col("prev_hash").isNull()
+    next_ok = (F.col("seq") == F.col("prev_seq") + 1) & (F.col("prev_hash") == F.col("prev_line"))
+    per_chain = linked.groupBy("chain_id").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("seq").alias("first_seq"),
+        F.max("seq").alias("last_seq"),
+        F.first("gateway_instance").alias("gateway_instance"),
+        F.max_by(F.struct("kind", "action"), "seq").alias("last"),
+        F.min(F.coalesce(first_ok | next_ok, F.lit(False)).cast("int")).alias("intact"),
     )
     rows = per_chain.orderBy("chain_id").collect()
-    lasts = _last_events(chained, rows)
-
-    def intact(row: Any) -> bool:
-        return bool(row["links_ok"]) and row["first_seq"] == 0 and row["ends"] == 1
-
-    broken = [row["chain_id"] for row in rows if not intact(row)]
-    statuses = {
-        row["chain_id"]: _intact_status(row, lasts[row["chain_id"]]) for row in rows if intact(row)
-    }
+    broken = [row["chain_id"] for row in rows if not row["intact"]]
+    statuses = {row["chain_id"]: _intact_status(row) for row in rows if row["intact"]}
     if broken:
-        links_of_broken = (
-            chained.where(F.col("chain_id").isin(broken))
-            .select(
-                "chain_id",
-                "seq",
-                "prev_hash",
-                LINE_HASH,
-                "gateway_instance",
-                event_kind().alias("kind"),
-                "action",
-            )
-            .collect()
-        )
-        for status in verify_links(_link(row) for row in links_of_broken):
+        links = linked.where(F.col("chain_id").isin(broken)).collect()
+        for status in verify_links(_link(row) for row in links):
             statuses[status.chain_id] = status
     return [_status_row(statuses[chain_id]) for chain_id in sorted(statuses)]
-
-
-_HEX_SHA256: Final = "^[0-9a-f]{64}$"
-
-
-def _hash_words(digest: Column, side: str) -> list[Column]:
-    """A hex SHA-256 as four signed 64-bit numbers ``<side>0..3``; null unless it is 64
-    lower-case hex digits (``conv`` alone would read a prefix of anything)."""
-    valid = digest.rlike(_HEX_SHA256)
-    return [
-        F.when(valid, F.conv(F.substring(digest, 16 * i + 1, 16), 16, -10).cast("long")).alias(
-            f"{side}{i}"
-        )
-        for i in range(4)
-    ]
-
-
-def _last_events(chained: DataFrame, chains: Sequence[Any]) -> dict[str, Any]:
-    """Per chain, its gateway instance and the kind and action of its last event (the row at
-    its last seq): a broadcast lookup of one row per chain."""
-    if not chains:
-        return {}
-    spark = chained.sparkSession
-    ends = spark.createDataFrame(
-        [(row["chain_id"], row["last_seq"]) for row in chains], "chain_id string, seq long"
-    )
-    found = (
-        chained.join(F.broadcast(ends), ["chain_id", "seq"])
-        .select("chain_id", "gateway_instance", event_kind().alias("kind"), "action")
-        .collect()
-    )
-    return {row["chain_id"]: row for row in found}
 
 
 def _link(row: Any) -> Link:
@@ -631,10 +562,11 @@ def _link(row: Any) -> Link:
     )
 
 
-def _intact_status(row: Any, last: Any) -> ChainStatus:
+def _intact_status(row: Any) -> ChainStatus:
+    last = row["last"]
     return ChainStatus(
         chain_id=row["chain_id"],
-        gateway_instance=last["gateway_instance"],
+        gateway_instance=row["gateway_instance"],
         events=row["events"],
         first_seq=row["first_seq"],
         last_seq=row["last_seq"],
