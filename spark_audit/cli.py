@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from spark_audit.chain import add_verify_command
 from spark_audit.options import (
@@ -20,6 +21,9 @@ from spark_audit.options import (
     stream_settings,
     utc_time,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -96,19 +100,27 @@ def add_audit_commands(
     return audit
 
 
-def report_command(args: argparse.Namespace) -> int:
-    """``kpg audit report --input DIR --out DIR``."""
-    from spark_audit.report import Filters, build_report
+def _session(app_name: str, master: str | None, *, web_ui: bool = False) -> SparkSession:
+    """Logging set up, and the session every ``kpg audit`` command runs on: a local JVM of
+    2 GB with :data:`~spark_audit.session.LOCAL_DRIVER_JAVA_OPTIONS` when this call starts
+    it (``master`` unset: local[*], or spark-submit's)."""
     from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
     configure_logging()
-    spark = build_spark_session(
-        "kpg-audit-report",
-        master=args.master,
+    return build_spark_session(
+        app_name,
+        master=master,
         driver_memory="2g",
         driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
-        web_ui=False,
+        web_ui=web_ui,
     )
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """``kpg audit report --input DIR --out DIR``."""
+    from spark_audit.report import Filters, build_report
+
+    spark = _session("kpg-audit-report", args.master)
     filters = Filters(
         since=args.since, until=args.until, principal=args.principal, topic=args.topic
     )
@@ -131,17 +143,9 @@ def report_command(args: argparse.Namespace) -> int:
 def stream_command(args: argparse.Namespace) -> int:
     """``kpg audit stream --spool DIR --table DIR --checkpoint DIR [--available-now]``."""
     from spark_audit.job import KafkaConnectorMissingError, run_stream
-    from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
-    configure_logging()
     # A run to completion needs no web UI; a long-running stream keeps Spark's.
-    spark = build_spark_session(
-        "kpg-audit-stream",
-        master=args.master,
-        driver_memory="2g",
-        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
-        web_ui=not args.available_now,
-    )
+    spark = _session("kpg-audit-stream", args.master, web_ui=not args.available_now)
     try:
         run_stream(spark, **stream_settings(args))
     except (KafkaConnectorMissingError, ValueError) as exc:
@@ -153,16 +157,8 @@ def stream_command(args: argparse.Namespace) -> int:
 def replay_command(args: argparse.Namespace) -> int:
     """``kpg audit replay --config FILE --input DIR [--since T] [--until T] [--output DIR]``."""
     from spark_audit.replay import CandidateError, build_replay
-    from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
-    configure_logging()
-    spark = build_spark_session(
-        "kpg-audit-replay",
-        master=args.master,
-        driver_memory="2g",
-        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
-        web_ui=False,
-    )
+    spark = _session("kpg-audit-replay", args.master)
     try:
         summary = build_replay(
             spark, args.input, args.config, args.output, since=args.since, until=args.until

@@ -246,6 +246,17 @@ def test_report_numbers_equal_the_table_and_appear_in_every_output(
     with (dirs["report"] / "events-denied.csv").open(newline="") as file:
         denied_events = list(csv.DictReader(file))
     assert len(denied_events) == totals["denied"]
+    # Every event set is drawn from the notable events the report reads once: each must still
+    # hold all of its events, counted here on the table itself.
+    dry_run = F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
+    for name, condition in (
+        ("would_deny", F.col("verdict") == "would_deny"),
+        ("dry_runs", dry_run),
+        ("config_changes", F.col("config_changes").isNotNull()),
+    ):
+        with (dirs["report"] / f"events-{name}.csv").open(newline="") as file:
+            assert len(list(csv.DictReader(file))) == table.where(condition).count(), name
+    assert table.where(dry_run).count() > 0
 
     page = (dirs["report"] / "index.html").read_text()
     assert page.count("<svg") >= 6 and "<script" not in page
