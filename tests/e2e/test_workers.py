@@ -342,7 +342,7 @@ def test_a_killed_worker_loses_no_completed_segment_and_is_started_again(
     assert survivor in running.workers(), running.stderr()
     (newcomer,) = running.workers() - {survivor}
     assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, timeout=60)
-    assert running.metric("kpg_worker_restarts_total") == 1
+    assert running.metric("kpg_worker_restarts_total") == 1, running.stderr()
     for client in served.values():
         client.close()
 
