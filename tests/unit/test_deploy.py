@@ -30,9 +30,12 @@ def test_compose_gateway_config_is_consistent(compose: dict) -> None:  # type: i
     assert kafka["image"].startswith("apache/kafka:")
     assert "ports" not in kafka, "the broker must not be reachable except through the gateway"
 
-    mount = next(v for v in gateway["volumes"] if v.endswith(":/etc/kpg/gateway.yaml:ro"))
-    config = load(ROOT / mount.split(":")[0].removeprefix("./"))
-    assert "/etc/kpg/gateway.yaml" in gateway["command"]
+    # The config file's directory is mounted (a file mount would keep the replaced copy of a
+    # file an editor saved anew, and a reload would read that copy again).
+    command = gateway["command"]
+    config_path = Path(command[command.index("--config") + 1])
+    mount = next(v for v in gateway["volumes"] if v.endswith(f":{config_path.parent}:ro"))
+    config = load(ROOT / mount.split(":")[0].removeprefix("./") / config_path.name)
 
     # The upstream is the Kafka service on its advertised PLAINTEXT listener.
     env = kafka["environment"]
@@ -64,6 +67,29 @@ def test_compose_gateway_writes_where_its_user_may() -> None:
     assert config.state.path.startswith(writable.group(1) + "/")
     assert config.audit.spool_dir is not None
     assert config.audit.spool_dir.startswith(writable.group(1) + "/")
+
+
+def test_reload_instructions_name_the_pid_file_the_gateway_writes(compose: dict) -> None:  # type: ignore[type-arg]
+    """`kpg reload --pid-file` waits for the verdict only when the gateway was started with
+    that pid file; the documented commands must name the one the deployments write, in a
+    directory the image's user may write (compose: /tmp; Kubernetes: the /tmp emptyDir under a
+    read-only root filesystem)."""
+    command = compose["services"]["gateway"]["command"]
+    pid_file = command[command.index("--pid-file") + 1]
+    assert pid_file.startswith("/tmp/")
+    readme = (ROOT / "README.md").read_text()
+    assert f"docker compose exec gateway kpg reload --pid-file {pid_file}" in readme
+
+    manifests = yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
+    (deployment,) = [m for m in manifests if m["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    pid_file = args[args.index("--pid-file") + 1]
+    writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert any(pid_file.startswith(path + "/") for path in writable), (pid_file, writable)
+    guide = (ROOT / "deploy" / "kubernetes" / "README.md").read_text()
+    assert f"kpg reload --pid-file {pid_file}" in guide
 
 
 def test_dockerfile_copies_what_exists() -> None:
