@@ -23,8 +23,9 @@ Contracts, stated once:
   command pipe (stdin) to record the ``reload_refused`` audit event in its own chain (the
   supervisor writes no spool: one writer per spool directory). An accepted file becomes the
   copy and SIGHUP is passed on; each worker reloads it (or refuses, a second line of defence:
-  say, a plug-in that fails to build only there) and says so; refused by every worker, the
-  copy goes back to the previous file. A worker that read the copy just before a reload
+  say, a plug-in that fails to build only there) and says so; refused by any worker, the
+  copy goes back to the previous file and the workers that applied the new one reload the
+  previous one, so that all run the same rules. A worker that read the copy just before a reload
   replaced it, not yet serving and so not sent SIGHUP, is sent SIGHUP once it serves. The
   supervisor counts each reload once, by outcome (``kpg_config_reloads_total``): the workers
   count none of theirs.
@@ -74,8 +75,9 @@ RELOAD_WAIT_S: Final = 120.0
 """How long the supervisor waits for every worker to say how its reload went."""
 STOP_MARGIN_S: Final = 10.0
 RELOAD_RESULTS: Final = ("applied", "refused", "partial")
-"""``kpg_config_reloads_total`` labels: every worker asked applied it (or none was running),
-the supervisor or every worker refused it, some workers applied it and others did not."""
+"""``kpg_config_reloads_total`` labels: every worker asked applied it (or none was running);
+the supervisor or a worker refused it (those that had applied it went back to the previous
+file); a worker refused it and one that had applied it could not go back."""
 
 
 @dataclass(slots=True, eq=False)
@@ -377,9 +379,9 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 worker.process.send_signal(signal.SIGHUP)
         results = await asyncio.gather(*(self._reload_result(w) for w in running))
-        for worker, result in zip(running, results, strict=True):
-            if result is not None and result.startswith("applied"):
-                worker.copy = self._copy
+        took = [w for w, r in zip(running, results, strict=True) if _applied(r)]
+        for worker in took:
+            worker.copy = self._copy
         said = [r.partition(" ") for r in results if r is not None]
         applied = [message for verdict, _, message in said if verdict == "applied"]
         log.info(
@@ -388,24 +390,58 @@ class Supervisor:
             len(running),
             f" ({applied[0]})" if applied else "",
         )
-        if running and not applied:
-            _write_atomically(self.config_copy, previous)
-            self._copy = previous_copy
-            log.error("supervisor: reload refused by every worker: the previous file stays")
+        if len(took) < len(running):
             refusals = [message for verdict, _, message in said if verdict == "refused"]
-            return "refused", refusals[0] if refusals else "no worker said how its reload went"
+            why = refusals[0] if refusals else "a worker did not say how its reload went"
+            return await self._roll_back(previous, previous_copy, took, len(running), why)
         versions = f"policy version {self.config.policy_version} -> {config.policy_version}"
         self.config = config
-        message = applied[0] if applied else versions  # with no worker ready, nothing to say
-        if len(applied) < len(running):
+        return "applied", applied[0] if applied else versions  # none ready: nothing to say
+
+    async def _roll_back(
+        self, previous: bytes, previous_copy: int, took: list[Worker], asked: int, why: str
+    ) -> tuple[str, str]:
+        """A file some workers refused: the copy goes back to the previous file and the
+        workers that applied the new one reload the previous one, so that every worker runs
+        the same rules (a client must not get laxer rules by reconnecting until it lands on
+        another worker) and a worker started later runs them too."""
+        _write_atomically(self.config_copy, previous)
+        self._copy = previous_copy
+        refused = f"refused by {asked - len(took)} of {asked} workers: {why}"
+        if not took:
+            log.error("supervisor: reload refused by every worker: the previous file stays")
+            return "refused", why
+        for worker in took:
+            assert worker.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.send_signal(signal.SIGHUP)
+        results = await asyncio.gather(*(self._reload_result(w) for w in took))
+        stuck = [w for w, r in zip(took, results, strict=True) if not _applied(r)]
+        for worker in took:
+            if worker not in stuck:
+                worker.copy = previous_copy
+        version = self.config.policy_version
+        if stuck:
             log.error(
-                "supervisor: reload applied by %d of %d workers only: the others run the "
-                "previous configuration until they are started again (see their log lines)",
-                len(applied),
-                len(running),
+                "supervisor: reload %s; %d of the %d workers that applied it could not go "
+                "back to policy version %s: the workers run different rules until they are "
+                "started again (see their log lines)",
+                refused,
+                len(stuck),
+                len(took),
+                version,
             )
-            return "partial", f"applied by {len(applied)} of {len(running)} workers: {message}"
-        return "applied", message
+            return (
+                "partial",
+                f"{refused}; {len(stuck)} could not go back to policy version {version}",
+            )
+        log.error(
+            "supervisor: reload %s; the %d that applied it went back to policy version %s",
+            refused,
+            len(took),
+            version,
+        )
+        return "refused", f"{refused}; the others went back to policy version {version}"
 
     async def _catch_up(self, worker: Worker) -> None:
         """A worker ready on a copy that is no longer the workers' (it read the file just
@@ -442,6 +478,8 @@ class Supervisor:
                 worker.process.stdin.write(line)
 
     async def _reload_result(self, worker: Worker) -> str | None:
+        """What ``worker`` said of the reload it was sent (``applied ...`` or ``refused
+        ...``), None when it said nothing in time."""
         try:
             return await asyncio.wait_for(worker.reloads.get(), RELOAD_WAIT_S)
         except TimeoutError:
@@ -470,6 +508,10 @@ def backoff(quick_deaths: int) -> float:
     if quick_deaths <= 0:
         return BACKOFF_S
     return float(min(BACKOFF_S * 2 ** (quick_deaths - 1), MAX_BACKOFF_S))
+
+
+def _applied(result: str | None) -> bool:
+    return result is not None and result.startswith("applied")
 
 
 def _exit(status: int) -> str:

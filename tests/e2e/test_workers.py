@@ -591,11 +591,20 @@ def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
         running.stop()
 
 
-def test_a_file_only_workers_refuse_is_reported_and_counted_once(
+def worker_index(pid: int) -> int:
+    """The ``--worker-index`` of a worker process."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return int(argv[argv.index(b"--worker-index") + 1])
+
+
+def test_a_file_any_worker_refuses_is_undone_everywhere_and_counted_once(
     broker: HostPort, tmp_path: Path
 ) -> None:
     """The workers' own check, behind the supervisor's: a plug-in that fails to build in the
-    workers only (tests/plugins: WorkerRefusedCreateTopicPolicy)."""
+    workers only (tests/plugins: WorkerRefusedCreateTopicPolicy). Refused by one worker, the
+    file is undone in the other (workers that disagree would let a client pick the laxer
+    rules by reconnecting), and the refusing worker, started again, does not crash in a loop
+    on a file it cannot build."""
     policies: dict[str, Any] = {
         "create.topic.policy.class.name": f"{PLUGINS}.WorkerRefusedCreateTopicPolicy"
     }
@@ -612,15 +621,56 @@ def test_a_file_only_workers_refuse_is_reported_and_counted_once(
         raw["policies"]["test.fail.in.workers"] = "1"
         running.config.write_text(yaml.safe_dump(raw))
         said = running.reload(status=1)
-        assert "kpg reload: partial: applied by 1 of 2 workers: policy version" in said
+        assert "kpg reload: refused: refused by 1 of 2 workers: " in said, said
+        assert "refused in worker 1" in said
+        assert f"the others went back to policy version {old}" in said
         assert running.samples("kpg_config_reloads_total") == [
             ({"result": "applied"}, 0.0),
-            ({"result": "refused"}, 1.0),
-            ({"result": "partial"}, 1.0),
+            ({"result": "refused"}, 2.0),
+            ({"result": "partial"}, 0.0),
         ]
-        # The workers disagree, and the scrape says so.
+        # Both workers run the previous file again: the scrape shows no worker on another
+        # version (it shows a version 1 while any worker has it in force).
         versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
-        assert versions[old] == 1 and sorted(versions.values()) == [1.0, 1.0]
+        assert versions[old] == 1 and sum(versions.values()) == 1, versions
+
+        (refuser,) = [pid for pid in running.workers() if worker_index(pid) == 1]
+        os.kill(refuser, signal.SIGKILL)
+        assert wait_for(lambda: running.metric("kpg_worker_restarts_total") == 1, 60)
+        assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
+        assert refuser not in running.workers()
+        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        assert versions[old] == 1 and sum(versions.values()) == 1, versions
+        assert "crashing in a loop" not in running.stderr()
+    finally:
+        running.stop()
+
+
+def test_a_worker_that_cannot_go_back_is_reported_as_partial(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """Worker 1 refuses the new file; worker 0 applies it but fails to build the previous
+    one again (its third configure(): start-up, the new file, the previous file): the workers
+    disagree, and the outcome says so."""
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.WorkerRefusedCreateTopicPolicy",
+        "test.fail.in.worker.from": "0:3",
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["test.fail.in.workers"] = "1"
+        running.config.write_text(yaml.safe_dump(raw))
+        said = running.reload(status=1)
+        assert "kpg reload: partial: refused by 1 of 2 workers: " in said, said
+        assert f"1 could not go back to policy version {old}" in said
+        assert dict(
+            (labels["result"], v) for labels, v in running.samples("kpg_config_reloads_total")
+        ) == {"applied": 0.0, "refused": 0.0, "partial": 1.0}
+        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        assert versions[old] == 1 and sorted(versions.values()) == [1.0, 1.0], versions
+        assert "could not go back" in running.stderr()
     finally:
         running.stop()
 

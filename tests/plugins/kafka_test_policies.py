@@ -151,17 +151,27 @@ class GatedCreateTopicPolicy(CreateTopicPolicy):
         return None
 
 
+_CONFIGURED = [0]
+"""How many times a WorkerRefusedCreateTopicPolicy was configured in this process."""
+
+
 class WorkerRefusedCreateTopicPolicy(CreateTopicPolicy):
     """Allows everything; its ``configure()`` fails in the workers of ``kpg run --workers``
     whose index is in ``test.fail.in.workers`` (comma-separated), and nowhere else (not in
-    the supervisor's check): a file only a worker refuses."""
+    the supervisor's check): a file only a worker refuses. ``test.fail.in.worker.from``
+    ``W:N`` makes it fail in worker W from the Nth time it is configured in that process on
+    (start-up is the first, each reload one more), whatever the file."""
 
     def configure(self, configs: Mapping[str, str]) -> None:
-        failing = configs.get("test.fail.in.workers", "").split(",")
-        if "--worker-index" in sys.argv:
-            index = sys.argv[sys.argv.index("--worker-index") + 1]
-            if index in failing:
-                raise RuntimeError(f"refused in worker {index}")
+        if "--worker-index" not in sys.argv:
+            return
+        index = sys.argv[sys.argv.index("--worker-index") + 1]
+        _CONFIGURED[0] += 1
+        if index in configs.get("test.fail.in.workers", "").split(","):
+            raise RuntimeError(f"refused in worker {index}")
+        worker, _, nth = configs.get("test.fail.in.worker.from", "").partition(":")
+        if worker == index and _CONFIGURED[0] >= int(nth):
+            raise RuntimeError(f"refused in worker {index} (configured {_CONFIGURED[0]} times)")
 
     def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
         return None
