@@ -555,7 +555,8 @@ class _SupervisorCollector(Collector):
         reloads = CounterMetricFamily(
             "kpg_config_reloads",
             "Configuration reloads of the gateway (SIGHUP, kpg reload), by result: applied, "
-            "refused, or partial (applied by some workers only)",
+            "refused (by the supervisor or a worker; undone everywhere), or partial (a worker "
+            "that had applied it could not go back)",
             labels=["result"],
         )
         for result in RELOAD_RESULTS:
