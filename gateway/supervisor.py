@@ -26,7 +26,8 @@ Contracts, stated once:
   say, a plug-in that fails to build only there) and says so; refused by any worker, the
   copy goes back to the previous file and the workers that applied the new one reload the
   previous one, so that all run the same rules. A worker that read the copy just before a reload
-  replaced it, not yet serving and so not sent SIGHUP, is sent SIGHUP once it serves. The
+  replaced it, not yet serving and so not sent SIGHUP, is sent SIGHUP once it serves, and is
+  stopped (then started again on the copy in force) if it does not apply that file. The
   supervisor counts each reload once, by outcome (``kpg_config_reloads_total``): the workers
   count none of theirs.
 - Workers that die are started again after a pause that doubles with each quick death
@@ -458,8 +459,20 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGHUP)
             result = await self._reload_result(worker)
-            if result is not None and not result.startswith("applied"):
-                log.error("supervisor: worker %d did not reload: %s", worker.index, result)
+            if _applied(result):
+                return
+            # It would serve rules the gateway replaced: stopped, it is started again on the
+            # copy in force (and, if it cannot build that either, dies there and is counted
+            # towards a crash loop) rather than serving the replaced rules.
+            log.error(
+                "supervisor: worker %d (pid %d) did not reload the file in force (%s): "
+                "stopping it rather than let it serve the rules a reload replaced",
+                worker.index,
+                process.pid,
+                result or "no answer",
+            )
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
 
     def _refuse(self, problem: str) -> None:
         """A file the supervisor's check refused: logged here, recorded in the audit by every

@@ -591,6 +591,58 @@ def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
         running.stop()
 
 
+def test_a_worker_that_read_the_file_before_a_reload_and_refuses_it_is_stopped(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """As above, but the newcomer refuses the file in force (tests/plugins:
+    GatedCreateTopicPolicy with test.fail.in.workers): it must not go on serving the rules
+    the reload replaced; it is stopped and started again on the file in force, which it
+    cannot build, so it stays down (counted towards a crash loop) and only worker 0 serves."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.GatedCreateTopicPolicy",
+        "test.gate.dir": str(gate),
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        victim = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[0])
+        (gate / "hold-worker-1").touch()
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: len(re.findall(r"worker 1 started", running.stderr())) == 2, 60)
+        newcomer = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[1])
+        assert wait_for(lambda: (gate / f"configuring-{newcomer}").exists(), 60)
+
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["rules"] = [{"name": "p", "type": "partitions", "max": 2}]
+        raw["policies"]["test.fail.in.workers"] = "1"
+        running.config.write_text(yaml.safe_dump(raw))
+        running.process.send_signal(signal.SIGHUP)
+        # Worker 0, the only one serving, applies it.
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
+        )
+        (gate / "hold-worker-1").unlink()
+
+        def versions() -> dict[str, float]:
+            return {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+
+        # The newcomer serves on the old file, refuses the new one, and is stopped: soon no
+        # live worker has the old version in force. Worker 1, started again on the file in
+        # force, cannot build it: it never serves again.
+        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
+        assert wait_for(lambda: versions().get(old, 0) == 0, 60), (versions(), running.stderr())
+        assert wait_for(lambda: newcomer not in running.workers(), 60)
+        assert f"(pid {newcomer}) did not reload the file in force" in running.stderr()
+        assert wait_for(lambda: "refused in worker 1" in running.stderr(), 60)
+        assert running.metric("kpg_workers", state="ready") <= 1
+        assert len(re.findall(r"\) serving", running.stderr())) == 3  # 0, 1, the newcomer
+    finally:
+        (gate / "hold-worker-1").unlink(missing_ok=True)
+        running.stop()
+
+
 def worker_index(pid: int) -> int:
     """The ``--worker-index`` of a worker process."""
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -135,9 +135,14 @@ class GatedCreateTopicPolicy(CreateTopicPolicy):
     start-up or reload) while ``<test.gate.dir>/hold-worker-<index>`` exists, after writing
     ``<test.gate.dir>/configuring-<pid>``: a test can keep a worker between reading its
     configuration and serving. Elsewhere (a worker is the process with --worker-index in its
-    command line) it does not wait."""
+    command line) it does not wait. Then fails as WorkerRefusedCreateTopicPolicy does in the
+    workers named by ``test.fail.in.workers``."""
 
     def configure(self, configs: Mapping[str, str]) -> None:
+        self._hold(configs)
+        WorkerRefusedCreateTopicPolicy().configure(configs)
+
+    def _hold(self, configs: Mapping[str, str]) -> None:
         gate = configs.get("test.gate.dir")
         if not gate or "--worker-index" not in sys.argv:
             return
