@@ -349,20 +349,28 @@ class SaslState:
             return None
         return "sent before SASL authentication (sasl.client_auth: required)"
 
+    def refuse_unfollowable(self, mechanism: str) -> tuple[str, ...] | None:
+        """With ``required``, a handshake for a mechanism the gateway cannot follow (GSSAPI:
+        it cannot tell when the exchange ends nor whom it names) fails the exchange, as a
+        broker that does not enable it would; returns the mechanisms the gateway can follow,
+        for the UNSUPPORTED_SASL_MECHANISM answer. None: not refused here."""
+        if not self.required or mechanism in SASL_ROUNDS:
+            return None
+        self._fail(
+            f"SASL mechanism {mechanism!r}: the gateway cannot tell when its exchange "
+            "completes or whom it names, so it cannot require it"
+        )
+        return tuple(SASL_ROUNDS)
+
     def handshake_sent(self, mechanism: str) -> str | None:
-        """A SaslHandshake for ``mechanism`` is about to be forwarded; a reason to refuse it
-        instead (``required`` only), else None."""
-        if self.required:
-            if mechanism not in SASL_ROUNDS:
-                return (
-                    f"SASL mechanism {mechanism!r}: the gateway cannot tell when its exchange "
-                    "completes or whom it names, so it cannot require it"
-                )
-            if self.phase == "complete" and mechanism != self.mechanism:
-                return (
-                    f"re-authentication with {mechanism} after {self.mechanism}: Kafka "
-                    "refuses a change of mechanism"
-                )
+        """A SaslHandshake for ``mechanism`` is about to be forwarded (after
+        :meth:`refuse_unfollowable`); a reason to refuse it instead (``required`` only), else
+        None."""
+        if self.required and self.phase == "complete" and mechanism != self.mechanism:
+            return (
+                f"re-authentication with {mechanism} after {self.mechanism}: Kafka refuses a "
+                "change of mechanism"
+            )
         self._requested = mechanism
         self._answer_due = True
         self._previous = self.principal if self.phase == "complete" else None

@@ -59,6 +59,15 @@ def authenticate_result(api_version: int, frame: bytes) -> tuple[int, str | None
     return int(payload.error_code), payload.error_message
 
 
+def unsupported_mechanism_answer(correlation_id: int, enabled: tuple[str, ...]) -> bytes:
+    """A SaslHandshake v1 answer UNSUPPORTED_SASL_MECHANISM listing ``enabled``: what a Kafka
+    broker answers a mechanism it does not enable (and then closes the connection)."""
+    payload = sasl_handshake_v1.SaslHandshakeResponse(
+        error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled
+    )
+    return encode_response(correlation_id, SASL_HANDSHAKE, 1, payload)
+
+
 # --- the client's side, for the kpg tools ----------------------------------------------------
 
 CLIENT_HANDSHAKE_VERSION: Final = 1

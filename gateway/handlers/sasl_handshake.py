@@ -8,8 +8,10 @@ neither read nor tell apart from requests.
 
 The mechanism counts once the broker accepts it (its answer's error code is 0); a refusal
 fails the exchange and the connection closes after the answer, as Kafka closes it. With
-``sasl.client_auth: required`` a mechanism the gateway cannot follow (GSSAPI), and a
-re-authentication with another mechanism, close the connection unforwarded. With ``none``,
+``sasl.client_auth: required`` a mechanism the gateway cannot follow (GSSAPI) is answered
+UNSUPPORTED_SASL_MECHANISM with the mechanisms it can follow, and the connection closes after
+that answer, as Kafka answers a mechanism it does not enable; a re-authentication with another
+mechanism closes the connection unforwarded. With ``none``,
 the first handshake a broker accepts is logged as a warning: the brokers require SASL, and
 unauthenticated connections can still use what the gateway answers itself.
 """
@@ -23,6 +25,7 @@ from protocol.sasl import (
     handshake_v0_refusal,
     read_handshake_response,
     read_mechanism,
+    unsupported_mechanism_answer,
 )
 from protocol.versions import VersionRange
 
@@ -45,6 +48,10 @@ def handler(services: Services) -> Handler:
             return Answer(frame=handshake_v0_refusal(ctx.correlation_id))
         sasl = ctx.session.sasl
         mechanism = read_mechanism(ctx.header, frame)
+        followable = sasl.refuse_unfollowable(mechanism)
+        if followable is not None:
+            # Answered as a broker that does not enable it; the connection closes after.
+            return Answer(frame=unsupported_mechanism_answer(ctx.correlation_id, followable))
         refusal = sasl.handshake_sent(mechanism)
         if refusal is not None:
             return Close(reason=f"SaslHandshake refused: {refusal}", metric_reason="sasl_refused")

@@ -37,6 +37,7 @@ pytestmark = pytest.mark.inproc
 
 USER_CLIENT = ClientConfigCodes().user_client_type
 SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = 33
 
 
 @pytest.fixture
@@ -214,6 +215,24 @@ def test_request_pipelined_behind_a_failed_authentication_is_not_served(
     assert refusal is not None and int.from_bytes(refusal[:4], "big") == 21
     assert answer_or_close(raw) is None
     raw.close()
+
+
+def test_a_mechanism_the_gateway_cannot_follow_is_answered_as_kafka_does(
+    required: GatewayThread, sasl_ssl_upstream: Upstream
+) -> None:
+    """GSSAPI under ``required``: the client gets UNSUPPORTED_SASL_MECHANISM with the
+    mechanisms the gateway can follow (a client library then says what to configure), and
+    the connection closes after that answer, as Kafka closes it; nothing is served."""
+    before = required.metric("kpg_rejected_frames_total", reason="sasl_failed")
+    raw = connect(required, sasl_ssl_upstream)
+    answer = raw.request(17, 1, SaslHandshakeRequest(mechanism="GSSAPI"))
+    assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
+    assert set(answer.mechanisms) == {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"}
+    raw.send_bytes(describe_frame())
+    assert answer_or_close(raw) is None
+    raw.close()
+    after = required.metric("kpg_rejected_frames_total", reason="sasl_failed")
+    assert after == before + 1
 
 
 def test_sasl_behind_a_gateway_not_requiring_it_is_warned(

@@ -129,7 +129,16 @@ def test_a_mechanism_the_gateway_cannot_follow(required: bool, refused: bool) ->
     """GSSAPI: the gateway cannot tell when the exchange completes, so it cannot require it;
     without ``required`` it is carried and names no one."""
     state = SaslState(required=required)
-    assert (state.handshake_sent("GSSAPI") is not None) is refused
+    followable = state.refuse_unfollowable("GSSAPI")
+    assert (followable is not None) is refused
+    assert state.failed is refused
+    if refused:
+        assert followable == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+        assert state.failure is not None and "'GSSAPI'" in state.failure
+    else:
+        assert state.handshake_sent("GSSAPI") is None
+    # A mechanism it can follow is never refused here.
+    assert SaslState(required=True).refuse_unfollowable("SCRAM-SHA-512") is None
 
 
 # --- sasl.client_auth ---------------------------------------------------------------------
