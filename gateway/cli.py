@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import importlib.metadata
 import json
 import logging
@@ -132,7 +133,9 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
             "--pid-file, kpg reload waits for the outcome (which kpg run --pid-file PATH "
             "writes to PATH.reload), prints it and exits 0 when applied, 1 when refused (a file "
             "any worker refuses is undone in all), when workers were left on different files "
-            "(partial) or no outcome came; with --pid it only signals. "
+            "(partial) or no outcome came. Calls with the same --pid-file take turns (each "
+            "holds PATH.reload.lock until its outcome came), so each prints its own reload's "
+            "outcome; with --pid it only signals. "
             "The outcome is also in the gateway's log ('configuration reloaded' or 'reload "
             "refused'), in kpg_config_reloads_total{result=applied|refused|partial}, "
             "kpg_policy_version and, with audit on, a lifecycle audit event."
@@ -145,23 +148,42 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _cmd_reload(args: argparse.Namespace) -> int:
-    pid = args.pid
-    if pid is None:
-        try:
-            pid = int(args.pid_file.read_text().strip())
-        except (OSError, ValueError) as exc:
-            print(f"kpg reload: {args.pid_file}: no pid in it: {exc}", file=sys.stderr)
+    if args.pid_file is None:
+        if not _hang_up(args.pid):
+            return 1
+        print(f"kpg reload: sent SIGHUP to pid {args.pid}; the outcome is in the gateway's log")
+        return 0
+    if _read_pid(args.pid_file) is None:
+        return 2
+    with _reload_lock(args.pid_file):
+        pid = _read_pid(args.pid_file)  # again: the gateway may have restarted meanwhile
+        if pid is None:
             return 2
-    verdicts = verdict_path(args.pid_file) if args.pid_file is not None else None
-    seen = _read_verdict(verdicts, pid) if verdicts is not None else None
+        return _reload_and_wait(pid, verdict_path(args.pid_file))
+
+
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError) as exc:
+        print(f"kpg reload: {pid_file}: no pid in it: {exc}", file=sys.stderr)
+        return None
+
+
+def _hang_up(pid: int) -> bool:
     try:
         os.kill(pid, signal.SIGHUP)
     except OSError as exc:
         print(f"kpg reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
+        return False
+    return True
+
+
+def _reload_and_wait(pid: int, verdicts: Path) -> int:
+    """SIGHUP to ``pid``, then its verdict: the first one newer than the latest before."""
+    seen = _read_verdict(verdicts, pid)
+    if not _hang_up(pid):
         return 1
-    if verdicts is None:
-        print(f"kpg reload: sent SIGHUP to pid {pid}; the outcome is in the gateway's log")
-        return 0
     deadline = time.monotonic() + VERDICT_WAIT_S
     after = seen[0] if seen is not None else 0
     while time.monotonic() < deadline:
@@ -180,6 +202,56 @@ def _cmd_reload(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1
+
+
+def reload_lock_path(pid_file: Path) -> Path:
+    """What ``kpg reload --pid-file PATH`` locks: ``PATH.reload.lock``."""
+    return pid_file.with_name(pid_file.name + ".reload.lock")
+
+
+@contextlib.contextmanager
+def _reload_lock(pid_file: Path) -> Iterator[None]:
+    """Holds ``PATH.reload.lock`` (an exclusive flock) around one ``kpg reload --pid-file
+    PATH``, from reading the latest verdict's seq until its own verdict came (or the wait
+    ended): verdicts name no caller, so two calls at once would both take the first reload's
+    verdict for their own. The file is left in place (removing a lock file another call holds
+    would let a third lock a new one). When it cannot be created or locked (a directory the
+    caller may not write, a file system without flock) the call goes on unlocked, saying so."""
+    path = reload_lock_path(pid_file)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        _unserialized(path, exc)
+        yield
+        return
+    try:
+        _lock(fd, path)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock(fd: int, path: Path) -> None:
+    """Takes the exclusive flock on ``fd``, waiting (and saying so) while another holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        print(
+            f"kpg reload: waiting for another kpg reload of this gateway ({path})", file=sys.stderr
+        )
+    except OSError as exc:
+        _unserialized(path, exc)
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unserialized(path: Path, exc: OSError) -> None:
+    print(
+        f"kpg reload: cannot lock {path} ({exc.strerror}): going on unserialized, so a kpg "
+        "reload running at the same time may print this one's outcome",
+        file=sys.stderr,
+    )
 
 
 def verdict_path(pid_file: Path) -> Path:

@@ -31,7 +31,7 @@ from protocol.alter_configs import SET
 from protocol.codec import decode_response
 from protocol.framing import SIZE
 from tests.batches import record, uncompressed_batch
-from tests.e2e.test_gateway_process import KPG, start_kpg
+from tests.e2e.test_gateway_process import KPG, kpg_env, start_kpg
 from tests.enforcement_support import produce as produce_request
 from tests.inproc.test_clients import consume_assigned, create_topic, produce
 from tests.support import RawClient, outcome, unique_name, wait_for
@@ -806,6 +806,126 @@ def test_kpg_reload_of_one_process_says_how_the_reload_went(
         process.wait(30)
     assert not pid_file(config).exists()
     assert not pid_file(config).with_name("kpg.pid.reload").exists()
+
+
+def waits_for_a_flock(pid: int) -> bool:
+    """Whether process ``pid`` is blocked asking for a flock (/proc/locks lists a blocked
+    request after "->": ``N: -> FLOCK  ADVISORY  WRITE <pid> <dev:inode> 0 EOF``)."""
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1:3] == ["->", "FLOCK"] and int(fields[5]) == pid:
+            return True
+    return False
+
+
+def kpg_reload(running: Running) -> subprocess.Popen[str]:
+    """`kpg reload --pid-file` started, not waited for."""
+    return subprocess.Popen(
+        [KPG, "reload", "--pid-file", str(running.pid_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=kpg_env(),
+    )
+
+
+def test_two_kpg_reloads_at_once_each_print_their_own_outcome(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """The second `kpg reload --pid-file` starts while the first one's reload is under way
+    (both workers held in configure(): tests/plugins: GatedCreateTopicPolicy) and after the
+    file changed again: it waits its turn, so the first prints old -> v1 and the second
+    v1 -> v2. Verdicts name no caller: a second call that read the latest seq before the
+    first reload's verdict came would take that verdict for its own."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    policies: dict[str, Any] = {
+        "create.topic.policy.class.name": f"{PLUGINS}.GatedCreateTopicPolicy",
+        "test.gate.dir": str(gate),
+        "test.round": "0",
+    }
+    running = start(write_config(tmp_path, broker, policies=policies))
+    reloads: list[subprocess.Popen[str]] = []
+    try:
+        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
+        for started in gate.glob("configuring-*"):
+            started.unlink()  # written at start-up
+        for worker in (0, 1):
+            (gate / f"hold-worker-{worker}").touch()
+        raw = yaml.safe_load(running.config.read_text())
+        raw["policies"]["test.round"] = "1"
+        running.config.write_text(yaml.safe_dump(raw))
+        reloads.append(kpg_reload(running))
+        # The supervisor has checked round 1 and both workers are reloading it, held.
+        assert wait_for(
+            lambda: all((gate / f"configuring-{pid}").exists() for pid in running.workers()), 60
+        ), running.stderr()
+
+        raw["policies"]["test.round"] = "2"
+        running.config.write_text(yaml.safe_dump(raw))
+        reloads.append(kpg_reload(running))
+        # It queues behind the first call's lock. (A call taking no lock has read the latest
+        # verdict's seq, still the one before the first reload, and signalled by the time
+        # this wait gives up.)
+        wait_for(lambda: waits_for_a_flock(reloads[1].pid), 60)
+        for worker in (0, 1):
+            (gate / f"hold-worker-{worker}").unlink()
+
+        said = []
+        for reload in reloads:
+            out, err = reload.communicate(timeout=200)
+            assert reload.returncode == 0, f"{out}{err}\n{running.stderr()}"
+            said.append(out + err)
+        first = re.search(r"kpg reload: applied: policy version (\S+) -> (\S+)", said[0])
+        second = re.search(r"kpg reload: applied: policy version (\S+) -> (\S+)", said[1])
+        assert first is not None and second is not None, said
+        assert first.group(1) == old and first.group(2) != old, said
+        assert second.group(1) == first.group(2) and second.group(2) != first.group(2), said
+        assert "kpg reload: waiting for another kpg reload of this gateway" in said[1]
+        assert wait_for(
+            lambda: running.metric("kpg_config_reloads_total", result="applied") == 2, 60
+        )
+        assert running.samples("kpg_config_reloads_total") == [
+            ({"result": "applied"}, 2.0),
+            ({"result": "refused"}, 0.0),
+            ({"result": "partial"}, 0.0),
+        ]
+        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        assert versions[second.group(2)] == 1, versions
+    finally:
+        for worker in (0, 1):
+            (gate / f"hold-worker-{worker}").unlink(missing_ok=True)
+        for reload in reloads:
+            if reload.poll() is None:
+                reload.kill()
+                reload.communicate()
+        running.stop()
+
+
+def test_kpg_reload_goes_on_unlocked_when_it_cannot_create_its_lock_file(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A lock file that cannot be opened (here a directory stands in its place; a caller
+    that may not write the pid file's directory is the real case): the reload still happens
+    and is reported, and stderr says the call was not serialized."""
+    config = write_config(tmp_path, broker)
+    process, _ = start_kpg("--config", str(config), "--pid-file", str(pid_file(config)))
+    try:
+        running = Running(process, "127.0.0.1:0", config)
+        lock = pid_file(config).with_name("kpg.pid.reload.lock")
+        lock.mkdir()
+        raw = yaml.safe_load(config.read_text())
+        raw["policies"] = {"rules": [{"name": "p", "type": "partitions", "max": 2}]}
+        config.write_text(yaml.safe_dump(raw))
+        said = running.reload()
+        assert re.search(r"kpg reload: applied: policy version \S+ -> \S+", said), said
+        warnings = [line for line in said.splitlines() if str(lock) in line]
+        assert len(warnings) == 1, said
+        assert warnings[0].startswith(f"kpg reload: cannot lock {lock} (Is a directory): ")
+        assert running.metric("kpg_config_reloads_total", result="applied") == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
 
 
 def test_healthz_and_readyz_follow_the_upstream(tmp_path: Path) -> None:
