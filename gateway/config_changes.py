@@ -11,11 +11,12 @@ IncrementalAlterConfigs (:func:`incremental`), as Kafka's controller applies it:
   changes nothing).
 - APPEND and SUBTRACT treat the value as a comma-separated list; the request's value is a
   list too. APPEND adds the items not present yet, SUBTRACT removes the items present.
-  Empty items are dropped. On a key that is not set, the list starts from the config's
-  default, as Kafka does (``ConfigurationControlManager.getParts``); the caller passes the
-  defaults it knows in ``defaults`` (from DescribeConfigs), and without one the list starts
-  empty. A SUBTRACT that removes every item leaves the key set to the empty string, as
-  Kafka's controller does (it stores ``""``, not a delete).
+  Empty items are dropped. On a key that is not set, the list starts from the config's own
+  default, as Kafka does (``ConfigurationControlManager.getParts``: the ConfigDef default,
+  not a broker config that gives the resource another value); the caller passes the defaults
+  it knows in ``defaults`` (DescribeConfigs' DEFAULT_CONFIG entries and synonyms), and
+  without one the list starts empty. A SUBTRACT that removes every item leaves the key set
+  to the empty string, as Kafka's controller does (it stores ``""``, not a delete).
 - Only list-typed configs take APPEND and SUBTRACT; the gateway does not know the config
   types, so it applies them to any key and leaves the refusal (INVALID_CONFIG) to the broker.
 - ``altered`` holds every key of the request: SET, APPEND and SUBTRACT with the resulting

@@ -198,7 +198,7 @@ class StandInCluster:
         return dict(self.topics), dict(self.topic_ids)
 
     async def describe_configs(
-        self, resources: Sequence[tuple[int, str]]
+        self, resources: Sequence[tuple[int, str]], *, include_synonyms: bool = False
     ) -> Mapping[tuple[int, str], DescribedResource]:
         self.asked.append(("describe_configs", tuple(resources)))
         unknown = ErrorCode.unknown_topic_or_partition.value

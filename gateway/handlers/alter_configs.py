@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from policies.api import ConfigResource, ConfigResourceType, RecordValidationPolicy, TopicState
 from protocol import admin
 from protocol import alter_configs as ac
+from protocol.describe_configs import DescribedConfig
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_CONFIG,
@@ -259,7 +260,11 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             services.policies.chain.needs_topic_state or request.dry_run_here or bool(touching)
         )
         authorized = await cluster.authorize_alter_configs(touching) if touching else {}
-        described = await cluster.describe_configs([r.key for r in resources])
+        # with synonyms: an APPEND or SUBTRACT on a key the resource does not set starts from
+        # the config's own default (the DEFAULT_CONFIG synonym), whatever the brokers set
+        described = await cluster.describe_configs(
+            [r.key for r in resources], include_synonyms=True
+        )
         topic_names = [r.resource_name for r in resources if r.resource_type == _TOPIC]
         topics: Mapping[str, admin.TopicDescription] = {}
         if check_topics and topic_names:
@@ -552,19 +557,30 @@ _OWN_SOURCE = {
 def _before(
     current: admin.ResourceConfigs, topic_source_unreliable: bool
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """The configs set on the resource, and the defaults known for the others."""
+    """The configs set on the resource, and the defaults known for the others: each config's
+    own default (Kafka's ConfigDef default, source DEFAULT_CONFIG), which is where Kafka starts
+    an APPEND or SUBTRACT on a key the resource does not set (ConfigurationControlManager.
+    getParts), even when a broker config gives the resource another value: behind
+    ``log.cleanup.policy=compact``, APPEND ``compact`` to a topic's unset cleanup.policy makes
+    it ``delete,compact``."""
     if topic_source_unreliable and current.resource_type == _TOPIC:
         return current.effective(), {}
     defaults = {
-        e.name: e.value
-        for e in current.configs
-        if e.source == admin.SOURCE_DEFAULT and e.value is not None
+        e.name: default for e in current.configs if (default := _own_default(e)) is not None
     }
     own = _OWN_SOURCE.get(current.resource_type)
     if own is not None:
         entries = [e for e in current.configs if e.source == own]
         return {e.name: e.value for e in entries if e.value is not None}, defaults
     return current.set_on_resource(), defaults
+
+
+def _own_default(entry: DescribedConfig) -> str | None:
+    """The config's own default: its value when that is where it comes from, else its
+    DEFAULT_CONFIG synonym's (DescribeConfigs with synonyms); None when not reported."""
+    if entry.source == admin.SOURCE_DEFAULT:
+        return entry.value
+    return next((s.value for s in entry.synonyms if s.source == admin.SOURCE_DEFAULT), None)
 
 
 def _apply(
