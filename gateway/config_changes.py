@@ -74,11 +74,15 @@ def incremental(
     before: Mapping[str, str],
     operations: Sequence[ConfigAlteration],
     defaults: Mapping[str, str] | None = None,
+    inherited: Collection[str] = (),
 ) -> ConfigChange | InvalidAlteration:
     """Apply IncrementalAlterConfigs entries to ``before``.
 
     ``defaults``: the value a key has when it is not set, where known (the start of an
-    APPEND or SUBTRACT on a key that is not set).
+    APPEND or SUBTRACT on a key that is not set). ``inherited``: keys whose value in
+    ``before`` the resource takes from a broker config instead of setting it (a topic's from a
+    dynamic broker config): Kafka starts an APPEND or SUBTRACT of one from its default too,
+    since it reads only the resource's own configs.
     """
     invalid = _check(
         [c.name for c in operations],
@@ -101,7 +105,7 @@ def incremental(
         if op == SET:
             after[name] = value
         else:
-            start = before.get(name)
+            start = None if name in inherited else before.get(name)
             if start is None and defaults is not None:
                 start = defaults.get(name)
             items = _items(start)

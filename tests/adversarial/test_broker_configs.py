@@ -469,7 +469,7 @@ def test_config_plugins_see_a_groups_configs_before_and_after(
 
 TOPIC = 2
 APPEND = 2
-STATIC_BROKER, DYNAMIC_TOPIC = 4, 1
+STATIC_BROKER, DYNAMIC_BROKER, DYNAMIC_TOPIC = 4, 2, 1
 COMPACT_ONLY = {
     "rules": [
         {
@@ -522,38 +522,38 @@ class KafkaWithSynonyms(KafkaLikeConfigs):
         )
 
 
+DELETE_AND_COMPACT = (
+    POLICY_VIOLATION,
+    "topic {t}: cleanup.policy=delete,compact: 'delete' is not one of compact (rule compact-only)",
+)
+
+
 @pytest.mark.parametrize(
-    ("entry", "expected"),
+    ("source", "expected"),
     [
+        pytest.param(STATIC_BROKER, DELETE_AND_COMPACT, id="from-a-static-broker-config"),
         pytest.param(
-            ("cleanup.policy", "compact", STATIC_BROKER),
-            (
-                POLICY_VIOLATION,
-                "topic {t}: cleanup.policy=delete,compact: 'delete' is not one of "
-                "compact (rule compact-only)",
-            ),
-            id="unset-on-the-topic",
+            DYNAMIC_DEFAULT_BROKER, DELETE_AND_COMPACT, id="from-the-dynamic-cluster-default"
         ),
-        pytest.param(
-            ("cleanup.policy", "compact", DYNAMIC_TOPIC), (0, None), id="set-on-the-topic"
-        ),
+        pytest.param(DYNAMIC_BROKER, DELETE_AND_COMPACT, id="from-a-dynamic-broker-config"),
+        pytest.param(DYNAMIC_TOPIC, (0, None), id="set-on-the-topic"),
     ],
 )
 def test_append_to_a_list_config_the_topic_does_not_set_starts_from_kafkas_default(
-    scripted_cluster: ScriptedCluster,
-    entry: tuple[str, str, int],
-    expected: tuple[int, str | None],
+    scripted_cluster: ScriptedCluster, source: int, expected: tuple[int, str | None]
 ) -> None:
     """Scripted upstream: the test broker starts an APPEND on a key the topic does not set
     from nothing, and reports no broker configs. Kafka starts it from the config's own default
     (ConfigurationControlManager.getParts: cleanup.policy ``delete``), whatever the brokers
     set: behind ``log.cleanup.policy=compact`` a topic without its own cleanup.policy is
     compacted, and APPEND ``compact`` looked like a change to ``compact`` alone, which the rule
-    allows, while Kafka makes it ``delete,compact``: retention then deletes the topic's data."""
+    allows, while Kafka makes it ``delete,compact``: retention then deletes the topic's data.
+    A dynamic broker config was worse: reported as the topic's value, it counted as set on
+    the topic."""
     topic = unique_name("append")
     broker_default = [("log.cleanup.policy", "compact", STATIC_BROKER)]
     configs = KafkaWithSynonyms(
-        {(TOPIC, topic): [entry]},
+        {(TOPIC, topic): [("cleanup.policy", "compact", source)]},
         {"cleanup.policy": [*broker_default, ("log.cleanup.policy", "delete", DEFAULT)]},
     )
     upstream, gw = scripted(scripted_cluster, configs, COMPACT_ONLY)
