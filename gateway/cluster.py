@@ -61,9 +61,10 @@ class UpstreamCluster:
         return admin.read_topics(everything), ta.read_topic_ids(everything)
 
     async def describe_configs(
-        self, resources: Sequence[tuple[int, str]]
+        self, resources: Sequence[tuple[int, str]], *, include_synonyms: bool = False
     ) -> Mapping[tuple[int, str], ResourceConfigs]:
-        return admin.read_configs(await self.send(admin.describe_configs(resources)))
+        request = admin.describe_configs(resources, include_synonyms=include_synonyms)
+        return admin.read_configs(await self.send(request))
 
     async def authorize_alter_configs(
         self, resources: Sequence[tuple[int, str]]

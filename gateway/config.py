@@ -131,6 +131,10 @@ class UpstreamConfig:
     topic_config_source_unreliable: bool = False
     """The brokers report topics' own configs with the DEFAULT source (Tansu does, listing only
     the configs set on the topic): every config they report counts as set on the topic."""
+    ignores_replica_assignments: bool = False
+    """The brokers create a topic with their default counts when CreateTopics gives manual
+    replica assignments (and counts of -1), ignoring the assignments (Tansu does): such a topic
+    is judged with the broker's defaults, as it will be created."""
     request_timeout_s: float = 30.0
     """How long the gateway waits for answers to the requests it sends itself."""
     broker_defaults: BrokerDefaults = BrokerDefaults()
@@ -329,6 +333,7 @@ _UPSTREAM_KEYS = frozenset(
         "connect_timeout_s",
         "ignores_validate_only",
         "topic_config_source_unreliable",
+        "ignores_replica_assignments",
         "request_timeout_s",
         "broker_defaults",
         "auto_create",
@@ -584,6 +589,11 @@ def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
         topic_config_source_unreliable=_flag(
             up.get("topic_config_source_unreliable", False),
             "upstream.topic_config_source_unreliable",
+            source,
+        ),
+        ignores_replica_assignments=_flag(
+            up.get("ignores_replica_assignments", False),
+            "upstream.ignores_replica_assignments",
             source,
         ),
         request_timeout_s=float(
@@ -1081,6 +1091,7 @@ def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayCo
             bootstrap_servers=(server,),
             ignores_validate_only=True,
             topic_config_source_unreliable=True,
+            ignores_replica_assignments=True,
             broker_defaults=TANSU_BROKER_DEFAULTS,
         ),
     )

@@ -11,11 +11,12 @@ IncrementalAlterConfigs (:func:`incremental`), as Kafka's controller applies it:
   changes nothing).
 - APPEND and SUBTRACT treat the value as a comma-separated list; the request's value is a
   list too. APPEND adds the items not present yet, SUBTRACT removes the items present.
-  Empty items are dropped. On a key that is not set, the list starts from the config's
-  default, as Kafka does (``ConfigurationControlManager.getParts``); the caller passes the
-  defaults it knows in ``defaults`` (from DescribeConfigs), and without one the list starts
-  empty. A SUBTRACT that removes every item leaves the key set to the empty string, as
-  Kafka's controller does (it stores ``""``, not a delete).
+  Empty items are dropped. On a key that is not set, the list starts from the config's own
+  default, as Kafka does (``ConfigurationControlManager.getParts``: the ConfigDef default,
+  not a broker config that gives the resource another value); the caller passes the defaults
+  it knows in ``defaults`` (DescribeConfigs' DEFAULT_CONFIG entries and synonyms), and
+  without one the list starts empty. A SUBTRACT that removes every item leaves the key set
+  to the empty string, as Kafka's controller does (it stores ``""``, not a delete).
 - Only list-typed configs take APPEND and SUBTRACT; the gateway does not know the config
   types, so it applies them to any key and leaves the refusal (INVALID_CONFIG) to the broker.
 - ``altered`` holds every key of the request: SET, APPEND and SUBTRACT with the resulting
@@ -73,11 +74,15 @@ def incremental(
     before: Mapping[str, str],
     operations: Sequence[ConfigAlteration],
     defaults: Mapping[str, str] | None = None,
+    inherited: Collection[str] = (),
 ) -> ConfigChange | InvalidAlteration:
     """Apply IncrementalAlterConfigs entries to ``before``.
 
     ``defaults``: the value a key has when it is not set, where known (the start of an
-    APPEND or SUBTRACT on a key that is not set).
+    APPEND or SUBTRACT on a key that is not set). ``inherited``: keys whose value in
+    ``before`` the resource takes from a broker config instead of setting it (a topic's from a
+    dynamic broker config): Kafka starts an APPEND or SUBTRACT of one from its default too,
+    since it reads only the resource's own configs.
     """
     invalid = _check(
         [c.name for c in operations],
@@ -100,7 +105,7 @@ def incremental(
         if op == SET:
             after[name] = value
         else:
-            start = before.get(name)
+            start = None if name in inherited else before.get(name)
             if start is None and defaults is not None:
                 start = defaults.get(name)
             items = _items(start)

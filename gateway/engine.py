@@ -110,8 +110,12 @@ class ClusterView(Protocol):
     ) -> tuple[Mapping[str, TopicDescription], Mapping[UUID, str]]: ...
 
     async def describe_configs(
-        self, resources: Sequence[tuple[int, str]]
-    ) -> Mapping[tuple[int, str], ResourceConfigs]: ...
+        self, resources: Sequence[tuple[int, str]], *, include_synonyms: bool = False
+    ) -> Mapping[tuple[int, str], ResourceConfigs]:
+        """Every config of each resource; with ``include_synonyms``, each entry's synonyms
+        too, in Kafka's order of precedence (the config's own default, source DEFAULT_CONFIG,
+        last)."""
+        ...
 
     async def authorize_alter_configs(
         self, resources: Sequence[tuple[int, str]]

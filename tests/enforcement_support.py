@@ -198,7 +198,7 @@ class StandInCluster:
         return dict(self.topics), dict(self.topic_ids)
 
     async def describe_configs(
-        self, resources: Sequence[tuple[int, str]]
+        self, resources: Sequence[tuple[int, str]], *, include_synonyms: bool = False
     ) -> Mapping[tuple[int, str], DescribedResource]:
         self.asked.append(("describe_configs", tuple(resources)))
         unknown = ErrorCode.unknown_topic_or_partition.value
@@ -421,6 +421,8 @@ class NewTopic:
     num_partitions: int = 3
     replication_factor: int = 1
     configs: Mapping[str, str] = field(default_factory=dict)
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """Manual replica assignments: (partition, broker ids) each; give counts of -1 with them."""
 
 
 def create_topics(version: int, *topics: NewTopic, validate_only: bool = False) -> bytes:
@@ -433,7 +435,12 @@ def create_topics(version: int, *topics: NewTopic, validate_only: bool = False) 
                 name=t.name,
                 num_partitions=i32(t.num_partitions),
                 replication_factor=i16(t.replication_factor),
-                assignments=(),
+                assignments=tuple(
+                    m.CreatableReplicaAssignment(
+                        partition_index=i32(p), broker_ids=tuple(i32(b) for b in brokers)
+                    )
+                    for p, brokers in t.assignments
+                ),
                 configs=tuple(
                     m.CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()
                 ),

@@ -44,11 +44,12 @@ from spark_audit.event import AuditEvent
 KAFKA_LIKE_UPSTREAM = {
     "ignores_validate_only": False,
     "topic_config_source_unreliable": False,
+    "ignores_replica_assignments": False,
     "broker_defaults": {},
 }
 """``gateway_config(..., upstream=KAFKA_LIKE_UPSTREAM)``: for a scripted upstream that, like a
-Kafka broker and unlike the test broker, honours validate_only, reports config sources truly
-and reports its own defaults."""
+Kafka broker and unlike the test broker, honours validate_only and replica assignments,
+reports config sources truly and reports its own defaults."""
 
 TEST_BROKER_DEFAULTS = {"num.partitions": 3, "default.replication.factor": 1}
 """What the test broker (Tansu, one broker) creates for a CreateTopics count of -1; it
@@ -73,13 +74,15 @@ def gateway_config(upstream: HostPort | list[HostPort], /, **extra: Any) -> Gate
         "listen": "127.0.0.1:0",
         "node_port_base": 0,
         # The test broker is Tansu: it ignores validate_only, reports topic configs with
-        # the DEFAULT source and no broker configs (TEST_BROKER.md); scripted upstreams
+        # the DEFAULT source and no broker configs (TEST_BROKER.md), and creates its default
+        # counts for a CreateTopics with manual replica assignments; scripted upstreams
         # override these.
         "upstream": {
             "bootstrap_servers": [str(s) for s in servers],
             "connect_timeout_s": 3,
             "ignores_validate_only": True,
             "topic_config_source_unreliable": True,
+            "ignores_replica_assignments": True,
             "broker_defaults": TEST_BROKER_DEFAULTS,
         },
         "shutdown_timeout_s": 5,

@@ -57,6 +57,12 @@ from dataclasses import dataclass, field
 from policies.api import ConfigResource, ConfigResourceType, RecordValidationPolicy, TopicState
 from protocol import admin
 from protocol import alter_configs as ac
+from protocol.describe_configs import (
+    SOURCE_DYNAMIC_BROKER,
+    SOURCE_DYNAMIC_DEFAULT_BROKER,
+    SOURCE_DYNAMIC_TOPIC,
+    DescribedConfig,
+)
 from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_CONFIG,
@@ -204,13 +210,13 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 continue
             assert described is not None
             unreliable = services.upstream.topic_config_source_unreliable
-            before, defaults = _before(described, unreliable)
+            before, defaults, inherited = _before(described, unreliable)
             secret = config_changes.sensitive_keys(
                 [(c.name, c.is_sensitive, c.config_type) for c in described.configs]
             )
             if resource.key in current.stored:
                 before[VALIDATION_POLICY_KEY] = current.stored[resource.key]
-            change = _apply(request.request, resource, before, defaults)
+            change = _apply(request.request, resource, before, (defaults, inherited))
             topic_state = None
             refused = self._refusal(resource, current, change)
             if refused is None and current.check_topics and resource.resource_type == _TOPIC:
@@ -259,7 +265,11 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             services.policies.chain.needs_topic_state or request.dry_run_here or bool(touching)
         )
         authorized = await cluster.authorize_alter_configs(touching) if touching else {}
-        described = await cluster.describe_configs([r.key for r in resources])
+        # with synonyms: an APPEND or SUBTRACT on a key the resource does not set starts from
+        # the config's own default (the DEFAULT_CONFIG synonym), whatever the brokers set
+        described = await cluster.describe_configs(
+            [r.key for r in resources], include_synonyms=True
+        )
         topic_names = [r.resource_name for r in resources if r.resource_type == _TOPIC]
         topics: Mapping[str, admin.TopicDescription] = {}
         if check_topics and topic_names:
@@ -542,6 +552,12 @@ def _resource_type(code: int) -> ConfigResourceType | None:
 # The config source DescribeConfigs gives what is set on these resources (Kafka's
 # DYNAMIC_BROKER_LOGGER_CONFIG, CLIENT_METRICS_CONFIG, GROUP_CONFIG); topics and brokers have
 # theirs in ResourceConfigs.set_on_resource.
+_CONTROLLER_SOURCE = {
+    _TOPIC: SOURCE_DYNAMIC_TOPIC,
+    int(ConfigResourceType.BROKER): SOURCE_DYNAMIC_BROKER,
+}
+"""The config source of what Kafka's controller keeps for the resource itself (a broker's
+cluster-wide default ``""``: SOURCE_DYNAMIC_DEFAULT_BROKER)."""
 _OWN_SOURCE = {
     int(ConfigResourceType.BROKER_LOGGER): 6,
     int(ConfigResourceType.CLIENT_METRICS): 7,
@@ -549,32 +565,57 @@ _OWN_SOURCE = {
 }
 
 
-def _before(
-    current: admin.ResourceConfigs, topic_source_unreliable: bool
-) -> tuple[dict[str, str], dict[str, str]]:
-    """The configs set on the resource, and the defaults known for the others."""
+Before = tuple[dict[str, str], dict[str, str], frozenset[str]]
+
+
+def _before(current: admin.ResourceConfigs, topic_source_unreliable: bool) -> Before:
+    """The configs set on the resource; the defaults known, each config's own (Kafka's
+    ConfigDef default, source DEFAULT_CONFIG); and the keys of the first whose value the
+    resource inherits from a dynamic broker config rather than sets itself (a topic's from
+    the brokers', a broker's from the cluster default).
+
+    Kafka starts an APPEND or SUBTRACT on a key the resource does not set itself from that
+    default (ConfigurationControlManager.getParts reads the resource's own configs), whatever
+    a broker config gives the resource: behind ``log.cleanup.policy=compact``, APPEND
+    ``compact`` to a topic's cleanup.policy that it does not set makes it ``delete,compact``.
+    """
     if topic_source_unreliable and current.resource_type == _TOPIC:
-        return current.effective(), {}
+        return current.effective(), {}, frozenset()
     defaults = {
-        e.name: e.value
-        for e in current.configs
-        if e.source == admin.SOURCE_DEFAULT and e.value is not None
+        e.name: default for e in current.configs if (default := _own_default(e)) is not None
     }
     own = _OWN_SOURCE.get(current.resource_type)
     if own is not None:
         entries = [e for e in current.configs if e.source == own]
-        return {e.name: e.value for e in entries if e.value is not None}, defaults
-    return current.set_on_resource(), defaults
+        return {e.name: e.value for e in entries if e.value is not None}, defaults, frozenset()
+    before = current.set_on_resource()
+    own = _CONTROLLER_SOURCE.get(current.resource_type)
+    if current.resource_type == int(ConfigResourceType.BROKER) and current.resource_name == "":
+        own = SOURCE_DYNAMIC_DEFAULT_BROKER
+    inherited = frozenset(
+        e.name for e in current.configs if e.name in before and own is not None and e.source != own
+    )
+    return before, defaults, inherited
+
+
+def _own_default(entry: DescribedConfig) -> str | None:
+    """The config's own default: its value when that is where it comes from, else its
+    DEFAULT_CONFIG synonym's (DescribeConfigs with synonyms); None when not reported."""
+    if entry.source == admin.SOURCE_DEFAULT:
+        return entry.value
+    return next((s.value for s in entry.synonyms if s.source == admin.SOURCE_DEFAULT), None)
 
 
 def _apply(
     request: ac.AlterConfigs,
     resource: ac.ResourceAlteration,
     before: Mapping[str, str],
-    defaults: Mapping[str, str],
+    starts: tuple[Mapping[str, str], frozenset[str]],
 ) -> config_changes.ConfigChange | config_changes.InvalidAlteration:
+    """``starts``: the defaults and inherited keys of :func:`_before`."""
     if request.incremental:
-        return config_changes.incremental(before, resource.configs, defaults)
+        defaults, inherited = starts
+        return config_changes.incremental(before, resource.configs, defaults, inherited)
     return config_changes.legacy(before, resource.configs)
 
 

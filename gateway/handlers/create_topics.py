@@ -18,6 +18,10 @@ is answered here (never forwarded) as Kafka's controller answers it (Replication
 - without assignments, a count of 0 or below -1: INVALID_REPLICATION_FACTOR or
   INVALID_PARTITIONS.
 
+Manual replica assignments are judged as given (counts of -1 beside them), but in front of a
+broker that ignores them (``upstream.ignores_replica_assignments``: Tansu creates its default
+counts) as the topic with counts of -1 that the broker creates.
+
 num_partitions or replication_factor -1 (the broker's default): the policies judge the value the
 broker will use (KIP-464: the broker resolves -1 before its policy sees the request), as
 ``upstream.broker_defaults`` states it or else a broker reports it. When neither says, the
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from policies.api import ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import Decision
@@ -121,7 +126,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 spec, lambda value: invalid_value(value, policy)
             )
             if refused is None:
-                specs.append(spec)
+                specs.append(self._as_created(spec))
             else:
                 rulings[spec.name] = refused
         defaults = BrokerDefaults()
@@ -138,6 +143,14 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 topic_spec=_audited_spec(spec, metadata),
             )
         return rulings
+
+    def _as_created(self, spec: ct.TopicSpec) -> ct.TopicSpec:
+        """The topic as the broker will create it: in front of a broker that ignores manual
+        replica assignments (``upstream.ignores_replica_assignments``), one with counts of -1
+        and no assignments, so that the policies judge the broker's defaults it gets."""
+        if spec.assignments and self._services.upstream.ignores_replica_assignments:
+            return replace(spec, assignments=())
+        return spec
 
     async def _decide(
         self, ctx: RequestContext, metadata: CreateTopicRequestMetadata | str
@@ -173,7 +186,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         """The answer of each allowed topic of a dry run the gateway answers itself: as Kafka
         fills it (KIP-525) from v5, the bare success before."""
         existing = await cluster.describe_topics(allowed)
-        specs = {t.name: t for t in request.topics}
+        specs = {t.name: self._as_created(t) for t in request.topics}
         fresh = [n for n in allowed if not ((found := existing.get(n)) and found.exists)]
         local: dict[str, ItemError] = {n: _already_exists(n) for n in allowed if n not in fresh}
         if request.version < ct.CONFIGS_IN_ANSWER_SINCE or not fresh:

@@ -10,11 +10,14 @@ refused resource gets POLICY_VIOLATION with the rule's message and never reaches
 Where the test broker cannot show a case, a scripted Kafka-like upstream answers instead: the
 test broker (Tansu) reports no broker configs in DescribeConfigs, so a change that hands the
 default to another synonym (deleting ``log.retention.ms`` while ``log.retention.hours`` is
-set) cannot arise there, and it has no legacy AlterConfigs (API 33).
+set) cannot arise there, and it has no legacy AlterConfigs (API 33). Nor can an APPEND to a
+list config a topic does not set, which Kafka starts from the config's own default while a
+broker config gives the topic another value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Iterator
 from datetime import timedelta
@@ -460,3 +463,105 @@ def test_config_plugins_see_a_groups_configs_before_and_after(
         {"consumer.session.timeout.ms": "45000", "consumer.heartbeat.interval.ms": "3000"},
     )
     assert changes_sent(upstream) == [(GROUP, group)]
+
+
+# --- APPEND to a list config the topic does not set starts from Kafka's default ---------------
+
+TOPIC = 2
+APPEND = 2
+STATIC_BROKER, DYNAMIC_BROKER, DYNAMIC_TOPIC = 4, 2, 1
+COMPACT_ONLY = {
+    "rules": [
+        {
+            "name": "compact-only",
+            "type": "config",
+            "config": "cleanup.policy",
+            "allowed": ["compact"],
+        }
+    ]
+}
+
+
+class KafkaWithSynonyms(KafkaLikeConfigs):
+    """As :class:`KafkaLikeConfigs`, and each entry's synonyms (name, value, source) go into
+    the answer when the request asks for them (``include_synonyms``), as Kafka answers."""
+
+    def __init__(
+        self,
+        configs: dict[tuple[int, str], list[tuple[str, str, int]]],
+        synonyms: dict[str, list[tuple[str, str, int]]],
+    ) -> None:
+        super().__init__(configs)
+        self.synonyms = synonyms
+
+    async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
+        answer = await super().respond(me, header, request)
+        if header.api_key != 32 or not request.include_synonyms:
+            return answer
+        module = importlib.import_module(
+            f"kio.schema.describe_configs.v{header.api_version}.response"
+        )
+        return dataclasses.replace(
+            answer,
+            results=tuple(
+                dataclasses.replace(
+                    result,
+                    configs=tuple(
+                        dataclasses.replace(
+                            entry,
+                            synonyms=tuple(
+                                module.DescribeConfigsSynonym(name=n, value=v, source=i8(s))
+                                for n, v, s in self.synonyms.get(entry.name, [])
+                            ),
+                        )
+                        for entry in result.configs
+                    ),
+                )
+                for result in answer.results
+            ),
+        )
+
+
+DELETE_AND_COMPACT = (
+    POLICY_VIOLATION,
+    "topic {t}: cleanup.policy=delete,compact: 'delete' is not one of compact (rule compact-only)",
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        pytest.param(STATIC_BROKER, DELETE_AND_COMPACT, id="from-a-static-broker-config"),
+        pytest.param(
+            DYNAMIC_DEFAULT_BROKER, DELETE_AND_COMPACT, id="from-the-dynamic-cluster-default"
+        ),
+        pytest.param(DYNAMIC_BROKER, DELETE_AND_COMPACT, id="from-a-dynamic-broker-config"),
+        pytest.param(DYNAMIC_TOPIC, (0, None), id="set-on-the-topic"),
+    ],
+)
+def test_append_to_a_list_config_the_topic_does_not_set_starts_from_kafkas_default(
+    scripted_cluster: ScriptedCluster, source: int, expected: tuple[int, str | None]
+) -> None:
+    """Scripted upstream: the test broker starts an APPEND on a key the topic does not set
+    from nothing, and reports no broker configs. Kafka starts it from the config's own default
+    (ConfigurationControlManager.getParts: cleanup.policy ``delete``), whatever the brokers
+    set: behind ``log.cleanup.policy=compact`` a topic without its own cleanup.policy is
+    compacted, and APPEND ``compact`` looked like a change to ``compact`` alone, which the rule
+    allows, while Kafka makes it ``delete,compact``: retention then deletes the topic's data.
+    A dynamic broker config was worse: reported as the topic's value, it counted as set on
+    the topic."""
+    topic = unique_name("append")
+    broker_default = [("log.cleanup.policy", "compact", STATIC_BROKER)]
+    configs = KafkaWithSynonyms(
+        {(TOPIC, topic): [("cleanup.policy", "compact", source)]},
+        {"cleanup.policy": [*broker_default, ("log.cleanup.policy", "delete", DEFAULT)]},
+    )
+    upstream, gw = scripted(scripted_cluster, configs, COMPACT_ONLY)
+    try:
+        request = incremental([(TOPIC, topic, [("cleanup.policy", APPEND, "compact")])])
+        answer = RawClient(gw.bootstrap).request(INCREMENTAL, 1, request)
+    finally:
+        gw.stop()
+    code, message = expected
+    assert results(answer) == [(TOPIC, topic, code, message and message.format(t=topic))]
+    assert changes_sent(upstream) == ([] if code else [(TOPIC, topic)])

@@ -316,6 +316,40 @@ def test_the_stated_default_is_what_the_broker_creates(
     assert tap.forwarded(CREATE_TOPICS) == []
 
 
+@pytest.mark.parametrize(
+    "assignments",
+    [
+        ((0, (TANSU_NODE,)),),
+        ((0, (TANSU_NODE,)), (1, (TANSU_NODE,))),
+        ((0, (TANSU_NODE,)),) * 5,
+    ],
+    ids=["one-partition", "two-partitions", "one-partition-five-times"],
+)
+def test_assignments_the_broker_ignores_are_judged_as_what_it_creates(
+    start: Callable[..., GatewayThread],
+    tap: BrokerTap,
+    assignments: tuple[tuple[int, tuple[int, ...]], ...],
+) -> None:
+    """Counts of -1 with manual assignments were judged by the assignments (1 or 2 partitions,
+    within max 2), but the test broker ignores assignments and creates its defaults: 3
+    partitions, past the rule. Judged as what the broker creates, the topic is refused."""
+    gw = start()
+    topic = unique_name("ts-assigned")
+    tap.requests.clear()
+
+    code, message = create(
+        gw.bootstrap,
+        create_request(topic, partitions=-1, replication_factor=-1, assignments=assignments),
+    )
+
+    assert topic not in existing_topics(str(tap.broker))
+    assert (code, message) == (
+        44,
+        noted(f"topic {topic}: 3 partitions is above the maximum of 2 (rule partition-count)"),
+    )
+    assert tap.forwarded(CREATE_TOPICS) == []
+
+
 def test_create_of_an_existing_topic_never_replaces_its_policy(
     start: Callable[..., GatewayThread], tap: BrokerTap
 ) -> None:

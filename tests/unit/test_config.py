@@ -200,3 +200,18 @@ def test_policy_version_changes_with_the_rules_and_not_with_addresses() -> None:
     assert config.from_mapping(tightened, "t").policy_version != first
     limited = {**base, "limits": {"record.validation.max.records": 10}}
     assert config.from_mapping(limited, "t").policy_version != first
+
+
+def test_the_embedded_broker_is_fronted_as_the_tansu_it_is(tmp_path: Path) -> None:
+    """Off by default (Kafka honours replica assignments); the embedded broker sets it, since
+    Tansu creates its default counts for a CreateTopics with assignments."""
+    path = tmp_path / "g.yaml"
+    path.write_text("upstream: {ignores_replica_assignments: true}\n")
+    assert load(path).upstream.ignores_replica_assignments is True
+    plain = load(Path("deploy/gateway.example.yaml"))
+    assert plain.upstream.ignores_replica_assignments is False
+    embedded = config.with_embedded_upstream(plain, HostPort(host="127.0.0.1", port=1))
+    assert embedded.upstream.ignores_replica_assignments is True
+    path.write_text("upstream: {ignores_replica_assignments: maybe}\n")
+    with pytest.raises(ConfigError, match="upstream.ignores_replica_assignments"):
+        load(path)

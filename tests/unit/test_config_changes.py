@@ -274,3 +274,23 @@ def test_sensitive_keys_as_kafka_marks_them(
 )
 def test_undescribed_keys_named_like_secrets_are_sensitive(name: str, secret: bool) -> None:
     assert looks_sensitive(name) is secret
+
+
+@pytest.mark.parametrize(
+    ("inherited", "after"),
+    [({"cleanup.policy"}, "delete,compact"), (set(), "compact")],
+    ids=["inherited-from-a-broker-config", "set-on-the-topic"],
+)
+def test_append_to_an_inherited_key_starts_from_its_default(
+    inherited: set[str], after: str
+) -> None:
+    """A topic's cleanup.policy=compact that comes from the brokers' log.cleanup.policy is in
+    before, but Kafka's APPEND starts from the config's own default (delete)."""
+    change = _incremental(
+        {"cleanup.policy": "compact"},
+        [ConfigAlteration(name="cleanup.policy", operation=APPEND, value="compact")],
+        {"cleanup.policy": "delete"},
+        inherited,
+    )
+    assert isinstance(change, ConfigChange)
+    assert change.after == {"cleanup.policy": after}

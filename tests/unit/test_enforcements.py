@@ -353,6 +353,34 @@ def test_create_topics_default_partitions_are_judged_as_the_broker_will_create_t
         assert items(CREATE_TOPICS, 7, answer_of(outcome)) == [("d", POLICY_VIOLATION, denial)]
 
 
+@pytest.mark.parametrize(
+    ("ignores", "denial"),
+    [(False, too_few("a", 1)), (True, None)],
+    ids=["broker-honours-them", "broker-ignores-them"],
+)
+def test_create_topics_assignments_are_judged_as_the_broker_will_create_the_topic(
+    gateway_with: Callable[..., Harness], ignores: bool, denial: str | None
+) -> None:
+    """One partition assigned: judged as one partition by a broker that honours assignments
+    (Kafka), as the broker's default count (6) by one that ignores them (Tansu creates its
+    defaults), and then forwarded as sent."""
+    gateway = gateway_with(ignores_replica_assignments=ignores)
+    gateway.cluster.brokers = [3]
+    gateway.cluster.set_broker_configs(
+        3, {"num.partitions": "6", "default.replication.factor": "1"}
+    )
+    topic = NewTopic("a", num_partitions=-1, replication_factor=-1, assignments=((0, (3,)),))
+    frame = create_topics(7, topic)
+    outcome = gateway.send(frame)
+    if denial is None:
+        assert_forwarded_as_sent(outcome, frame)
+        (event,) = gateway.sink.events
+        assert event.topic_spec is not None
+        assert (event.topic_spec.partitions, event.topic_spec.replication_factor) == (6, 1)
+    else:
+        assert items(CREATE_TOPICS, 7, answer_of(outcome)) == [("a", POLICY_VIOLATION, denial)]
+
+
 def test_create_topics_audits_the_spec_judged_with_the_broker_default_resolved(
     gateway: Harness,
 ) -> None:
