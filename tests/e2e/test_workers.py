@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,17 @@ class Running:
             if all(found.get(k) == v for k, v in labels.items()):
                 return float(value)
         return 0.0
+
+    def policy_versions(self) -> dict[str, float]:
+        """``kpg_policy_version`` of the whole gateway: version -> 1 while a worker has it in
+        force, 0 for one a reload replaced."""
+        return {labels["version"]: v for labels, v in self.samples("kpg_policy_version")}
+
+    def set_policies(self, **keys: Any) -> None:
+        """Rewrite the config file with ``keys`` set in its ``policies`` section."""
+        raw = yaml.safe_load(self.config.read_text())
+        raw["policies"].update(keys)
+        self.config.write_text(yaml.safe_dump(raw))
 
     def samples(self, name: str) -> list[tuple[dict[str, str], float]]:
         """Every sample of ``name`` in one scrape of the whole gateway: (labels, value)."""
@@ -542,13 +554,35 @@ def test_a_worker_started_while_a_reload_is_decided_runs_the_rules_in_force(
     assert running.stop() == 0
 
 
-def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
-    broker: HostPort, tmp_path: Path
-) -> None:
-    """A worker that read the workers' copy just before a reload replaced it, and was not yet
-    serving (so not sent SIGHUP), must not run the replaced configuration. A test plug-in
-    holds the restarted worker between reading its configuration and serving while the
-    reload happens (tests/plugins: GatedCreateTopicPolicy)."""
+@dataclass(frozen=True)
+class HeldNewcomer:
+    """Two workers behind GatedCreateTopicPolicy; worker 1 was killed, and the worker started
+    in its place has read the workers' copy and is held building its policies (not serving,
+    so a reload sends it no SIGHUP)."""
+
+    running: Running
+    gate: Path
+    old: str
+    """The policy version both workers started with."""
+    newcomer: int
+
+    def reload_then_release(self, **policies: str) -> None:
+        """Reload with a new rule (and ``policies`` keys), wait until the serving worker has
+        applied it, then let the newcomer go on."""
+        rules = [{"name": "p", "type": "partitions", "max": 2}]
+        self.running.set_policies(rules=rules, **policies)
+        self.running.process.send_signal(signal.SIGHUP)
+        assert wait_for(
+            lambda: self.running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
+        )
+        (self.gate / "hold-worker-1").unlink()
+
+    def versions(self) -> dict[str, float]:
+        return self.running.policy_versions()
+
+
+@pytest.fixture
+def held_newcomer(broker: HostPort, tmp_path: Path) -> Iterator[HeldNewcomer]:
     gate = tmp_path / "gate"
     gate.mkdir()
     policies: dict[str, Any] = {
@@ -565,82 +599,53 @@ def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
         newcomer = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[1])
         # It has read the copy and is building its policies, not serving.
         assert wait_for(lambda: (gate / f"configuring-{newcomer}").exists(), 60)
-
-        raw = yaml.safe_load(running.config.read_text())
-        raw["policies"]["rules"] = [{"name": "p", "type": "partitions", "max": 2}]
-        running.config.write_text(yaml.safe_dump(raw))
-        running.process.send_signal(signal.SIGHUP)
-        assert wait_for(
-            lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
-        )
-        (gate / "hold-worker-1").unlink()
-
-        def versions() -> dict[str, float]:
-            return {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
-
-        # Once the newcomer serves (its policy version is then in the scrape), both workers
-        # come to the new version: the old one is 1 on no live worker.
-        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
-        assert wait_for(lambda: len(versions()) == 2 and versions()[old] == 0, 60), (
-            versions(),
-            running.stderr(),
-        )
-        assert "started on the file a reload replaced: reloading it" in running.stderr()
+        yield HeldNewcomer(running=running, gate=gate, old=old, newcomer=newcomer)
     finally:
         (gate / "hold-worker-1").unlink(missing_ok=True)
         running.stop()
 
 
+def test_a_worker_that_read_the_file_before_a_reload_reloads_once_ready(
+    held_newcomer: HeldNewcomer,
+) -> None:
+    """A worker that read the workers' copy just before a reload replaced it, and was not yet
+    serving (so not sent SIGHUP), must not run the replaced configuration. A test plug-in
+    holds the restarted worker between reading its configuration and serving while the
+    reload happens (tests/plugins: GatedCreateTopicPolicy)."""
+    held = held_newcomer
+    running, versions = held.running, held.versions
+    held.reload_then_release()
+    # Once the newcomer serves (its policy version is then in the scrape), both workers
+    # come to the new version: the old one is 1 on no live worker.
+    assert wait_for(lambda: f"(pid {held.newcomer}) serving" in running.stderr(), 60)
+    assert wait_for(lambda: len(versions()) == 2 and versions()[held.old] == 0, 60), (
+        versions(),
+        running.stderr(),
+    )
+    assert "started on the file a reload replaced: reloading it" in running.stderr()
+
+
 def test_a_worker_that_read_the_file_before_a_reload_and_refuses_it_is_stopped(
-    broker: HostPort, tmp_path: Path
+    held_newcomer: HeldNewcomer,
 ) -> None:
     """As above, but the newcomer refuses the file in force (tests/plugins:
     GatedCreateTopicPolicy with test.fail.in.workers): it must not go on serving the rules
     the reload replaced; it is stopped and started again on the file in force, which it
     cannot build, so it stays down (counted towards a crash loop) and only worker 0 serves."""
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    policies: dict[str, Any] = {
-        "create.topic.policy.class.name": f"{PLUGINS}.GatedCreateTopicPolicy",
-        "test.gate.dir": str(gate),
-    }
-    running = start(write_config(tmp_path, broker, policies=policies))
-    try:
-        (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
-        victim = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[0])
-        (gate / "hold-worker-1").touch()
-        os.kill(victim, signal.SIGKILL)
-        assert wait_for(lambda: len(re.findall(r"worker 1 started", running.stderr())) == 2, 60)
-        newcomer = int(re.findall(r"worker 1 started \(pid (\d+)\)", running.stderr())[1])
-        assert wait_for(lambda: (gate / f"configuring-{newcomer}").exists(), 60)
-
-        raw = yaml.safe_load(running.config.read_text())
-        raw["policies"]["rules"] = [{"name": "p", "type": "partitions", "max": 2}]
-        raw["policies"]["test.fail.in.workers"] = "1"
-        running.config.write_text(yaml.safe_dump(raw))
-        running.process.send_signal(signal.SIGHUP)
-        # Worker 0, the only one serving, applies it.
-        assert wait_for(
-            lambda: running.metric("kpg_config_reloads_total", result="applied") >= 1, 60
-        )
-        (gate / "hold-worker-1").unlink()
-
-        def versions() -> dict[str, float]:
-            return {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
-
-        # The newcomer serves on the old file, refuses the new one, and is stopped: soon no
-        # live worker has the old version in force. Worker 1, started again on the file in
-        # force, cannot build it: it never serves again.
-        assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
-        assert wait_for(lambda: versions().get(old, 0) == 0, 60), (versions(), running.stderr())
-        assert wait_for(lambda: newcomer not in running.workers(), 60)
-        assert f"(pid {newcomer}) did not reload the file in force" in running.stderr()
-        assert wait_for(lambda: "refused in worker 1" in running.stderr(), 60)
-        assert running.metric("kpg_workers", state="ready") <= 1
-        assert len(re.findall(r"\) serving", running.stderr())) == 3  # 0, 1, the newcomer
-    finally:
-        (gate / "hold-worker-1").unlink(missing_ok=True)
-        running.stop()
+    held = held_newcomer
+    running, versions, newcomer = held.running, held.versions, held.newcomer
+    # Worker 0, the only one serving, applies it.
+    held.reload_then_release(**{"test.fail.in.workers": "1"})
+    # The newcomer serves on the old file, refuses the new one, and is stopped: soon no
+    # live worker has the old version in force. Worker 1, started again on the file in
+    # force, cannot build it: it never serves again.
+    assert wait_for(lambda: f"(pid {newcomer}) serving" in running.stderr(), 60)
+    assert wait_for(lambda: versions().get(held.old, 0) == 0, 60), (versions(), running.stderr())
+    assert wait_for(lambda: newcomer not in running.workers(), 60)
+    assert f"(pid {newcomer}) did not reload the file in force" in running.stderr()
+    assert wait_for(lambda: "refused in worker 1" in running.stderr(), 60)
+    assert running.metric("kpg_workers", state="ready") <= 1
+    assert len(re.findall(r"\) serving", running.stderr())) == 3  # 0, 1, the newcomer
 
 
 def worker_index(pid: int) -> int:
@@ -663,15 +668,12 @@ def test_a_file_any_worker_refuses_is_undone_everywhere_and_counted_once(
     running = start(write_config(tmp_path, broker, policies=policies))
     try:
         (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
-        raw = yaml.safe_load(running.config.read_text())
-        raw["policies"]["test.fail.in.workers"] = "0,1"
-        running.config.write_text(yaml.safe_dump(raw))
+        running.set_policies(**{"test.fail.in.workers": "0,1"})
         said = running.reload(status=1)
         assert "kpg reload: refused: " in said and "refused in worker" in said
         assert "reload refused by every worker: the previous file stays" in running.stderr()
 
-        raw["policies"]["test.fail.in.workers"] = "1"
-        running.config.write_text(yaml.safe_dump(raw))
+        running.set_policies(**{"test.fail.in.workers": "1"})
         said = running.reload(status=1)
         assert "kpg reload: refused: refused by 1 of 2 workers: " in said, said
         assert "refused in worker 1" in said
@@ -683,7 +685,7 @@ def test_a_file_any_worker_refuses_is_undone_everywhere_and_counted_once(
         ]
         # Both workers run the previous file again: the scrape shows no worker on another
         # version (it shows a version 1 while any worker has it in force).
-        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        versions = running.policy_versions()
         assert versions[old] == 1 and sum(versions.values()) == 1, versions
 
         (refuser,) = [pid for pid in running.workers() if worker_index(pid) == 1]
@@ -691,7 +693,7 @@ def test_a_file_any_worker_refuses_is_undone_everywhere_and_counted_once(
         assert wait_for(lambda: running.metric("kpg_worker_restarts_total") == 1, 60)
         assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, 60)
         assert refuser not in running.workers()
-        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        versions = running.policy_versions()
         assert versions[old] == 1 and sum(versions.values()) == 1, versions
         assert "crashing in a loop" not in running.stderr()
     finally:
@@ -711,16 +713,14 @@ def test_a_worker_that_cannot_go_back_is_reported_as_partial(
     running = start(write_config(tmp_path, broker, policies=policies))
     try:
         (old,) = [labels["version"] for labels, _ in running.samples("kpg_policy_version")]
-        raw = yaml.safe_load(running.config.read_text())
-        raw["policies"]["test.fail.in.workers"] = "1"
-        running.config.write_text(yaml.safe_dump(raw))
+        running.set_policies(**{"test.fail.in.workers": "1"})
         said = running.reload(status=1)
         assert "kpg reload: partial: refused by 1 of 2 workers: " in said, said
         assert f"1 could not go back to policy version {old}" in said
         assert dict(
             (labels["result"], v) for labels, v in running.samples("kpg_config_reloads_total")
         ) == {"applied": 0.0, "refused": 0.0, "partial": 1.0}
-        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        versions = running.policy_versions()
         assert versions[old] == 1 and sorted(versions.values()) == [1.0, 1.0], versions
         assert "could not go back" in running.stderr()
     finally:
@@ -890,7 +890,7 @@ def test_two_kpg_reloads_at_once_each_print_their_own_outcome(
             ({"result": "refused"}, 0.0),
             ({"result": "partial"}, 0.0),
         ]
-        versions = {labels["version"]: v for labels, v in running.samples("kpg_policy_version")}
+        versions = running.policy_versions()
         assert versions[second.group(2)] == 1, versions
     finally:
         for worker in (0, 1):
