@@ -15,6 +15,9 @@ is answered here (never forwarded) as Kafka's controller answers it (Replication
   INVALID_CONFIG naming the problem (:mod:`._validation_policy`);
 - assignments together with a count that is not -1: INVALID_REQUEST, "A manual partition
   assignment was specified, but replication factor (numPartitions) was not set to -1.";
+- assignments naming a partition twice, an empty or inconsistent replica list, a broker twice
+  in one list, or indexes that are not 0 to n-1: INVALID_REPLICA_ASSIGNMENT with Kafka's
+  message (so no policy or audit event sees a topic Kafka would never create);
 - without assignments, a count of 0 or below -1: INVALID_REPLICATION_FACTOR or
   INVALID_PARTITIONS.
 
@@ -307,7 +310,7 @@ def _count_refusal(spec: ct.TopicSpec) -> ItemError | None:
                     error_message="A manual partition assignment was specified, but "
                     f"{words} was not set to -1.",
                 )
-        return None
+        return _assignment_refusal(spec.assignments)
     if spec.replication_factor < -1 or spec.replication_factor == 0:
         return ItemError(
             error_code=int(ErrorCode.invalid_replication_factor),
@@ -320,6 +323,45 @@ def _count_refusal(spec: ct.TopicSpec) -> ItemError | None:
             error_message="Number of partitions was set to an invalid non-positive value.",
         )
     return None
+
+
+def _assignment_refusal(assignments: Sequence[tuple[int, Sequence[int]]]) -> ItemError | None:
+    """Kafka's controller on manual assignments, in its order: a partition given twice, then
+    each partition's replicas (not empty, no broker twice, as many as the partitions before),
+    then indexes 0 to n-1 with no gap. Whether each broker is registered is left to the
+    broker (the gateway does not track registrations)."""
+    seen: set[int] = set()
+    replicas: int | None = None
+    for index, brokers in assignments:
+        if index in seen:
+            return _bad_assignment(
+                f"Found multiple manual partition assignments for partition {index}"
+            )
+        seen.add(index)
+        if not brokers:
+            return _bad_assignment(
+                "The manual partition assignment includes an empty replica list."
+            )
+        ordered = sorted(brokers)
+        twice = next((a for a, b in zip(ordered, ordered[1:], strict=False) if a == b), None)
+        if twice is not None:
+            return _bad_assignment(
+                f"The manual partition assignment includes the broker {twice} more than once."
+            )
+        if replicas is not None and len(brokers) != replicas:
+            return _bad_assignment(
+                f"The manual partition assignment includes a partition with {len(brokers)} "
+                "replica(s), but this is not consistent with previous partitions, which have "
+                f"{replicas} replica(s)."
+            )
+        replicas = len(brokers)
+    if seen != set(range(len(seen))):
+        return _bad_assignment("partitions should be a consecutive 0-based integer sequence")
+    return None
+
+
+def _bad_assignment(message: str) -> ItemError:
+    return ItemError(error_code=int(ErrorCode.invalid_replica_assignment), error_message=message)
 
 
 # --- what the policies judge ---------------------------------------------------------------

@@ -121,6 +121,11 @@ def no_policy_accepted(value: str) -> ItemError:
     return BAD_POLICY
 
 
+def assigned(*assignments: tuple[int, tuple[int, ...]]) -> TopicSpec:
+    """A topic with manual assignments and counts of -1."""
+    return spec(partitions=-1, replication_factor=-1, assignments=assignments)
+
+
 @pytest.mark.parametrize(
     ("topic", "answer"),
     [
@@ -176,6 +181,43 @@ def no_policy_accepted(value: str) -> ItemError:
             spec(partitions=0, configs=(("retention.ms", None),)),
             (40, "Null value not supported for topic configs: retention.ms"),
         ),
+        (
+            assigned((0, (1,)), (1, (2,)), (0, (3,))),
+            (39, "Found multiple manual partition assignments for partition 0"),
+        ),
+        (
+            assigned((0, (1,)), (1, ())),
+            (39, "The manual partition assignment includes an empty replica list."),
+        ),
+        (
+            assigned((0, (3, 1, 3, 1))),
+            (39, "The manual partition assignment includes the broker 1 more than once."),
+        ),
+        (
+            assigned((0, (1, 2)), (1, (1,))),
+            (
+                39,
+                "The manual partition assignment includes a partition with 1 replica(s), but "
+                "this is not consistent with previous partitions, which have 2 replica(s).",
+            ),
+        ),
+        (
+            assigned((1, (1,)), (2, (1,))),
+            (39, "partitions should be a consecutive 0-based integer sequence"),
+        ),
+        (
+            assigned((0, (1,)), (-1, (1,))),
+            (39, "partitions should be a consecutive 0-based integer sequence"),
+        ),
+        # Counts before assignments, as Kafka checks them.
+        (
+            spec(partitions=2, replication_factor=-1, assignments=((0, ()),)),
+            (
+                42,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            ),
+        ),
+        (assigned((1, (2, 3)), (0, (3, 2))), None),
     ],
     ids=[
         "plain",
@@ -192,6 +234,14 @@ def no_policy_accepted(value: str) -> ItemError:
         "zero-partitions",
         "negative-partitions",
         "configs-first",
+        "partition-twice",
+        "empty-replicas",
+        "broker-twice",
+        "replica-counts-differ",
+        "not-from-0",
+        "negative-index",
+        "counts-first",
+        "out-of-order-but-whole",
     ],
 )
 def test_create_topics_refuses_what_kafka_refuses_before_any_policy(
