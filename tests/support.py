@@ -31,9 +31,15 @@ from typing import Any
 import uvloop
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
+from kio.schema.create_topics.v7.request import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.types import TopicName
-from kio.static.primitive import i8, i32, i64
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.config import GatewayConfig, HostPort, from_mapping
 from gateway.server import Gateway
@@ -526,3 +532,33 @@ def policy_message(message: str | None) -> str | None:
         return None
     match = re.search(noted._NOTE + "$", message)
     return message[: match.start()] if match else message
+
+
+def create_topic_request(
+    name: str,
+    *,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    assignments: tuple[tuple[int, tuple[int, ...]], ...] = (),
+    configs: tuple[tuple[str, str | None], ...] = (),
+    validate_only: bool = False,
+) -> CreateTopicsRequest:
+    """A CreateTopics v7 request for one topic, as a raw client sends it."""
+    return CreateTopicsRequest(
+        topics=(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(replication_factor),
+                assignments=tuple(
+                    CreatableReplicaAssignment(
+                        partition_index=i32(p), broker_ids=tuple(BrokerId(b) for b in brokers)
+                    )
+                    for p, brokers in assignments
+                ),
+                configs=tuple(CreatableTopicConfig(name=k, value=v) for k, v in configs),
+            ),
+        ),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        validate_only=validate_only,
+    )

@@ -216,7 +216,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             )
             if resource.key in current.stored:
                 before[VALIDATION_POLICY_KEY] = current.stored[resource.key]
-            change = _apply(request.request, resource, before, (defaults, inherited))
+            change = _apply(request.request, resource, before, defaults, inherited)
             topic_state = None
             refused = self._refusal(resource, current, change)
             if refused is None and current.check_topics and resource.resource_type == _TOPIC:
@@ -610,11 +610,12 @@ def _apply(
     request: ac.AlterConfigs,
     resource: ac.ResourceAlteration,
     before: Mapping[str, str],
-    starts: tuple[Mapping[str, str], frozenset[str]],
+    defaults: Mapping[str, str],
+    inherited: frozenset[str],
 ) -> config_changes.ConfigChange | config_changes.InvalidAlteration:
-    """``starts``: the defaults and inherited keys of :func:`_before`."""
+    """``defaults`` and ``inherited``: of :func:`_before`, where an APPEND or SUBTRACT
+    starts."""
     if request.incremental:
-        defaults, inherited = starts
         return config_changes.incremental(before, resource.configs, defaults, inherited)
     return config_changes.legacy(before, resource.configs)
 

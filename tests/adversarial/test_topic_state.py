@@ -25,15 +25,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from kio.schema.create_topics.v7.request import (
-    CreatableReplicaAssignment,
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
-)
+from kio.schema.create_topics.v7.request import CreateTopicsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32
 
 from gateway.record_validation import STATE_NAMESPACE
 from tests.scripted import (
@@ -49,6 +43,7 @@ from tests.support import (
     BrokerTap,
     GatewayThread,
     RawClient,
+    create_topic_request,
     existing_topics,
     gateway_config,
     legacy_alter_configs_request,
@@ -80,31 +75,10 @@ OVERSIZED = ";".join(f"header:h{i:04d}" for i in range(500))
 
 
 def create_request(
-    name: str,
-    *,
-    partitions: int = 1,
-    replication_factor: int = 1,
-    assignments: tuple[tuple[int, tuple[int, ...]], ...] = (),
-    configs: tuple[tuple[str, str | None], ...] = (RETENTION,),
+    name: str, *, configs: tuple[tuple[str, str | None], ...] = (RETENTION,), **fields: Any
 ) -> CreateTopicsRequest:
-    return CreateTopicsRequest(
-        topics=(
-            CreatableTopic(
-                name=TopicName(name),
-                num_partitions=i32(partitions),
-                replication_factor=i16(replication_factor),
-                assignments=tuple(
-                    CreatableReplicaAssignment(
-                        partition_index=i32(p), broker_ids=tuple(BrokerId(b) for b in brokers)
-                    )
-                    for p, brokers in assignments
-                ),
-                configs=tuple(CreatableTopicConfig(name=k, value=v) for k, v in configs),
-            ),
-        ),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        validate_only=False,
-    )
+    """One topic's CreateTopics, with a retention config unless ``configs`` says otherwise."""
+    return create_topic_request(name, configs=configs, **fields)
 
 
 def create(bootstrap: str, request: CreateTopicsRequest) -> tuple[int, str | None]:
@@ -203,6 +177,11 @@ class Create:
     upstream: dict[str, Any] = field(default_factory=dict)
 
 
+def assigned(*assignments: tuple[int, tuple[int, ...]]) -> dict[str, Any]:
+    """The fields of a topic with manual assignments and counts of -1."""
+    return {"partitions": -1, "replication_factor": -1, "assignments": assignments}
+
+
 CREATE_CASES = [
     # Item 5: a value that fails every produce, refused when it is set.
     Create(
@@ -287,31 +266,19 @@ CREATE_CASES = [
         id="partition-assigned-twice",
         code=39,
         message="Found multiple manual partition assignments for partition 0",
-        fields={
-            "partitions": -1,
-            "replication_factor": -1,
-            "assignments": ((0, (TANSU_NODE,)), (0, (TANSU_NODE,))),
-        },
+        fields=assigned((0, (TANSU_NODE,)), (0, (TANSU_NODE,))),
     ),
     Create(
         id="assignment-gap",
         code=39,
         message="partitions should be a consecutive 0-based integer sequence",
-        fields={
-            "partitions": -1,
-            "replication_factor": -1,
-            "assignments": ((0, (TANSU_NODE,)), (2, (TANSU_NODE,))),
-        },
+        fields=assigned((0, (TANSU_NODE,)), (2, (TANSU_NODE,))),
     ),
     Create(
         id="broker-twice-in-a-partition",
         code=39,
         message=f"The manual partition assignment includes the broker {TANSU_NODE} more than once.",
-        fields={
-            "partitions": -1,
-            "replication_factor": -1,
-            "assignments": ((0, (TANSU_NODE, TANSU_NODE)),),
-        },
+        fields=assigned((0, (TANSU_NODE, TANSU_NODE))),
     ),
 ]
 

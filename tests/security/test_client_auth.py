@@ -11,15 +11,11 @@ the broker behind would have refused it. The broker side is the test broker behi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway import client_configs as cc
 from gateway.client_configs import ClientConfigCodes
@@ -31,7 +27,13 @@ from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
 from tests.security.test_upstream_sasl import sasl_ssl_client, secured_gateway
 from tests.security.test_upstream_tls import produce_consume_deny
-from tests.support import GatewayThread, RawClient, tls_context, unique_name
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    tls_context,
+    unique_name,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -91,19 +93,7 @@ DRY_RUN_TOPIC = unique_name("anon-dry-run")
 def dry_run_frame() -> bytes:
     """CreateTopics validate_only: the test broker ignores validate_only, so the gateway
     answers the dry run itself (``upstream.ignores_validate_only``)."""
-    request = CreateTopicsRequest(
-        topics=(
-            CreatableTopic(
-                name=TopicName(DRY_RUN_TOPIC),
-                num_partitions=i32(1),
-                replication_factor=i16(1),
-                assignments=(),
-                configs=(),
-            ),
-        ),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        validate_only=True,
-    )
+    request = create_topic_request(DRY_RUN_TOPIC, validate_only=True)
     return encode_request(19, 7, 11, "raw-test", request)
 
 
