@@ -1,9 +1,12 @@
 """What the benchmarks share: `kpg run` as a separate process in front of the embedded Tansu
-broker, topics created through it, and the gateway's CPU time and memory from /proc (summed
-over its supervisor and workers with ``kpg run --workers N``)."""
+broker, topics created through it, the gateway's CPU time and memory from /proc (summed
+over its supervisor and workers with ``kpg run --workers N``), and CPU placement: which CPUs
+the gateway and everything else may run on (sched_setaffinity), and what each thread was
+found allowed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,13 +74,15 @@ def start_gateway(
     node_ids: tuple[int, ...] = (),
     extra: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> GatewayProcess:
     """``kpg run`` in front of ``upstream`` with a SQLite state store in ``workdir``.
 
     ``workers``: ``--workers N`` (left out where ``kpg run`` has no such flag, which is one
     process). Several workers need fixed node ports (every worker binds the same ones), so
     ``node_ids`` names the broker's node ids and the node ports are picked free; without,
-    node_port_base is 0.
+    node_port_base is 0. ``cpus``: the CPUs it (supervisor and workers) may run on, from
+    its first instruction on; None: those of this thread.
     """
     has_workers = kpg_has_workers()
     if workers != 1 and not has_workers:
@@ -99,12 +104,13 @@ def start_gateway(
     command = [kpg(), "run", "--config", str(path), "--log-level", "WARNING"]
     if has_workers:
         command += ["--workers", str(workers)]
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+    with spawning_on(cpus):
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
     assert process.stdout is not None
     for line in process.stdout:
         match = re.search(r"bootstrap.servers=(\S+)", line)
@@ -256,6 +262,114 @@ def tree_rss_bytes(pid: int) -> int:
             continue
         total += resident * _PAGE_BYTES
     return total
+
+
+_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """A CPU list as ``taskset -c`` and /sys/devices/system/cpu/online write it: ``1``,
+    ``0,2-3``.
+
+    :raises ValueError: when ``text`` is not one, or names no CPU.
+    """
+    cpus: set[int] = set()
+    for part in text.split(","):
+        match = _CPU_RANGE.fullmatch(part.strip())
+        if match is None:
+            raise ValueError(f"not a CPU list: {text!r} (e.g. 1 or 0,2-3)")
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        if high < low:
+            raise ValueError(f"not a CPU list: {text!r} ({part.strip()} runs backwards)")
+        cpus.update(range(low, high + 1))
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """The shortest CPU list naming ``cpus``: {0, 2, 3} -> ``0,2-3``."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if ranges and ranges[-1][1] == cpu - 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The gateway on CPUs of its own; the broker, the clients and the benchmark on others."""
+
+    gateway: frozenset[int]
+    others: frozenset[int]
+
+    def describe(self) -> dict[str, str]:
+        return {"gateway": format_cpu_list(self.gateway), "others": format_cpu_list(self.others)}
+
+
+def placement(gateway: str, others: str | None, available: frozenset[int]) -> Placement:
+    """The CPU lists ``gateway`` and ``others`` (None: every CPU in ``available``, the CPUs
+    this process may use, not given to the gateway).
+
+    :raises ValueError: a list that is not one, names a CPU not in ``available``, leaves
+        nothing to either side, or overlaps the other (the gateway would not have its own).
+    """
+    mine = parse_cpu_list(gateway)
+    rest = parse_cpu_list(others) if others is not None else available - mine
+    for name, cpus in (("gateway", mine), ("others", rest)):
+        if not cpus <= available:
+            raise ValueError(
+                f"--pin-{name}: CPU {format_cpu_list(cpus - available)} is not one this "
+                f"process may use ({format_cpu_list(available)})"
+            )
+    if not rest:
+        raise ValueError("--pin-gateway leaves no CPU for the broker and the clients")
+    if mine & rest:
+        raise ValueError(f"--pin-others shares CPU {format_cpu_list(mine & rest)} with the gateway")
+    return Placement(mine, rest)
+
+
+def pin_this_process(cpus: frozenset[int]) -> None:
+    """Every thread of this process onto ``cpus``; processes it starts from now on inherit
+    them (affinity is per thread, and a child gets its forking thread's)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def spawning_on(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Within: the calling thread runs on ``cpus``, so a process it starts does from its first
+    instruction (rather than a preexec_fn, unsafe in a process with threads); then back.
+    Nothing changes when ``cpus`` is None."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def thread_affinities(pids: Iterable[int]) -> dict[str, int]:
+    """How many threads of the processes ``pids`` were found allowed on which CPUs: CPU list
+    -> threads (threads that exit meanwhile are left out)."""
+    found: dict[str, int] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                cpus = format_cpu_list(os.sched_getaffinity(int(tid)))
+            except ProcessLookupError:
+                continue
+            found[cpus] = found.get(cpus, 0) + 1
+    return found
 
 
 def machine() -> dict[str, Any]:

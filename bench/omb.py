@@ -27,12 +27,27 @@ fetch late rather than when records arrive, so with librdkafka's 500 the end-to-
 1,000 records/s directly to Tansu was 156 ms, against 8.6 ms with 10 (publish p50 5 to 6 ms
 in both). Saturation runs keep 500, so that polling does not take CPU from the producers.
 
+CPU placement (--pin-gateway CPUS, optionally --pin-others CPUS; CPU lists such as 1 or
+0,2-3): the gateway, supervisor and workers, runs on the CPUs of --pin-gateway, started with
+--workers 1 (the two-worker saturation run only when --pin-gateway names two CPUs or more);
+the benchmark itself, the broker and every producer and consumer run on --pin-others,
+default every CPU this process may use that the gateway is not given. The direct runs use the
+same placement, so that the gateway having a core of its own, as on pods of its own, is the
+only difference between a pair. The benchmark pins itself before it starts the broker and the
+clients, which inherit its CPUs; the gateway is started from a thread moved to its CPUs for the
+moment. At the end of each run's window every thread of the broker, the gateway, the client
+processes and the benchmark is read back (sched_getaffinity): "affinity" in each run's result
+counts threads by the CPUs they were found allowed, and "placement_verified" says whether every
+one was where the placement put it. Without --pin-gateway nothing is pinned (the CPUs found
+are still recorded).
+
 Each run writes fresh topics (deleted after it). Everything goes to
 bench/results/omb-<time>.json with the machine's load; a table goes to stdout. The ratios of
 one run are the figures to quote: the machine is shared.
 
     .venv/bin/python bench/omb.py                      # the whole run (about 10 minutes)
     .venv/bin/python bench/omb.py --duration 5 --warmup 3 --saturation-duration 5
+    .venv/bin/python bench/omb.py --rate 200 --no-saturation --pin-gateway 1
 """
 
 from __future__ import annotations
@@ -47,6 +62,7 @@ import sys
 import tempfile
 import time
 from array import array
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,13 +73,18 @@ if str(ROOT) not in sys.path:
 
 from bench.harness import (  # noqa: E402
     GatewayProcess,
+    Placement,
     broker_node_ids,
     create_topics,
     delete_topics,
     kpg_has_workers,
     machine,
+    pin_this_process,
+    placement,
+    process_tree,
     prometheus_samples,
     start_gateway,
+    thread_affinities,
     tree_cpu_seconds,
     tree_run_queue_seconds,
     write_result,
@@ -112,7 +133,13 @@ def _producer_main(plan: Plan, index: int, producers: int) -> None:
     producer.list_topics(timeout=60)
     payload = bytearray(os.urandom(RECORD_BYTES))
     publish_us = array("q")
-    stats = {"acked": 0, "acked_in_window": 0, "errors": 0, "sent": 0, "max_lag_ms": 0.0}
+    stats: dict[str, Any] = {
+        "acked": 0,
+        "acked_in_window": 0,
+        "errors": 0,
+        "sent": 0,
+        "max_lag_ms": 0.0,
+    }
 
     def delivered(err: object, msg: Any) -> None:
         if err is not None:
@@ -153,6 +180,7 @@ def _producer_main(plan: Plan, index: int, producers: int) -> None:
     stats["sent"] = sent
     stats["unflushed"] = producer.flush(120)
     stats["cpu_s"] = _own_cpu_seconds()
+    stats["affinity"] = thread_affinities([os.getpid()])  # librdkafka's threads still up
     Path(plan.outdir, f"producer-{index}.bin").write_bytes(publish_us.tobytes())
     Path(plan.outdir, f"producer-{index}.json").write_text(json.dumps(stats))
 
@@ -177,7 +205,7 @@ def _consumer_main(plan: Plan, index: int, consumers: int) -> None:
     ]
     consumer.assign(partitions[index::consumers])
     e2e_us = array("q")
-    stats = {"consumed": 0, "consumed_in_window": 0, "errors": 0}
+    stats: dict[str, Any] = {"consumed": 0, "consumed_in_window": 0, "errors": 0}
     last_record = time.monotonic_ns()
     give_up = plan.end_ns + 60 * 10**9
     while True:
@@ -197,6 +225,7 @@ def _consumer_main(plan: Plan, index: int, consumers: int) -> None:
         # done: after the end, once nothing came for 3 s (the producers have flushed)
         if now > plan.end_ns and (now - last_record > 3 * 10**9 or now > give_up):
             break
+    stats["affinity"] = thread_affinities([os.getpid()])  # before close ends librdkafka's
     consumer.close()
     stats["cpu_s"] = _own_cpu_seconds()
     Path(plan.outdir, f"consumer-{index}.bin").write_bytes(e2e_us.tobytes())
@@ -249,6 +278,9 @@ class RunResult:
     broker_run_queue_share: float
     client_cpu_cores: float
     counts: dict[str, int] = field(default_factory=dict)
+    affinity: dict[str, dict[str, int] | None] = field(default_factory=dict)
+    """By role (broker, gateway, clients, bench): the CPUs its threads were found allowed at
+    the end of the window -> how many threads."""
 
 
 @dataclass(frozen=True)
@@ -299,12 +331,18 @@ def run(
             worker.start()
         spawned = time.monotonic_ns()
         cpu = _usage_over_window(plan, gateway, broker_pid)
+        found = {
+            "broker": thread_affinities(process_tree(broker_pid)),
+            "gateway": thread_affinities(process_tree(gateway.pid)) if gateway else None,
+            "bench": thread_affinities([os.getpid()]),
+        }
         for worker in workers:
             worker.join(300)
             if worker.exitcode != 0:
                 raise SystemExit(f"{target} {scenario}: a worker exited with {worker.exitcode}")
         cpu["clients_s"] = (time.monotonic_ns() - spawned) / 1e9
         result = _collect(target, scenario, rate, plan, Path(outdir), cpu)
+        result.affinity = {**found, "clients": result.affinity["clients"]}
     delete_topics(admin, topics)
     return result
 
@@ -402,7 +440,27 @@ def _collect(
         broker_run_queue_share=cpus["broker_run_queue"] or 0.0,
         client_cpu_cores=sum(w["cpu_s"] for w in producers + consumers) / clients_s,
         counts={"acked_in_window": acked, "consumed_in_window": consumed},
+        affinity={"clients": _sum_counts(w["affinity"] for w in producers + consumers)},
     )
+
+
+def _sum_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for each in counts:
+        for key, n in each.items():
+            total[key] = total.get(key, 0) + n
+    return total
+
+
+def placement_verified(placed: Placement, runs: Iterable[dict[str, Any]]) -> bool:
+    """Whether every thread read back in ``runs`` (results as dicts) was allowed exactly the
+    CPUs ``placed`` gave its role: the gateway's, or the others' for everything else."""
+    for run_ in runs:
+        for role, found in run_["affinity"].items():
+            expected = placed.describe()["gateway" if role == "gateway" else "others"]
+            if found is not None and set(found) != {expected}:
+                return False
+    return True
 
 
 def _metrics() -> dict[str, Any]:
@@ -455,19 +513,36 @@ def main() -> int:
         args.producers, args.consumers, args.saturation_warmup, args.saturation_duration, 500
     )
     has_workers = kpg_has_workers()
+    placed: Placement | None = args.placement
     started = machine()
     results: dict[str, Any] = {"saturation": {}, "fixed_rate": {}, "comparisons": {}}
+    if placed is not None:
+        # before the broker and the clients start, so that they inherit it
+        pin_this_process(placed.others)
+    gateway_cpus = placed.gateway if placed else None
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as workdir:
         direct = str(broker.address)
         nodes = broker_node_ids(direct)
         assert broker.process is not None
         bpid = broker.process.pid
         one = start_gateway(
-            direct, Path(workdir, "one"), workers=1, node_ids=nodes, extra=_metrics()
+            direct,
+            Path(workdir, "one"),
+            workers=1,
+            node_ids=nodes,
+            extra=_metrics(),
+            cpus=gateway_cpus,
         )
         two = (
-            start_gateway(direct, Path(workdir, "two"), workers=2, node_ids=nodes, extra=_metrics())
-            if has_workers and not (args.skip_two_workers or args.no_saturation)
+            start_gateway(
+                direct,
+                Path(workdir, "two"),
+                workers=2,
+                node_ids=nodes,
+                extra=_metrics(),
+                cpus=gateway_cpus,
+            )
+            if _run_two_workers(args, has_workers)
             else None
         )
         try:
@@ -504,6 +579,13 @@ def main() -> int:
     return 0
 
 
+def _run_two_workers(args: argparse.Namespace, has_workers: bool) -> bool:
+    """Two workers need --workers, the saturation runs, and (pinned) two gateway CPUs."""
+    if not has_workers or args.skip_two_workers or args.no_saturation:
+        return False
+    return args.placement is None or len(args.placement.gateway) >= 2
+
+
 def _summary(
     args: argparse.Namespace,
     results: dict[str, Any],
@@ -513,6 +595,8 @@ def _summary(
 ) -> dict[str, Any]:
     saturation = results["saturation"]
     one, two = saturation.get("gateway-1"), saturation.get("gateway-2")
+    placed: Placement | None = args.placement
+    runs = [*saturation.values(), *results["fixed_rate"].values()]
     return {
         "benchmark": "omb",
         "machine": {"start": started, "end": machine()},
@@ -529,6 +613,8 @@ def _summary(
         "saturation_duration_s": args.saturation_duration,
         "load": args.load,
         "kpg_run_has_workers": has_workers,
+        "placement": placed.describe() if placed else None,
+        "placement_verified": placement_verified(placed, runs) if placed else None,
         "two_workers_ran": ran_two,
         "two_over_one_workers": two["records_per_s"] / one["records_per_s"]
         if one and two and one["records_per_s"]
@@ -559,6 +645,12 @@ def _print_table(summary: dict[str, Any]) -> None:
     end = summary["machine"]["end"]["load_average"]
     start = summary["machine"]["start"]["load_average"]
     print(f"  load average at start {start[0]:.2f}, at end {end[0]:.2f} ({os.cpu_count()} cores)")
+    if summary["placement"]:
+        placed = summary["placement"]
+        print(
+            f"  gateway on CPU {placed['gateway']}, broker and clients on CPU {placed['others']}"
+            f" (read back: {'as placed' if summary['placement_verified'] else 'NOT as placed'})"
+        )
 
 
 def _parse_args() -> argparse.Namespace:
@@ -586,10 +678,33 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--no-saturation", action="store_true", help="only the fixed-rate runs (needs --rate)"
     )
+    parser.add_argument(
+        "--pin-gateway",
+        metavar="CPUS",
+        help="run the gateway (supervisor and one worker, --workers 1) only on these CPUs, "
+        "e.g. 1 or 2-3, and the broker, the clients and this script on the others, in the "
+        "direct runs too: the latency the gateway adds with a core of its own",
+    )
+    parser.add_argument(
+        "--pin-others",
+        metavar="CPUS",
+        help="with --pin-gateway: the CPUs of the broker, the clients and this script "
+        "(default: every CPU this process may use that --pin-gateway does not name)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     if args.no_saturation and not args.rate:
         parser.error("--no-saturation needs --rate")
+    args.placement = None
+    if args.pin_others is not None and args.pin_gateway is None:
+        parser.error("--pin-others needs --pin-gateway")
+    if args.pin_gateway is not None:
+        try:
+            args.placement = placement(
+                args.pin_gateway, args.pin_others, frozenset(os.sched_getaffinity(0))
+            )
+        except ValueError as problem:
+            parser.error(str(problem))
     return args
 
 

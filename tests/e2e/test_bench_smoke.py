@@ -5,11 +5,14 @@ Nothing here asserts a time or a rate."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.harness import format_cpu_list
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +57,33 @@ def test_omb_bench_measures_direct_and_through_the_gateway(tmp_path: Path) -> No
     assert through["gateway_run_queue_share"] >= 0 and direct["broker_run_queue_share"] >= 0
     assert result["comparisons"]["header"]["gateway_millicores_per_mb_s"] > 0
     assert result["machine"]["start"]["load_average"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a CPU for each side")
+def test_omb_bench_pins_the_gateway_apart_from_the_broker_and_clients(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    # the last CPU for the gateway; the others by default every one not given to it
+    gateway, others = str(cpus[-1]), format_cpu_list(cpus[:-1])
+    result = _run(
+        "omb.py",
+        *("--producers", "1", "--consumers", "1", "--warmup", "1", "--duration", "2"),
+        *("--rate", "200", "--no-saturation", "--scenario", "passthrough"),
+        *("--pin-gateway", gateway),
+        out=tmp_path,
+    )
+    assert result["placement"] == {"gateway": gateway, "others": others}
+    assert result["placement_verified"] is True
+    direct, through = (result["fixed_rate"][f"passthrough/{t}"] for t in ("direct", "gateway-1"))
+    for run in (direct, through):
+        assert run["counts"]["consumed_in_window"] == run["counts"]["acked_in_window"] > 0
+        # every thread read back (librdkafka's in the clients too), all on the others' CPUs
+        for role in ("broker", "clients", "bench"):
+            assert list(run["affinity"][role]) == [others]
+        assert run["affinity"]["clients"][others] > 2  # two clients, librdkafka threads
+    assert direct["affinity"]["gateway"] is None
+    # the supervisor and its one worker, every thread of both, on the gateway's CPU alone
+    assert list(through["affinity"]["gateway"]) == [gateway]
+    assert through["affinity"]["gateway"][gateway] >= 2
 
 
 def test_idle_connections_bench_holds_its_clients(tmp_path: Path) -> None:
