@@ -509,44 +509,89 @@ def _section_rows(
 def verify_chains(events: DataFrame) -> list[Row]:
     """Each chain's status: intact, or its problems (gaps, breaks, duplicates, forks).
 
-    A check in Spark finds the chains that are intact by :mod:`spark_audit.chain`'s rules
-    (seq 0 without ``prev_hash`` first, seqs without gap or repeat, each ``prev_hash`` the
-    ``line_hash`` of the seq before); the links of any other chain are collected and given to
-    :func:`spark_audit.chain.verify_links`, which says what is wrong and where.
+    :func:`chain_soundness` finds the chains that are intact; the links of any other chain
+    are collected and given to :func:`spark_audit.chain.verify_links`, which says what is
+    wrong and where.
     """
-    from pyspark.sql import Window
-
-    chained = events.where(F.col("chain_id").isNotNull() & F.col("seq").isNotNull())
-    order = Window.partitionBy("chain_id").orderBy("seq", LINE_HASH)
-    linked = chained.select(
-        "chain_id",
-        "seq",
-        "prev_hash",
-        LINE_HASH,
-        "gateway_instance",
-        event_kind().alias("kind"),
-        "action",
-        F.lag("seq").over(order).alias("prev_seq"),
-        F.lag(LINE_HASH).over(order).alias("prev_line"),
-    )
-    first_ok = F.col("prev_seq").isNull() & (F.col("seq") == 0) & F.col("prev_hash").isNull()
-    next_ok = (F.col("seq") == F.col("prev_seq") + 1) & (F.col("prev_hash") == F.col("prev_line"))
-    per_chain = linked.groupBy("chain_id").agg(
-        F.count(F.lit(1)).alias("events"),
-        F.min("seq").alias("first_seq"),
-        F.max("seq").alias("last_seq"),
-        F.first("gateway_instance").alias("gateway_instance"),
-        F.max_by(F.struct("kind", "action"), "seq").alias("last"),
-        F.min(F.coalesce(first_ok | next_ok, F.lit(False)).cast("int")).alias("intact"),
-    )
-    rows = per_chain.orderBy("chain_id").collect()
+    chained = _chained(events)
+    rows = chain_soundness(events).orderBy("chain_id").collect()
     broken = [row["chain_id"] for row in rows if not row["intact"]]
     statuses = {row["chain_id"]: _intact_status(row) for row in rows if row["intact"]}
     if broken:
-        links = linked.where(F.col("chain_id").isin(broken)).collect()
+        links = (
+            chained.where(F.col("chain_id").isin(broken))
+            .select(
+                "chain_id",
+                "seq",
+                "prev_hash",
+                LINE_HASH,
+                "gateway_instance",
+                event_kind().alias("kind"),
+                "action",
+            )
+            .collect()
+        )
         for status in verify_links(_link(row) for row in links):
             statuses[status.chain_id] = status
     return [_status_row(statuses[chain_id]) for chain_id in sorted(statuses)]
+
+
+def _chained(events: DataFrame) -> DataFrame:
+    return events.where(F.col("chain_id").isNotNull() & F.col("seq").isNotNull())
+
+
+def chain_soundness(events: DataFrame) -> DataFrame:
+    """One row per chain: ``intact`` by :mod:`spark_audit.chain`'s rules (seq 0 without
+    ``prev_hash`` first, seqs without gap or repeat, each ``prev_hash`` the ``line_hash`` of
+    the seq before) and, meaningful for an intact chain, ``events``, ``first_seq``,
+    ``last_seq``, ``gateway_instance`` and ``last`` (kind and action of its last link).
+
+    Each event is joined, on (chain, seq, hash), to the event that names it as the one before
+    (``prev_hash``, at seq - 1): the hashes are compared whole, as join keys. A chain is
+    intact when every event but one (its last) is so named, every ``prev_hash`` names an
+    event of the chain at the seq before, it starts at seq 0 without ``prev_hash``, and it has
+    one row per seq from 0 to its last (a copied or forked event adds a row, or leaves a
+    second event unnamed). The join spreads one chain over every task; grouping by chain (a
+    window ordered by seq, as before) put each chain on one task, and a gateway writes one
+    chain per process start: a month of one busy gateway was sorted by one core.
+    """
+    chained = _chained(events)
+    own = chained.select(
+        "chain_id",
+        "seq",
+        F.col(LINE_HASH).alias("hash"),
+        F.lit(True).alias("own"),
+        F.col("prev_hash").isNotNull().alias("has_prev"),
+        "gateway_instance",
+        F.struct(event_kind().alias("kind"), "action").alias("link"),
+    )
+    named = chained.where(F.col("seq") != 0).select(
+        "chain_id",
+        (F.col("seq") - 1).alias("seq"),
+        F.col("prev_hash").alias("hash"),
+        F.lit(True).alias("named"),
+    )
+    linked = own.join(named, ["chain_id", "seq", "hash"], "full_outer")
+    is_own = F.col("own").isNotNull()
+    per_chain = linked.groupBy("chain_id").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.min("seq").alias("lowest_seq"),
+        F.min(F.when(is_own, F.col("seq"))).alias("first_seq"),
+        F.max(F.when(is_own, F.col("seq"))).alias("last_seq"),
+        F.sum((~is_own).cast("int")).alias("names_nothing"),
+        F.sum(F.col("named").isNull().cast("int")).alias("unnamed"),
+        F.max((is_own & (F.col("seq") == 0) & F.col("has_prev")).cast("int")).alias("first_prev"),
+        F.first("gateway_instance", ignorenulls=True).alias("gateway_instance"),
+        F.max_by("link", F.when(is_own, F.col("seq"))).alias("last"),
+    )
+    intact = (
+        (F.col("names_nothing") == 0)
+        & (F.col("unnamed") == 1)
+        & (F.col("lowest_seq") == 0)
+        & (F.col("first_prev") == 0)
+        & (F.col("events") == F.col("last_seq") + 1)
+    )
+    return per_chain.select("*", F.coalesce(intact, F.lit(False)).alias("intact"))
 
 
 def _link(row: Any) -> Link:

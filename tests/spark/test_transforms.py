@@ -6,13 +6,15 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import date, datetime
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from spark_audit.chain import Link, verify_links
 from spark_audit.event import line_hash
-from spark_audit.report import verify_chains
+from spark_audit.report import chain_soundness, verify_chains
 from spark_audit.transforms import (
     dedupe_events,
     duplicate_event_ids,
@@ -227,3 +229,118 @@ def test_chains_with_a_gap_a_repeat_or_a_first_link_are_not_intact(spark: SparkS
         (4, "BROKEN", 1, 0),
         (6, "BROKEN", 0, 1),
     ]
+
+
+def _relinked(lines: list[str], start: int) -> list[str]:
+    """``lines`` with every ``prev_hash`` from ``start`` on made to name the line before."""
+    out = list(lines)
+    for i in range(max(start, 1), len(out)):
+        out[i] = _with_prev_hash(out[i], line_hash(out[i - 1]))
+    return out
+
+
+def _set_seq(line: str, seq: int) -> str:
+    return json.dumps(json.loads(line) | {"seq": seq})
+
+
+def _without_prev(line: str) -> str:
+    return json.dumps(json.loads(line) | {"prev_hash": None})
+
+
+def _forked(lines: list[str]) -> list[str]:
+    chain = json.loads(lines[2])["chain_id"]
+    other = event(chain_id=chain, seq=2, prev_hash=line_hash(lines[1])).to_json_line()
+    return [*lines, other]
+
+
+def _negative_first(lines: list[str]) -> list[str]:
+    before = _set_seq(event(chain_id=json.loads(lines[0])["chain_id"], seq=0).to_json_line(), -1)
+    return _relinked([before, *lines], 1)
+
+
+_TAMPERINGS: dict[str, Callable[[list[str]], list[str]]] = {
+    "untouched": lambda lines: lines,
+    "one event": lambda lines: lines[:1],
+    "last removed": lambda lines: lines[:-1],
+    "first removed": lambda lines: lines[1:],
+    "first two removed": lambda lines: lines[2:],
+    "middle removed": lambda lines: lines[:3] + lines[4:],
+    "middle removed, relinked": lambda lines: _relinked(
+        lines[:3] + [_set_seq(x, i + 3) for i, x in enumerate(lines[4:])], 3
+    ),
+    "last copied": lambda lines: [*lines, lines[-1]],
+    "first copied": lambda lines: [lines[0], *lines],
+    "forked": _forked,
+    "edited, not relinked": lambda lines: (
+        lines[:2] + [json.dumps(json.loads(lines[2]) | {"message": "x"})] + lines[3:]
+    ),
+    "edited, relinked after": lambda lines: _relinked(
+        lines[:2] + [json.dumps(json.loads(lines[2]) | {"message": "x"})] + lines[3:], 3
+    ),
+    "prev_hash dropped": lambda lines: lines[:4] + [_without_prev(lines[4])] + lines[5:],
+    "first with prev_hash": lambda lines: _relinked(
+        [_with_prev_hash(lines[0], "0" * 64), *lines[1:]], 1
+    ),
+    "seq skipped": lambda lines: lines[:3] + [_set_seq(lines[3], 4)],
+    "seq repeated, relinked": lambda lines: _relinked(
+        [*lines[:3], _set_seq(lines[3], 2), *lines[4:]], 3
+    ),
+    "negative seq before": _negative_first,
+    "upper-case hash": lambda lines: (
+        lines[:3] + [_with_prev_hash(lines[3], line_hash(lines[2]).upper())] + lines[4:]
+    ),
+}
+
+
+def _reference(lines: list[str]) -> dict[str, Any]:
+    links = []
+    for line in lines:
+        fields = json.loads(line)
+        links.append(
+            Link(
+                chain_id=fields["chain_id"],
+                seq=fields["seq"],
+                prev_hash=fields.get("prev_hash"),
+                line_hash=line_hash(line),
+            )
+        )
+    (status,) = verify_links(links)
+    return {
+        "intact": status.intact,
+        "events": status.events,
+        "first_seq": status.first_seq,
+        "last_seq": status.last_seq,
+    }
+
+
+@pytest.mark.parametrize("tampering", list(_TAMPERINGS), ids=list(_TAMPERINGS))
+def test_the_spark_chain_check_agrees_with_the_reference(
+    spark: SparkSession, tampering: str
+) -> None:
+    """The report's check in Spark and :func:`verify_links` (read one line at a time in
+    Python, the rules' reference) give a chain, however edited, the same verdict."""
+    lines = _TAMPERINGS[tampering](_chain_lines(8))
+
+    (chain,) = verify_chains(normalize_events(raw_events(spark, lines)))
+    (sound,) = chain_soundness(normalize_events(raw_events(spark, lines))).collect()
+
+    expected = _reference(lines)
+    assert sound["intact"] == expected["intact"]
+    assert chain["status"] == ("intact" if expected["intact"] else "BROKEN")
+    assert (chain["events"], chain["first_seq"], chain["last_seq"]) == (
+        expected["events"],
+        expected["first_seq"],
+        expected["last_seq"],
+    )
+
+
+def test_one_chain_is_checked_in_parallel_not_by_one_task(spark: SparkSession) -> None:
+    """A gateway writes one chain per process start, so a chain can be a month of one busy
+    gateway: its rows are spread by (chain, seq), never gathered on one task by chain."""
+    events = normalize_events(raw_events(spark, _chain_lines(4)))
+
+    plan = chain_soundness(events)._jdf.queryExecution().executedPlan().toString()
+
+    exchanges = [line for line in plan.splitlines() if "Exchange hashpartitioning" in line]
+    assert any("chain_id#" in line and "seq#" in line and "hash#" in line for line in exchanges)
+    assert "Window" not in plan, plan
