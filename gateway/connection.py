@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from protocol.codec import Undecodable
 from protocol.framing import (
@@ -21,6 +22,7 @@ from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
 from .config import UNLIMITED, HostPort, LimitsConfig
+from .decisions import RefusedAuthentication
 from .engine import RequestContext, Session
 from .generation import Generation
 from .handlers.base import Registration
@@ -75,6 +77,10 @@ class ClientConnection:
         self._answers_due = 0
         self._last_activity = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
+        # The client id and each API's version the client last sent: what an authentication
+        # refusal found in the writer (an answer's rewrite) is audited with.
+        self._client_id: str | None = None
+        self._api_versions: dict[int, int] = {}
 
     async def run(self) -> None:
         """Serve the connection until either side closes it."""
@@ -169,6 +175,33 @@ class ClientConnection:
         finally:
             self._waiting_on_client = False
 
+    async def _audit_refused_authentication(
+        self,
+        generation: Generation,
+        api_key: int,
+        user: str | None,
+        *,
+        by_broker: bool,
+        error_code: int | None,
+        reason: str,
+    ) -> None:
+        """Audit a connection closed for not authenticating; the connection closes whether or
+        not the event could be written (an audit that has failed is logged, never waited on)."""
+        refusal = RefusedAuthentication(
+            client_address=self.peer,
+            client_id=self._client_id,
+            api_key=api_key,
+            api_version=self._api_versions.get(api_key, 0),
+            user=user,
+            by_broker=by_broker,
+            error_code=error_code,
+            reason=reason,
+        )
+        try:
+            await generation.recorder.record_refused_authentication(refusal)
+        except RuntimeError as exc:
+            log.error("%s: the refused authentication was not audited: %s", self.peer, exc)
+
     def _upstream_closed(self, reason: str) -> None:
         if not self._closing:
             log.info("%s: upstream gone (%s): closing client connection", self.peer, reason)
@@ -208,6 +241,8 @@ class ClientConnection:
         if upstream is None:
             return False
         header, frame = request
+        self._client_id = header.client_id
+        self._api_versions[header.api_key] = header.api_version
         # One generation judges the whole request, however a reload falls meanwhile.
         generation = self._generation()
         generation.enter()
@@ -215,6 +250,15 @@ class ClientConnection:
             outcome = await self._outcome(
                 generation.table, header, frame, session, upstream.cluster
             )
+            if isinstance(outcome, Close) and outcome.metric_reason in _AUTHENTICATION_REFUSALS:
+                await self._audit_refused_authentication(
+                    generation,
+                    header.api_key,
+                    session.sasl.claimed_user,
+                    by_broker=False,
+                    error_code=None,
+                    reason=outcome.reason,
+                )
             return await self._deliver(header, outcome, upstream.link)
         finally:
             generation.leave(self._tasks)
@@ -392,9 +436,22 @@ class ClientConnection:
             self._last_activity = time.monotonic()
             if session.sasl.failed:
                 # The refusal has reached the client; Kafka closes the connection after it.
-                self._reject(f"SASL: {session.sasl.failure}", "sasl_failed")
+                sasl = session.sasl
+                await self._audit_refused_authentication(
+                    self._generation(),
+                    sasl.failure_api,
+                    sasl.claimed_user,
+                    by_broker=sasl.failed_by_broker,
+                    error_code=sasl.failure_code,
+                    reason=f"SASL: {sasl.failure}",
+                )
+                self._reject(f"SASL: {sasl.failure}", "sasl_failed")
                 self.stop_reading()
                 return
+
+
+_AUTHENTICATION_REFUSALS: Final = frozenset({"unauthenticated", "sasl_refused", "sasl_ambiguous"})
+"""Close reasons that refuse a client's authentication (audited)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

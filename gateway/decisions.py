@@ -3,16 +3,23 @@
 A denial is logged at INFO (it is routine), a dry-run would-deny at WARNING (someone is about
 to turn that rule on and should know), and every decision becomes audit events: one per
 denying or would-deny verdict, or one "allowed" event when nothing objected.
+
+A refused authentication is a decision too (one denied event, resource type ``user``):
+the gateway's own refusals under ``sasl.client_auth: required`` (policy ``sasl.client_auth``)
+and the broker's refusals of a mechanism or of credentials (policy ``broker``). Behind the
+gateway the broker sees every client at the gateway's address, so these events are the only
+record of which client tried which user name.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 from policies.chain import Decision
 from protocol.versions import api_name
-from spark_audit.event import AuditEvent, ConfigChange, TopicSpec
+from spark_audit.event import AuditEvent, ConfigChange, TopicSpec, new_request_id
 
 from .audit import AuditEmitter
 from .metrics import GatewayMetrics
@@ -39,6 +46,28 @@ class Subject:
     """Shared by every decision of one client request."""
     config_changes: tuple[ConfigChange, ...] | None = None
     topic_spec: TopicSpec | None = None
+
+
+SASL_GATE: Final = "sasl.client_auth"
+"""The policy of the gateway's own authentication refusals."""
+BROKER: Final = "broker"
+"""The policy of the broker's authentication refusals, as the gateway saw them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RefusedAuthentication:
+    """A connection closed because it did not authenticate: who, with which request, why."""
+
+    client_address: str
+    client_id: str | None
+    api_key: int
+    api_version: int
+    user: str | None
+    """The user name the client's SASL message claimed; None when it sent none."""
+    by_broker: bool
+    error_code: int | None
+    """What the client was answered; None when the connection closed unanswered."""
+    reason: str
 
 
 class DecisionRecorder:
@@ -96,6 +125,35 @@ class DecisionRecorder:
             for event in events[:-1]:
                 await self._emitter.emit(event)
             await self._emitter.emit_written(events[-1])
+
+    async def record_refused_authentication(self, refusal: RefusedAuthentication) -> None:
+        """Count and audit a refused authentication (the connection logs and closes)."""
+        api = api_name(refusal.api_key)
+        policy = BROKER if refusal.by_broker else SASL_GATE
+        self._metrics.policy_decisions.labels(api, policy, "denied").inc()
+        if self._emitter is None:
+            return
+        await self._emitter.emit_written(
+            AuditEvent(
+                gateway_instance=self._instance,
+                client_address=refusal.client_address,
+                principal=None,
+                client_id=refusal.client_id,
+                api=api,
+                api_version=refusal.api_version,
+                resource_type="user",
+                resource_name=refusal.user or "",
+                action="authenticate",
+                policy=policy,
+                mode="enforce",
+                verdict="denied",
+                error_code=refusal.error_code,
+                message=refusal.reason,
+                event_kind="decision",
+                policy_version=self.policy_version,
+                request_id=new_request_id(),
+            )
+        )
 
     def _event(
         self,

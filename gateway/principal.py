@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.versions import API_VERSIONS_KEY
 
@@ -322,6 +323,12 @@ class SaslState:
         """``User:<name>`` of the last completed exchange."""
         self.failure: str | None = None
         """Why the exchange failed (phase ``failed``)."""
+        self.failure_api = SASL_AUTHENTICATE
+        """The API whose answer failed the exchange (SaslHandshake or SaslAuthenticate)."""
+        self.failure_code: int | None = None
+        """The error code the client was answered with when the exchange failed."""
+        self.failed_by_broker = False
+        """The broker refused (a mechanism or the credentials); else the gateway did."""
         self._requested: str | None = None
         self._previous: str | None = None
         """On a re-authentication (KIP-368): the principal it must name again."""
@@ -333,6 +340,12 @@ class SaslState:
     @property
     def failed(self) -> bool:
         return self.phase == "failed"
+
+    @property
+    def claimed_user(self) -> str | None:
+        """The user name the client's first SASL message of this exchange claims (not yet,
+        or not, authenticated); None before one, or when it names none."""
+        return self._user
 
     def refusal(self, api_key: int) -> str | None:
         """Why a request of ``api_key`` may not be served now (``required`` only); None: it
@@ -358,7 +371,9 @@ class SaslState:
             return None
         self._fail(
             f"SASL mechanism {mechanism!r}: the gateway cannot tell when its exchange "
-            "completes or whom it names, so it cannot require it"
+            "completes or whom it names, so it cannot require it",
+            api=SASL_HANDSHAKE,
+            code=UNSUPPORTED_SASL_MECHANISM,
         )
         return tuple(SASL_ROUNDS)
 
@@ -383,7 +398,12 @@ class SaslState:
         if self.phase != "handshake" or self._requested is None:
             return
         if error_code != 0:
-            self._fail(f"the broker refused mechanism {self._requested} (error {error_code})")
+            self._fail(
+                f"the broker refused mechanism {self._requested} (error {error_code})",
+                api=SASL_HANDSHAKE,
+                code=error_code,
+                by_broker=True,
+            )
             return
         self.start(self._requested)
 
@@ -407,7 +427,7 @@ class SaslState:
             self._user = sasl_username(self.mechanism, auth_bytes, self.oauthbearer_claim)
         self._messages += 1
 
-    def broker_answered(self, success: bool) -> str | None:
+    def broker_answered(self, success: bool, error_code: int | None = None) -> str | None:
         """The principal once the exchange is complete and successful, else None. A refusal
         fails the exchange; so does a re-authentication that names someone else (Kafka
         refuses a change of principal)."""
@@ -415,7 +435,11 @@ class SaslState:
         if self.phase != "authenticating":
             return None
         if not success:
-            self._fail(f"the broker refused the {self.mechanism} credentials")
+            self._fail(
+                f"the broker refused the {self.mechanism} credentials",
+                code=error_code,
+                by_broker=True,
+            )
             return None
         self._successes += 1
         needed = SASL_ROUNDS.get(self.mechanism or "")
@@ -423,10 +447,22 @@ class SaslState:
             return None
         principal = f"User:{self._user}"
         if self._previous is not None and self._previous != principal:
-            self._fail(f"re-authentication as {principal} after {self._previous}")
+            self._fail(
+                f"re-authentication as {principal} after {self._previous}",
+                code=SASL_AUTHENTICATION_FAILED,
+            )
             return None
         self.phase, self.principal = "complete", principal
         return principal
 
-    def _fail(self, reason: str) -> None:
-        self.phase, self.failure, self.principal, self._user = "failed", reason, None, None
+    def _fail(
+        self,
+        reason: str,
+        *,
+        api: int = SASL_AUTHENTICATE,
+        code: int | None = None,
+        by_broker: bool = False,
+    ) -> None:
+        # The claimed user stays known (for the audit); a failed exchange names no principal.
+        self.phase, self.failure, self.principal = "failed", reason, None
+        self.failure_api, self.failure_code, self.failed_by_broker = api, code, by_broker

@@ -18,6 +18,8 @@ INVALID_CONFIG = ErrorCode.invalid_config
 UNKNOWN_SERVER_ERROR = ErrorCode.unknown_server_error
 COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
+UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
+SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -33,8 +35,10 @@ __all__ = (
     "TOPIC_AUTHORIZATION_FAILED",
     "UNKNOWN_SERVER_ERROR",
     "UNKNOWN_TOPIC_ID",
+    "SASL_AUTHENTICATION_FAILED",
     "UNKNOWN_TOPIC_OR_PARTITION",
     "UNSUPPORTED_ENDPOINT_TYPE",
+    "UNSUPPORTED_SASL_MECHANISM",
     "UNSUPPORTED_VERSION",
     "ErrorCode",
 )

@@ -34,7 +34,7 @@ def handler(services: Services) -> Handler:
 
         async def on_response(response: bytes) -> bytes:
             code, _ = authenticate_result(version, response)
-            principal = session.sasl.broker_answered(code == 0)
+            principal = session.sasl.broker_answered(code == 0, code)
             if principal is not None:
                 session.principal = principal
             elif session.sasl.failed:

@@ -10,7 +10,9 @@ the broker behind would have refused it. The broker side is the test broker behi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -23,6 +25,7 @@ from protocol import client_configs as wire
 from protocol import list_config_resources as lcr
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
+from spark_audit.event import AuditEvent
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
 from tests.security.test_upstream_sasl import sasl_ssl_client, secured_gateway
@@ -241,3 +244,93 @@ def test_sasl_behind_a_gateway_not_requiring_it_is_warned(
     finally:
         gw.stop()
     assert caplog.text.count("set sasl.client_auth: required") == 1
+
+
+def _refusal_events(spool: Path) -> list[AuditEvent]:
+    """The audit events of refused authentications written so far (open segment included)."""
+    events = []
+    for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            event = AuditEvent.from_json(line)
+            if event.action == "authenticate":
+                events.append(event)
+    return events
+
+
+def _wait_for_refusals(spool: Path, count: int) -> list[AuditEvent]:
+    """The refusal events once ``count`` are written (or all there are after 10 s)."""
+    deadline = time.monotonic() + 10
+    events = _refusal_events(spool)
+    while len(events) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+        events = _refusal_events(spool)
+    return events
+
+
+def _address(raw: RawClient) -> str:
+    host, port = raw.sock.getsockname()[:2]
+    return f"{host}:{port}"
+
+
+def test_refused_authentications_are_audited_with_the_client_and_the_user_it_claimed(
+    sasl_ssl_upstream: Upstream, tmp_path: Path
+) -> None:
+    """Behind the gateway the broker sees every client at the gateway's address: the
+    gateway's audit is the only record of who tried to authenticate as whom. Each refusal
+    is one denied ``authenticate`` event of resource type ``user``, with the client's
+    address and the user name it claimed: the gateway's own refusals (a request before SASL,
+    a mechanism it cannot follow) under policy ``sasl.client_auth``, the broker's refusal of
+    credentials under policy ``broker``; an accepted exchange leaves no such event."""
+    gw = secured_gateway(
+        sasl_ssl_upstream,
+        sasl={"client_auth": "required"},
+        audit={"spool_dir": str(tmp_path), "fsync": "always"},
+    ).start()
+    try:
+        wrong = connect(gw, sasl_ssl_upstream)
+        assert authenticate(wrong, "not-her-password") == SASL_AUTHENTICATION_FAILED
+        wrong_address = _address(wrong)
+        assert answer_or_close(wrong) is None
+        wrong.close()
+
+        early = connect(gw, sasl_ssl_upstream)
+        early.send_bytes(describe_frame())
+        early_address = _address(early)
+        assert answer_or_close(early) is None
+        early.close()
+
+        gssapi = connect(gw, sasl_ssl_upstream)
+        answer = gssapi.request(17, 1, SaslHandshakeRequest(mechanism="GSSAPI"))
+        assert answer.error_code == UNSUPPORTED_SASL_MECHANISM
+        gssapi_address = _address(gssapi)
+        assert answer_or_close(gssapi) is None
+        gssapi.close()
+
+        right = connect(gw, sasl_ssl_upstream)
+        assert authenticate(right, ALICE_PASSWORD) == 0
+        right.close()
+
+        events = _wait_for_refusals(tmp_path, 3)
+    finally:
+        gw.stop()
+
+    found = {
+        (e.client_address, e.api, e.resource_type, e.resource_name, e.policy, e.verdict)
+        + (e.error_code, e.principal, e.event_kind)
+        for e in events
+    }
+    assert found == {
+        (wrong_address, "SaslAuthenticate", "user", "alice", "broker", "denied")
+        + (SASL_AUTHENTICATION_FAILED, None, "decision"),
+        (early_address, "DescribeConfigs", "user", "", "sasl.client_auth", "denied")
+        + (None, None, "decision"),
+        (gssapi_address, "SaslHandshake", "user", "", "sasl.client_auth", "denied")
+        + (UNSUPPORTED_SASL_MECHANISM, None, "decision"),
+    }
+    assert all(e.request_id and e.policy_version == gw.config.policy_version for e in events)
+    by_api = {e.api: e.message or "" for e in events}
+    assert "credentials" in by_api["SaslAuthenticate"]
+    assert "before SASL authentication" in by_api["DescribeConfigs"]
+    assert "GSSAPI" in by_api["SaslHandshake"]
+    refused = {"api": "SaslAuthenticate", "policy": "broker", "outcome": "denied"}
+    assert gw.metric("kpg_policy_decisions_total", **refused) == 1
