@@ -22,7 +22,7 @@ from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
 from .config import UNLIMITED, HostPort, LimitsConfig
-from .decisions import RefusedAuthentication
+from .decisions import BROKER, SASL_GATE, ClosedConnection
 from .engine import RequestContext, Session
 from .generation import Generation
 from .handlers.base import Registration
@@ -175,32 +175,51 @@ class ClientConnection:
         finally:
             self._waiting_on_client = False
 
-    async def _audit_refused_authentication(
-        self,
-        generation: Generation,
-        api_key: int,
-        user: str | None,
-        *,
-        by_broker: bool,
-        error_code: int | None,
-        reason: str,
+    async def _audit_close(
+        self, generation: Generation, header: RequestHeader, session: Session, close: Close
     ) -> None:
-        """Audit a connection closed for not authenticating; the connection closes whether or
-        not the event could be written (an audit that has failed is logged, never waited on)."""
-        refusal = RefusedAuthentication(
+        """Audit a request refused by closing the connection, when the refusal is a decision
+        about the client (not, say, a broker that went away)."""
+        judged = _AUDITED_CLOSES.get(close.metric_reason)
+        if judged is None:
+            return
+        what, policy = judged
+        name = (session.sasl.claimed_user or "") if what is _AUTHENTICATION else ""
+        closed = self._closed(header.api_key, session.principal, what, name, policy, close.reason)
+        await self._audit(generation, closed)
+
+    def _closed(
+        self,
+        api_key: int,
+        principal: str | None,
+        what: tuple[str, str],
+        resource_name: str,
+        policy: str,
+        reason: str,
+        error_code: int | None = None,
+    ) -> ClosedConnection:
+        resource_type, action = what
+        return ClosedConnection(
             client_address=self.peer,
+            principal=principal,
             client_id=self._client_id,
             api_key=api_key,
             api_version=self._api_versions.get(api_key, 0),
-            user=user,
-            by_broker=by_broker,
+            resource_type=resource_type,
+            resource_name=resource_name,
+            action=action,
+            policy=policy,
             error_code=error_code,
             reason=reason,
         )
+
+    async def _audit(self, generation: Generation, closed: ClosedConnection) -> None:
+        """The connection closes whether or not the event could be written (an audit that
+        has failed is logged, never waited on)."""
         try:
-            await generation.recorder.record_refused_authentication(refusal)
+            await generation.recorder.record_closed(closed)
         except RuntimeError as exc:
-            log.error("%s: the refused authentication was not audited: %s", self.peer, exc)
+            log.error("%s: the closed connection was not audited: %s", self.peer, exc)
 
     def _upstream_closed(self, reason: str) -> None:
         if not self._closing:
@@ -250,15 +269,8 @@ class ClientConnection:
             outcome = await self._outcome(
                 generation.table, header, frame, session, upstream.cluster
             )
-            if isinstance(outcome, Close) and outcome.metric_reason in _AUTHENTICATION_REFUSALS:
-                await self._audit_refused_authentication(
-                    generation,
-                    header.api_key,
-                    session.sasl.claimed_user,
-                    by_broker=False,
-                    error_code=None,
-                    reason=outcome.reason,
-                )
+            if isinstance(outcome, Close):
+                await self._audit_close(generation, header, session, outcome)
             return await self._deliver(header, outcome, upstream.link)
         finally:
             generation.leave(self._tasks)
@@ -437,21 +449,37 @@ class ClientConnection:
             if session.sasl.failed:
                 # The refusal has reached the client; Kafka closes the connection after it.
                 sasl = session.sasl
-                await self._audit_refused_authentication(
-                    self._generation(),
+                closed = self._closed(
                     sasl.failure_api,
-                    sasl.claimed_user,
-                    by_broker=sasl.failed_by_broker,
-                    error_code=sasl.failure_code,
-                    reason=f"SASL: {sasl.failure}",
+                    None,
+                    _AUTHENTICATION,
+                    sasl.claimed_user or "",
+                    BROKER if sasl.failed_by_broker else SASL_GATE,
+                    f"SASL: {sasl.failure}",
+                    sasl.failure_code,
                 )
+                await self._audit(self._generation(), closed)
                 self._reject(f"SASL: {sasl.failure}", "sasl_failed")
                 self.stop_reading()
                 return
 
 
-_AUTHENTICATION_REFUSALS: Final = frozenset({"unauthenticated", "sasl_refused", "sasl_ambiguous"})
-"""Close reasons that refuse a client's authentication (audited)."""
+_AUTHENTICATION: Final = ("user", "authenticate")
+_REQUEST: Final = ("cluster", "request")
+_AUDITED_CLOSES: Final[Mapping[str, tuple[tuple[str, str], str]]] = {
+    # (resource type, action) and policy of each Close reason that is a decision about the
+    # client; the others (a broker gone, a shutdown) are not.
+    "unauthenticated": (_AUTHENTICATION, SASL_GATE),
+    "sasl_refused": (_AUTHENTICATION, SASL_GATE),
+    "sasl_ambiguous": (_AUTHENTICATION, SASL_GATE),
+    "refused_api": (_REQUEST, "protocol"),
+    "unsupported_version": (_REQUEST, "protocol"),
+    "undecodable": (_REQUEST, "protocol"),
+    "own_topic": (_REQUEST, "own_topics"),
+    "upstream_state": (_REQUEST, "cluster_state"),
+}
+"""Connections closed instead of served that are audited. ``rejected_acks0_produce`` is not
+here: the policies that refused its records were audited by the engine."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,11 +4,13 @@ A denial is logged at INFO (it is routine), a dry-run would-deny at WARNING (som
 to turn that rule on and should know), and every decision becomes audit events: one per
 denying or would-deny verdict, or one "allowed" event when nothing objected.
 
-A refused authentication is a decision too (one denied event, resource type ``user``):
-the gateway's own refusals under ``sasl.client_auth: required`` (policy ``sasl.client_auth``)
-and the broker's refusals of a mechanism or of credentials (policy ``broker``). Behind the
-gateway the broker sees every client at the gateway's address, so these events are the only
-record of which client tried which user name.
+A connection closed instead of served is a decision too (one denied event, see
+:class:`ClosedConnection`): a refused authentication (resource type ``user``; policy
+``sasl.client_auth`` for the gateway's own refusals, ``broker`` for the broker's refusal of a
+mechanism or of credentials; behind the gateway the broker sees every client at the
+gateway's address, so these events are the only record of who tried which user name), and a
+request refused unread or unjudged (policy ``protocol``, ``own_topics`` or
+``cluster_state``).
 """
 
 from __future__ import annotations
@@ -55,16 +57,19 @@ BROKER: Final = "broker"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RefusedAuthentication:
-    """A connection closed because it did not authenticate: who, with which request, why."""
+class ClosedConnection:
+    """A connection the gateway closed instead of serving a request: who, with which
+    request, under which rule, why."""
 
     client_address: str
+    principal: str | None
     client_id: str | None
     api_key: int
     api_version: int
-    user: str | None
-    """The user name the client's SASL message claimed; None when it sent none."""
-    by_broker: bool
+    resource_type: str
+    resource_name: str
+    action: str
+    policy: str
     error_code: int | None
     """What the client was answered; None when the connection closed unanswered."""
     reason: str
@@ -126,29 +131,29 @@ class DecisionRecorder:
                 await self._emitter.emit(event)
             await self._emitter.emit_written(events[-1])
 
-    async def record_refused_authentication(self, refusal: RefusedAuthentication) -> None:
-        """Count and audit a refused authentication (the connection logs and closes)."""
-        api = api_name(refusal.api_key)
-        policy = BROKER if refusal.by_broker else SASL_GATE
-        self._metrics.policy_decisions.labels(api, policy, "denied").inc()
+    async def record_closed(self, closed: ClosedConnection) -> None:
+        """Count and audit a connection closed instead of served (the connection logs and
+        closes it)."""
+        api = api_name(closed.api_key)
+        self._metrics.policy_decisions.labels(api, closed.policy, "denied").inc()
         if self._emitter is None:
             return
         await self._emitter.emit_written(
             AuditEvent(
                 gateway_instance=self._instance,
-                client_address=refusal.client_address,
-                principal=None,
-                client_id=refusal.client_id,
+                client_address=closed.client_address,
+                principal=closed.principal,
+                client_id=closed.client_id,
                 api=api,
-                api_version=refusal.api_version,
-                resource_type="user",
-                resource_name=refusal.user or "",
-                action="authenticate",
-                policy=policy,
+                api_version=closed.api_version,
+                resource_type=closed.resource_type,
+                resource_name=closed.resource_name,
+                action=closed.action,
+                policy=closed.policy,
                 mode="enforce",
                 verdict="denied",
-                error_code=refusal.error_code,
-                message=refusal.reason,
+                error_code=closed.error_code,
+                message=closed.reason,
                 event_kind="decision",
                 policy_version=self.policy_version,
                 request_id=new_request_id(),

@@ -1,0 +1,98 @@
+"""A connection the gateway closes instead of serving a request is a decision, audited like
+any other: a request for an API it does not carry, in a version it does not advertise, or
+that it must read and cannot. One denied event each (policy ``protocol``, resource type
+``cluster``, action ``request``), with the client's address and client id, so an audit
+shows a client probing the gateway's parser, not only the log."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.config import HostPort
+from spark_audit.event import AuditEvent
+from tests.support import GatewayThread, RawClient, gateway_config
+
+pytestmark = pytest.mark.inproc
+
+CREATE_TOPICS = 19
+ENVELOPE = 58
+DESCRIBE_CONFIGS = 32
+
+
+@pytest.fixture
+def audited(broker: HostPort, tmp_path: Path) -> Iterator[tuple[GatewayThread, Path]]:
+    config = gateway_config(broker, audit={"spool_dir": str(tmp_path), "fsync": "always"})
+    gw = GatewayThread(config).start()
+    try:
+        yield gw, tmp_path
+    finally:
+        gw.stop()
+
+
+def _frame(api_key: int, version: int, body: bytes, client_id: bytes = b"prober") -> bytes:
+    """A request with a v1 header (the body as given, however malformed)."""
+    header = struct.pack(">hhih", api_key, version, 7, len(client_id)) + client_id
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _events(spool: Path, count: int) -> list[AuditEvent]:
+    """The events with action ``request`` once ``count`` are written (or after 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        events = []
+        for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                event = AuditEvent.from_json(line)
+                if event.action == "request":
+                    events.append(event)
+        if len(events) >= count or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
+
+
+REFUSALS = {
+    # an API the gateway never carries (an inter-broker one)
+    "refused-api": (_frame(ENVELOPE, 0, b"\x00\x00\x00\x00\x00"), "Envelope", "not carried"),
+    # CreateTopics the gateway must judge, its body cut short
+    "undecodable": (
+        _frame(CREATE_TOPICS, 4, b"\x00\x00\x00\x01\x00"),
+        "CreateTopics",
+        "CreateTopics v4",
+    ),
+    # a DescribeConfigs version the gateway does not advertise (it reads v1 to v4)
+    "unsupported-version": (_frame(DESCRIBE_CONFIGS, 0, b""), "DescribeConfigs", "v0"),
+}
+
+
+@pytest.mark.parametrize("refusal", list(REFUSALS))
+def test_a_request_refused_by_closing_the_connection_is_audited(
+    audited: tuple[GatewayThread, Path], refusal: str
+) -> None:
+    gw, spool = audited
+    frame, api, said = REFUSALS[refusal]
+    client = RawClient(gw.bootstrap, timeout=5)
+    host, port = client.sock.getsockname()[:2]
+    client.send_bytes(frame)
+    with pytest.raises((ConnectionError, OSError)):
+        client.recv_frame()
+    client.close()
+
+    (event,) = _events(spool, 1)
+
+    assert (event.client_address, event.client_id, event.api) == (f"{host}:{port}", "prober", api)
+    assert (event.resource_type, event.action, event.policy, event.verdict) == (
+        "cluster",
+        "request",
+        "protocol",
+        "denied",
+    )
+    assert event.error_code is None and event.request_id
+    assert said in (event.message or "")
+    assert (
+        gw.metric("kpg_policy_decisions_total", api=api, policy="protocol", outcome="denied") == 1
+    )
