@@ -22,7 +22,8 @@ What can be re-judged (an item is one topic or config resource of a request):
 What cannot, and is counted apart, per reason: Produce (records are not stored), deletes,
 partition increases, data operations (their judgement needs the topic's state, not
 recorded), creations with an explicit replica assignment, v1 events (no topic spec or config
-changes), and lifecycle events and summaries (nothing judged). The recorded outcome of an
+changes), lifecycle events and summaries (nothing judged), and connections the gateway closed
+(refused authentications, requests refused unread: no rule judged them). The recorded outcome of an
 item is ``denied`` when one of its events is (SCHEMA.md, "Requests and their outcome"); a
 request is denied when one of its items is.
 """
@@ -127,6 +128,11 @@ def _verdicts(decision: Decision) -> dict[str, Any]:
     }
 
 
+_CLOSED_CONNECTIONS: Final = frozenset({"authenticate", "request"})
+"""Actions of connections the gateway closed instead of serving (SCHEMA.md, "Refused
+authentications" and "Requests refused by closing the connection"): no rule judged them."""
+
+
 def _not_replayable(reason: str) -> dict[str, Any]:
     return {
         "replayable": False,
@@ -144,6 +150,8 @@ def judge_item(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
     (null for ANONYMOUS), ``topic_spec`` and ``config_changes`` as recorded.
     """
     action, principal = item["action"], item["principal"]
+    if action in _CLOSED_CONNECTIONS:
+        return _not_replayable(f"{action}: a connection the gateway closed, no policy judged it")
     if item["api"] == "Produce":
         return _not_replayable("Produce: the records are not stored")
     if action == "create" and item["resource_type"] == "topic":

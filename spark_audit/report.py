@@ -49,6 +49,7 @@ from spark_audit.transforms import (
     duplicate_event_ids,
     event_kind,
     filter_events,
+    is_dry_run,
     lifecycle_events,
     normalize_events,
     parse_lines,
@@ -176,7 +177,8 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             title=f"Top {top_n} offenders",
             build=lambda requests, _: request_offenders(requests, top_n),
             description="Principal and client pairs with the most denied requests and "
-            "dry-run objections; dry runs (validate_only, kpg-dry-run) are not counted here.",
+            "dry-run objections; dry runs (validate_only, as kpg dry-run sends) are not counted "
+            "here.",
             events="denied",
         ),
         _Section(
@@ -189,10 +191,11 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         ),
         _Section(
             name="dry_runs",
-            title="Dry runs (validate_only, kpg-dry-run)",
+            title="Dry runs (validate_only)",
             build=lambda requests, _: dry_run_requests(requests),
-            description="Requests that only asked for a verdict: validate_only requests and the "
-            "kpg-dry-run tool, per API, client id and outcome; kept apart from offenders.",
+            description="Requests that only asked for a verdict (validate_only, as kpg dry-run "
+            "sends), per API, client id and outcome; kept apart from offenders. A client id "
+            "alone never makes a dry run.",
             events="dry_runs",
         ),
         _Section(
@@ -248,16 +251,12 @@ _EVENT_COLUMNS: Final = (
 )
 
 
-def _dry_run() -> Column:
-    return F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
-
-
 def _notable() -> Column:
     """Events any of :func:`_event_sets` or an event section (config changes, lifecycle)
     shows: a small part of the table, since most decisions are plain allows."""
     return (
         (F.col("verdict") != "allowed")
-        | _dry_run()
+        | is_dry_run()
         | F.col("config_changes").isNotNull()
         | (event_kind() == "lifecycle")
     )
@@ -273,7 +272,7 @@ def _event_sets(events: DataFrame) -> dict[str, DataFrame]:
     sets = {
         "denied": decisions.where(F.col("verdict") == "denied"),
         "would_deny": decisions.where(F.col("verdict") == "would_deny"),
-        "dry_runs": decisions.where(_dry_run()),
+        "dry_runs": decisions.where(is_dry_run()),
         "config_changes": decisions.where(F.col("config_changes").isNotNull()),
     }
     # In the table's order (by ingest, so a request's events are together), not sorted: a sort

@@ -193,8 +193,6 @@ def totals(events: DataFrame) -> DataFrame:
 ANONYMOUS: Final = "ANONYMOUS"
 """How reports name an unauthenticated client (``principal`` null)."""
 
-DRY_RUN_CLIENT_ID: Final = "kpg-dry-run"
-"""The client id ``kpg dry-run`` sends with: a tool's dry run, never an offender."""
 
 _PRODUCE_PARTITION: Final = r"^(.*)-[0-9]+$"
 
@@ -218,6 +216,15 @@ def with_topic(events: DataFrame) -> DataFrame:
         "topic",
         F.when(F.col("resource_type") == "topic", topic.otherwise(name)),
     )
+
+
+def is_dry_run() -> Column:
+    """A dry run: a validate_only request (``kpg dry-run`` sends its with validate_only).
+
+    Never told by client id: a client may call itself ``kpg-dry-run`` (kpg dry-run's client
+    id) and change the cluster for real, and counting its refusals as dry runs would keep
+    them out of the offenders."""
+    return F.coalesce(F.col("validate_only"), F.lit(False))
 
 
 def principal_name() -> Column:
@@ -260,7 +267,7 @@ def requests_of(events: DataFrame) -> DataFrame:
 
     Columns: ``request_key``, ``request_id``, ``time`` (first event), ``principal``
     (``ANONYMOUS`` for null), ``client_id``, ``api``, ``validate_only``, ``dry_run`` (a
-    validate_only request or the ``kpg-dry-run`` tool), ``outcome`` (``denied`` when any
+    validate_only request, see :func:`is_dry_run`), ``outcome`` (``denied`` when any
     event is denied, else ``allowed``), ``would_deny`` (allowed with a dry-run objection),
     ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics`` and
     ``resources`` (of the items a rule denied or objected to) and ``events`` (rows; copies
@@ -307,9 +314,7 @@ def requests_of(events: DataFrame) -> DataFrame:
         "client_id",
         "api",
         (F.col("validate_only") == 1).alias("validate_only"),
-        ((F.col("validate_only") == 1) | (F.col("client_id") == DRY_RUN_CLIENT_ID)).alias(
-            "dry_run"
-        ),
+        (F.col("validate_only") == 1).alias("dry_run"),
         F.when(denied, F.lit("denied")).otherwise(F.lit("allowed")).alias("outcome"),
         (~denied & (F.col("any_would_deny") == 1)).alias("would_deny"),
         F.col("requests").cast("long").alias("requests"),
@@ -430,7 +435,7 @@ def denied_requests(requests: DataFrame) -> DataFrame:
 
 def request_offenders(requests: DataFrame, limit: int = 10) -> DataFrame:
     """The (principal, client_id) pairs with the most denied requests plus dry-run
-    objections; dry runs (validate_only, ``kpg-dry-run``) are not offences and stay out."""
+    objections; dry runs (validate_only requests) are not offences and stay out."""
     refused = requests.where(
         ~F.col("dry_run") & ((F.col("outcome") == "denied") | F.col("would_deny"))
     )
@@ -450,7 +455,7 @@ def request_offenders(requests: DataFrame, limit: int = 10) -> DataFrame:
 
 
 def dry_run_requests(requests: DataFrame) -> DataFrame:
-    """Dry runs (validate_only requests, the ``kpg-dry-run`` tool): per API, client id and
+    """Dry runs (validate_only requests, ``kpg dry-run``'s among them): per API, client id and
     outcome, apart from the offenders."""
     return (
         requests.where(F.col("dry_run"))

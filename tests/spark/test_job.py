@@ -248,7 +248,7 @@ def test_report_numbers_equal_the_table_and_appear_in_every_output(
     assert len(denied_events) == totals["denied"]
     # Every event set is drawn from the notable events the report reads once: each must still
     # hold all of its events, counted here on the table itself.
-    dry_run = F.col("validate_only") | (F.coalesce(F.col("client_id"), F.lit("")) == "kpg-dry-run")
+    dry_run = F.col("validate_only")
     for name, condition in (
         ("would_deny", F.col("verdict") == "would_deny"),
         ("dry_runs", dry_run),

@@ -78,6 +78,17 @@ def recorded() -> list[AuditEvent]:
             policy="record-validation",
         ),
         event(schema_version=1, resource_name="orders.v1", **RF),
+        # A refused authentication: the gateway closed the connection, no rule judged it.
+        event(
+            request_id="s",
+            principal=None,
+            api="SaslAuthenticate",
+            action="authenticate",
+            resource_type="user",
+            resource_name="alice",
+            policy="broker",
+            error_code=58,
+        ),
     ]
 
 
@@ -122,11 +133,12 @@ def test_replay_lists_exactly_the_requests_that_change_verdict(
     assert by_rule["replication-factor"]["newly_allowed"] == 1
     by_topic = {row["topic"]: row["newly_denied"] for row in summary["reports"]["changes_by_topic"]}
     assert by_topic == {"orders.b": 1, "orders.e": 1, "orders.a": 0}
-    assert summary["requests"] == 9 and summary["replayed_requests"] == 7
+    assert summary["requests"] == 10 and summary["replayed_requests"] == 7
     reasons = {row["reason"]: row["count"] for row in summary["not_replayable"]}
     assert reasons == {
         "Produce: the records are not stored": 1,
         "creation without a topic spec (v1 event)": 1,
+        "authenticate: a connection the gateway closed, no policy judged it": 1,
     }
     assert "2 newly denied, 1 newly allowed" in capsys.readouterr().out
 
