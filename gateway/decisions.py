@@ -138,27 +138,21 @@ class DecisionRecorder:
         self._metrics.policy_decisions.labels(api, closed.policy, "denied").inc()
         if self._emitter is None:
             return
-        await self._emitter.emit_written(
-            AuditEvent(
-                gateway_instance=self._instance,
-                client_address=closed.client_address,
-                principal=closed.principal,
-                client_id=closed.client_id,
-                api=api,
-                api_version=closed.api_version,
-                resource_type=closed.resource_type,
-                resource_name=closed.resource_name,
-                action=closed.action,
-                policy=closed.policy,
-                mode="enforce",
-                verdict="denied",
-                error_code=closed.error_code,
-                message=closed.reason,
-                event_kind="decision",
-                policy_version=self.policy_version,
-                request_id=new_request_id(),
-            )
+        subject = Subject(
+            client_address=closed.client_address,
+            principal=closed.principal,
+            client_id=closed.client_id,
+            api_key=closed.api_key,
+            api_version=closed.api_version,
+            resource_type=closed.resource_type,
+            resource_name=closed.resource_name,
+            action=closed.action,
+            request_id=new_request_id(),
         )
+        event = self._event(
+            subject, api, closed.policy, "enforce", "denied", closed.error_code, closed.reason
+        )
+        await self._emitter.emit_written(event)
 
     def _event(
         self,

@@ -20,6 +20,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
@@ -478,6 +479,23 @@ def ssl_client(bootstrap: str, pki: Path, who: str | None) -> dict[str, str]:
 
 
 # --- audit events ------------------------------------------------------------------------------
+
+
+def spool_events(
+    spool: Path, keep: Callable[[AuditEvent], bool], count: int = 1, timeout: float = 10.0
+) -> list[AuditEvent]:
+    """The audit events in ``spool`` (completed segments and the open one) that ``keep``
+    keeps, once there are ``count`` of them or ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = []
+        for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip() and keep(event := AuditEvent.from_json(line)):
+                    events.append(event)
+        if len(events) >= count or time.monotonic() > deadline:
+            return events
+        time.sleep(0.05)
 
 
 def audit_event(**overrides: Any) -> AuditEvent:

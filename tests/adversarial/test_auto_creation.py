@@ -29,7 +29,14 @@ from protocol.framing import parse_request_header
 from protocol.metadata import read_request as read_metadata_request
 from spark_audit.event import AuditEvent
 from tests.inproc.test_clients import create_topic
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, unique_name
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    spool_events,
+    unique_name,
+)
 
 pytestmark = pytest.mark.adversarial
 
@@ -67,14 +74,7 @@ def spool(tmp_path: Path) -> Path:
 
 def audit_events(spool: Path, topic: str) -> list[AuditEvent]:
     """The audit events about ``topic``, written so far (open segment included)."""
-    events = []
-    for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                event = AuditEvent.from_json(line)
-                if event.resource_name == topic:
-                    events.append(event)
-    return events
+    return spool_events(spool, lambda event: event.resource_name == topic, count=0)
 
 
 def broker_partitions(tap: BrokerTap, topic: str) -> int | None:

@@ -7,15 +7,13 @@ shows a client probing the gateway's parser, not only the log."""
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.config import HostPort
-from spark_audit.event import AuditEvent
-from tests.support import GatewayThread, RawClient, gateway_config
+from tests.support import GatewayThread, RawClient, gateway_config, spool_events
 
 pytestmark = pytest.mark.inproc
 
@@ -38,21 +36,6 @@ def _frame(api_key: int, version: int, body: bytes, client_id: bytes = b"prober"
     """A request with a v1 header (the body as given, however malformed)."""
     header = struct.pack(">hhih", api_key, version, 7, len(client_id)) + client_id
     return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def _events(spool: Path, count: int) -> list[AuditEvent]:
-    """The events with action ``request`` once ``count`` are written (or after 10 s)."""
-    deadline = time.monotonic() + 10
-    while True:
-        events = []
-        for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
-            for line in path.read_text(encoding="utf-8").splitlines():
-                event = AuditEvent.from_json(line)
-                if event.action == "request":
-                    events.append(event)
-        if len(events) >= count or time.monotonic() > deadline:
-            return events
-        time.sleep(0.05)
 
 
 REFUSALS = {
@@ -82,7 +65,7 @@ def test_a_request_refused_by_closing_the_connection_is_audited(
         client.recv_frame()
     client.close()
 
-    (event,) = _events(spool, 1)
+    (event,) = spool_events(spool, lambda e: e.action == "request")
 
     assert (event.client_address, event.client_id, event.api) == (f"{host}:{port}", "prober", api)
     assert (event.resource_type, event.action, event.policy, event.verdict) == (

@@ -10,7 +10,6 @@ the broker behind would have refused it. The broker side is the test broker behi
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +24,6 @@ from protocol import client_configs as wire
 from protocol import list_config_resources as lcr
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
-from spark_audit.event import AuditEvent
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
 from tests.security.test_upstream_sasl import sasl_ssl_client, secured_gateway
@@ -34,6 +32,7 @@ from tests.support import (
     GatewayThread,
     RawClient,
     create_topic_request,
+    spool_events,
     tls_context,
     unique_name,
 )
@@ -246,27 +245,6 @@ def test_sasl_behind_a_gateway_not_requiring_it_is_warned(
     assert caplog.text.count("set sasl.client_auth: required") == 1
 
 
-def _refusal_events(spool: Path) -> list[AuditEvent]:
-    """The audit events of refused authentications written so far (open segment included)."""
-    events = []
-    for path in sorted(spool.glob("events-*.jsonl")) + sorted(spool.glob(".events-*.open")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            event = AuditEvent.from_json(line)
-            if event.action == "authenticate":
-                events.append(event)
-    return events
-
-
-def _wait_for_refusals(spool: Path, count: int) -> list[AuditEvent]:
-    """The refusal events once ``count`` are written (or all there are after 10 s)."""
-    deadline = time.monotonic() + 10
-    events = _refusal_events(spool)
-    while len(events) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-        events = _refusal_events(spool)
-    return events
-
-
 def _address(raw: RawClient) -> str:
     host, port = raw.sock.getsockname()[:2]
     return f"{host}:{port}"
@@ -310,7 +288,7 @@ def test_refused_authentications_are_audited_with_the_client_and_the_user_it_cla
         assert authenticate(right, ALICE_PASSWORD) == 0
         right.close()
 
-        events = _wait_for_refusals(tmp_path, 3)
+        events = spool_events(tmp_path, lambda e: e.action == "authenticate", count=3)
     finally:
         gw.stop()
 
