@@ -22,7 +22,7 @@ from protocol.versions import API_VERSIONS_KEY, api_name
 
 from .cluster import UpstreamCluster
 from .config import UNLIMITED, HostPort, LimitsConfig
-from .decisions import BROKER, SASL_GATE, ClosedConnection
+from .decisions import BROKER, SASL_GATE, Subject
 from .engine import RequestContext, Session
 from .generation import Generation
 from .handlers.base import Registration
@@ -185,21 +185,14 @@ class ClientConnection:
             return
         what, policy = judged
         name = (session.sasl.claimed_user or "") if what is _AUTHENTICATION else ""
-        closed = self._closed(header.api_key, session.principal, what, name, policy, close.reason)
-        await self._audit(generation, closed)
+        subject = self._subject(header.api_key, session.principal, what, name)
+        await self._audit(generation, subject, policy, close.reason)
 
-    def _closed(
-        self,
-        api_key: int,
-        principal: str | None,
-        what: tuple[str, str],
-        resource_name: str,
-        policy: str,
-        reason: str,
-        error_code: int | None = None,
-    ) -> ClosedConnection:
+    def _subject(
+        self, api_key: int, principal: str | None, what: tuple[str, str], resource_name: str
+    ) -> Subject:
         resource_type, action = what
-        return ClosedConnection(
+        return Subject(
             client_address=self.peer,
             principal=principal,
             client_id=self._client_id,
@@ -208,16 +201,22 @@ class ClientConnection:
             resource_type=resource_type,
             resource_name=resource_name,
             action=action,
-            policy=policy,
-            error_code=error_code,
-            reason=reason,
         )
 
-    async def _audit(self, generation: Generation, closed: ClosedConnection) -> None:
-        """The connection closes whether or not the event could be written (an audit that
-        has failed is logged, never waited on)."""
+    async def _audit(
+        self,
+        generation: Generation,
+        subject: Subject,
+        policy: str,
+        reason: str,
+        error_code: int | None = None,
+    ) -> None:
+        """Audit a closed connection; it closes whether or not the event could be written
+        (an audit that has failed is logged, never waited on)."""
         try:
-            await generation.recorder.record_closed(closed)
+            await generation.recorder.record_closed(
+                subject, policy=policy, error_code=error_code, reason=reason
+            )
         except RuntimeError as exc:
             log.error("%s: the closed connection was not audited: %s", self.peer, exc)
 
@@ -449,16 +448,16 @@ class ClientConnection:
             if session.sasl.failed:
                 # The refusal has reached the client; Kafka closes the connection after it.
                 sasl = session.sasl
-                closed = self._closed(
-                    sasl.failure_api,
-                    None,
-                    _AUTHENTICATION,
-                    sasl.claimed_user or "",
+                subject = self._subject(
+                    sasl.failure_api, None, _AUTHENTICATION, sasl.claimed_user or ""
+                )
+                await self._audit(
+                    self._generation(),
+                    subject,
                     BROKER if sasl.failed_by_broker else SASL_GATE,
                     f"SASL: {sasl.failure}",
                     sasl.failure_code,
                 )
-                await self._audit(self._generation(), closed)
                 self._reject(f"SASL: {sasl.failure}", "sasl_failed")
                 self.stop_reading()
                 return

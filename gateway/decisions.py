@@ -5,7 +5,7 @@ to turn that rule on and should know), and every decision becomes audit events: 
 denying or would-deny verdict, or one "allowed" event when nothing objected.
 
 A connection closed instead of served is a decision too (one denied event, see
-:class:`ClosedConnection`): a refused authentication (resource type ``user``; policy
+:meth:`DecisionRecorder.record_closed`): a refused authentication (resource type ``user``; policy
 ``sasl.client_auth`` for the gateway's own refusals, ``broker`` for the broker's refusal of a
 mechanism or of credentials; behind the gateway the broker sees every client at the
 gateway's address, so these events are the only record of who tried which user name), and a
@@ -16,7 +16,7 @@ request refused unread or unjudged (policy ``protocol``, ``own_topics`` or
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from policies.chain import Decision
@@ -54,25 +54,6 @@ SASL_GATE: Final = "sasl.client_auth"
 """The policy of the gateway's own authentication refusals."""
 BROKER: Final = "broker"
 """The policy of the broker's authentication refusals, as the gateway saw them."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClosedConnection:
-    """A connection the gateway closed instead of serving a request: who, with which
-    request, under which rule, why."""
-
-    client_address: str
-    principal: str | None
-    client_id: str | None
-    api_key: int
-    api_version: int
-    resource_type: str
-    resource_name: str
-    action: str
-    policy: str
-    error_code: int | None
-    """What the client was answered; None when the connection closed unanswered."""
-    reason: str
 
 
 class DecisionRecorder:
@@ -131,27 +112,18 @@ class DecisionRecorder:
                 await self._emitter.emit(event)
             await self._emitter.emit_written(events[-1])
 
-    async def record_closed(self, closed: ClosedConnection) -> None:
-        """Count and audit a connection closed instead of served (the connection logs and
-        closes it)."""
-        api = api_name(closed.api_key)
-        self._metrics.policy_decisions.labels(api, closed.policy, "denied").inc()
+    async def record_closed(
+        self, subject: Subject, *, policy: str, error_code: int | None, reason: str
+    ) -> None:
+        """Count and audit a connection closed instead of served under ``policy`` (the
+        connection logs and closes it); ``error_code``: what the client was answered, None
+        when the connection closed unanswered. One denied event, a request of its own."""
+        api = api_name(subject.api_key)
+        self._metrics.policy_decisions.labels(api, policy, "denied").inc()
         if self._emitter is None:
             return
-        subject = Subject(
-            client_address=closed.client_address,
-            principal=closed.principal,
-            client_id=closed.client_id,
-            api_key=closed.api_key,
-            api_version=closed.api_version,
-            resource_type=closed.resource_type,
-            resource_name=closed.resource_name,
-            action=closed.action,
-            request_id=new_request_id(),
-        )
-        event = self._event(
-            subject, api, closed.policy, "enforce", "denied", closed.error_code, closed.reason
-        )
+        subject = replace(subject, request_id=subject.request_id or new_request_id())
+        event = self._event(subject, api, policy, "enforce", "denied", error_code, reason)
         await self._emitter.emit_written(event)
 
     def _event(
