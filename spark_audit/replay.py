@@ -48,6 +48,7 @@ from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestM
 from policies.chain import Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
 from spark_audit.report import load_events
+from spark_audit.spreadsheet import safe_cell
 from spark_audit.transforms import event_kind, filter_events, principal_name, with_topic
 
 logger = logging.getLogger(__name__)
@@ -395,4 +396,4 @@ def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
             writer = csv.DictWriter(file, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows({k: safe_cell(v) for k, v in row.items()} for row in rows)

