@@ -56,6 +56,7 @@ from spark_audit.transforms import (
     parse_lines,
     principal_name,
     principals,
+    refused_authentications,
     request_offenders,
     request_totals,
     requests_of,
@@ -214,6 +215,18 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
             description="Every config key a judged request changed (or tried to), with its "
             "value before and after; sensitive values are never recorded.",
             events="config_changes",
+            listing=True,
+        ),
+        _Section(
+            name="refused_authentications",
+            title="Refused authentications",
+            build=lambda _, events: refused_authentications(events),
+            frames="events",
+            description="Connections closed for not authenticating, per user name claimed "
+            "(empty: none was sent), client host and rule: sasl.client_auth where the gateway "
+            "refused, broker where the broker refused the credentials or the mechanism. The "
+            "broker sees every client at the gateway's address; this is who tried whom.",
+            events="denied",
             listing=True,
         ),
         _Section(

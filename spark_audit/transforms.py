@@ -532,6 +532,25 @@ def config_changes(events: DataFrame) -> DataFrame:
     )
 
 
+def refused_authentications(events: DataFrame) -> DataFrame:
+    """Refused authentications (SCHEMA.md, "Refused authentications") per user name claimed,
+    client host (the address without its port: a client reconnects from new ports) and
+    policy (``sasl.client_auth``: the gateway's refusal; ``broker``: the credentials or the
+    mechanism), most first: who is trying which user, from where."""
+    refused = events.where((F.col("action") == "authenticate") & (F.col("verdict") == "denied"))
+    host = F.regexp_extract(F.coalesce(F.col("client_address"), F.lit("")), r"^(.*):[0-9]+$", 1)
+    return (
+        refused.groupBy(F.col("resource_name").alias("user"), host.alias("client_host"), "policy")
+        .agg(
+            F.count(F.lit(1)).alias("refusals"),
+            F.countDistinct("client_id").alias("client_ids"),
+            F.min("time").alias("first_time"),
+            F.max("time").alias("last_time"),
+        )
+        .orderBy(F.desc("refusals"), "user", "client_host", "policy")
+    )
+
+
 def lifecycle_events(events: DataFrame) -> DataFrame:
     """Gateway starts, stops and reloads, with the policy version, newest first."""
     return (

@@ -16,6 +16,7 @@ from spark_audit.transforms import (
     dry_run_requests,
     filter_events,
     principals,
+    refused_authentications,
     request_offenders,
     request_totals,
     requests_of,
@@ -224,3 +225,44 @@ def test_filters(events: DataFrame) -> None:
     assert request_ids(topic="orders") == {"r1", "r3", None}  # None: the summary
     assert request_ids(principal="ANONYMOUS") == {"r4"}
     assert request_ids(since="2026-11-21T09:30:00", until="2026-11-21T11:00:00") == {"r2"}
+
+
+def _refused(user: str, address: str, policy: str = "broker", **fields: Any) -> Any:
+    refusal = {
+        "principal": None,
+        "api": "SaslAuthenticate",
+        "action": "authenticate",
+        "resource_type": "user",
+        "resource_name": user,
+        "client_address": address,
+        "policy": policy,
+        "error_code": 58 if policy == "broker" else None,
+    }
+    return event(**(refusal | fields))
+
+
+def test_refused_authentications_show_who_tried_which_user_from_where(
+    spark: SparkSession,
+) -> None:
+    """A guesser reconnects from new ports: its refusals are counted per host, per user name
+    claimed and per rule, most first; an accepted request and other denials are not here."""
+    events = [
+        _refused("alice", "10.0.0.9:50001", client_id="x"),
+        _refused("alice", "10.0.0.9:50002", client_id="y"),
+        _refused("alice", "10.0.0.9:50003", client_id="x", time="2026-11-21T09:30:00.000Z"),
+        _refused("bob", "[fe80::1]:40000"),
+        _refused("", "10.0.0.5:1234", policy="sasl.client_auth", api="Metadata"),
+        event(resource_name="orders", **ALICE),  # a denied CreateTopics: not an authentication
+        event(verdict="allowed", resource_name="orders", **ALICE),
+    ]
+
+    got = rows(refused_authentications(table_rows(spark, events)))
+
+    assert [
+        (r["user"], r["client_host"], r["policy"], r["refusals"], r["client_ids"]) for r in got
+    ] == [
+        ("alice", "10.0.0.9", "broker", 3, 2),
+        ("", "10.0.0.5", "sasl.client_auth", 1, 1),
+        ("bob", "[fe80::1]", "broker", 1, 1),
+    ]
+    assert got[0]["last_time"] == datetime(2026, 11, 21, 9, 30)
