@@ -5,12 +5,19 @@ A JSON line has ``time`` (UTC, ISO-8601 with milliseconds and a ``Z``, as the au
 write it), ``level``, ``logger``, ``message`` (arguments applied) and ``exception`` (the
 formatted traceback, or null). A message spanning lines stays one JSON line: its newlines
 are escaped.
+
+A text line's message has its control characters escaped too (a newline written as a
+backslash and ``n``, the others as a backslash, ``x`` and two hex digits): messages quote what
+clients sent (names, config values, the reasons a request was refused), and a newline in one
+would otherwise start a line that looks like the gateway's own (log forging). A traceback
+after the message keeps its lines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from typing import Final, TextIO
 
@@ -18,6 +25,24 @@ from spark_audit.event import format_time
 
 LOG_FORMATS: Final = ("text", "json")
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_control(text: str) -> str:
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT` lines, one per record: control characters in the message are
+    escaped, so a client's text cannot forge a line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        escaped = logging.makeLogRecord(record.__dict__)
+        escaped.message = _escape_control(record.message)
+        return super().formatMessage(escaped)
 
 
 class JsonFormatter(logging.Formatter):
@@ -68,5 +93,5 @@ def configure(
         handler.setFormatter(JsonFormatter(worker))
     else:
         named = TEXT_FORMAT.replace("%(name)s", f"worker-{worker} %(name)s")
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT if worker is None else named))
+        handler.setFormatter(TextFormatter(TEXT_FORMAT if worker is None else named))
     logging.basicConfig(level=level, handlers=[handler])

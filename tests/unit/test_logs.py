@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gateway.cli import build_parser
-from gateway.logs import JsonFormatter
+from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +66,33 @@ def test_an_unknown_format_is_refused() -> None:
 
     with pytest.raises(ValueError, match="log format"):
         configure("INFO", "xml", io.StringIO())
+
+
+def test_a_text_line_cannot_be_forged_by_a_client_s_text() -> None:
+    """A client's text with a newline (a config value, a name quoted in a refusal) stays on
+    its record's line, escaped; control characters are shown, not written; a traceback
+    keeps its lines."""
+    forged = "2026-11-21 09:00:00,000 INFO gateway.server: all clear"
+    formatter = TextFormatter(TEXT_FORMAT)
+
+    line = formatter.format(record("refused %s", f"value 'x\n{forged}'\r\x1b[2J\t"))
+
+    assert line.count("\n") == 0
+    assert line.endswith(f"refused value 'x\\n{forged}'\\r\\x1b[2J\\t")
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        with_traceback = formatter.format(record("failed\nhere", exc=exc))
+    first, *rest = with_traceback.splitlines()
+    assert first.endswith("failed\\nhere") and rest[0].startswith("Traceback")
+
+
+def test_configure_writes_text_lines_through_the_escaping_formatter() -> None:
+    code = (
+        "import io, logging, sys; from gateway.logs import configure; s = io.StringIO(); "
+        "configure('INFO', 'text', s); logging.getLogger('gateway.x').info('a\\nb'); "
+        "sys.stdout.write(s.getvalue())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    (line,) = out.stdout.splitlines()
+    assert line.endswith("gateway.x: a\\nb")
