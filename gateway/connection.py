@@ -178,8 +178,8 @@ class ClientConnection:
     async def _audit_close(
         self, generation: Generation, header: RequestHeader, session: Session, close: Close
     ) -> None:
-        """Audit a request refused by closing the connection, when the refusal is a decision
-        about the client (not, say, a broker that went away)."""
+        """Audit a request refused by closing the connection, when the gateway refused it (see
+        :data:`_AUDITED_CLOSES`)."""
         judged = _AUDITED_CLOSES.get(close.metric_reason)
         if judged is None:
             return
@@ -466,8 +466,8 @@ class ClientConnection:
 _AUTHENTICATION: Final = ("user", "authenticate")
 _REQUEST: Final = ("cluster", "request")
 _AUDITED_CLOSES: Final[Mapping[str, tuple[tuple[str, str], str]]] = {
-    # (resource type, action) and policy of each Close reason that is a decision about the
-    # client; the others (a broker gone, a shutdown) are not.
+    # (resource type, action) and policy of each Close reason that refuses the request: the
+    # client's authentication, its request unread, or its request unjudged (fail closed).
     "unauthenticated": (_AUTHENTICATION, SASL_GATE),
     "sasl_refused": (_AUTHENTICATION, SASL_GATE),
     "sasl_ambiguous": (_AUTHENTICATION, SASL_GATE),
