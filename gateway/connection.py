@@ -12,6 +12,7 @@ from typing import Final
 
 from protocol.codec import Undecodable
 from protocol.framing import (
+    PRE_AUTH_MAX_FRAME_BYTES,
     SIZE,
     FrameRejected,
     RequestHeader,
@@ -239,7 +240,7 @@ class ClientConnection:
 
     async def _read_loop(self, session: Session) -> None:
         while not self._closing:
-            size = await self._read_size()
+            size = await self._read_size(session)
             if size is None:
                 return
             await self._memory.take(size)  # the connection is not read while this waits
@@ -294,9 +295,12 @@ class ClientConnection:
         self._upstream = _Upstream(link=link, cluster=cluster)
         return self._upstream
 
-    async def _read_size(self) -> int | None:
+    async def _read_size(self, session: Session) -> int | None:
         """The next frame's size, checked against the limits before its body is read; None
-        once the client is gone or the size was refused."""
+        once the client is gone or the size was refused. Before a required SASL exchange has
+        succeeded the cap is Kafka's for unauthenticated connections
+        (``sasl.server.max.receive.size``), so that clients nobody has authenticated cannot
+        hold the gateway's request memory with 100 MiB frames."""
         try:
             prefix = await self._receive(self._reader.readexactly(SIZE.size))
         except asyncio.IncompleteReadError as exc:
@@ -306,11 +310,14 @@ class ClientConnection:
         except ConnectionError:
             return None
         size: int = SIZE.unpack(prefix)[0]
+        cap, before = self._limits.max_frame_bytes, ""
+        if session.sasl.required and not session.sasl.authenticated:
+            cap, before = min(cap, PRE_AUTH_MAX_FRAME_BYTES), " before SASL authentication"
         try:
-            check_frame_size(size, self._limits.max_frame_bytes)
+            check_frame_size(size, cap)
             self._memory.check(size)
         except FrameRejected as exc:
-            self._reject(exc.detail, exc.reason)
+            self._reject(exc.detail + before, exc.reason)
             return None
         return size
 

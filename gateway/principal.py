@@ -342,6 +342,12 @@ class SaslState:
         return self.phase == "failed"
 
     @property
+    def authenticated(self) -> bool:
+        """The broker has answered the whole exchange with success (and no re-authentication
+        is under way)."""
+        return self.phase == "complete"
+
+    @property
     def claimed_user(self) -> str | None:
         """The user name the client's first SASL message of this exchange claims (not yet,
         or not, authenticated); None before one, or when it names none."""

@@ -27,6 +27,9 @@ a varint longer than five bytes."""
 
 DEFAULT_MAX_FRAME_BYTES: Final = 104_857_600
 """Kafka's ``socket.request.max.bytes`` default (100 MiB)."""
+PRE_AUTH_MAX_FRAME_BYTES: Final = 524_288
+"""Kafka's ``sasl.server.max.receive.size`` default (512 KiB): the largest frame a SASL
+listener reads from a connection that has not authenticated."""
 
 _read_header_v1 = entity_reader(RequestHeaderV1)
 _read_header_v2 = entity_reader(RequestHeaderV2)

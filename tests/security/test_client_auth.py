@@ -10,6 +10,7 @@ the broker behind would have refused it. The broker side is the test broker behi
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from protocol import client_configs as wire
 from protocol import list_config_resources as lcr
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
+from protocol.framing import PRE_AUTH_MAX_FRAME_BYTES
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
 from tests.security.test_upstream_sasl import sasl_ssl_client, secured_gateway
@@ -312,3 +314,36 @@ def test_refused_authentications_are_audited_with_the_client_and_the_user_it_cla
     assert "GSSAPI" in by_api["SaslHandshake"]
     refused = {"api": "SaslAuthenticate", "policy": "broker", "outcome": "denied"}
     assert gw.metric("kpg_policy_decisions_total", **refused) == 1
+
+
+def _big_frame(size: int) -> bytes:
+    """A DescribeConfigs frame of ``size`` bytes after its size field: a valid header, then
+    padding no decoder accepts."""
+    header = struct.pack(">hhih", 32, 4, 5, 3) + b"raw"
+    return struct.pack(">i", size) + header + b"\x00" * (size - len(header))
+
+
+def test_an_unauthenticated_client_cannot_send_a_frame_over_kafkas_pre_auth_limit(
+    required: GatewayThread, sasl_ssl_upstream: Upstream
+) -> None:
+    """Kafka's SASL listeners read at most sasl.server.max.receive.size (512 KiB) from a
+    connection that has not authenticated; the gateway's own cap (100 MiB) applied before,
+    so clients nobody had authenticated could hold its request memory. Over 512 KiB before
+    the exchange: the size alone closes the connection; the same frame once authenticated is
+    read (and refused for what it holds, not its size)."""
+    size = PRE_AUTH_MAX_FRAME_BYTES + 1
+    oversized = required.metric("kpg_rejected_frames_total", reason="oversized")
+    early = connect(required, sasl_ssl_upstream)
+    early.sock.sendall(_big_frame(size)[:4])
+    assert early.is_closed()
+    early.close()
+    assert required.metric("kpg_rejected_frames_total", reason="oversized") == oversized + 1
+
+    undecodable = required.metric("kpg_rejected_frames_total", reason="undecodable")
+    alice = connect(required, sasl_ssl_upstream)
+    assert authenticate(alice, ALICE_PASSWORD) == 0
+    alice.send_bytes(_big_frame(size))
+    assert answer_or_close(alice) is None
+    alice.close()
+    assert required.metric("kpg_rejected_frames_total", reason="oversized") == oversized + 1
+    assert required.metric("kpg_rejected_frames_total", reason="undecodable") == undecodable + 1
