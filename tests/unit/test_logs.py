@@ -49,15 +49,20 @@ def test_kpg_run_takes_text_or_json() -> None:
         build_parser().parse_args(["run", "--log-format", "xml"])
 
 
-def test_configure_sends_json_lines_to_the_stream() -> None:
-    """In a fresh interpreter: configure() sets the root logger, which a test runner owns."""
+def configured_lines(log_format: str, logging_calls: str) -> list[str]:
+    """The lines configure() writes for ``logging_calls`` (on ``log``, gateway.x), run in a
+    fresh interpreter: configure() sets the root logger, which a test runner owns."""
     code = (
         "import io, logging, sys; from gateway.logs import configure; s = io.StringIO(); "
-        "configure('INFO', 'json', s); logging.getLogger('gateway.x').info('hi %s', 'there'); "
-        "logging.getLogger('gateway.x').debug('hidden'); sys.stdout.write(s.getvalue())"
+        f"configure('INFO', {log_format!r}, s); log = logging.getLogger('gateway.x'); "
+        f"{logging_calls}; sys.stdout.write(s.getvalue())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    (line,) = out.stdout.splitlines()
+    return out.stdout.splitlines()
+
+
+def test_configure_sends_json_lines_to_the_stream() -> None:
+    (line,) = configured_lines("json", "log.info('hi %s', 'there'); log.debug('hidden')")
     assert json.loads(line)["message"] == "hi there"
 
 
@@ -88,11 +93,5 @@ def test_a_text_line_cannot_be_forged_by_a_client_s_text() -> None:
 
 
 def test_configure_writes_text_lines_through_the_escaping_formatter() -> None:
-    code = (
-        "import io, logging, sys; from gateway.logs import configure; s = io.StringIO(); "
-        "configure('INFO', 'text', s); logging.getLogger('gateway.x').info('a\\nb'); "
-        "sys.stdout.write(s.getvalue())"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    (line,) = out.stdout.splitlines()
+    (line,) = configured_lines("text", "log.info('a\\nb')")
     assert line.endswith("gateway.x: a\\nb")
