@@ -342,6 +342,7 @@ def _assignment_refusal(assignments: Sequence[tuple[int, Sequence[int]]]) -> Ite
             return _bad_assignment(
                 "The manual partition assignment includes an empty replica list."
             )
+        # Kafka walks the replicas sorted, so the lowest broker listed twice is the one named.
         ordered = sorted(brokers)
         twice = next((a for a, b in zip(ordered, ordered[1:], strict=False) if a == b), None)
         if twice is not None:

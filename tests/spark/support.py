@@ -29,6 +29,22 @@ def event(**overrides: Any) -> AuditEvent:
     return audit_event(**(fields | overrides))
 
 
+def refused_authentication(user: str, policy: str = "broker", **overrides: Any) -> AuditEvent:
+    """A refused authentication as the gateway records one (SCHEMA.md, "Refused
+    authentications"): the broker's refusal of ``user``'s credentials (58), unless
+    ``policy`` is the gateway's own ``sasl.client_auth`` (closed unanswered)."""
+    fields: dict[str, Any] = {
+        "principal": None,
+        "api": "SaslAuthenticate",
+        "action": "authenticate",
+        "resource_type": "user",
+        "resource_name": user,
+        "policy": policy,
+        "error_code": 58 if policy == "broker" else None,
+    }
+    return event(**(fields | overrides))
+
+
 def write_segment(spool: Path, events: Sequence[AuditEvent]) -> Path:
     """Write ``events`` as one completed spool segment, the way the gateway does."""
     before = set(spool.glob("events-*.jsonl"))

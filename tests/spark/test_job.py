@@ -21,7 +21,13 @@ from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange
 from spark_audit.report import build_report
 from spark_audit.transforms import table_schema
-from tests.spark.support import EXPECTED_TOTALS, event, report_events, write_segment
+from tests.spark.support import (
+    EXPECTED_TOTALS,
+    event,
+    refused_authentication,
+    report_events,
+    write_segment,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -408,17 +414,7 @@ def test_report_csv_files_hold_client_text_a_spreadsheet_cannot_run(
         dirs["spool"],
         [
             event(request_id="a", client_id=FORMULA_CLIENT, resource_name="orders"),
-            event(
-                request_id="b",
-                principal=None,
-                client_id="-2+3",
-                api="SaslAuthenticate",
-                action="authenticate",
-                resource_type="user",
-                resource_name=FORMULA_USER,
-                policy="broker",
-                error_code=58,
-            ),
+            refused_authentication(FORMULA_USER, request_id="b", client_id="-2+3"),
             event(
                 request_id="c",
                 api="IncrementalAlterConfigs",

@@ -16,7 +16,7 @@ from spark_audit import job
 from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange, TopicSpec
 from spark_audit.replay import CandidateError, load_candidate
-from tests.spark.support import event, write_segment
+from tests.spark.support import event, refused_authentication, write_segment
 
 pytestmark = pytest.mark.e2e
 
@@ -79,16 +79,7 @@ def recorded() -> list[AuditEvent]:
         ),
         event(schema_version=1, resource_name="orders.v1", **RF),
         # A refused authentication: the gateway closed the connection, no rule judged it.
-        event(
-            request_id="s",
-            principal=None,
-            api="SaslAuthenticate",
-            action="authenticate",
-            resource_type="user",
-            resource_name="alice",
-            policy="broker",
-            error_code=58,
-        ),
+        refused_authentication("alice", request_id="s"),
     ]
 
 

@@ -23,7 +23,7 @@ from spark_audit.transforms import (
     requests_per_hour,
     with_topic,
 )
-from tests.spark.support import event, table_rows
+from tests.spark.support import event, refused_authentication, table_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -228,17 +228,7 @@ def test_filters(events: DataFrame) -> None:
 
 
 def _refused(user: str, address: str, policy: str = "broker", **fields: Any) -> Any:
-    refusal = {
-        "principal": None,
-        "api": "SaslAuthenticate",
-        "action": "authenticate",
-        "resource_type": "user",
-        "resource_name": user,
-        "client_address": address,
-        "policy": policy,
-        "error_code": 58 if policy == "broker" else None,
-    }
-    return event(**(refusal | fields))
+    return refused_authentication(user, policy, client_address=address, **fields)
 
 
 def test_refused_authentications_show_who_tried_which_user_from_where(
