@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from protocol.framing import (
     check_frame_size,
     parse_request_header,
 )
-from protocol.versions import API_VERSIONS_KEY, api_name
+from protocol.versions import API_VERSIONS_KEY, UNREAD_API_KEY, api_name
 
 from .cluster import UpstreamCluster
 from .config import UNLIMITED, HostPort, LimitsConfig
@@ -221,6 +222,31 @@ class ClientConnection:
         except RuntimeError as exc:
             log.error("%s: the closed connection was not audited: %s", self.peer, exc)
 
+    async def _refuse_frame(
+        self, session: Session, reason: str, metric_reason: str, frame: bytes
+    ) -> None:
+        """Log, count and audit a frame refused before its header was read: by its size
+        (policy ``limits``; the API is unread) or by a header that does not parse (policy
+        ``protocol``; the API key and version as the frame's first bytes give them)."""
+        self._reject(reason, metric_reason)
+        policy = _AUDITED_FRAME_REFUSALS.get(metric_reason)
+        if policy is None:
+            return
+        api_key, api_version = UNREAD_API_KEY, -1
+        if len(frame) >= _KEY_VERSION.size:
+            api_key, api_version = _KEY_VERSION.unpack_from(frame)
+        subject = Subject(
+            client_address=self.peer,
+            principal=session.principal,
+            client_id=self._client_id,
+            api_key=api_key,
+            api_version=api_version,
+            resource_type=_REQUEST[0],
+            resource_name="",
+            action=_REQUEST[1],
+        )
+        await self._audit(self._generation(), subject, policy, reason)
+
     def _upstream_closed(self, reason: str) -> None:
         if not self._closing:
             log.info("%s: upstream gone (%s): closing client connection", self.peer, reason)
@@ -253,7 +279,7 @@ class ClientConnection:
     async def _serve(self, size: int, session: Session) -> bool:
         """Read a request of ``size`` bytes and carry out its outcome; False when the
         connection must stop reading."""
-        request = await self._read_request(size)
+        request = await self._read_request(size, session)
         if request is None:
             return False
         upstream = self._upstream or await self._open_upstream()
@@ -317,20 +343,26 @@ class ClientConnection:
             check_frame_size(size, cap)
             self._memory.check(size)
         except FrameRejected as exc:
-            self._reject(exc.detail + before, exc.reason)
+            await self._refuse_frame(session, exc.detail + before, exc.reason, b"")
             return None
         return size
 
-    async def _read_request(self, size: int) -> tuple[RequestHeader, bytes] | None:
+    async def _read_request(
+        self, size: int, session: Session
+    ) -> tuple[RequestHeader, bytes] | None:
         """The request of ``size`` bytes; None once the client is gone or its frame was
         refused."""
         try:
             frame = await self._read_body(size)
-            header = parse_request_header(frame)
         except FrameRejected as exc:
             self._reject(exc.detail, exc.reason)
             return None
         except ConnectionError:
+            return None
+        try:
+            header = parse_request_header(frame)
+        except FrameRejected as exc:
+            await self._refuse_frame(session, exc.detail, exc.reason, frame)
             return None
         self._metrics.bytes_in.inc(size + 4)
         self._metrics.count_request(header.api_key, header.api_version)
@@ -486,6 +518,18 @@ _AUDITED_CLOSES: Final[Mapping[str, tuple[tuple[str, str], str]]] = {
 }
 """Connections closed instead of served that are audited. ``rejected_acks0_produce`` is not
 here: the policies that refused its records were audited by the engine."""
+
+_AUDITED_FRAME_REFUSALS: Final[Mapping[str, str]] = {
+    # The policy of each frame refusal before the header is read that is audited; a frame
+    # cut short by the client leaving is not a refusal.
+    "negative_size": "protocol",
+    "oversized": "limits",
+    "queued_max_request_bytes": "limits",
+    "bad_header": "protocol",
+    "unknown_api_key": "protocol",
+}
+
+_KEY_VERSION: Final = struct.Struct(">hh")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,7 @@ A connection closed instead of served is a decision too (one denied event, see
 mechanism or of credentials; behind the gateway the broker sees every client at the
 gateway's address, so these events are the only record of who tried which user name), and a
 request refused unread or unjudged (policy ``protocol``, ``own_topics`` or
-``cluster_state``).
+``cluster_state``; ``limits`` for a frame refused on its size).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Final
 
 from kio.index import load_request_schema
 from kio.schema.index import api_key_map, schema_name_map
@@ -50,7 +51,13 @@ API_NAMES: dict[int, str] = {
 API_VERSIONS_KEY = 18
 
 
+UNREAD_API_KEY: Final = -1
+"""Stands for the API of a frame refused before its header was read (its size, say)."""
+
+
 def api_name(api_key: int) -> str:
+    if api_key == UNREAD_API_KEY:
+        return "Unread"
     return API_NAMES.get(api_key, f"Unknown({api_key})")
 
 

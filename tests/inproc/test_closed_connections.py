@@ -2,7 +2,9 @@
 any other: a request for an API it does not carry, in a version it does not advertise, or
 that it must read and cannot. One denied event each (policy ``protocol``, resource type
 ``cluster``, action ``request``), with the client's address and client id, so an audit
-shows a client probing the gateway's parser, not only the log."""
+shows a client probing the gateway's parser, not only the log. A frame refused before its
+header is read (its size, a header that does not parse) is one too, its API as far as the
+frame's first bytes tell it."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.inproc
 CREATE_TOPICS = 19
 ENVELOPE = 58
 DESCRIBE_CONFIGS = 32
+API_VERSIONS = 18
 
 
 @pytest.fixture
@@ -79,3 +82,49 @@ def test_a_request_refused_by_closing_the_connection_is_audited(
     assert (
         gw.metric("kpg_policy_decisions_total", api=api, policy="protocol", outcome="denied") == 1
     )
+
+
+FRAME_REFUSALS = {
+    # a size over max_frame_bytes (100 MiB): refused unread, before any of its bytes
+    "oversized": (struct.pack(">i", 200 << 20), ("Unread", -1), "limits", "exceeds the limit"),
+    "negative-size": (struct.pack(">i", -5), ("Unread", -1), "protocol", "negative"),
+    # an API key Kafka does not define
+    "unknown-api-key": (_frame(9999, 3, b""), ("Unknown(9999)", 3), "protocol", "9999"),
+    # ApiVersions v0 whose client id claims 50 bytes and has 2
+    "bad-header": (
+        struct.pack(">i", 12) + struct.pack(">hhih", API_VERSIONS, 0, 9, 50) + b"ab",
+        ("ApiVersions", 0),
+        "protocol",
+        "does not parse",
+    ),
+}
+
+
+@pytest.mark.parametrize("refusal", list(FRAME_REFUSALS))
+def test_a_frame_refused_before_its_header_is_read_is_audited(
+    audited: tuple[GatewayThread, Path], refusal: str
+) -> None:
+    """After one request served (so the connection has a client id), a frame refused on its
+    size or its header: one denied event, with the connection's client id."""
+    gw, spool = audited
+    frame, (api, api_version), policy, said = FRAME_REFUSALS[refusal]
+    client = RawClient(gw.bootstrap, timeout=5)
+    host, port = client.sock.getsockname()[:2]
+    client.send_bytes(_frame(API_VERSIONS, 0, b""))
+    client.recv_frame()
+    client.send_bytes(frame)
+    assert client.is_closed()
+    client.close()
+
+    (event,) = spool_events(spool, lambda e: e.action == "request")
+
+    assert (event.client_address, event.client_id) == (f"{host}:{port}", "prober")
+    assert (event.api, event.api_version, event.policy, event.verdict) == (
+        api,
+        api_version,
+        policy,
+        "denied",
+    )
+    assert (event.resource_type, event.resource_name) == ("cluster", "")
+    assert said in (event.message or ""), event.message
+    assert gw.metric("kpg_policy_decisions_total", api=api, policy=policy, outcome="denied") == 1
