@@ -5,7 +5,9 @@ Contracts, stated once:
 - Nothing is dropped silently. :meth:`AuditEmitter.emit` waits while the queue is full, so a
   slow disk pushes back on the request path instead of losing events. An event a sink fails
   to take is counted (``failed_events``, ``kpg_audit_events_failed_total``) and logged at
-  ERROR level, once per event per failing sink.
+  ERROR level, once per event per failing sink; :meth:`AuditEmitter.emit_all_written` tells
+  its caller whether every sink took every event (``audit.on_failure: deny`` refuses the
+  request when not).
 - Order: events reach every sink in the order ``emit`` was called.
 - Allowed Produce traffic is not one event per request: the gateway calls
   :meth:`AuditEmitter.record_allowed_produce`, and a :class:`ProduceSummarizer` turns it into
@@ -525,7 +527,7 @@ class AuditEmitter:
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._waiting_emits = 0
-        self._written_waiters: dict[str, asyncio.Future[None]] = {}
+        self._written_waiters: dict[str, asyncio.Future[bool]] = {}
         self._failed_events = 0
         self._events_total: Counter | None = None
         self._failed_total: Counter | None = None
@@ -583,19 +585,32 @@ class AuditEmitter:
         self._writer = asyncio.create_task(self._run(), name="kpg-audit-writer")
         self._writer.add_done_callback(self._writer_done)
 
-    async def emit_written(self, event: AuditEvent) -> None:
+    async def emit_written(self, event: AuditEvent) -> bool:
         """Queue ``event`` and return once the sinks have taken it (written to the OS for the
         spool), so a decision the client is told about survives the gateway being killed.
 
+        :returns: whether every sink took it (a failure was counted and logged).
         :raises RuntimeError: as :meth:`emit`.
         """
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._written_waiters[event.event_id] = waiter
+        return await self.emit_all_written((event,))
+
+    async def emit_all_written(self, events: Sequence[AuditEvent]) -> bool:
+        """Queue ``events`` in order and return once the sinks have taken the last of them.
+
+        :returns: whether every sink took every one of them.
+        :raises RuntimeError: as :meth:`emit`.
+        """
+        loop = asyncio.get_running_loop()
+        waiters = [loop.create_future() for _ in events]
+        for event, waiter in zip(events, waiters, strict=True):
+            self._written_waiters[event.event_id] = waiter
         try:
-            await self.emit(event)
-            await waiter
+            for event in events:
+                await self.emit(event)
+            return all([await waiter for waiter in waiters])
         finally:
-            self._written_waiters.pop(event.event_id, None)
+            for event in events:
+                self._written_waiters.pop(event.event_id, None)
 
     async def emit(self, event: AuditEvent) -> None:
         """Queue ``event``; waits while the queue is full.
@@ -768,16 +783,17 @@ class AuditEmitter:
                 self._events_total.labels(verdict=event.verdict).inc()
 
     async def _write(self, batch: Sequence[AuditEvent]) -> None:
-        lost = await asyncio.to_thread(self._write_to_sinks, batch)
+        lost, first_lost = await asyncio.to_thread(self._write_to_sinks, batch)
         if lost:
             self._failed_events += lost
             if self._failed_total is not None:
                 self._failed_total.inc(lost)
-        # A failed write was counted and logged above; the request it belongs to goes on.
-        for event in batch:
+        # A failed write was counted and logged above; whoever waits for the event hears
+        # whether every sink took it, and decides (audit.on_failure).
+        for index, event in enumerate(batch):
             waiter = self._written_waiters.get(event.event_id)
             if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(index < first_lost)
 
     def _chain(self, batch: Sequence[AuditEvent]) -> list[EventLine]:
         """The next links of the chain; only the writer calls this, one batch at a time."""
@@ -790,15 +806,19 @@ class AuditEmitter:
             self._prev_hash = line_hash(data)
         return lines
 
-    def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> int:
+    def _write_to_sinks(self, batch: Sequence[AuditEvent]) -> tuple[int, int]:
+        """Write ``batch`` to every sink: the events lost (once per event per failing sink),
+        and the index of the first event some sink lost (``len(batch)`` when none)."""
         lines = self._chain(batch)
         lost_total = 0
+        first_lost = len(batch)
         for sink in self._sinks:
             try:
                 sink.write(lines)
             except Exception as exc:  # whatever a sink raises, its loss is counted and logged
                 lost = len(batch) - exc.written if isinstance(exc, SinkWriteError) else len(batch)
                 lost_total += lost
+                first_lost = min(first_lost, len(batch) - lost)
                 logger.error(
                     "AUDIT EVENTS LOST: %d of %d events could not be written to %r "
                     "(first lost event_id=%s): %s",
@@ -809,7 +829,7 @@ class AuditEmitter:
                     exc,
                     exc_info=exc,
                 )
-        return lost_total
+        return lost_total, first_lost
 
     def _maintain_sinks(self) -> None:
         for sink in self._sinks:

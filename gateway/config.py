@@ -151,6 +151,9 @@ class UpstreamConfig:
     """The gateway's own clients' credentials; None: they connect unauthenticated."""
 
 
+AUDIT_ON_FAILURE: Final = ("continue", "deny")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditConfig:
     spool_dir: str | None = None
@@ -166,6 +169,9 @@ class AuditConfig:
     queue_max_events: int = 10_000
     produce_summary_interval_s: float = 60.0
     instance: str = "kpg"
+    on_failure: str = "continue"
+    """When a sink cannot write a decision's events: ``continue`` (counted and logged; the
+    request goes on) or ``deny`` (the request is refused: nothing changes unaudited)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -375,6 +381,7 @@ _AUDIT_KEYS = frozenset(
         "queue_max_events",
         "produce_summary_interval_s",
         "instance",
+        "on_failure",
     }
 )
 _LIMIT_KEYS = frozenset(
@@ -756,6 +763,11 @@ def _audit(raw: Mapping[str, Any], source: str) -> AuditConfig:
     audit_topic = au.get("topic")
     if audit_topic is not None and (not isinstance(audit_topic, str) or not audit_topic):
         raise ConfigError(f"{source}: audit.topic: expected a topic name, got {audit_topic!r}")
+    on_failure = au.get("on_failure", "continue")
+    if on_failure not in AUDIT_ON_FAILURE:
+        raise ConfigError(
+            f"{source}: audit.on_failure: expected continue or deny, got {on_failure!r}"
+        )
     return AuditConfig(
         spool_dir=spool_dir,
         topic=audit_topic,
@@ -798,6 +810,7 @@ def _audit(raw: Mapping[str, Any], source: str) -> AuditConfig:
             )
         ),
         instance=str(au.get("instance", "kpg")),
+        on_failure=on_failure,
     )
 
 

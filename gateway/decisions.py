@@ -56,9 +56,15 @@ BROKER: Final = "broker"
 """The policy of the broker's authentication refusals, as the gateway saw them."""
 
 
+class AuditNotWritten(Exception):
+    """A decision's events did not all reach the audit sinks, and ``audit.on_failure`` is
+    ``deny``: the request must not go on."""
+
+
 class DecisionRecorder:
     """Records decisions; ``policy_version`` (a plain attribute, which a reload sets) is
-    stamped on every event it writes."""
+    stamped on every event it writes. ``deny_unaudited`` (``audit.on_failure: deny``): a
+    decision whose events a sink failed to write raises :class:`AuditNotWritten`."""
 
     def __init__(
         self,
@@ -67,15 +73,20 @@ class DecisionRecorder:
         instance: str,
         *,
         policy_version: str | None = None,
+        deny_unaudited: bool = False,
     ) -> None:
         self._metrics = metrics
         self._emitter = emitter
         self._instance = instance
         self.policy_version = policy_version
+        self.deny_unaudited = deny_unaudited
 
     async def record(self, subject: Subject, decision: Decision, error_code: int | None) -> None:
-        """Log, count and audit ``decision``; returns once its events are written (events of
-        one decision are written in order, so waiting for the last covers all)."""
+        """Log, count and audit ``decision``; returns once its events are written.
+
+        :raises AuditNotWritten: under ``deny_unaudited``, for an allowed decision when a
+            sink failed to write one of its events.
+        """
         api = api_name(subject.api_key)
         events = []
         for verdict in decision.verdicts:
@@ -108,9 +119,14 @@ class DecisionRecorder:
         if self._emitter is not None:
             # Written before the client hears the decision: killing the gateway afterwards
             # cannot lose it.
-            for event in events[:-1]:
-                await self._emitter.emit(event)
-            await self._emitter.emit_written(events[-1])
+            written = await self._emitter.emit_all_written(events)
+            # A denial is refused whether or not its event was written.
+            if not written and self.deny_unaudited and decision.allowed:
+                self._metrics.unaudited_refusals.inc()
+                raise AuditNotWritten(
+                    f"the gateway could not write the audit event of this decision "
+                    f"(audit request id {subject.request_id}); audit.on_failure is deny"
+                )
 
     async def record_closed(
         self, subject: Subject, *, policy: str, error_code: int | None, reason: str

@@ -46,7 +46,7 @@ from spark_audit.event import ConfigChange as AuditedConfigChange
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
-from .decisions import DecisionRecorder, Subject
+from .decisions import AuditNotWritten, DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import SaslState
 
@@ -184,6 +184,9 @@ class Enforcement(Protocol[R, K]):
     dry_run_notes: bool
     """Whether :meth:`answer` puts a :class:`protocol.results.Note` on the broker's success
     (then a validate_only item the dry-run rules object to is answered with their message)."""
+    unaudited_error: int
+    """The error an allowed item is answered with when its decision could not be audited
+    and ``audit.on_failure`` is ``deny``."""
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         """The frame to enforce (possibly rewritten), or an outcome decided unread."""
@@ -231,6 +234,7 @@ class BaseEnforcement(Generic[R, K]):
     notes."""
 
     dry_run_notes: bool = False
+    unaudited_error: int = int(POLICY_VIOLATION)
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         return frame
@@ -299,27 +303,36 @@ class Engine:
                 local[key] = duplicate
         unique = [key for key in counts if key not in local]
         rulings = await enforcement.judge(ctx, cluster, request, unique)
-        audited: set[int] = set()
+        # One decision shared by items is one event: what its audit came to, by ruling.
+        audited: dict[int, ItemError | None] = {}
         request_id = ""
         for key in unique:
             ruling = rulings.get(key)
-            if isinstance(ruling, Judged):
-                error = ruling.error()
-                request_id = request_id or new_request_id()
-                if id(ruling) not in audited:  # one decision shared by items is one event
-                    audited.add(id(ruling))
-                    await self._audit(ctx, ruling, error, request_id)
-                if not ruling.decision.allowed:
-                    local[key] = tagged(error, request_id)
-                elif ruling.validate_only and ruling.decision.message is not None:
-                    notes[key] = ruling.decision.message
-            elif ruling is not None:
-                local[key] = ruling
+            if not isinstance(ruling, Judged):
+                if ruling is not None:
+                    local[key] = ruling
+                continue
+            request_id = request_id or new_request_id()
+            if id(ruling) not in audited:
+                audited[id(ruling)] = await self._audit(ctx, enforcement, ruling, request_id)
+            unaudited = audited[id(ruling)]
+            if not ruling.decision.allowed:
+                local[key] = tagged(ruling.error(), request_id)
+            elif unaudited is not None:
+                local[key] = unaudited
+            elif ruling.validate_only and ruling.decision.message is not None:
+                notes[key] = ruling.decision.message
         return local, [key for key in unique if key not in local], notes
 
     async def _audit(
-        self, ctx: RequestContext, judged: Judged, error: ItemError, request_id: str
-    ) -> None:
+        self,
+        ctx: RequestContext,
+        enforcement: Enforcement[R, K],
+        judged: Judged,
+        request_id: str,
+    ) -> ItemError | None:
+        """Record ``judged``; None once audited (or when an unwritten audit may go on), else
+        the error its allowed items are answered with (``audit.on_failure: deny``)."""
         subject = Subject(
             request_id=request_id,
             client_address=ctx.client_address,
@@ -336,8 +349,12 @@ class Engine:
             config_changes=judged.config_changes,
             topic_spec=judged.topic_spec,
         )
-        code = None if judged.decision.allowed else error.error_code
-        await self._decisions.record(subject, judged.decision, code)
+        code = None if judged.decision.allowed else judged.error().error_code
+        try:
+            await self._decisions.record(subject, judged.decision, code)
+        except AuditNotWritten as exc:
+            return ItemError(error_code=enforcement.unaudited_error, error_message=str(exc))
+        return None
 
 
 def _add_notes(local: dict[K, ItemError], notes: Mapping[K, str]) -> None:

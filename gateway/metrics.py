@@ -69,6 +69,11 @@ class GatewayMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.unaudited_refusals = Counter(
+            "kpg_unaudited_refusals",
+            "Requests refused because the audit sinks were failing (audit.on_failure: deny)",
+            registry=r,
+        )
         self.rejected_frames = Counter(
             "kpg_rejected_frames",
             "Frames refused, connection closed, by reason",

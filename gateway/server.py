@@ -121,7 +121,11 @@ class Gateway:
             policies.close()
             raise
         recorder = DecisionRecorder(
-            self.metrics, self.audit, config.audit.instance, policy_version=config.policy_version
+            self.metrics,
+            self.audit,
+            config.audit.instance,
+            policy_version=config.policy_version,
+            deny_unaudited=config.audit.on_failure == "deny",
         )
         table = build_table(
             Services(

@@ -20,6 +20,7 @@ COORDINATOR_NOT_AVAILABLE = ErrorCode.coordinator_not_available
 UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
+KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -28,6 +29,7 @@ __all__ = (
     "INVALID_CONFIG",
     "INVALID_RECORD",
     "INVALID_REQUEST",
+    "KAFKA_STORAGE_ERROR",
     "INVALID_TOPIC_EXCEPTION",
     "NONE",
     "POLICY_VIOLATION",

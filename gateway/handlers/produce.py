@@ -36,6 +36,7 @@ from policies.chain import Decision, Mode, Verdict
 from protocol.codec import Undecodable
 from protocol.errors import (
     INVALID_RECORD,
+    KAFKA_STORAGE_ERROR,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
 )
@@ -75,6 +76,9 @@ _ALL_REPLICAS = frozenset({"-1", "all"})
 class Produce(BaseEnforcement[ProduceView, Key]):
     api_key = API_KEY
     versions = VERSIONS
+    # a partition a dry-run record policy objects to, its event unwritten: retriable, as
+    # the disk error it is, so the producer tries again rather than drop the records
+    unaudited_error = int(KAFKA_STORAGE_ERROR)
 
     def __init__(self, services: Services) -> None:
         self._services = services

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -484,6 +484,32 @@ def test_a_failing_sink_is_counted_and_logged_loudly_and_other_sinks_still_get_e
     assert len(errors) == 1
     assert "AUDIT EVENTS LOST" in errors[0].getMessage()
     assert events[3 - lost].event_id in errors[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("sinks", "written"),
+    [
+        (lambda: [RecordingSink()], True),
+        (lambda: [FailingSink(SinkWriteError(2, OSError(28, "No space"))), RecordingSink()], False),
+        (lambda: [RecordingSink(), FailingSink(OSError(27, "File too large"))], False),
+    ],
+)
+def test_emit_all_written_says_whether_every_sink_took_every_event(
+    sinks: Callable[[], list[Any]], written: bool
+) -> None:
+    """What ``audit.on_failure: deny`` decides on: one sink losing one event of the three is
+    a decision not audited."""
+    emitter = AuditEmitter(sinks(), batch_max_events=10)
+    events = [make_event(n) for n in range(3)]
+
+    async def scenario() -> bool:
+        await emitter.start()
+        try:
+            return await emitter.emit_all_written(events)
+        finally:
+            await emitter.close()
+
+    assert asyncio.run(scenario()) is written
 
 
 def test_emit_refuses_before_start_and_after_close() -> None:

@@ -47,6 +47,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         ("limits:\n  max_in_flight_requests: many\n", "limits.max_in_flight_requests"),
         ("node_port_base: 70000\n", "node_port_base"),
         ("metrics: localhost\n", "metrics"),
+        ("audit:\n  on_failure: halt\n", "audit.on_failure"),
     ],
 )
 def test_errors_name_key_and_file(tmp_path: Path, text: str, key: str) -> None:
@@ -55,6 +56,14 @@ def test_errors_name_key_and_file(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(ConfigError) as raised:
         load(path)
     assert f"{path}: {key}:" in str(raised.value)
+
+
+def test_audit_on_failure_continues_unless_told_to_deny(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    path.write_text("audit: {spool_dir: var/audit}\n")
+    assert load(path).audit.on_failure == "continue"
+    path.write_text("audit: {spool_dir: var/audit, on_failure: deny}\n")
+    assert load(path).audit.on_failure == "deny"
 
 
 def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
