@@ -59,8 +59,8 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "refused; leader endpoints (v10+) rewritten"
     ),
     1: _j(
-        "the gateway's own topics refused; every other fetch passes unread; leader endpoints "
-        "(v16+) rewritten"
+        "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
+        "other fetch passes unread; leader endpoints (v16+) rewritten"
     ),
     2: _j("legal topic names; the gateway's own topics refused"),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
