@@ -84,7 +84,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     25: _p(_TXN),
     26: _p(_TXN),
     27: _r(_INTERNAL),
-    28: _p("commits a group's offsets inside a transaction; the broker authorizes them"),
+    28: _p(
+        "commits a group's offsets inside a transaction; the broker authorizes them. Like "
+        "OffsetCommit, it can move a group's offsets on a protected topic"
+    ),
     29: _p(_READ),
     30: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
     31: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
