@@ -5,8 +5,11 @@ body; v15 and later: the ``replica_state`` tagged field, tag 1 of the request, K
 treats such a request as replication: it reads up to the log end (past the high watermark,
 uncommitted and aborted records included) and takes the fetch offset as that replica's
 progress, which moves the high watermark and the ISR. Only the ``CLUSTER_ACTION`` ACL stands in
-the way, and a broker without an authorizer allows it. Consumers send -1 (-2 for Kafka's debug
-consumer; no negative id is a replica).
+the way, and a broker without an authorizer allows it. -3 (``FUTURE_LOCAL_REPLICA_ID``, a
+broker's own move of a replica between its disks, never sent over the network) is no consumer
+either: Kafka reads it to the log end too, and asks only for READ on the topic. Consumers send
+-1 (-2 for Kafka's debug consumer): :func:`is_consumer` is Kafka's
+``FetchRequest.isConsumer``.
 
 Reading the id costs one int32 before v15; from v15 the request is walked to its tagged fields
 (every partition's fixed 32 bytes skipped, nothing decoded or copied).
@@ -31,6 +34,13 @@ _PARTITION: Final = 4 + 4 + 8 + 4 + 8 + 4
 partition_max_bytes (v15 and later)."""
 _TOPIC_ID: Final = 16
 _CONSUMER: Final = -1
+FUTURE_LOCAL_REPLICA_ID: Final = -3
+
+
+def is_consumer(replica_id: int) -> bool:
+    """Whether Kafka serves a fetch with this replica id as a consumer's (up to the high
+    watermark, or the last stable offset), as ``FetchRequest.isConsumer`` decides."""
+    return replica_id < 0 and replica_id != FUTURE_LOCAL_REPLICA_ID
 
 
 def fetch_replica_ids(header: RequestHeader, frame: bytes) -> tuple[int, ...]:

@@ -14,14 +14,16 @@ A follower's fetch (a replica id of 0 or more: v0-v14 in the body's first field,
 the ``replica_state`` tagged field, :mod:`protocol.fetch_replica`) is inter-broker
 replication, not a client's read: Kafka serves it past the high watermark and counts it as
 that replica's progress (the high watermark and the ISR move), guarded only by the
-CLUSTER_ACTION ACL, which a broker without an authorizer grants anyone. It closes the
-connection unforwarded, as the inter-broker APIs do.
+CLUSTER_ACTION ACL, which a broker without an authorizer grants anyone. So is -3, a broker's
+own replica move between disks, which Kafka also serves to the log end (asking only READ on
+the topic). Any replica id Kafka does not serve as a consumer's closes the connection
+unforwarded, as the inter-broker APIs do.
 """
 
 from __future__ import annotations
 
 from protocol.codec import Undecodable, can_decode
-from protocol.fetch_replica import fetch_replica_ids
+from protocol.fetch_replica import fetch_replica_ids, is_consumer
 from protocol.versions import DECODABLE, VersionRange
 
 from ..engine import RequestContext
@@ -61,16 +63,16 @@ class Fetch(TopicPartitions):
 
 
 def _as_replica(ctx: RequestContext, frame: bytes) -> Close | None:
-    """The refusal of a follower's fetch (or of a body too short to say who sends it)."""
+    """The refusal of a fetch as a replica (or of a body too short to say who sends it)."""
     try:
-        replicas = [r for r in fetch_replica_ids(ctx.header, frame) if r >= 0]
+        replicas = [r for r in fetch_replica_ids(ctx.header, frame) if not is_consumer(r)]
     except Undecodable as exc:
         return Close(reason=str(exc), metric_reason="undecodable")
     if not replicas:
         return None
     return Close(
         reason=f"Fetch v{ctx.api_version} as replica {replicas[0]}: follower fetches are "
-        "inter-broker replication, not carried for clients",
+        "replication, not carried for clients",
         metric_reason="refused_api",
     )
 

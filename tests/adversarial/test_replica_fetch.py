@@ -2,8 +2,10 @@
 (v0-v14 in the body, v15 and later in the ``replica_state`` tagged field). Kafka serves such a
 fetch up to the log end, uncommitted and aborted records included, and takes its offset as that
 replica's progress, moving the high watermark and the ISR; only the CLUSTER_ACTION ACL stands
-in the way, and a broker without an authorizer grants it to anyone. The gateway must refuse it
-as it refuses the other inter-broker APIs: the connection closed, nothing forwarded.
+in the way, and a broker without an authorizer grants it to anyone. Likewise -3, the id a broker
+uses for its own replica moves between disks, which Kafka reads to the log end with only READ
+on the topic. The gateway must refuse them as it refuses the other inter-broker APIs: the
+connection closed, nothing forwarded.
 
 Against the tapped real broker (Tansu takes Fetch to v17); the same requests as a consumer
 sends them (replica id -1, no ``replica_state``) still reach it and are answered.
@@ -85,13 +87,19 @@ def _fetch(version: int, topic: str, topic_id: uuid.UUID, replica: int | None) -
 VERSIONS = [pytest.param(v, id=f"v{v}") for v in (12, 13, 15, 17)]
 
 
+FUTURE_LOCAL_REPLICA = -3
+"""A broker's own replica move between disks: Kafka reads it to the log end as well, and asks
+only READ on the topic (``FetchRequest.isConsumer`` is false for it)."""
+
+
+@pytest.mark.parametrize("replica", [TANSU_NODE, 0, FUTURE_LOCAL_REPLICA])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_fetch_as_a_follower_replica_never_reaches_the_broker(
-    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int
+def test_a_fetch_as_a_replica_never_reaches_the_broker(
+    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int, replica: int
 ) -> None:
     gw, topic, topic_id = setup
     client = RawClient(gw.bootstrap, timeout=5)
-    client.send(FETCH, version, _fetch(version, topic, topic_id, TANSU_NODE))
+    client.send(FETCH, version, _fetch(version, topic, topic_id, replica))
     with pytest.raises((ConnectionError, OSError)):
         client.recv_frame()
     assert FETCH not in tap.api_keys()
@@ -99,11 +107,13 @@ def test_a_fetch_as_a_follower_replica_never_reaches_the_broker(
     assert gw.metric("kpg_rejected_frames_total", reason="refused_api") == 1
 
 
+@pytest.mark.parametrize("replica", [None, -1, -2], ids=["unset", "consumer", "debug"])
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_consumers_fetch_still_reaches_the_broker(
-    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int
+    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int, replica: int | None
 ) -> None:
     gw, topic, topic_id = setup
-    answer = RawClient(gw.bootstrap).request(FETCH, version, _fetch(version, topic, topic_id, None))
+    request = _fetch(version, topic, topic_id, replica)
+    answer = RawClient(gw.bootstrap).request(FETCH, version, request)
     assert [int(p.error_code) for r in answer.responses for p in r.partitions] == [0]
     assert len(tap.forwarded(FETCH)) == 1
