@@ -15,6 +15,7 @@ from protocol.versions import VersionRange
 
 from ..services import Services
 from . import (
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -69,6 +70,7 @@ _MODULES = (
     list_config_resources,
     share_fetch,
     share_acknowledge,
+    add_partitions_to_txn,
 )
 
 REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")
