@@ -425,6 +425,14 @@ class PolicyChain:
         no Kafka policy interface is asked about them."""
         return Check(steps=tuple(self._run_rules(TopicChange.on_data(operation, topic, principal))))
 
+    def plan_cluster_setting(
+        self, operation: TopicOperation, described_as: str, *, principal: str | None
+    ) -> Check:
+        """AlterClientQuotas of one entity or AlterUserScramCredentials of one user: the rules
+        (``broker.configs``) decide who may; no Kafka policy interface is asked about them."""
+        change = ResourceConfigChange.cluster_setting(operation, described_as, principal=principal)
+        return Check(steps=tuple(self._run_rules(change)))
+
     def plan_reassign_partitions(
         self,
         topic: str,

@@ -97,6 +97,11 @@ class TopicOperation(enum.Enum):
     """A config change on a BROKER resource: a broker id, or "" for the cluster default."""
     ALTER_BROKER_LOGGER_CONFIGS = "alter_broker_logger_configs"
     ALTER_CLIENT_METRICS_CONFIGS = "alter_client_metrics_configs"
+    ALTER_CLIENT_QUOTAS = "alter_client_quotas"
+    """AlterClientQuotas: the quotas of one entity (a user, a client id, an IP, a default)."""
+    ALTER_USER_SCRAM_CREDENTIALS = "alter_user_scram_credentials"
+    """AlterUserScramCredentials: one user's SCRAM credentials (who the broker will then
+    authenticate as that user)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,6 +369,21 @@ class ResourceConfigChange:
     """The values the request sets, by the resource's own config names."""
     topic_settings: Mapping[str, BrokerSetting] = FrozenMap()
     """BROKER only: the topic defaults the change sets (:func:`broker_settings`)."""
+    described_as: str | None = None
+    """How a denial names a cluster setting that is no config resource (client quotas, SCRAM
+    credentials); build it with :meth:`cluster_setting`."""
+
+    @classmethod
+    def cluster_setting(
+        cls, operation: TopicOperation, described_as: str, *, principal: str | None
+    ) -> ResourceConfigChange:
+        """A change of client quotas or SCRAM credentials: what it is named, and who asks."""
+        return cls(
+            operation=operation,
+            resource=ConfigResource(type=ConfigResourceType.UNKNOWN, name=described_as),
+            principal=principal,
+            described_as=described_as,
+        )
 
     @classmethod
     def alter_configs(
@@ -392,6 +412,8 @@ class ResourceConfigChange:
     @property
     def label(self) -> str:
         """The resource, as a denial names it."""
+        if self.described_as is not None:
+            return self.described_as
         name = self.resource.name
         if self.resource.type is ConfigResourceType.BROKER_LOGGER:
             return f"the loggers of broker {name}"
@@ -647,9 +669,11 @@ class ProtectedTopicsRule(Rule):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerConfigsRule(Rule):
     """Who may change the configs Kafka guards with ALTER_CONFIGS on the CLUSTER: BROKER
-    resources (a broker id, or the cluster-wide default), BROKER_LOGGER and CLIENT_METRICS.
-    Only the principals in ``allowed_principals``; an unauthenticated client never; with none
-    listed, no one. The denial names who asked, never who is allowed."""
+    resources (a broker id, or the cluster-wide default), BROKER_LOGGER and CLIENT_METRICS,
+    and client quotas; and SCRAM credentials (ALTER on the CLUSTER), whose change decides who
+    the broker authenticates as a principal this or any other rule allows. Only the principals
+    in ``allowed_principals``; an unauthenticated client never; with none listed, no one.
+    The denial names who asked, never who is allowed."""
 
     allowed_principals: frozenset[str] = frozenset()
 
@@ -658,6 +682,8 @@ class BrokerConfigsRule(Rule):
             TopicOperation.ALTER_BROKER_CONFIGS,
             TopicOperation.ALTER_BROKER_LOGGER_CONFIGS,
             TopicOperation.ALTER_CLIENT_METRICS_CONFIGS,
+            TopicOperation.ALTER_CLIENT_QUOTAS,
+            TopicOperation.ALTER_USER_SCRAM_CREDENTIALS,
         }
     )
 

@@ -15,9 +15,11 @@ from protocol.versions import VersionRange
 
 from ..services import Services
 from . import (
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
+    cluster_settings,
     create_partitions,
     create_topics,
     delete_groups,
@@ -68,6 +70,7 @@ _MODULES = (
     list_config_resources,
     share_fetch,
     share_acknowledge,
+    add_partitions_to_txn,
 )
 
 REFUSED = frozenset(key for key, c in COVERAGE.items() if c.treatment == "refused")
@@ -80,6 +83,8 @@ def version_caps() -> dict[int, VersionRange | None]:
     caps[api_versions.API_KEY] = api_versions.VERSIONS
     caps[alter_configs.LEGACY_API_KEY] = alter_configs.LEGACY_VERSIONS
     caps[alter_configs.INCREMENTAL_API_KEY] = alter_configs.INCREMENTAL_VERSIONS
+    caps[cluster_settings.QUOTAS_API_KEY] = cluster_settings.QUOTAS_VERSIONS
+    caps[cluster_settings.SCRAM_API_KEY] = cluster_settings.SCRAM_VERSIONS
     caps.update(dict.fromkeys(REFUSED))
     return caps
 
@@ -100,6 +105,14 @@ def build_table(services: Services) -> Mapping[int, Registration]:
     table[alter_configs.INCREMENTAL_API_KEY] = Registration(
         handler=alter_configs.incremental_handler(services),
         versions=alter_configs.INCREMENTAL_VERSIONS,
+    )
+    table[cluster_settings.QUOTAS_API_KEY] = Registration(
+        handler=cluster_settings.quotas_handler(services),
+        versions=cluster_settings.QUOTAS_VERSIONS,
+    )
+    table[cluster_settings.SCRAM_API_KEY] = Registration(
+        handler=cluster_settings.scram_handler(services),
+        versions=cluster_settings.SCRAM_VERSIONS,
     )
     for api_key in REFUSED:
         table[api_key] = Registration(handler=refuse, versions=None)

@@ -59,8 +59,8 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "refused; leader endpoints (v10+) rewritten"
     ),
     1: _j(
-        "the gateway's own topics refused; every other fetch passes unread; leader endpoints "
-        "(v16+) rewritten"
+        "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
+        "other fetch passes unread; leader endpoints (v16+) rewritten"
     ),
     2: _j("legal topic names; the gateway's own topics refused"),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
@@ -80,11 +80,17 @@ COVERAGE: Final[dict[int, Coverage]] = {
     21: _j("protected topics and the gateway's own refused"),
     22: _p("allocates a producer id; writes nothing"),
     23: _j("legal topic names; the gateway's own topics refused"),
-    24: _p(_TXN),
+    24: _w(
+        "versions narrowed to v0-v3, the clients' form: v4 and later are the brokers' own "
+        "(KIP-890), adding partitions to any producer's transaction; " + _TXN
+    ),
     25: _p(_TXN),
     26: _p(_TXN),
     27: _r(_INTERNAL),
-    28: _p("commits a group's offsets inside a transaction; the broker authorizes them"),
+    28: _p(
+        "commits a group's offsets inside a transaction; the broker authorizes them. Like "
+        "OffsetCommit, it can move a group's offsets on a protected topic"
+    ),
     29: _p(_READ),
     30: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
     31: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
@@ -105,9 +111,9 @@ COVERAGE: Final[dict[int, Coverage]] = {
     46: _p(_READ),
     47: _j("protected topics and the gateway's own refused"),
     48: _p(_READ),
-    49: _p("client quotas: the broker authorizes ALTER_CONFIGS on the cluster"),
+    49: _j("client quotas: only the principals a broker.configs rule allows"),
     50: _p(_READ),
-    51: _p("SCRAM credentials: authentication, authorized by the broker"),
+    51: _j("SCRAM credentials: only the principals a broker.configs rule allows"),
     52: _r(_INTERNAL),
     53: _r(_INTERNAL),
     54: _r(_INTERNAL),

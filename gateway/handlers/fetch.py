@@ -9,11 +9,21 @@ The gateway's own topics (state and audit) are read by no client: a request whos
 one of their names (or, from v13, which names topics by id, one of their ids) is decoded and
 those partitions get TOPIC_AUTHORIZATION_FAILED (:mod:`._partitioned`); the rest is fetched
 as asked. Any other request is never decoded.
+
+A follower's fetch (a replica id of 0 or more: v0-v14 in the body's first field, from v15 in
+the ``replica_state`` tagged field, :mod:`protocol.fetch_replica`) is inter-broker
+replication, not a client's read: Kafka serves it past the high watermark and counts it as
+that replica's progress (the high watermark and the ISR move), guarded only by the
+CLUSTER_ACTION ACL, which a broker without an authorizer grants anyone. So is -3, a broker's
+own replica move between disks, which Kafka also serves to the log end (asking only READ on
+the topic). Any replica id Kafka does not serve as a consumer's closes the connection
+unforwarded, as the inter-broker APIs do.
 """
 
 from __future__ import annotations
 
-from protocol.codec import can_decode
+from protocol.codec import Undecodable, can_decode
+from protocol.fetch_replica import fetch_replica_ids, is_consumer
 from protocol.versions import DECODABLE, VersionRange
 
 from ..engine import RequestContext
@@ -30,6 +40,9 @@ _TOPIC_IDS_SINCE = 13
 
 class Fetch(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        refused = _as_replica(ctx, frame)
+        if refused is not None:
+            return refused
         own = self._services.own_topics
         if not own:
             return Forward(frame=frame)
@@ -47,6 +60,21 @@ class Fetch(TopicPartitions):
         if ids is None or any(topic_id.bytes in frame for topic_id in ids):
             return frame
         return Forward(frame=frame)
+
+
+def _as_replica(ctx: RequestContext, frame: bytes) -> Close | None:
+    """The refusal of a fetch as a replica (or of a body too short to say who sends it)."""
+    try:
+        replicas = [r for r in fetch_replica_ids(ctx.header, frame) if not is_consumer(r)]
+    except Undecodable as exc:
+        return Close(reason=str(exc), metric_reason="undecodable")
+    if not replicas:
+        return None
+    return Close(
+        reason=f"Fetch v{ctx.api_version} as replica {replicas[0]}: follower fetches are "
+        "replication, not carried for clients",
+        metric_reason="refused_api",
+    )
 
 
 def handler(services: Services) -> Handler:

@@ -37,6 +37,7 @@ What the test broker (Tansu 0.6.0, TEST_BROKER.md) cannot show, and what is done
   ElectLeaders (43) v0-v2 and AlterPartitionReassignments (45) v0-v1: Tansu does not
   advertise them and closes the connection on each (its log: ``UnknownServiceFrame``), as
   on AlterConfigs: compared the same way, in :func:`test_a_request_the_broker_never_answers`.
+  So is AlterClientQuotas (49) v0-v1, which Tansu lacks too.
   The unclean elections (v1, v2) and the reassignments are judged first (DescribeConfigs,
   Metadata on the client's link), so the tap shows the request forwarded after its judgement.
 - DeleteRecords (21) v0-v2: Tansu advertises it, but its memory storage panics on it
@@ -83,7 +84,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 from kio.schema.types import BrokerId, GroupId, TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import f64, i8, i16, i32, i32Timedelta, i64
 
 from gateway.config import HostPort
 from gateway.handlers import version_caps
@@ -108,6 +109,7 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 
 FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, DELETE_RECORDS = 1, 2, 8, 9, 21
 OFFSET_FOR_LEADER_EPOCH, DELETE_GROUPS, ELECT_LEADERS = 23, 42, 43
 ALTER_PARTITION_REASSIGNMENTS, OFFSET_DELETE, DESCRIBE_PRODUCERS = 45, 47, 61
+ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 49, 51
 TOPIC_RESOURCE = 2
 SET, DELETE = 0, 1
 NONE, TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 0, 36, 3
@@ -513,6 +515,31 @@ def alter_configs(version: int, name: str) -> Any:
     return legacy_alter_configs_request(version, [(TOPIC_RESOURCE, name, {"retention.ms": "5"})])
 
 
+def scram_credentials(version: int, topics: Topics) -> Any:
+    """A SCRAM-SHA-256 password for a user named as each of the path's topics."""
+    m = request_module("alter_user_scram_credentials", version)
+    upsertions = tuple(
+        m.ScramCredentialUpsertion(
+            name=name,
+            mechanism=i8(1),
+            iterations=i32(4096),
+            salt=b"salt",
+            salted_password=b"p" * 32,
+        )
+        for name in topics.names
+    )
+    return m.AlterUserScramCredentialsRequest(deletions=(), upsertions=upsertions)
+
+
+def client_quotas(version: int, name: str) -> Any:
+    m = request_module("alter_client_quotas", version)
+    entry = m.EntryData(
+        entity=(m.EntityData(entity_type="user", entity_name=name),),
+        ops=(m.OpData(key="producer_byte_rate", value=f64(1048576.0), remove=False),),
+    )
+    return m.AlterClientQuotasRequest(entries=(entry,), validate_only=False)
+
+
 def create_partitions(version: int, name: str) -> Any:
     m = request_module("create_partitions", version)
     return m.CreatePartitionsRequest(
@@ -534,6 +561,7 @@ API_KEYS = {
     "DescribeConfigs": DESCRIBE_CONFIGS,
     "DeleteGroups": DELETE_GROUPS,
     "IncrementalAlterConfigs": INCREMENTAL_ALTER_CONFIGS,
+    "AlterUserScramCredentials": ALTER_USER_SCRAM_CREDENTIALS,
 }
 READ_ONLY = {"DescribeConfigs", "Fetch", "ListOffsets", "Metadata"}
 """APIs that change nothing: both paths ask about the same topics."""
@@ -577,6 +605,7 @@ TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     ("Metadata", range(0, 13), "existing", metadata_of, existing, OK),
     ("DeleteGroups", range(0, 3), "with-offsets", delete_groups, committed, OK),
     ("DeleteGroups", range(0, 3), "missing", delete_groups, nothing, OK),
+    ("AlterUserScramCredentials", range(0, 1), "upsert", scram_credentials, nothing, OK),
 ]
 # fmt: on
 
@@ -617,6 +646,7 @@ BROKER_LACKS = frozenset(
         OFFSET_DELETE,
         ELECT_LEADERS,
         ALTER_PARTITION_REASSIGNMENTS,
+        ALTER_CLIENT_QUOTAS,
     }
 )
 """The judged APIs the test broker does not advertise (it closes the connection on each)."""
@@ -1052,6 +1082,7 @@ NEVER_ANSWERED_REQUESTS: dict[int, Callable[[int, str], Any]] = {
     OFFSET_DELETE: offset_delete,
     ELECT_LEADERS: elect_leaders,
     ALTER_PARTITION_REASSIGNMENTS: alter_partition_reassignments,
+    ALTER_CLIENT_QUOTAS: client_quotas,
 }
 
 

@@ -1,0 +1,150 @@
+"""AlterClientQuotas and AlterUserScramCredentials: cluster-wide settings, judged by who asks.
+
+Kafka guards both on the CLUSTER resource, as it guards broker configs: client quotas with
+ALTER_CONFIGS, SCRAM credentials with ALTER. Behind a broker that does not authorize them (no
+authorizer, or ACLs that allow them), a client could otherwise throttle every other client
+(a ``producer_byte_rate`` on the default user, or a connection quota on the gateway's own
+address, which is every client's at the broker), or set the password of a principal a rule
+allows (``User:platform-admin``) and then sign in as it. Each quota entry and each user's
+credentials go through the rules as :attr:`policies.rules.TopicOperation.ALTER_CLIENT_QUOTAS`
+and ``ALTER_USER_SCRAM_CREDENTIALS``: the ``broker.configs`` rule lets only its
+``allowed.principals`` make them; without such a rule they go on as before, for the broker to
+authorize. Denied -> POLICY_VIOLATION (44) for that entry or user, never forwarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from policies.rules import TopicOperation
+from protocol import cluster_settings as cs
+from protocol.framing import RequestHeader
+from protocol.results import ItemError
+from protocol.versions import DECODABLE
+
+from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling
+from ..services import Services
+from .base import Handler, enforced
+
+QUOTAS_API_KEY = cs.ALTER_CLIENT_QUOTAS
+QUOTAS_VERSIONS = DECODABLE[QUOTAS_API_KEY]
+SCRAM_API_KEY = cs.ALTER_USER_SCRAM_CREDENTIALS
+SCRAM_VERSIONS = DECODABLE[SCRAM_API_KEY]
+
+
+class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
+    api_key = QUOTAS_API_KEY
+    versions = QUOTAS_VERSIONS
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    def read(self, header: RequestHeader, frame: bytes) -> cs.ClientQuotas:
+        return cs.read_client_quotas(header, frame)
+
+    def keys(self, request: cs.ClientQuotas) -> Sequence[int]:
+        return range(len(request.entities))
+
+    def duplicate(self, key: int) -> ItemError | None:
+        return None  # positions never repeat; the broker judges entities named twice
+
+    async def judge(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: cs.ClientQuotas,
+        keys: Sequence[int],
+    ) -> Mapping[int, Ruling]:
+        policies = self._services.policies
+        rulings: dict[int, Ruling] = {}
+        for index in keys:
+            entity = request.entities[index]
+            check = policies.chain.plan_cluster_setting(
+                TopicOperation.ALTER_CLIENT_QUOTAS,
+                f"the client quotas of {entity}",
+                principal=ctx.principal,
+            )
+            rulings[index] = Judged(
+                decision=await policies.decide(check),
+                resource_type="client_quotas",
+                resource_name=entity,
+                action="alter_client_quotas",
+                validate_only=bool(request.payload.validate_only),
+            )
+        return rulings
+
+    def for_broker(
+        self, request: cs.ClientQuotas, header: RequestHeader, allowed: Sequence[int]
+    ) -> bytes:
+        return cs.client_quotas_keeping(request, header, set(allowed))
+
+    def answer(
+        self,
+        request: cs.ClientQuotas,
+        correlation_id: int,
+        local: Mapping[int, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        return cs.client_quotas_answer(request, correlation_id, local, broker)
+
+
+class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
+    api_key = SCRAM_API_KEY
+    versions = SCRAM_VERSIONS
+
+    def __init__(self, services: Services) -> None:
+        self._services = services
+
+    def read(self, header: RequestHeader, frame: bytes) -> cs.ScramCredentials:
+        return cs.read_scram_credentials(header, frame)
+
+    def keys(self, request: cs.ScramCredentials) -> Sequence[str]:
+        return request.users
+
+    def duplicate(self, key: str) -> ItemError | None:
+        return None  # a user named twice is answered once, by the broker (DUPLICATE_RESOURCE)
+
+    async def judge(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: cs.ScramCredentials,
+        keys: Sequence[str],
+    ) -> Mapping[str, Ruling]:
+        policies = self._services.policies
+        rulings: dict[str, Ruling] = {}
+        for user in keys:
+            check = policies.chain.plan_cluster_setting(
+                TopicOperation.ALTER_USER_SCRAM_CREDENTIALS,
+                f"the SCRAM credentials of user {user}",
+                principal=ctx.principal,
+            )
+            rulings[user] = Judged(
+                decision=await policies.decide(check),
+                resource_type="user",
+                resource_name=user,
+                action="alter_scram_credentials",
+            )
+        return rulings
+
+    def for_broker(
+        self, request: cs.ScramCredentials, header: RequestHeader, allowed: Sequence[str]
+    ) -> bytes:
+        return cs.scram_credentials_keeping(request, header, set(allowed))
+
+    def answer(
+        self,
+        request: cs.ScramCredentials,
+        correlation_id: int,
+        local: Mapping[str, ItemError],
+        broker: bytes | None,
+    ) -> bytes:
+        return cs.scram_credentials_answer(request, correlation_id, local, broker)
+
+
+def quotas_handler(services: Services) -> Handler:
+    return enforced(services, AlterClientQuotas(services))
+
+
+def scram_handler(services: Services) -> Handler:
+    return enforced(services, AlterUserScramCredentials(services))

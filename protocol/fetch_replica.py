@@ -1,0 +1,99 @@
+"""Who a Fetch request says it comes from: a consumer, or a follower replica.
+
+A broker's follower fetches with its broker id as ``replica_id`` (v0-v14: the first field of the
+body; v15 and later: the ``replica_state`` tagged field, tag 1 of the request, KIP-903). Kafka
+treats such a request as replication: it reads up to the log end (past the high watermark,
+uncommitted and aborted records included) and takes the fetch offset as that replica's
+progress, which moves the high watermark and the ISR. Only the ``CLUSTER_ACTION`` ACL stands in
+the way, and a broker without an authorizer allows it. -3 (``FUTURE_LOCAL_REPLICA_ID``, a
+broker's own move of a replica between its disks, never sent over the network) is no consumer
+either: Kafka reads it to the log end too, and asks only for READ on the topic. Consumers send
+-1 (-2 for Kafka's debug consumer): :func:`is_consumer` is Kafka's
+``FetchRequest.isConsumer``.
+
+Reading the id costs one int32 before v15; from v15 the request is walked to its tagged fields
+(every partition's fixed 32 bytes skipped, nothing decoded or copied).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from .codec import Undecodable
+from .framing import RequestHeader, skip_tags, uvarint
+
+FETCH: Final = 1
+REPLICA_STATE_SINCE: Final = 15
+_REPLICA_STATE_TAG: Final = 1
+_INT32: Final = struct.Struct(">i")
+_FIXED_HEAD: Final = 4 + 4 + 4 + 1 + 4 + 4
+"""max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch."""
+_PARTITION: Final = 4 + 4 + 8 + 4 + 8 + 4
+"""partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+partition_max_bytes (v15 and later)."""
+_TOPIC_ID: Final = 16
+_CONSUMER: Final = -1
+FUTURE_LOCAL_REPLICA_ID: Final = -3
+
+
+def is_consumer(replica_id: int) -> bool:
+    """Whether Kafka serves a fetch with this replica id as a consumer's (up to the high
+    watermark, or the last stable offset), as ``FetchRequest.isConsumer`` decides."""
+    return replica_id < 0 and replica_id != FUTURE_LOCAL_REPLICA_ID
+
+
+def fetch_replica_ids(header: RequestHeader, frame: bytes) -> tuple[int, ...]:
+    """Every replica id the request names (a consumer's: -1 or another negative id).
+
+    :raises Undecodable: when the body ends before it is read through.
+    """
+    try:
+        if header.api_version < REPLICA_STATE_SINCE:
+            return (int(_INT32.unpack_from(frame, header.size)[0]),)
+        return _replica_state_ids(frame, _skip_body(frame, header.size))
+    except (IndexError, struct.error) as exc:
+        raise Undecodable(f"Fetch v{header.api_version} body ends early: {exc}") from None
+
+
+def _count(frame: bytes, offset: int) -> tuple[int, int]:
+    """A compact array's length (a null one: 0) and the offset behind it."""
+    encoded, offset = uvarint(frame, offset)
+    return max(encoded - 1, 0), offset
+
+
+def _skip_body(frame: bytes, offset: int) -> int:
+    """The offset of the request's own tagged fields, behind its last field (rack_id)."""
+    offset += _FIXED_HEAD
+    topics, offset = _count(frame, offset)
+    for _ in range(topics):
+        partitions, offset = _count(frame, offset + _TOPIC_ID)
+        for _ in range(partitions):
+            offset = skip_tags(frame, offset + _PARTITION)
+        offset = skip_tags(frame, offset)
+    forgotten, offset = _count(frame, offset)
+    for _ in range(forgotten):
+        partitions, offset = _count(frame, offset + _TOPIC_ID)
+        offset = skip_tags(frame, offset + 4 * partitions)
+    rack_id, offset = _count(frame, offset)
+    return offset + rack_id
+
+
+def _replica_state_ids(frame: bytes, offset: int) -> tuple[int, ...]:
+    """The replica id of each ``replica_state`` among the tagged fields at ``offset``; a
+    consumer's when there is none."""
+    count, offset = uvarint(frame, offset)
+    ids: list[int] = []
+    for _ in range(count):
+        tag, offset = uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
+        if offset + size > len(frame):
+            raise IndexError(f"tagged field {tag} of {size} bytes runs past the frame")
+        if tag == _REPLICA_STATE_TAG:
+            if size < _INT32.size:
+                raise IndexError(f"replica_state of {size} bytes holds no replica id")
+            ids.append(int(_INT32.unpack_from(frame, offset)[0]))
+        offset += size
+    if offset > len(frame):
+        raise IndexError("the request's fields run past the frame")
+    return tuple(ids) or (_CONSUMER,)

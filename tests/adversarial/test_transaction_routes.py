@@ -1,0 +1,111 @@
+"""Transaction bookkeeping sent in the brokers' own form: AddPartitionsToTxn v4 and later
+(KIP-890) batch transactions, each naming a transactional id, producer id and epoch, and is
+what a partition leader sends the transaction coordinator. Kafka allows it to brokers alone
+(CLUSTER_ACTION, granted to anyone by a broker without an authorizer); carried, it lets a client
+add partitions of any topic, the gateway's own included, to any producer's transaction, whose
+markers the coordinator then writes into them. The gateway carries the clients' form (v0-v3)
+only: it advertises no more, and a v4 request closes the connection unforwarded.
+
+Against the tapped real broker (Tansu takes AddPartitionsToTxn to v5).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from kio.schema.add_partitions_to_txn.v3 import request as v3
+from kio.schema.add_partitions_to_txn.v4 import request as v4
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+
+pytestmark = pytest.mark.adversarial
+
+ADD_PARTITIONS_TO_TXN, INIT_PRODUCER_ID, API_VERSIONS = 24, 22, 18
+
+
+@pytest.fixture
+def gw(tap: BrokerTap) -> Iterator[tuple[GatewayThread, str]]:
+    own = f"kpg-audit-{uuid.uuid4().hex[:8]}"
+    running = GatewayThread(gateway_config(tap.address, audit={"topic": own})).start()
+    tap.requests.clear()
+    try:
+        yield running, own
+    finally:
+        running.stop()
+
+
+def _producer(client: RawClient, transactional_id: str) -> tuple[ProducerId, i16]:
+    answer = client.request(
+        INIT_PRODUCER_ID,
+        4,
+        InitProducerIdRequest(
+            transactional_id=TransactionalId(transactional_id),
+            transaction_timeout=i32Timedelta.parse(timedelta(seconds=60)),
+            producer_id=ProducerId(-1),
+            producer_epoch=i16(-1),
+        ),
+    )
+    assert int(answer.error_code) == 0
+    return answer.producer_id, answer.producer_epoch
+
+
+def test_the_brokers_batched_form_never_reaches_the_broker(
+    gw: tuple[GatewayThread, str], tap: BrokerTap
+) -> None:
+    gateway, own = gw
+    client = RawClient(gateway.bootstrap, timeout=5)
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer_id, epoch = _producer(client, transactional_id)
+    request = v4.AddPartitionsToTxnRequest(
+        transactions=(
+            v4.AddPartitionsToTxnTransaction(
+                transactional_id=TransactionalId(transactional_id),
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                verify_only=False,
+                topics=(v4.AddPartitionsToTxnTopic(name=TopicName(own), partitions=(i32(0),)),),
+            ),
+        )
+    )
+    client.send(ADD_PARTITIONS_TO_TXN, 4, request)
+    with pytest.raises((ConnectionError, OSError)):
+        client.recv_frame()
+    assert ADD_PARTITIONS_TO_TXN not in tap.api_keys()
+
+
+def test_the_clients_form_is_carried_and_advertised_alone(
+    gw: tuple[GatewayThread, str], tap: BrokerTap
+) -> None:
+    gateway, _ = gw
+    client = RawClient(gateway.bootstrap)
+    versions = client.request(
+        API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    )
+    advertised = {
+        int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
+    }
+    assert advertised[ADD_PARTITIONS_TO_TXN] == (0, 3)
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer_id, epoch = _producer(client, transactional_id)
+    answer = client.request(
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(transactional_id),
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(
+                v3.AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(0),)),
+            ),
+        ),
+    )
+    assert [str(t.name) for t in answer.results_by_topic_v3_and_below] == [topic]
+    assert len(tap.forwarded(ADD_PARTITIONS_TO_TXN)) == 1
