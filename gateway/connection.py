@@ -83,6 +83,10 @@ class ClientConnection:
         # refusal found in the writer (an answer's rewrite) is audited with.
         self._client_id: str | None = None
         self._api_versions: dict[int, int] = {}
+        # Cleared while an answer waits for the client to take it: the upstream link reads
+        # no further answer from the broker meanwhile (see UpstreamLink).
+        self._client_taking = asyncio.Event()
+        self._client_taking.set()
 
     async def run(self) -> None:
         """Serve the connection until either side closes it."""
@@ -167,6 +171,33 @@ class ClientConnection:
             return
         again = idle_s - quiet if quiet < idle_s else idle_s
         self._idle_timer = asyncio.get_running_loop().call_later(again, self._check_idle)
+
+    async def _client_took(self) -> bool:
+        """Wait until the client has taken the answer written (the transport's buffer is
+        below its high-water mark again). False when it took none of it for
+        connections.max.idle.ms: Kafka counts a connection whose answer goes unread as idle
+        too, so it is closed rather than held open, answers and all."""
+        self._client_taking.clear()
+        try:
+            limit_ms = self._limits.connections_max_idle_ms
+            if limit_ms == UNLIMITED:
+                await self._writer.drain()
+                return True
+            async with asyncio.timeout(limit_ms / 1000):  # no task per answer, as wait_for makes
+                await self._writer.drain()
+            return True
+        except TimeoutError:
+            self._metrics.connections_idle_closed.inc()
+            log.info(
+                "%s: closing connection: an answer not taken for %.1f s (connections.max.idle.ms)",
+                self.peer,
+                self._limits.connections_max_idle_ms / 1000,
+            )
+            self._writer.transport.abort()
+            self.stop_reading()
+            return False
+        finally:
+            self._client_taking.set()
 
     async def _receive(self, read: Awaitable[bytes]) -> bytes:
         """``read`` from the client, with the idle clock running meanwhile."""
@@ -313,6 +344,7 @@ class ClientConnection:
                 self._tasks,
                 self._upstream_closed,
                 self._upstream_security,
+                self._client_taking,
             )
         except UpstreamClosed as exc:
             log.warning("%s: closing client connection: %s", self.peer, exc)
@@ -478,7 +510,8 @@ class ClientConnection:
             try:
                 writer.writelines((SIZE.pack(len(response)), response))
                 metrics.bytes_out.inc(len(response) + 4)
-                await writer.drain()
+                if not await self._client_took():
+                    return
             except (ConnectionError, RuntimeError):
                 self.stop_reading()
                 return

@@ -89,8 +89,13 @@ class UpstreamLink:
         metrics: GatewayMetrics,
         tasks: TaskSet,
         on_close: Callable[[str], None],
+        may_read: asyncio.Event | None = None,
     ) -> None:
         self.address = address
+        # Set while the client takes its answers: the next answer is read from the broker
+        # only then, so a client that stops reading holds at most the answer being written
+        # and the one read before it, not one per request in flight.
+        self._may_read = may_read
         self._reader = reader
         self._writer = writer
         self._metrics = metrics
@@ -112,9 +117,11 @@ class UpstreamLink:
         tasks: TaskSet,
         on_close: Callable[[str], None],
         security: UpstreamSecurity | None = None,
+        may_read: asyncio.Event | None = None,
     ) -> UpstreamLink:
         """Connect to the first target that accepts (over TLS when ``security`` says so: the
-        handshake is part of the connection and of its timeout).
+        handshake is part of the connection and of its timeout). ``may_read``: answers are
+        read from the broker only while it is set.
 
         :raises UpstreamClosed: when none does within the timeout.
         """
@@ -129,7 +136,7 @@ class UpstreamLink:
             except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
                 errors.append(f"{target}: {exc or type(exc).__name__}")
                 continue
-            return cls(reader, writer, target, metrics, tasks, on_close)
+            return cls(reader, writer, target, metrics, tasks, on_close, may_read)
         metrics.upstream_failures.labels("connect").inc()
         raise UpstreamClosed("no broker reachable: " + "; ".join(errors or ["no targets"]))
 
@@ -246,11 +253,17 @@ class UpstreamLink:
             pending.popleft()  # acks=0 requests that got no answer, as in Kafka
         raise _Unexpected(f"broker sent a response nobody asked for (correlation id {got})")
 
+    async def _next_size(self) -> int:
+        """The next answer's size prefix, read once the client takes its answers."""
+        if self._may_read is not None and not self._may_read.is_set():
+            await self._may_read.wait()
+        return int(SIZE.unpack(await self._reader.readexactly(4))[0])
+
     async def _read_loop(self) -> None:
         reason = "broker closed the connection"
         try:
             while True:
-                size = SIZE.unpack(await self._reader.readexactly(4))[0]
+                size = await self._next_size()
                 if size < 4:
                     reason = f"broker sent a frame of {size} bytes"
                     break

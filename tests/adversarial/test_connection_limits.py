@@ -5,6 +5,7 @@ broker."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import re
@@ -19,10 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka import Producer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.fetch.v12.request import FetchRequest
 from kio.schema.metadata.v12.request import MetadataRequest
+from kio.static.primitive import i32
 
+from gateway.config import HostPort
 from gateway.embedded import free_port
+from protocol.codec import encode_request
 from protocol.framing import SIZE
 from tests.e2e.test_gateway_process import start_kpg
 from tests.inproc.test_clients import create_topic
@@ -330,6 +336,92 @@ def test_half_sent_frames_do_not_grow_the_gateway_process(tap: BrokerTap, tmp_pa
         assert served(RawClient(bootstrap))
         for sock, _ in attackers:
             sock.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+# --- a client that does not read its answers ----------------------------------------------
+
+SLOW_FETCHES = 30
+FETCH_BYTES = 8 * MiB
+
+
+def _fill(bootstrap: str, topic: str, total: int = 10 * MiB, record: int = 100_000) -> None:
+    """``total`` bytes of records in partition 0 of ``topic``, straight to the broker."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for _ in range(total // record):
+        producer.produce(topic, b"x" * record)
+    assert producer.flush(30) == 0
+
+
+def _large_fetch(topic: str) -> FetchRequest:
+    """A Fetch of partition 0 from offset 0, answered with up to 8 MiB."""
+    request = fetch_request(topic, max_wait=timedelta(milliseconds=100))
+    (fetched,) = request.topics
+    (partition,) = fetched.partitions
+    partition = dataclasses.replace(partition, partition_max_bytes=i32(FETCH_BYTES))
+    return dataclasses.replace(
+        request,
+        max_bytes=i32(FETCH_BYTES),
+        topics=(dataclasses.replace(fetched, partitions=(partition,)),),
+    )
+
+
+def _closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """Read what the kernel holds until the peer's end of stream (or reset), within
+    ``timeout``."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_a_client_that_does_not_read_holds_one_answer_and_is_closed(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A client sends 30 Fetch requests for 8 MiB each and reads none of the answers. The
+    gateway reads the broker's next answer only once the client has taken the one before, so
+    its memory grows by about one answer, not by one per request in flight (it grew by
+    158 MiB before); and the connection, its answer untaken for connections.max.idle.ms, is
+    closed as Kafka closes it. `kpg run` measured by its own resident memory."""
+    topic = unique_name("unread")
+    create_topic(str(broker), topic)
+    _fill(str(broker), topic)
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{free_port()}",
+                "node_port_base": 0,
+                "upstream": {"bootstrap_servers": [str(broker)]},
+                "state": {"path": str(tmp_path / "state.db")},
+                "limits": {"connections.max.idle.ms": 3000},
+            }
+        )
+    )
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        client = RawClient(bootstrap)
+        assert served(client)
+        node = client.request(METADATA, 12, METADATA_ALL).brokers[0]
+        before = vm_rss(process.pid)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little
+        sock.connect((node.host, node.port))
+        fetch = _large_fetch(topic)
+        for correlation_id in range(1, SLOW_FETCHES + 1):
+            sock.sendall(encode_request(FETCH, 12, correlation_id, "unread", fetch))
+        time.sleep(2)  # the broker answers all 30 within this (answers of about 5 MiB)
+        grown = vm_rss(process.pid) - before
+        assert grown < 48 * MiB, f"kpg grew by {grown / MiB:.0f} MiB"
+        assert _closed_by_peer(sock, timeout=30)
+        assert served(RawClient(bootstrap))
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
