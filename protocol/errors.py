@@ -21,6 +21,7 @@ UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
+OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -32,6 +33,7 @@ __all__ = (
     "KAFKA_STORAGE_ERROR",
     "INVALID_TOPIC_EXCEPTION",
     "NONE",
+    "OPERATION_NOT_ATTEMPTED",
     "POLICY_VIOLATION",
     "TOPIC_ALREADY_EXISTS",
     "TOPIC_AUTHORIZATION_FAILED",

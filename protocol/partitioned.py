@@ -53,6 +53,8 @@ class Shape:
     response_index: str
     topic_ids_since: int | None = None
     """The version from which topics are named by id (``topic_id`` fields)."""
+    response_error: str = "error_code"
+    """A response partition's error code field."""
 
 
 SHAPES: Final[Mapping[int, Shape]] = {
@@ -100,6 +102,18 @@ SHAPES: Final[Mapping[int, Shape]] = {
         response_topic="topic",
         response_partitions="partitions",
         response_index="partition",
+    ),
+    24: Shape(  # v0-v3, the clients' form; the gateway carries no later version
+        module="add_partitions_to_txn",
+        request_topics="v3_and_below_topics",
+        request_topic="name",
+        request_partitions="partitions",
+        request_index=None,
+        response_topics="results_by_topic_v3_and_below",
+        response_topic="name",
+        response_partitions="results_by_partition",
+        response_index="partition_index",
+        response_error="partition_error_code",
     ),
     43: Shape(
         module="elect_leaders",
@@ -270,7 +284,7 @@ def answer(
                 partition_cls,
                 {
                     shape.response_index: i32(index),
-                    "error_code": ErrorCode(error.error_code),
+                    shape.response_error: ErrorCode(error.error_code),
                     "error_message": error.error_message,
                 },
             )

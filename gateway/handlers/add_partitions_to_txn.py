@@ -8,24 +8,53 @@ never do (the Java producer caps it at v3). Carried, it would let a client add p
 any topic, the gateway's own included, to any producer's transaction it can describe, and the
 coordinator would then write that transaction's markers into them. The gateway advertises v0-v3
 and, like every API version it does not advertise, closes a connection that sends a later one.
-The transaction bookkeeping itself is the broker's; the records are judged at Produce.
+
+In v0-v3 the partitions get the checks every partitioned API gets (:mod:`._partitioned`): a
+topic name that is not legal, or one of the gateway's own topics, whose partitions a
+transaction would write its markers into (and, left open, hold back what read_committed
+readers see). As Kafka adds all of a request's partitions or none, a request with one refused
+is not forwarded: the refused partitions get their error (TOPIC_AUTHORIZATION_FAILED for an
+own topic), the others OPERATION_NOT_ATTEMPTED, as Kafka answers a request with an
+unauthorized partition. The transaction bookkeeping itself is the broker's; the records are
+judged at Produce.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from protocol import partitioned as pt
+from protocol.errors import OPERATION_NOT_ATTEMPTED
+from protocol.results import ItemError
 from protocol.versions import VersionRange
 
-from ..engine import ClusterView, RequestContext
-from ..outcomes import Forward, Outcome
+from ..engine import ClusterView, RequestContext, Ruling
 from ..services import Services
-from .base import Handler
+from ._partitioned import Item, TopicPartitions
+from .base import Handler, enforced
 
 API_KEY = 24
 VERSIONS = VersionRange(min_version=0, max_version=3)
 
+_NOT_ATTEMPTED = ItemError(
+    error_code=int(OPERATION_NOT_ATTEMPTED),
+    error_message="Another partition of the request was refused; none was added.",
+)
+
+
+class AddPartitionsToTxn(TopicPartitions):
+    async def judge(
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: pt.Partitioned,
+        keys: Sequence[Item],
+    ) -> Mapping[Item, Ruling]:
+        rulings = dict(await super().judge(ctx, cluster, request, keys))
+        if not rulings:
+            return rulings
+        return {key: rulings.get(key, _NOT_ATTEMPTED) for key in keys}
+
 
 def handler(services: Services) -> Handler:
-    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        return Forward(frame=frame)
-
-    return handle
+    return enforced(services, AddPartitionsToTxn(services, API_KEY, VERSIONS))

@@ -80,9 +80,11 @@ COVERAGE: Final[dict[int, Coverage]] = {
     21: _j("protected topics and the gateway's own refused"),
     22: _p("allocates a producer id; writes nothing"),
     23: _j("legal topic names; the gateway's own topics refused"),
-    24: _w(
-        "versions narrowed to v0-v3, the clients' form: v4 and later are the brokers' own "
-        "(KIP-890), adding partitions to any producer's transaction; " + _TXN
+    24: _j(
+        "the gateway's own topics refused (a transaction would write its markers into them), "
+        "the request's other partitions not attempted; v0-v3 only, the clients' form: v4 and "
+        "later are the brokers' own (KIP-890), adding partitions to any producer's "
+        "transaction; " + _TXN
     ),
     25: _p(_TXN),
     26: _p(_TXN),

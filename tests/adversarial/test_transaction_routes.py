@@ -109,3 +109,37 @@ def test_the_clients_form_is_carried_and_advertised_alone(
     )
     assert [str(t.name) for t in answer.results_by_topic_v3_and_below] == [topic]
     assert len(tap.forwarded(ADD_PARTITIONS_TO_TXN)) == 1
+
+
+def test_the_gateways_own_topic_is_added_to_no_transaction(
+    gw: tuple[GatewayThread, str], tap: BrokerTap
+) -> None:
+    """The clients' form naming the gateway's audit topic beside a plain one: the coordinator
+    would write the transaction's markers into the audit topic. Refused as Kafka refuses an
+    unauthorized partition: that partition TOPIC_AUTHORIZATION_FAILED, the other
+    OPERATION_NOT_ATTEMPTED, and nothing reaches the broker (Kafka adds all or none)."""
+    gateway, own = gw
+    client = RawClient(gateway.bootstrap)
+    plain = f"t-{uuid.uuid4().hex[:8]}"
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer_id, epoch = _producer(client, transactional_id)
+    answer = client.request(
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(transactional_id),
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(
+                v3.AddPartitionsToTxnTopic(name=TopicName(plain), partitions=(i32(0),)),
+                v3.AddPartitionsToTxnTopic(name=TopicName(own), partitions=(i32(0), i32(1))),
+            ),
+        ),
+    )
+    errors = {
+        (str(t.name), int(p.partition_index)): int(p.partition_error_code)
+        for t in answer.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    }
+    assert errors == {(plain, 0): 55, (own, 0): 29, (own, 1): 29}
+    assert ADD_PARTITIONS_TO_TXN not in tap.api_keys()

@@ -40,6 +40,10 @@ What the test broker (Tansu 0.6.0, TEST_BROKER.md) cannot show, and what is done
   So is AlterClientQuotas (49) v0-v1, which Tansu lacks too.
   The unclean elections (v1, v2) and the reassignments are judged first (DescribeConfigs,
   Metadata on the client's link), so the tap shows the request forwarded after its judgement.
+- AddPartitionsToTxn (24) v0-v3: for a transactional id never initialized, so that each
+  path's answer is the broker's TRANSACTIONAL_ID_NOT_FOUND per partition (adding partitions
+  for real needs a producer per path, whose ids differ); the refusal of the gateway's own
+  topics is in tests/adversarial/test_transaction_routes.py.
 - DeleteRecords (21) v0-v2: Tansu advertises it, but its memory storage panics on it
   ("not yet implemented", tansu-storage dynostore.rs) and the connection closes with no
   answer; the broker stays up. Compared the same way.
@@ -83,7 +87,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v8 import request as offset_fetch
-from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.schema.types import BrokerId, GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import f64, i8, i16, i32, i32Timedelta, i64
 
 from gateway.config import HostPort
@@ -110,9 +114,11 @@ FETCH, LIST_OFFSETS, OFFSET_COMMIT, OFFSET_FETCH, DELETE_RECORDS = 1, 2, 8, 9, 2
 OFFSET_FOR_LEADER_EPOCH, DELETE_GROUPS, ELECT_LEADERS = 23, 42, 43
 ALTER_PARTITION_REASSIGNMENTS, OFFSET_DELETE, DESCRIBE_PRODUCERS = 45, 47, 61
 ALTER_CLIENT_QUOTAS, ALTER_USER_SCRAM_CREDENTIALS = 49, 51
+ADD_PARTITIONS_TO_TXN = 24
 TOPIC_RESOURCE = 2
 SET, DELETE = 0, 1
 NONE, TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION = 0, 36, 3
+TRANSACTIONAL_ID_NOT_FOUND = 105
 TIMEOUT = i32Timedelta.parse(timedelta(seconds=10))
 POLICY_KEY = "record.validation.policy"
 NO_TOPIC_ID = uuid.UUID(int=0)
@@ -515,6 +521,21 @@ def alter_configs(version: int, name: str) -> Any:
     return legacy_alter_configs_request(version, [(TOPIC_RESOURCE, name, {"retention.ms": "5"})])
 
 
+def partitions_to_txn(version: int, topics: Topics) -> Any:
+    """Partition 0 of each of the path's topics for a transactional id never initialized (the
+    broker answers TRANSACTIONAL_ID_NOT_FOUND for each: adding them would need a producer)."""
+    m = request_module("add_partitions_to_txn", version)
+    return m.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=TransactionalId(f"tx-{topics.names[0]}"),
+        v3_and_below_producer_id=ProducerId(-1),
+        v3_and_below_producer_epoch=i16(-1),
+        v3_and_below_topics=tuple(
+            m.AddPartitionsToTxnTopic(name=TopicName(name), partitions=(i32(0),))
+            for name in topics.names
+        ),
+    )
+
+
 def scram_credentials(version: int, topics: Topics) -> Any:
     """A SCRAM-SHA-256 password for a user named as each of the path's topics."""
     m = request_module("alter_user_scram_credentials", version)
@@ -562,6 +583,7 @@ API_KEYS = {
     "DeleteGroups": DELETE_GROUPS,
     "IncrementalAlterConfigs": INCREMENTAL_ALTER_CONFIGS,
     "AlterUserScramCredentials": ALTER_USER_SCRAM_CREDENTIALS,
+    "AddPartitionsToTxn": ADD_PARTITIONS_TO_TXN,
 }
 READ_ONLY = {"DescribeConfigs", "Fetch", "ListOffsets", "Metadata"}
 """APIs that change nothing: both paths ask about the same topics."""
@@ -571,6 +593,7 @@ GUARDING = {("Fetch", "read")}
 OK = frozenset({NONE})
 EXISTS = frozenset({TOPIC_ALREADY_EXISTS})
 MISSING = frozenset({UNKNOWN_TOPIC_OR_PARTITION})
+NO_TXN = frozenset({TRANSACTIONAL_ID_NOT_FOUND})
 existing = at_broker()
 configured = at_broker(**CREATED_CONFIGS)
 FULL_POLICY = "header:trace-id;key-required;json"
@@ -606,6 +629,7 @@ TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     ("DeleteGroups", range(0, 3), "with-offsets", delete_groups, committed, OK),
     ("DeleteGroups", range(0, 3), "missing", delete_groups, nothing, OK),
     ("AlterUserScramCredentials", range(0, 1), "upsert", scram_credentials, nothing, OK),
+    ("AddPartitionsToTxn", range(0, 4), "unknown-txn", partitions_to_txn, existing, NO_TXN),
 ]
 # fmt: on
 
@@ -716,7 +740,7 @@ def flat(tree: Any, path: str = "") -> list[str]:
 def error_codes(tree: Any) -> set[int]:
     """Every ``error_code`` in a :func:`plain` tree."""
     if isinstance(tree, dict):
-        found = {int(v) for k, v in tree.items() if k == "error_code"}
+        found = {int(v) for k, v in tree.items() if k in ("error_code", "partition_error_code")}
         return found.union(*(error_codes(v) for v in tree.values()))
     if isinstance(tree, tuple):
         return set().union(*(error_codes(v) for v in tree))
