@@ -57,6 +57,10 @@ class StateStoreError(Exception):
 
 
 class StateStore(Protocol):
+    settles: bool
+    """Whether a read may lag writes made elsewhere (another instance), so that a reader
+    must :meth:`settle` before it trusts the absence of a key it has not read fresh."""
+
     async def start(self) -> None:
         """Load everything.
 
@@ -86,6 +90,12 @@ class StateStore(Protocol):
         """Delete every key of ``namespace`` that starts with ``key_prefix``, as one write.
 
         :raises StateStoreError: as :meth:`put`.
+        """
+
+    async def settle(self) -> None:
+        """Return once every write committed anywhere before the call is visible here.
+
+        :raises StateStoreError: when that cannot be known within the store's timeout.
         """
 
 
@@ -292,6 +302,11 @@ class SqliteStore(_Snapshot):
             if self._conn is None:
                 raise StateStoreError(f"state store {self.path}: not open")
             return fn(self._conn)
+
+    settles = False  # every read asks the file first
+
+    async def settle(self) -> None:
+        """Nothing to wait for: every read asks the file for what was committed first."""
 
     async def refresh(self) -> None:
         """Re-read the file if another connection has committed since the last read.
@@ -599,6 +614,26 @@ class KafkaTopicStore(_Snapshot):
         self._position = 0
         self._data = {}
         self._tail_task = self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
+
+    settles = True  # another instance's write arrives with the tail's next fetch
+
+    async def settle(self) -> None:
+        """Read the topic's end offset, and wait until the tail has applied every record
+        before it.
+
+        :raises StateStoreError: when not done within ``request_timeout_s``.
+        """
+        if self._consumer is None:
+            raise StateStoreError(f"{self._where()}: not started")
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                await self._wait_applied(await self._end_offset())
+        except TimeoutError:
+            raise StateStoreError(
+                f"{self._where()}: not caught up within {self.request_timeout_s:g} s"
+            ) from None
+        except KafkaError as exc:
+            raise StateStoreError(f"{self._where()}: cannot read its end: {exc}") from exc
 
     async def _end_offset(self) -> int:
         offsets = await self._consumer.end_offsets([self._partition])

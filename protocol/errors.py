@@ -22,6 +22,7 @@ UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
 OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
+REQUEST_TIMED_OUT = ErrorCode.request_timed_out
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -35,6 +36,7 @@ __all__ = (
     "NONE",
     "OPERATION_NOT_ATTEMPTED",
     "POLICY_VIOLATION",
+    "REQUEST_TIMED_OUT",
     "TOPIC_ALREADY_EXISTS",
     "TOPIC_AUTHORIZATION_FAILED",
     "UNKNOWN_SERVER_ERROR",
