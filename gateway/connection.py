@@ -177,6 +177,12 @@ class ClientConnection:
         below its high-water mark again). False when it took none of it for
         connections.max.idle.ms: Kafka counts a connection whose answer goes unread as idle
         too, so it is closed rather than held open, answers and all."""
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]:
+            # At or below the low-water mark writing is not paused: the answer has left (the
+            # common case, costing nothing more here), and drain() does not wait.
+            await self._writer.drain()
+            return True
         self._client_taking.clear()
         try:
             limit_ms = self._limits.connections_max_idle_ms
