@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 from policies.api import (
     AlterConfigPolicy,
@@ -120,6 +120,16 @@ class PolicyPlugin:
             cls = type(self.policy)
             object.__setattr__(self, "name", f"{cls.__module__}.{cls.__qualname__}")
 
+
+CLUSTER_SETTINGS: Final[Mapping[str, tuple[TopicOperation, str]]] = {
+    # the audited action -> what the rules see, and how a denial names it
+    "alter_client_quotas": (TopicOperation.ALTER_CLIENT_QUOTAS, "the client quotas of {}"),
+    "alter_scram_credentials": (
+        TopicOperation.ALTER_USER_SCRAM_CREDENTIALS,
+        "the SCRAM credentials of user {}",
+    ),
+}
+"""The cluster-wide settings judged by who asks (:meth:`PolicyChain.plan_cluster_setting`)."""
 
 _Call = Callable[[], None]
 T = TypeVar("T")
@@ -425,12 +435,14 @@ class PolicyChain:
         no Kafka policy interface is asked about them."""
         return Check(steps=tuple(self._run_rules(TopicChange.on_data(operation, topic, principal))))
 
-    def plan_cluster_setting(
-        self, operation: TopicOperation, described_as: str, *, principal: str | None
-    ) -> Check:
-        """AlterClientQuotas of one entity or AlterUserScramCredentials of one user: the rules
+    def plan_cluster_setting(self, action: str, name: str, *, principal: str | None) -> Check:
+        """AlterClientQuotas of one entity or AlterUserScramCredentials of one user (``action``
+        one of :data:`CLUSTER_SETTINGS`, as audited; ``name`` the entity or user): the rules
         (``broker.configs``) decide who may; no Kafka policy interface is asked about them."""
-        change = ResourceConfigChange.cluster_setting(operation, described_as, principal=principal)
+        operation, label = CLUSTER_SETTINGS[action]
+        change = ResourceConfigChange.cluster_setting(
+            operation, label.format(name), principal=principal
+        )
         return Check(steps=tuple(self._run_rules(change)))
 
     def plan_reassign_partitions(

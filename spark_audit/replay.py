@@ -17,7 +17,9 @@ What can be re-judged (an item is one topic or config resource of a request):
   of the replay. Configs the request did not change are not recorded either, so a candidate
   rule reading them (a broker rule on a synonym, a ``TopicActionPolicy`` that needs the
   topic's state) judges without them: a topic's state is not recorded, and a
-  ``TopicActionPolicy`` denies for lack of it.
+  ``TopicActionPolicy`` denies for lack of it;
+- a change of client quotas (``alter_client_quotas``) or of a user's SCRAM credentials
+  (``alter_scram_credentials``): the ``broker.configs`` rule judges them by who asked alone.
 
 What cannot, and is counted apart, per reason: Produce (records are not stored), deletes,
 partition increases, data operations (their judgement needs the topic's state, not
@@ -45,7 +47,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
-from policies.chain import Decision, PolicyChain
+from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
 from spark_audit.report import load_events
 from spark_audit.spreadsheet import safe_cell
@@ -171,7 +173,10 @@ def judge_item(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
         return _verdicts(chain.check_create_topic(request, principal=principal))
     if action == "alter_config":
         return _judge_config_change(chain, item)
-    return _not_replayable(f"{action}: the topic's state is not recorded")
+    if action in CLUSTER_SETTINGS:  # judged by who asks alone
+        check = chain.plan_cluster_setting(action, item["resource_name"], principal=principal)
+        return _verdicts(chain.run(check))
+    return _not_replayable(f"{action}: what it was judged on is not recorded")
 
 
 def _judge_config_change(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from policies.rules import TopicOperation
 from protocol import cluster_settings as cs
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -30,6 +29,8 @@ QUOTAS_API_KEY = cs.ALTER_CLIENT_QUOTAS
 QUOTAS_VERSIONS = DECODABLE[QUOTAS_API_KEY]
 SCRAM_API_KEY = cs.ALTER_USER_SCRAM_CREDENTIALS
 SCRAM_VERSIONS = DECODABLE[SCRAM_API_KEY]
+_QUOTAS, _SCRAM = "alter_client_quotas", "alter_scram_credentials"
+"""The audited actions (:data:`policies.chain.CLUSTER_SETTINGS`)."""
 
 
 class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
@@ -59,16 +60,12 @@ class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
         rulings: dict[int, Ruling] = {}
         for index in keys:
             entity = request.entities[index]
-            check = policies.chain.plan_cluster_setting(
-                TopicOperation.ALTER_CLIENT_QUOTAS,
-                f"the client quotas of {entity}",
-                principal=ctx.principal,
-            )
+            check = policies.chain.plan_cluster_setting(_QUOTAS, entity, principal=ctx.principal)
             rulings[index] = Judged(
                 decision=await policies.decide(check),
                 resource_type="client_quotas",
                 resource_name=entity,
-                action="alter_client_quotas",
+                action=_QUOTAS,
                 validate_only=bool(request.payload.validate_only),
             )
         return rulings
@@ -114,16 +111,12 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         policies = self._services.policies
         rulings: dict[str, Ruling] = {}
         for user in keys:
-            check = policies.chain.plan_cluster_setting(
-                TopicOperation.ALTER_USER_SCRAM_CREDENTIALS,
-                f"the SCRAM credentials of user {user}",
-                principal=ctx.principal,
-            )
+            check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
             rulings[user] = Judged(
                 decision=await policies.decide(check),
                 resource_type="user",
                 resource_name=user,
-                action="alter_scram_credentials",
+                action=_SCRAM,
             )
         return rulings
 
