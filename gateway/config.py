@@ -247,6 +247,11 @@ DEFAULT_RECORD_VALIDATION_MAX_RECORDS: Final = 1_000_000
 uncompressed request at Kafka's default ``message.max.bytes`` (1,048,588) holds at most
 about 150,000 records (7 bytes is the smallest record); the rest is room for compressed ones."""
 DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES: Final = 1_048_588
+DEFAULT_JUDGED_REQUEST_MAX_BYTES: Final = 8 * 1024 * 1024
+"""``judged.request.max.bytes``: decoded whole, such a request costs the gateway about 10 to
+18 times its size in memory, and the event loop is blocked while it decodes (a 100 MiB one:
+over 1 GB and seconds); 8 MiB holds a Metadata request naming 150,000 topics of 50
+characters or a ListOffsets of 450,000 partitions."""
 """``record.validation.max.record.bytes``: Kafka's default ``message.max.bytes``. Clients
 refuse larger records themselves unless told otherwise (max.request.size 1 MiB in Java,
 message.max.bytes 1,000,000 in librdkafka)."""
@@ -292,6 +297,10 @@ class LimitsConfig:
     """``record.validation.max.record.bytes``: the longest record the gateway validates (its
     size as encoded in the batch, decompressed). A record is the one piece of validation
     that cannot be split into turns on the event loop, so this bounds every turn."""
+    judged_request_max_bytes: int = DEFAULT_JUDGED_REQUEST_MAX_BYTES
+    """``judged.request.max.bytes``: the largest request of a judged API other than Produce
+    that the gateway decodes to judge it; a larger one closes the connection unread, as
+    Kafka closes one over ``socket.request.max.bytes``; -1 no cap."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,6 +404,7 @@ _LIMIT_KEYS = frozenset(
         "record.validation.max.records",
         "record.validation.max.inflated.bytes",
         "record.validation.max.record.bytes",
+        "judged.request.max.bytes",
     }
 )
 
@@ -910,6 +920,12 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
                 source,
                 minimum=7,
             )
+        ),
+        judged_request_max_bytes=_limit_or_unlimited(
+            lim.get("judged.request.max.bytes", DEFAULT_JUDGED_REQUEST_MAX_BYTES),
+            "judged.request.max.bytes",
+            source,
+            64,
         ),
     )
 

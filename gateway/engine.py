@@ -41,11 +41,12 @@ from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDes
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError, Note
-from protocol.versions import VersionRange
+from protocol.versions import VersionRange, api_name
 from spark_audit.event import ConfigChange as AuditedConfigChange
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
+from .config import UNLIMITED
 from .decisions import AuditNotWritten, DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import SaslState
@@ -187,6 +188,10 @@ class Enforcement(Protocol[R, K]):
     unaudited_error: int
     """The error an allowed item is answered with when its decision could not be audited
     and ``audit.on_failure`` is ``deny``."""
+    decodes_whole: bool
+    """Whether :meth:`read` decodes the whole request into objects: then a request over
+    ``judged.request.max.bytes`` closes the connection unread (Produce reads its records by
+    the record validation budget instead)."""
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         """The frame to enforce (possibly rewritten), or an outcome decided unread."""
@@ -235,6 +240,7 @@ class BaseEnforcement(Generic[R, K]):
 
     dry_run_notes: bool = False
     unaudited_error: int = int(POLICY_VIOLATION)
+    decodes_whole: bool = True
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         return frame
@@ -249,14 +255,33 @@ class BaseEnforcement(Generic[R, K]):
 
 
 class Engine:
-    """Runs enforcements; the decision recorder is the one service it needs itself."""
+    """Runs enforcements; the decision recorder is the one service it needs itself, and
+    ``judged.request.max.bytes`` the one limit."""
 
-    def __init__(self, decisions: DecisionRecorder) -> None:
+    def __init__(
+        self, decisions: DecisionRecorder, *, judged_request_max_bytes: int = UNLIMITED
+    ) -> None:
         self._decisions = decisions
+        self._judged_request_max_bytes = judged_request_max_bytes
 
     @property
     def decisions(self) -> DecisionRecorder:
         return self._decisions
+
+    def oversized(self, ctx: RequestContext, frame: bytes) -> Close | None:
+        """The refusal of a request too large to decode whole (``judged.request.max.bytes``):
+        decoded, it would cost the gateway 10 to 18 times its size in memory and hold the
+        event loop, every other client's requests waiting, while it decodes. The connection is
+        closed unanswered, as Kafka closes one over ``socket.request.max.bytes``."""
+        limit = self._judged_request_max_bytes
+        if limit == UNLIMITED or len(frame) <= limit:
+            return None
+        return Close(
+            reason=f"{api_name(ctx.api_key)} v{ctx.api_version} request of {len(frame)} bytes "
+            f"exceeds judged.request.max.bytes ({limit}), the largest the gateway decodes to "
+            "judge",
+            metric_reason="oversized",
+        )
 
     async def run(
         self,
@@ -268,6 +293,9 @@ class Engine:
         prepared = enforcement.prepare(ctx, frame)
         if not isinstance(prepared, bytes):
             return prepared
+        oversized = self.oversized(ctx, prepared) if enforcement.decodes_whole else None
+        if oversized is not None:
+            return oversized
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
         local, allowed, notes = await self._judge(enforcement, ctx, cluster, request, keys)

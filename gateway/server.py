@@ -129,7 +129,9 @@ class Gateway:
         )
         table = build_table(
             Services(
-                engine=Engine(recorder),
+                engine=Engine(
+                    recorder, judged_request_max_bytes=config.limits.judged_request_max_bytes
+                ),
                 policies=PolicyRunner(policies),
                 state=self.state,
                 records=record_validator,

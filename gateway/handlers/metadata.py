@@ -235,6 +235,9 @@ class MetadataHandler:
         self._services = services
 
     async def __call__(self, ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        oversized = self._services.engine.oversized(ctx, frame)
+        if oversized is not None:
+            return oversized
         request = md.read_request(ctx.header, frame)
         illegal = {
             name: problem

@@ -79,6 +79,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
     # a partition a dry-run record policy objects to, its event unwritten: retriable, as
     # the disk error it is, so the producer tries again rather than drop the records
     unaudited_error = int(KAFKA_STORAGE_ERROR)
+    # its records are read by the record validation budget, not decoded whole
+    decodes_whole = False
 
     def __init__(self, services: Services) -> None:
         self._services = services

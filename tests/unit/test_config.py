@@ -116,6 +116,14 @@ LIMITS = {
             "record_validation_max_record_bytes": 65536,
         },
     ),
+    "judged requests: 8 MiB decoded at most, unless set (-1: no cap)": (
+        "",
+        {"judged_request_max_bytes": 8 * 1024 * 1024},
+    ),
+    "judged requests set": (
+        "judged.request.max.bytes: -1\n",
+        {"judged_request_max_bytes": -1},
+    ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
         {"record_validation_max_inflated_bytes": 8388608},
@@ -159,6 +167,10 @@ LIMITS = {
         (
             "record.validation.max.record.bytes: 6",
             "record.validation.max.record.bytes: must be at least 7",
+        ),
+        (
+            "judged.request.max.bytes: 10",
+            "judged.request.max.bytes: must be -1 (no limit) or at least 64",
         ),
     ],
 )

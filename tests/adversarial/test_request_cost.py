@@ -1,0 +1,181 @@
+"""Routes to make the gateway do far more work than a request costs its sender (issue 11,
+item 11): requests that are cheap to send and expensive for the gateway to take apart. Each
+case runs the real gateway in front of the tapped real broker.
+
+A judged request is decoded whole into Python objects before it is judged: 10 to 18 times its
+size in memory, with the event loop held (every other client waiting) while it decodes. An
+8 MB DescribeProducers of two million partitions grew a process by 140 MB and took 0.5 s of
+CPU in one step; at the 100 MiB frame limit, over 1.5 GB and seconds per request. Kafka's
+brokers decode in request handler threads beside each other; the gateway has one loop.
+``limits."judged.request.max.bytes"`` (8 MiB) closes such a connection unread, as Kafka
+closes one over ``socket.request.max.bytes``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
+
+from gateway.embedded import free_port
+from protocol.codec import encode_request
+from tests.adversarial.test_connection_limits import served
+from tests.e2e.test_gateway_process import start_kpg
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, spool_events
+
+pytestmark = pytest.mark.adversarial
+
+MiB = 1024 * 1024
+METADATA, LIST_OFFSETS, DESCRIBE_PRODUCERS = 3, 2, 61
+JUDGED_MAX = 8 * MiB
+"""The default of ``judged.request.max.bytes``."""
+
+
+def list_offsets(partitions: int) -> bytes:
+    """A ListOffsets v7 frame asking the earliest offset of ``partitions`` partitions of one
+    topic: 16 bytes each on the wire."""
+    parts = tuple(
+        ListOffsetsPartition(
+            partition_index=i32(index), current_leader_epoch=i32(-1), timestamp=i64(-2)
+        )
+        for index in range(partitions)
+    )
+    request = ListOffsetsRequest(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(0),
+        topics=(ListOffsetsTopic(name=TopicName("cost"), partitions=parts),),
+    )
+    return encode_request(LIST_OFFSETS, 7, 1, "cost", request)
+
+
+def describe_producers(partitions: int) -> bytes:
+    """A DescribeProducers v0 frame: partition indexes as bare int32, 4 bytes each."""
+    request = DescribeProducersRequest(
+        topics=(
+            TopicRequest(
+                name=TopicName("cost"),
+                partition_indexes=tuple(i32(index) for index in range(partitions)),
+            ),
+        )
+    )
+    return encode_request(DESCRIBE_PRODUCERS, 0, 1, "cost", request)
+
+
+def metadata(topics: int) -> bytes:
+    """A Metadata v12 frame naming ``topics`` topics of 40 characters."""
+    request = MetadataRequest(
+        topics=tuple(
+            MetadataRequestTopic(topic_id=None, name=TopicName(f"cost-{index:035d}"))
+            for index in range(topics)
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    return encode_request(METADATA, 12, 1, "cost", request)
+
+
+OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
+    # name: (API key, a frame just over 8 MiB)
+    "ListOffsets of 600,000 partitions": (LIST_OFFSETS, lambda: list_offsets(600_000)),
+    "DescribeProducers of 2,200,000 partitions": (
+        DESCRIBE_PRODUCERS,
+        lambda: describe_producers(2_200_000),
+    ),
+    "Metadata naming 220,000 topics": (METADATA, lambda: metadata(220_000)),
+}
+
+
+@contextmanager
+def gateway_with(tap: BrokerTap, spool: Path, **limits: Any) -> Iterator[GatewayThread]:
+    config = gateway_config(tap.address, limits=limits, audit={"spool_dir": str(spool)})
+    gw = GatewayThread(config).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.mark.parametrize("name", list(OVERSIZED))
+def test_a_judged_request_too_large_to_decode_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path, name: str
+) -> None:
+    api_key, build = OVERSIZED[name]
+    frame = build()
+    assert len(frame) - 4 > JUDGED_MAX
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        assert client.is_closed(30), f"{name}: the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == api_key], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+        assert served(RawClient(gw.bootstrap))
+        events = spool_events(tmp_path / "audit", lambda e: e.policy == "limits")
+    assert len(events) == 1
+    assert events[0].verdict == "denied"
+    assert "judged.request.max.bytes" in (events[0].message or "")
+
+
+def test_a_judged_request_within_the_limit_is_judged_as_before(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The limit is a reload's to change (-1: none), and a request under it is carried."""
+    with gateway_with(tap, tmp_path / "audit", **{"judged.request.max.bytes": -1}) as gw:
+        client = RawClient(gw.bootstrap, timeout=60)
+        client.send_bytes(list_offsets(600_000))
+        assert client.recv_frame()  # the broker's answer, whatever it says of a missing topic
+        assert [r for r in tap.requests if r.api_key == LIST_OFFSETS]
+
+
+def _peak_rss(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.M)
+    assert match is not None
+    return int(match.group(1)) * 1024
+
+
+def test_an_oversized_judged_request_does_not_grow_the_gateway_process(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Against `kpg run`, by its peak resident memory: a 40 MiB DescribeProducers (ten million
+    partitions) grows it by about the frame it reads (83 MiB), not by the 1.6 GB its decoding
+    took."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{free_port()}",
+                "node_port_base": 0,
+                "upstream": {"bootstrap_servers": [str(tap.address)]},
+                "state": {"path": str(tmp_path / "state.db")},
+            }
+        )
+    )
+    frame = describe_producers(10_000_000)
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        assert served(RawClient(bootstrap))
+        before = _peak_rss(process.pid)
+        client = RawClient(bootstrap, timeout=120)
+        client.send_bytes(frame)
+        client.is_closed(120)  # closed unread, or answered by the broker (as it was before)
+        assert served(RawClient(bootstrap))
+        grown = _peak_rss(process.pid) - before
+        assert grown < 3 * len(frame), f"kpg's peak grew by {grown / MiB:.0f} MiB"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
