@@ -46,7 +46,7 @@ from spark_audit.event import ConfigChange as AuditedConfigChange
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
-from .config import UNLIMITED
+from .config import UNLIMITED, LimitsConfig
 from .decisions import AuditNotWritten, DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import SaslState
@@ -255,14 +255,13 @@ class BaseEnforcement(Generic[R, K]):
 
 
 class Engine:
-    """Runs enforcements; the decision recorder is the one service it needs itself, and
-    ``judged.request.max.bytes`` the one limit."""
+    """Runs enforcements; the decision recorder is the one service it needs itself, and the
+    limits what a request may cost."""
 
-    def __init__(
-        self, decisions: DecisionRecorder, *, judged_request_max_bytes: int = UNLIMITED
-    ) -> None:
+    def __init__(self, decisions: DecisionRecorder, *, limits: LimitsConfig | None = None) -> None:
         self._decisions = decisions
-        self._judged_request_max_bytes = judged_request_max_bytes
+        self.limits = limits or LimitsConfig()
+        """The generation's ``limits:``: what one request may cost the gateway."""
 
     @property
     def decisions(self) -> DecisionRecorder:
@@ -273,7 +272,7 @@ class Engine:
         decoded, it would cost the gateway 10 to 18 times its size in memory and hold the
         event loop, every other client's requests waiting, while it decodes. The connection is
         closed unanswered, as Kafka closes one over ``socket.request.max.bytes``."""
-        limit = self._judged_request_max_bytes
+        limit = self.limits.judged_request_max_bytes
         if limit == UNLIMITED or len(frame) <= limit:
             return None
         return Close(

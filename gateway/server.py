@@ -129,9 +129,7 @@ class Gateway:
         )
         table = build_table(
             Services(
-                engine=Engine(
-                    recorder, judged_request_max_bytes=config.limits.judged_request_max_bytes
-                ),
+                engine=Engine(recorder, limits=config.limits),
                 policies=PolicyRunner(policies),
                 state=self.state,
                 records=record_validator,

@@ -17,6 +17,7 @@ import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +30,21 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsTopic,
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.embedded import free_port
 from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
 from tests.e2e.test_gateway_process import start_kpg
+from tests.inproc.test_record_validation import create_validated_topic
 from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, spool_events
 
 pytestmark = pytest.mark.adversarial
 
 MiB = 1024 * 1024
-METADATA, LIST_OFFSETS, DESCRIBE_PRODUCERS = 3, 2, 61
+PRODUCE, METADATA, LIST_OFFSETS, DESCRIBE_PRODUCERS = 0, 3, 2, 61
 JUDGED_MAX = 8 * MiB
 """The default of ``judged.request.max.bytes``."""
 
@@ -179,3 +182,48 @@ def test_an_oversized_judged_request_does_not_grow_the_gateway_process(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
+
+
+# --- Produce: partitions with nothing in them ----------------------------------------------
+
+PRODUCE_MAX_PARTITIONS = 20_000
+"""The default of ``produce.max.partitions``."""
+
+
+def empty_partitions(topic: str, partitions: int) -> bytes:
+    """A Produce v9 frame of ``partitions`` partition entries with no records: 6 bytes each,
+    10 to 17 us each for the gateway to decode and judge (2,000,000 held it for 34 s)."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=tuple(
+                    PartitionProduceData(index=i32(index), records=None)
+                    for index in range(partitions)
+                ),
+            ),
+        ),
+    )
+    return encode_request(PRODUCE, 9, 1, "cost", request)
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["validated topic", "audit summary"])
+def test_a_produce_of_too_many_partitions_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path, validated: bool
+) -> None:
+    """Read to validate its records, or walked to count it in the audit's produce summaries,
+    a request of 30,000 empty partitions (180 KB) is refused before either."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        topic = create_validated_topic(gw.bootstrap) if validated else "cost"
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(empty_partitions(topic, PRODUCE_MAX_PARTITIONS + 10_000))
+        assert client.is_closed(30), "the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == PRODUCE], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+        assert served(RawClient(gw.bootstrap))
+        events = spool_events(tmp_path / "audit", lambda e: e.policy == "limits")
+    assert len(events) == 1
+    assert "produce.max.partitions" in (events[0].message or "")

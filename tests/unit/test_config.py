@@ -124,6 +124,14 @@ LIMITS = {
         "judged.request.max.bytes: -1\n",
         {"judged_request_max_bytes": -1},
     ),
+    "produce partitions: 20,000 read at most, unless set (-1: no cap)": (
+        "",
+        {"produce_max_partitions": 20_000},
+    ),
+    "produce partitions set": (
+        "produce.max.partitions: -1\n",
+        {"produce_max_partitions": -1},
+    ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
         {"record_validation_max_inflated_bytes": 8388608},
@@ -171,6 +179,10 @@ LIMITS = {
         (
             "judged.request.max.bytes: 10",
             "judged.request.max.bytes: must be -1 (no limit) or at least 64",
+        ),
+        (
+            "produce.max.partitions: 0",
+            "produce.max.partitions: must be -1 (no limit) or at least 1",
         ),
     ],
 )
