@@ -39,12 +39,20 @@ from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
 from tests.e2e.test_gateway_process import start_kpg
 from tests.inproc.test_record_validation import create_validated_topic
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, spool_events
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    gateway_config,
+    spool_events,
+)
 
 pytestmark = pytest.mark.adversarial
 
 MiB = 1024 * 1024
-PRODUCE, METADATA, LIST_OFFSETS, DESCRIBE_PRODUCERS = 0, 3, 2, 61
+PRODUCE, METADATA, LIST_OFFSETS, CREATE_TOPICS, DESCRIBE_PRODUCERS = 0, 3, 2, 19, 61
+POLICY_VIOLATION = 44
 JUDGED_MAX = 8 * MiB
 """The default of ``judged.request.max.bytes``."""
 
@@ -227,3 +235,42 @@ def test_a_produce_of_too_many_partitions_is_refused_unread(
         events = spool_events(tmp_path / "audit", lambda e: e.policy == "limits")
     assert len(events) == 1
     assert "produce.max.partitions" in (events[0].message or "")
+
+
+# --- a rule's pattern against a client's topic name ----------------------------------------
+
+BACKTRACKING = r"([a-z]+-?)+"
+"""Words joined by optional hyphens, as an operator may write a naming rule. Python's ``re``
+tries every way to split a run of letters between the group's turns before it gives up on
+a name that does not match: 0.8 s for 24 letters and a dot, doubling with each letter more,
+all of it on the event loop."""
+
+
+def test_a_topic_name_cannot_make_a_rules_pattern_backtrack(tap: BrokerTap, tmp_path: Path) -> None:
+    """Against `kpg run` (a pattern stuck in Python's ``re`` cannot be interrupted): a
+    CreateTopics of a 49-character name is answered, and the gateway serves others after it.
+    Before, the gateway would have been held for about 2^49 steps."""
+    config = tmp_path / "gateway.yaml"
+    rule = {"name": "naming", "type": "topic.name", "pattern": BACKTRACKING}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{free_port()}",
+                "node_port_base": 0,
+                "upstream": {"bootstrap_servers": [str(tap.address)]},
+                "state": {"path": str(tmp_path / "state.db")},
+                "policies": {"rules": [rule]},
+            }
+        )
+    )
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        client = RawClient(bootstrap, timeout=30)  # generous: the answer takes milliseconds
+        request = create_topic_request("a" * 48 + ".", validate_only=True)
+        answer = client.request(CREATE_TOPICS, 7, request)
+        assert answer.topics[0].error_code == POLICY_VIOLATION
+        assert "does not match the pattern" in (answer.topics[0].error_message or "")
+        assert served(RawClient(bootstrap))
+    finally:
+        process.kill()  # a loop held in the regular expression engine takes no SIGTERM
+        process.wait(30)
