@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
-from policies.chain import Decision
+from policies.chain import Decision, Mode, Verdict
 from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDescription
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
@@ -205,6 +205,12 @@ class Enforcement(Protocol[R, K]):
         """The request's items, in request order, repeats included."""
         ...
 
+    def decided_items(self, request: R, keys: Sequence[K]) -> int:
+        """How many decisions of the policies judging ``request`` takes, each judged and
+        audited alone (``judged.request.max.items`` bounds it); 0 for an API the policies do
+        not decide item by item."""
+        ...
+
     def duplicate(self, key: K) -> ItemError | None:
         """The answer for an item named twice; None where repeats are allowed."""
         ...
@@ -247,6 +253,9 @@ class BaseEnforcement(Generic[R, K]):
 
     def expects_response(self, request: R) -> bool:
         return True
+
+    def decided_items(self, request: R, keys: Sequence[K]) -> int:
+        return len(set(keys))
 
     async def settle(
         self, ctx: RequestContext, cluster: ClusterView, request: R, allowed: Sequence[K]
@@ -297,6 +306,9 @@ class Engine:
             return oversized
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
+        refused = await self._too_many_items(enforcement, ctx, request, keys)
+        if refused is not None:
+            return refused
         local, allowed, notes = await self._judge(enforcement, ctx, cluster, request, keys)
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
@@ -308,6 +320,43 @@ class Engine:
         if not allowed and keys:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
         return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
+
+    async def _too_many_items(
+        self, enforcement: Enforcement[R, K], ctx: RequestContext, request: R, keys: Sequence[K]
+    ) -> Answer | None:
+        """The answer to a request with more items to decide than ``judged.request.max.items``:
+        every item refused, none judged, one audit event. Judged, each would cost the event
+        loop its policy checks and its own audit event (a denial is some 900 bytes)."""
+        limit = self.limits.judged_request_max_items
+        if limit == UNLIMITED:
+            return None
+        count = enforcement.decided_items(request, keys)
+        if count <= limit:
+            return None
+        message = (
+            f"This request has {count} items for the policies to judge, more than the "
+            f"{limit} the gateway judges in one request (limits: judged.request.max.items); "
+            "none was judged or carried out. Send them in smaller requests."
+        )
+        verdict = Verdict(policy="limits", mode=Mode.ENFORCE, outcome="denied", message=message)
+        request_id = new_request_id()
+        subject = Subject(
+            request_id=request_id,
+            client_address=ctx.client_address,
+            principal=ctx.principal,
+            client_id=ctx.client_id,
+            api_key=ctx.api_key,
+            api_version=ctx.api_version,
+            resource_type="cluster",
+            resource_name="",
+            action="request",
+        )
+        error = ItemError(error_code=int(POLICY_VIOLATION), error_message=message)
+        await self._decisions.record(
+            subject, Decision(allowed=False, verdicts=(verdict,)), error.error_code
+        )
+        local = dict.fromkeys(keys, tagged(error, request_id))
+        return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
 
     async def _judge(
         self,

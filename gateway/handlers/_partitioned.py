@@ -117,6 +117,11 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
     def duplicate(self, key: Item) -> ItemError | None:
         return None
 
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
+        """None: these APIs name partitions the policies do not decide (their topics' names
+        and the gateway's own topics are checked); subclasses that judge topics say so."""
+        return 0
+
     async def judge(
         self,
         ctx: RequestContext,
@@ -192,6 +197,9 @@ class RulesPerTopic(TopicPartitions):
         super().__init__(services, api_key, versions)
         self._operation = operation
         self._action = action
+
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
+        return len({topic for topic, _ in keys})
 
     async def judge_topics(
         self,

@@ -62,6 +62,9 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
     def keys(self, request: Description) -> Sequence[int]:
         return range(len(request.request.resources))
 
+    def decided_items(self, request: Description, keys: Sequence[int]) -> int:
+        return 0  # read, not judged: no policy decides a description
+
     def duplicate(self, key: int) -> ItemError | None:
         return None
 

@@ -131,6 +131,9 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
     def keys(self, request: AutoCreationCall) -> Sequence[str]:
         return request.keys
 
+    def decided_items(self, request: AutoCreationCall, keys: Sequence[str]) -> int:
+        return len(request.candidates)  # illegal names are answered unjudged
+
     def duplicate(self, key: str) -> ItemError | None:
         return None  # Kafka answers a topic named twice once
 

@@ -172,6 +172,10 @@ class Produce(BaseEnforcement[ProduceView, Key]):
     def expects_response(self, request: ProduceView) -> bool:
         return request.acks != 0
 
+    def decided_items(self, request: ProduceView, keys: Sequence[Key]) -> int:
+        """Bounded by ``produce.max.partitions`` and the record validation budget instead."""
+        return 0
+
     async def judge(
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView, keys: Sequence[Key]
     ) -> Mapping[Key, Ruling]:

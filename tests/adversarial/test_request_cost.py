@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
@@ -274,3 +275,52 @@ def test_a_topic_name_cannot_make_a_rules_pattern_backtrack(tap: BrokerTap, tmp_
     finally:
         process.kill()  # a loop held in the regular expression engine takes no SIGTERM
         process.wait(30)
+
+
+# --- many items in one judged request ---------------------------------------------------------
+
+JUDGED_MAX_ITEMS = 1_000
+"""The default of ``judged.request.max.items``."""
+
+
+def create_topics(names: list[str]) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=tuple(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(1),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            )
+            for name in names
+        ),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        validate_only=True,
+    )
+
+
+def test_a_request_with_more_items_than_the_gateway_judges_is_refused_whole(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """1,500 topics a naming rule denies, in one 25 KB CreateTopics: one audit event, not
+    1,500 (10,000 made 8.8 MiB of audit and took the gateway 2.9 s)."""
+    names = [f"t{index:x}" for index in range(JUDGED_MAX_ITEMS + 500)]
+    rule = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.v[0-9]+"}
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(tmp_path / "audit")}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        answer = client.request(CREATE_TOPICS, 7, create_topics(names))
+        assert [t.name for t in answer.topics] == names
+        assert {t.error_code for t in answer.topics} == {POLICY_VIOLATION}
+        assert "limits: judged.request.max.items" in (answer.topics[0].error_message or "")
+        assert not [r for r in tap.requests if r.api_key == CREATE_TOPICS]
+        events = spool_events(tmp_path / "audit", lambda e: e.api == "CreateTopics", timeout=2)
+        assert len(events) == 1
+        assert events[0].policy == "limits"
+        assert served(RawClient(gw.bootstrap))
+    finally:
+        gw.stop()

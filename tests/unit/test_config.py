@@ -132,6 +132,14 @@ LIMITS = {
         "produce.max.partitions: -1\n",
         {"produce_max_partitions": -1},
     ),
+    "judged items: 1,000 a request, unless set (-1: no cap)": (
+        "",
+        {"judged_request_max_items": 1_000},
+    ),
+    "judged items set": (
+        "judged.request.max.items: 5000\n",
+        {"judged_request_max_items": 5_000},
+    ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
         {"record_validation_max_inflated_bytes": 8388608},
@@ -183,6 +191,10 @@ LIMITS = {
         (
             "produce.max.partitions: 0",
             "produce.max.partitions: must be -1 (no limit) or at least 1",
+        ),
+        (
+            "judged.request.max.items: 0",
+            "judged.request.max.items: must be -1 (no limit) or at least 1",
         ),
     ],
 )
