@@ -13,8 +13,10 @@ closes one over ``socket.request.max.bytes``.
 
 from __future__ import annotations
 
+import importlib
 import re
 import signal
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -324,3 +326,39 @@ def test_a_request_with_more_items_than_the_gateway_judges_is_refused_whole(
         assert served(RawClient(gw.bootstrap))
     finally:
         gw.stop()
+
+
+# --- Produce v13: a made-up topic id in every request -------------------------------------
+
+
+def produce_by_id(topic_id: uuid.UUID) -> bytes:
+    module = importlib.import_module("kio.schema.produce.v13.request")
+    request = module.ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=5)),
+        topic_data=(
+            module.TopicProduceData(
+                topic_id=topic_id,
+                partition_data=(module.PartitionProduceData(index=i32(0), records=None),),
+            ),
+        ),
+    )
+    return encode_request(PRODUCE, 13, 1, "cost", request)
+
+
+def test_made_up_topic_ids_do_not_make_the_gateway_read_the_whole_cluster_each_time(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each id the gateway does not know had it ask the broker for every topic of the cluster
+    and decode the answer (megabytes in a large cluster), for a request of 80 bytes. One
+    connection now asks at most once a second (here: once an hour, so that no clock counts)."""
+    monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 3600.0, raising=False)
+    with gateway_with(tap, tmp_path / "audit") as gw:  # the audit reads every v13 request
+        client = RawClient(gw.bootstrap, timeout=30)
+        tap.requests.clear()
+        for _ in range(30):
+            client.send_bytes(produce_by_id(uuid.uuid4()))
+            assert client.recv_frame()  # UNKNOWN_TOPIC_ID
+        everything = [r for r in tap.requests if r.api_key == METADATA]
+        assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 produces"

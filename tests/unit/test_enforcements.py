@@ -1117,9 +1117,10 @@ def test_produce_v13_of_valid_records_forwards_the_clients_bytes(
 
 
 def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
-    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gateway, orders, _ = validating_by_id
+    monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 0.0)
 
     def lookups() -> int:
         return gateway.cluster.asked.count(("describe_all_topics", ()))
@@ -1134,6 +1135,27 @@ def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
     assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
         ((later, 0), INVALID_RECORD)
     ]
+
+
+def test_produce_v13_asks_for_every_topic_at_most_once_a_second_per_connection(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each made-up id would have the gateway ask for and decode the cluster's whole
+    metadata: within the second after it asked, an id it does not know is UNKNOWN_TOPIC_ID
+    (retriable) without asking again."""
+    gateway, orders, _ = validating_by_id
+    monkeypatch.setattr(
+        "gateway.handlers._partitioned._ASK_INTERVAL_S", 3600.0, raising=False
+    )  # no clock
+
+    def lookups() -> int:
+        return gateway.cluster.asked.count(("describe_all_topics", ()))
+
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    for _ in range(20):
+        answer = answer_of(gateway.send(produce(13, {(uuid.uuid4(), 0): UNTRACED})))
+        assert [code for _, code, _ in items(PRODUCE, 13, answer)] == [UNKNOWN_TOPIC_ID]
+    assert lookups() == 1
 
 
 def test_produce_v13_to_topics_nobody_validates_is_summarized_by_name(
