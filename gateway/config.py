@@ -256,6 +256,10 @@ DEFAULT_JUDGED_REQUEST_MAX_ITEMS: Final = 1_000
 """``judged.request.max.items``: each topic, config resource or group a request has the
 policies decide is judged on the event loop and written as its own audit event: 10,000
 denied topics in a 150 KB CreateTopics cost the gateway 2.9 s and 8.8 MiB of audit."""
+DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES: Final = 10_000
+"""``client.configs.max.entities``: every gateway instance holds the whole state store and
+reads all of it again after any change; with ``client_configs.admin_principals`` unset anyone
+may add entities."""
 DEFAULT_PRODUCE_MAX_PARTITIONS: Final = 20_000
 """``produce.max.partitions``: each partition entry of a Produce request the gateway reads
 costs it 10 to 17 us on the event loop whatever it holds (6 bytes with no records): 2,000,000
@@ -310,6 +314,9 @@ class LimitsConfig:
     judged_request_max_bytes: int = DEFAULT_JUDGED_REQUEST_MAX_BYTES
     produce_max_partitions: int = DEFAULT_PRODUCE_MAX_PARTITIONS
     judged_request_max_items: int = DEFAULT_JUDGED_REQUEST_MAX_ITEMS
+    client_configs_max_entities: int = DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES
+    """``client.configs.max.entities``: the users and user:client-id pairs the gateway keeps
+    dynamic client configs for; a change that would add one more is refused; -1 no cap."""
     """``judged.request.max.items``: the topics, config resources or groups one request may
     have the policies decide (each judged and audited alone); a request with more is refused
     whole, with one audit event; -1 no cap."""
@@ -425,6 +432,7 @@ _LIMIT_KEYS = frozenset(
         "judged.request.max.bytes",
         "produce.max.partitions",
         "judged.request.max.items",
+        "client.configs.max.entities",
     }
 )
 
@@ -956,6 +964,12 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
         judged_request_max_items=_limit_or_unlimited(
             lim.get("judged.request.max.items", DEFAULT_JUDGED_REQUEST_MAX_ITEMS),
             "judged.request.max.items",
+            source,
+            1,
+        ),
+        client_configs_max_entities=_limit_or_unlimited(
+            lim.get("client.configs.max.entities", DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES),
+            "client.configs.max.entities",
             source,
             1,
         ),

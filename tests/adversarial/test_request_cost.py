@@ -38,9 +38,11 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway.embedded import free_port
+from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
 from tests.e2e.test_gateway_process import start_kpg
+from tests.inproc.test_client_configs import INVALID_REQUEST, USER_CLIENT, alter, stored
 from tests.inproc.test_record_validation import create_validated_topic
 from tests.support import (
     BrokerTap,
@@ -362,3 +364,29 @@ def test_made_up_topic_ids_do_not_make_the_gateway_read_the_whole_cluster_each_t
             assert client.recv_frame()  # UNKNOWN_TOPIC_ID
         everything = [r for r in tap.requests if r.api_key == METADATA]
         assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 produces"
+
+
+# --- dynamic client configs: what anyone may make every gateway instance hold ---------------
+
+
+def test_a_dynamic_client_config_entity_is_held_to_4_kib(tap: BrokerTap, tmp_path: Path) -> None:
+    """With ``client_configs.admin_principals`` unset (the default) anyone may write dynamic
+    client configs, and every gateway instance holds the whole store and reads it all again
+    after each change: a client-id of 100,000 characters was stored as sent."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        big = f"user:{'c' * 100_000}"
+        [(_, _, code, message)] = alter(gw.bootstrap, [(USER_CLIENT, big, [("acks", SET, "1")])])
+        assert code == INVALID_REQUEST and "at most 4096" in (message or "")
+        assert all("c" * 100 not in key for key in stored(gw))
+
+
+def test_dynamic_client_config_entities_are_bounded(tap: BrokerTap, tmp_path: Path) -> None:
+    """``limits."client.configs.max.entities"``: a change adding one more is refused; one to an
+    entity already kept is not."""
+    with gateway_with(tap, tmp_path / "audit", **{"client.configs.max.entities": 3}) as gw:
+        names = [f"user-{index}:app" for index in range(4)]
+        results = alter(gw.bootstrap, [(USER_CLIENT, n, [("acks", SET, "1")]) for n in names])
+        assert [code for _, _, code, _ in results] == [0, 0, 0, POLICY_VIOLATION]
+        assert "limits: client.configs.max.entities" in (results[3][3] or "")
+        [(_, _, code, _)] = alter(gw.bootstrap, [(USER_CLIENT, names[0], [("acks", SET, "-1")])])
+        assert code == 0

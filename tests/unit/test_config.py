@@ -136,6 +136,10 @@ LIMITS = {
         "",
         {"judged_request_max_items": 1_000},
     ),
+    "client config entities: 10,000 unless set": (
+        "",
+        {"client_configs_max_entities": 10_000},
+    ),
     "judged items set": (
         "judged.request.max.items: 5000\n",
         {"judged_request_max_items": 5_000},
