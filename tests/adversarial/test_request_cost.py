@@ -390,3 +390,28 @@ def test_dynamic_client_config_entities_are_bounded(tap: BrokerTap, tmp_path: Pa
         assert "limits: client.configs.max.entities" in (results[3][3] or "")
         [(_, _, code, _)] = alter(gw.bootstrap, [(USER_CLIENT, names[0], [("acks", SET, "-1")])])
         assert code == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: DeleteTopics v6 naming any topic id asks the broker for every topic of the "
+    "cluster and decodes the whole answer, once per request (the ids are resolved and the "
+    "pre-states read from it); it should resolve known ids from the id cache and bound the "
+    "asks per connection as Produce v13 does, reading only the named topics' Metadata",
+)
+def test_made_up_topic_ids_in_delete_topics_do_not_read_the_whole_cluster_each_time(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    module = importlib.import_module("kio.schema.delete_topics.v6.request")
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        tap.requests.clear()
+        for _ in range(30):
+            request = module.DeleteTopicsRequest(
+                topics=(module.DeleteTopicState(name=None, topic_id=uuid.uuid4()),),
+                timeout=i32Timedelta.parse(timedelta(seconds=5)),
+            )
+            client.send_bytes(encode_request(20, 6, 1, "cost", request))
+            assert client.recv_frame()  # UNKNOWN_TOPIC_ID
+        everything = [r for r in tap.requests if r.api_key == METADATA]
+        assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 deletions"
