@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.list_offsets.v7.request import (
@@ -41,6 +42,7 @@ from gateway.embedded import free_port
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
+from tests.batches import batch_with, record
 from tests.e2e.test_gateway_process import start_kpg
 from tests.inproc.test_client_configs import INVALID_REQUEST, USER_CLIENT, alter, stored
 from tests.inproc.test_record_validation import create_validated_topic
@@ -51,6 +53,7 @@ from tests.support import (
     create_topic_request,
     gateway_config,
     spool_events,
+    wait_for,
 )
 
 pytestmark = pytest.mark.adversarial
@@ -411,3 +414,63 @@ def test_made_up_topic_ids_in_delete_topics_do_not_read_the_whole_cluster_each_t
             assert client.recv_frame()  # UNKNOWN_TOPIC_ID
         everything = [r for r in tap.requests if r.api_key == METADATA]
         assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 deletions"
+
+
+# --- the policy threads: one client's slow validations against everyone else's -----------
+
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+def validated_topic(bootstrap: str, prefix: str) -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"record.validation.policy": "any"}
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
+    return topic
+
+
+def produce_one(topic: str) -> ProduceRequest:
+    batch = batch_with("none", (record(0, b"k", b"v"),), idempotent=False)
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
+            ),
+        ),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a plug-in call that finds every policy thread busy is refused at once (fail "
+    "closed), so a client keeping policy.threads slow (not hung) calls in flight, one per "
+    "connection, has every other client's validated produce refused; calls should wait for a "
+    "thread within policy.timeout.ms, served fairly between connections or principals",
+)
+def test_slow_validations_of_one_client_do_not_refuse_another_clients_records(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    policies = {
+        "record.validation.policy.class.name": "kafka_test_policies.SlowRecordValidationPolicy",
+        "record.validation.policy.class.path": PLUGINS,
+        "policy.timeout.ms": 10_000,
+        "policy.threads": 2,
+    }
+    gw = GatewayThread(gateway_config(tap.address, policies=policies)).start()
+    try:
+        slow, other = validated_topic(gw.bootstrap, "slow"), validated_topic(gw.bootstrap, "fast")
+        hogs = [RawClient(gw.bootstrap, timeout=30) for _ in range(2)]
+        for hog in hogs:  # each holds a policy thread for 1.5 s
+            hog.send_bytes(encode_request(PRODUCE, 9, 1, "hog", produce_one(slow)))
+        pool = gw.gateway.generation.policies.pool
+        assert wait_for(lambda: pool._busy == 2)  # noqa: SLF001 - both threads taken
+        answer = RawClient(gw.bootstrap, timeout=30).request(PRODUCE, 9, produce_one(other))
+        (partition,) = answer.responses[0].partition_responses
+        assert int(partition.error_code) == 0, partition.error_message
+    finally:
+        gw.stop()
