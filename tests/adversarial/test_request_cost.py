@@ -38,7 +38,9 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from gateway import client_configs as cc
 from gateway.embedded import free_port
+from protocol import client_configs as wire
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
@@ -474,3 +476,38 @@ def test_slow_validations_of_one_client_do_not_refuse_another_clients_records(
         assert int(partition.error_code) == 0, partition.error_message
     finally:
         gw.stop()
+
+
+def test_describing_many_client_entities_reads_the_store_once(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each dynamic client config resource of a DescribeConfigs was looked up with a pass over
+    every stored key: 1,000 resources over 10,000 stored entities took 1.4 s of CPU (14 ms
+    grouped), all in one step of the event loop, and the frame allows hundreds of thousands. The store is read once per
+    request and grouped by entity; each read here is counted."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        names = [f"user-{index}:app" for index in range(300)]
+        assert all(
+            code == 0
+            for _, _, code, _ in alter(
+                gw.bootstrap, [(USER_CLIENT, n, [("acks", SET, "1")]) for n in names]
+            )
+        )
+        store = gw.gateway.state
+        reads = []
+        real_items = store.items
+
+        def items(namespace: str) -> Any:
+            reads.append(namespace)
+            return real_items(namespace)
+
+        monkeypatch.setattr(store, "items", items)
+        frame = wire.describe_request(
+            [(USER_CLIENT, n) for n in names], correlation_id=3, client_id="cost"
+        )
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        described = wire.read_describe_response(client.recv_frame())
+        assert [r.error_code for r in described] == [0] * len(names)
+        assert all(r.configs for r in described)
+        assert reads.count(cc.STATE_NAMESPACE) <= 1, f"{len(reads)} reads of the store"
