@@ -65,6 +65,7 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from policies.api import ConfigResourceType
+from policies.rules import shown_value
 from protocol.alter_configs import APPEND, DELETE, SUBTRACT, ConfigAlteration
 from protocol.describe_configs import LocalConfig, Synonym
 
@@ -330,13 +331,13 @@ def validate(key: str, value: str | None) -> str | None:
         problem = spec.check(normalized)
         if problem is None:
             return None
-        return f"Invalid value {normalized} for configuration {key}: {problem}"
+        return f"Invalid value {shown_value(normalized)} for configuration {key}: {problem}"
     if not normalized:
-        return f"Invalid value {value} for configuration {key}: List must not be empty"
+        return f"Invalid value {shown_value(value)} for configuration {key}: List must not be empty"
     for item in normalized.split(","):
         problem = spec.check(item)
         if problem is not None:
-            return f"Invalid value {item} for configuration {key}: {problem}"
+            return f"Invalid value {shown_value(item)} for configuration {key}: {problem}"
     return None
 
 

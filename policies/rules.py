@@ -55,10 +55,12 @@ __all__ = [
     "ReplicationFactorRule",
     "RequiredConfigsRule",
     "ResourceConfigChange",
+    "SHOWN_VALUE_CHARS",
     "Rule",
     "TopicChange",
     "TopicNameRule",
     "TopicOperation",
+    "shown_value",
 ]
 
 # Kafka's LIST-typed topic configs: a comma-separated value whose items are checked one by one
@@ -292,10 +294,23 @@ class BrokerSetting:
     def describe(self) -> str:
         """``log.retention.hours=1 (retention.ms=3600000)``; the name alone when it is the
         topic config's and nothing was converted."""
-        shown = f"{self.broker_config}={self.broker_value}"
+        shown = f"{self.broker_config}={shown_value(self.broker_value)}"
         if (self.broker_config, self.broker_value) == (self.topic_config, self.value):
             return shown
-        return f"{shown} ({self.topic_config}={self.value})"
+        return f"{shown} ({self.topic_config}={shown_value(self.value)})"
+
+
+SHOWN_VALUE_CHARS: Final = 200
+"""The most of a client's config value a denial quotes: the message goes back to the client,
+into the log and into the audit event (which keeps the whole value in its config changes
+anyway), and a 1 MB value was quoted twice in each."""
+
+
+def shown_value(value: str) -> str:
+    """``value`` as a denial quotes it: whole when short, else its start and its length."""
+    if len(value) <= SHOWN_VALUE_CHARS:
+        return value
+    return f"{value[:SHOWN_VALUE_CHARS]}... ({len(value)} characters)"
 
 
 def _in_ms(synonym: ConfigSynonym, value: str) -> str:
@@ -540,7 +555,7 @@ class ConfigRule(Rule):
         value = change.set_configs.get(self.config)
         if value is None:
             return None
-        return self._judge(f"topic {change.topic}: {self.config}={value}", value)
+        return self._judge(f"topic {change.topic}: {self.config}={shown_value(value)}", value)
 
     def check_resource(self, change: ResourceConfigChange) -> str | None:
         setting = change.topic_settings.get(self.config)
@@ -554,7 +569,8 @@ class ConfigRule(Rule):
             for item in items:
                 if item.strip() not in self.allowed:
                     choices = ", ".join(sorted(self.allowed))
-                    return self._deny(f"{what}: {item.strip()!r} is not one of {choices}")
+                    shown = shown_value(item.strip())
+                    return self._deny(f"{what}: {shown!r} is not one of {choices}")
         if self.min is not None or self.max is not None:
             number = _as_number(value)
             if number is None:

@@ -483,8 +483,8 @@ def test_describing_many_client_entities_reads_the_store_once(
 ) -> None:
     """Each dynamic client config resource of a DescribeConfigs was looked up with a pass over
     every stored key: 1,000 resources over 10,000 stored entities took 1.4 s of CPU (14 ms
-    grouped), all in one step of the event loop, and the frame allows hundreds of thousands. The store is read once per
-    request and grouped by entity; each read here is counted."""
+    grouped), all in one step of the event loop, and the frame allows hundreds of thousands.
+    The store is read once per request and grouped by entity; each read here is counted."""
     with gateway_with(tap, tmp_path / "audit") as gw:
         names = [f"user-{index}:app" for index in range(300)]
         assert all(
@@ -511,3 +511,36 @@ def test_describing_many_client_entities_reads_the_store_once(
         assert [r.error_code for r in described] == [0] * len(names)
         assert all(r.configs for r in described)
         assert reads.count(cc.STATE_NAMESPACE) <= 1, f"{len(reads)} reads of the store"
+
+
+# --- a client's text echoed back, into the log and into the audit -------------------------
+
+
+def test_a_long_config_value_is_not_echoed_whole(tap: BrokerTap, tmp_path: Path) -> None:
+    """A denial quoted a 1 MB config value twice: a 1 MB IncrementalAlterConfigs got a 2 MB
+    answer and wrote 3 MB of audit and a 2 MB log line. The message now quotes its first 200
+    characters and its length; the audit event's config changes still hold the whole value."""
+    rule = {"name": "cp", "type": "config", "config": "cleanup.policy", "allowed": ["delete"]}
+    value = "x" * 1_000_000
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(tmp_path / "audit")}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        topic = validated_topic(gw.bootstrap, "echo")
+        [(_, _, code, message)] = alter(
+            gw.bootstrap, [(2, topic, [("cleanup.policy", SET, value)])]
+        )
+        assert code == POLICY_VIOLATION
+        assert message is not None and len(message) < 1_000
+        assert "(1000000 characters)" in message
+        [event] = spool_events(tmp_path / "audit", lambda e: e.policy == "cp")
+        assert event.message is not None and len(event.message) < 1_000
+        assert [c.after for c in event.config_changes or ()] == [value]
+        [(_, _, code, message)] = alter(
+            gw.bootstrap, [(USER_CLIENT, "user:app", [("acks", SET, value)])]
+        )
+        assert code == INVALID_REQUEST
+        assert message is not None and len(message) < 1_000
+    finally:
+        gw.stop()
