@@ -249,10 +249,12 @@ def produce_topics(header: RequestHeader, frame: bytes) -> tuple[str, ...]:
 
 
 def produce_partition_count(header: RequestHeader, frame: bytes, limit: int) -> int:
-    """How many partition entries a Produce request (v3 to v13) holds, counted up to
-    ``limit + 1`` and no further: a walk over lengths alone (records, names and ids stepped
-    over), whose cost ``limit`` bounds whatever the frame holds. The count of a body that
-    ends early is what was read before it ended (the reader refuses such a body).
+    """How many partition entries a Produce request (v3 to v13) holds, a topic entry with no
+    partitions counting as one (it costs reading too, and a request of nothing but empty
+    topics would otherwise count none), counted up to ``limit + 1`` and no further: a walk
+    over lengths alone (records, names and ids stepped over), whose cost ``limit`` bounds
+    whatever the frame holds. The count of a body that ends early is what was read before it
+    ended (the reader refuses such a body).
     """
     if header.api_version not in VERSIONS:
         return 0
@@ -275,6 +277,10 @@ def _legacy_count(frame: bytes, offset: int, limit: int) -> int:
             (size,) = _I16.unpack_from(frame, offset)
             (partitions,) = _I32.unpack_from(frame, offset + 2 + max(size, 0))
             offset += 6 + max(size, 0)
+            if partitions <= 0:
+                count += 1
+                if count > limit:
+                    return count
             for _ in range(partitions):
                 count += 1
                 if count > limit:
@@ -297,6 +303,10 @@ def _flexible_count(frame: bytes, offset: int, limit: int, *, by_id: bool) -> in
                 size, offset = uvarint(frame, offset)
                 offset += max(size - 1, 0)
             partitions, offset = uvarint(frame, offset)
+            if partitions <= 1:  # compact: 0 null, 1 empty
+                count += 1
+                if count > limit:
+                    return count
             for _ in range(partitions - 1):
                 count += 1
                 if count > limit:

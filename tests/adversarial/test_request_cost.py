@@ -544,3 +544,26 @@ def test_a_long_config_value_is_not_echoed_whole(tap: BrokerTap, tmp_path: Path)
         assert message is not None and len(message) < 1_000
     finally:
         gw.stop()
+
+
+def test_a_produce_of_too_many_empty_topics_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Topic entries with no partitions: read for the audit's produce summaries (one tally,
+    then one summary event, per topic, principal and client id), 6 bytes each. 30,000 of them
+    are refused as 30,000 partitions are."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=tuple(
+            TopicProduceData(name=TopicName(f"e{index:x}"), partition_data=())
+            for index in range(PRODUCE_MAX_PARTITIONS + 10_000)
+        ),
+    )
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(encode_request(PRODUCE, 9, 1, "cost", request))
+        assert client.is_closed(30), "the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == PRODUCE], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1

@@ -308,6 +308,16 @@ def test_partition_count_stops_past_the_limit(version: int) -> None:
     assert count_of(frame, limit=10) == 11
 
 
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_a_topic_entry_with_no_partitions_counts_as_one(version: int) -> None:
+    if version == 13:
+        frame = request_frame_by_id(tuple((uuid.uuid4(), ()) for _ in range(50)))
+    else:
+        frame = request_frame(version, tuple((f"t{index}", ()) for index in range(50)))
+    assert count_of(frame) == 50
+    assert count_of(frame, limit=10) == 11
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_partition_count_of_a_truncated_body_is_what_it_holds(version: int) -> None:
     frame = request_frame(version)
