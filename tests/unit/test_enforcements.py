@@ -2001,3 +2001,52 @@ def test_create_topics_a_real_create_carries_no_dry_run_note(
     gateway = gateway_with(policies=DRY_RUN_NAMING)
     frame = create_topics(5, NewTopic("named"))
     assert_forwarded_as_sent(gateway.send(frame), frame)
+
+
+# --- judged.request.max.items -------------------------------------------------------------
+
+OVER = 1_001
+"""One past the default of ``judged.request.max.items``."""
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "frame"),
+    [
+        (DELETE_TOPICS, 5, lambda: delete_topics(5, *(f"t{i}" for i in range(OVER)))),
+        (
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            lambda: alter_configs(
+                INCREMENTAL_ALTER_CONFIGS,
+                1,
+                [(2, f"t{i}", [("retention.ms", 0, "1000")]) for i in range(OVER)],
+            ),
+        ),
+        (DELETE_GROUPS, 2, lambda: delete_groups(2, *(f"g{i}" for i in range(OVER)))),
+        (DELETE_RECORDS, 2, lambda: delete_records(2, *((f"t{i}", 0) for i in range(OVER)))),
+    ],
+    ids=["DeleteTopics", "IncrementalAlterConfigs", "DeleteGroups", "DeleteRecords"],
+)
+def test_a_request_over_the_items_limit_is_refused_whole_unjudged(
+    gateway: Harness, api_key: int, version: int, frame: Callable[[], bytes]
+) -> None:
+    outcome = gateway.send(frame())
+    answer = items(api_key, version, answer_of(outcome))
+    assert len(answer) == OVER
+    assert {code for _, code, _ in answer} == {POLICY_VIOLATION}
+    # (versions whose answer carries no message read as None)
+    assert all("judged.request.max.items" in m for _, _, m in answer if m is not None)
+    assert not gateway.cluster.asked  # nothing looked up for a request judged not at all
+
+
+def test_partitions_of_one_topic_count_once_and_reads_count_not_at_all(
+    gateway: Harness,
+) -> None:
+    gateway.cluster.add_topic("orders", partitions=OVER)
+    frame = delete_records(2, *(("orders", p) for p in range(OVER)))
+    answer = gateway.send(frame)
+    if isinstance(answer, Answer):
+        messages = [m or "" for _, _, m in items(DELETE_RECORDS, 2, answer.frame)]
+        assert all("judged.request.max.items" not in m for m in messages)
+    reads = list_offsets(7, *((f"t{i}", 0) for i in range(OVER)))
+    assert not isinstance(gateway.send(reads), Answer)
