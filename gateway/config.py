@@ -247,6 +247,25 @@ DEFAULT_RECORD_VALIDATION_MAX_RECORDS: Final = 1_000_000
 uncompressed request at Kafka's default ``message.max.bytes`` (1,048,588) holds at most
 about 150,000 records (7 bytes is the smallest record); the rest is room for compressed ones."""
 DEFAULT_RECORD_VALIDATION_MAX_RECORD_BYTES: Final = 1_048_588
+DEFAULT_JUDGED_REQUEST_MAX_BYTES: Final = 8 * 1024 * 1024
+"""``judged.request.max.bytes``: decoded whole, such a request costs the gateway about 10 to
+18 times its size in memory, and the event loop is blocked while it decodes (a 100 MiB one:
+over 1 GB and seconds); 8 MiB holds a Metadata request naming 150,000 topics of 50
+characters or a ListOffsets of 450,000 partitions."""
+DEFAULT_JUDGED_REQUEST_MAX_ITEMS: Final = 1_000
+"""``judged.request.max.items``: each topic, config resource or group a request has the
+policies decide is judged on the event loop and written as its own audit event: 10,000
+denied topics in a 150 KB CreateTopics cost the gateway 2.9 s and 8.8 MiB of audit."""
+DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES: Final = 10_000
+"""``client.configs.max.entities``: every gateway instance holds the whole state store and
+reads all of it again after any change; with ``client_configs.admin_principals`` unset anyone
+may add entities."""
+DEFAULT_PRODUCE_MAX_PARTITIONS: Final = 20_000
+"""``produce.max.partitions``: each partition entry of a Produce request the gateway reads
+costs it 10 to 17 us on the event loop whatever it holds (6 bytes with no records): 2,000,000
+empty ones in 11 MiB held every client for 34 s. Clients send at most a request's worth of
+batches (``max.request.size``, librdkafka's ``message.max.bytes``: 1 MB), some 14,000
+partitions of the smallest batches; 20,000 cost the gateway 0.3 s."""
 """``record.validation.max.record.bytes``: Kafka's default ``message.max.bytes``. Clients
 refuse larger records themselves unless told otherwise (max.request.size 1 MiB in Java,
 message.max.bytes 1,000,000 in librdkafka)."""
@@ -292,6 +311,21 @@ class LimitsConfig:
     """``record.validation.max.record.bytes``: the longest record the gateway validates (its
     size as encoded in the batch, decompressed). A record is the one piece of validation
     that cannot be split into turns on the event loop, so this bounds every turn."""
+    judged_request_max_bytes: int = DEFAULT_JUDGED_REQUEST_MAX_BYTES
+    produce_max_partitions: int = DEFAULT_PRODUCE_MAX_PARTITIONS
+    judged_request_max_items: int = DEFAULT_JUDGED_REQUEST_MAX_ITEMS
+    client_configs_max_entities: int = DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES
+    """``client.configs.max.entities``: the users and user:client-id pairs the gateway keeps
+    dynamic client configs for; a change that would add one more is refused; -1 no cap."""
+    """``judged.request.max.items``: the topics, config resources or groups one request may
+    have the policies decide (each judged and audited alone); a request with more is refused
+    whole, with one audit event; -1 no cap."""
+    """``produce.max.partitions``: the partition entries of a Produce request the gateway
+    reads (to validate its records or count it in the audit summaries); one with more closes
+    the connection; -1 no cap."""
+    """``judged.request.max.bytes``: the largest request of a judged API other than Produce
+    that the gateway decodes to judge it; a larger one closes the connection unread, as
+    Kafka closes one over ``socket.request.max.bytes``; -1 no cap."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,6 +429,10 @@ _LIMIT_KEYS = frozenset(
         "record.validation.max.records",
         "record.validation.max.inflated.bytes",
         "record.validation.max.record.bytes",
+        "judged.request.max.bytes",
+        "produce.max.partitions",
+        "judged.request.max.items",
+        "client.configs.max.entities",
     }
 )
 
@@ -910,6 +948,30 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
                 source,
                 minimum=7,
             )
+        ),
+        judged_request_max_bytes=_limit_or_unlimited(
+            lim.get("judged.request.max.bytes", DEFAULT_JUDGED_REQUEST_MAX_BYTES),
+            "judged.request.max.bytes",
+            source,
+            64,
+        ),
+        produce_max_partitions=_limit_or_unlimited(
+            lim.get("produce.max.partitions", DEFAULT_PRODUCE_MAX_PARTITIONS),
+            "produce.max.partitions",
+            source,
+            1,
+        ),
+        judged_request_max_items=_limit_or_unlimited(
+            lim.get("judged.request.max.items", DEFAULT_JUDGED_REQUEST_MAX_ITEMS),
+            "judged.request.max.items",
+            source,
+            1,
+        ),
+        client_configs_max_entities=_limit_or_unlimited(
+            lim.get("client.configs.max.entities", DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES),
+            "client.configs.max.entities",
+            source,
+            1,
         ),
     )
 

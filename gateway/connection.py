@@ -554,6 +554,7 @@ _AUDITED_CLOSES: Final[Mapping[str, tuple[tuple[str, str], str]]] = {
     "undecodable": (_REQUEST, "protocol"),
     "own_topic": (_REQUEST, "own_topics"),
     "upstream_state": (_REQUEST, "cluster_state"),
+    "oversized": (_REQUEST, "limits"),
 }
 """Connections closed instead of served that are audited. ``rejected_acks0_produce`` is not
 here: the policies that refused its records were audited by the engine."""

@@ -36,16 +36,17 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar
 from uuid import UUID
 
-from policies.chain import Decision
+from policies.chain import Decision, Mode, Verdict
 from protocol.admin import InternalRequest, ResourceConfigs, ResponseT, TopicDescription
 from protocol.errors import POLICY_VIOLATION
 from protocol.framing import RequestHeader
 from protocol.results import ItemError, Note
-from protocol.versions import VersionRange
+from protocol.versions import VersionRange, api_name
 from spark_audit.event import ConfigChange as AuditedConfigChange
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
+from .config import UNLIMITED, LimitsConfig
 from .decisions import AuditNotWritten, DecisionRecorder, Subject
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import SaslState
@@ -187,6 +188,10 @@ class Enforcement(Protocol[R, K]):
     unaudited_error: int
     """The error an allowed item is answered with when its decision could not be audited
     and ``audit.on_failure`` is ``deny``."""
+    decodes_whole: bool
+    """Whether :meth:`read` decodes the whole request into objects: then a request over
+    ``judged.request.max.bytes`` closes the connection unread (Produce reads its records by
+    the record validation budget instead)."""
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         """The frame to enforce (possibly rewritten), or an outcome decided unread."""
@@ -198,6 +203,12 @@ class Enforcement(Protocol[R, K]):
 
     def keys(self, request: R) -> Sequence[K]:
         """The request's items, in request order, repeats included."""
+        ...
+
+    def decided_items(self, request: R, keys: Sequence[K]) -> int:
+        """How many decisions of the policies judging ``request`` takes, each judged and
+        audited alone (``judged.request.max.items`` bounds it); 0 for an API the policies do
+        not decide item by item."""
         ...
 
     def duplicate(self, key: K) -> ItemError | None:
@@ -235,12 +246,16 @@ class BaseEnforcement(Generic[R, K]):
 
     dry_run_notes: bool = False
     unaudited_error: int = int(POLICY_VIOLATION)
+    decodes_whole: bool = True
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         return frame
 
     def expects_response(self, request: R) -> bool:
         return True
+
+    def decided_items(self, request: R, keys: Sequence[K]) -> int:
+        return len(set(keys))
 
     async def settle(
         self, ctx: RequestContext, cluster: ClusterView, request: R, allowed: Sequence[K]
@@ -249,14 +264,32 @@ class BaseEnforcement(Generic[R, K]):
 
 
 class Engine:
-    """Runs enforcements; the decision recorder is the one service it needs itself."""
+    """Runs enforcements; the decision recorder is the one service it needs itself, and the
+    limits what a request may cost."""
 
-    def __init__(self, decisions: DecisionRecorder) -> None:
+    def __init__(self, decisions: DecisionRecorder, *, limits: LimitsConfig | None = None) -> None:
         self._decisions = decisions
+        self.limits = limits or LimitsConfig()
+        """The generation's ``limits:``: what one request may cost the gateway."""
 
     @property
     def decisions(self) -> DecisionRecorder:
         return self._decisions
+
+    def oversized(self, ctx: RequestContext, frame: bytes) -> Close | None:
+        """The refusal of a request too large to decode whole (``judged.request.max.bytes``):
+        decoded, it would cost the gateway 10 to 18 times its size in memory and hold the
+        event loop, every other client's requests waiting, while it decodes. The connection is
+        closed unanswered, as Kafka closes one over ``socket.request.max.bytes``."""
+        limit = self.limits.judged_request_max_bytes
+        if limit == UNLIMITED or len(frame) <= limit:
+            return None
+        return Close(
+            reason=f"{api_name(ctx.api_key)} v{ctx.api_version} request of {len(frame)} bytes "
+            f"exceeds judged.request.max.bytes ({limit}), the largest the gateway decodes to "
+            "judge",
+            metric_reason="oversized",
+        )
 
     async def run(
         self,
@@ -268,8 +301,14 @@ class Engine:
         prepared = enforcement.prepare(ctx, frame)
         if not isinstance(prepared, bytes):
             return prepared
+        oversized = self.oversized(ctx, prepared) if enforcement.decodes_whole else None
+        if oversized is not None:
+            return oversized
         request = enforcement.read(ctx.header, prepared)
         keys = enforcement.keys(request)
+        refused = await self._too_many_items(enforcement, ctx, request, keys)
+        if refused is not None:
+            return refused
         local, allowed, notes = await self._judge(enforcement, ctx, cluster, request, keys)
         settlement = await enforcement.settle(ctx, cluster, request, allowed)
         if isinstance(settlement, Close):
@@ -281,6 +320,43 @@ class Engine:
         if not allowed and keys:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
         return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
+
+    async def _too_many_items(
+        self, enforcement: Enforcement[R, K], ctx: RequestContext, request: R, keys: Sequence[K]
+    ) -> Answer | None:
+        """The answer to a request with more items to decide than ``judged.request.max.items``:
+        every item refused, none judged, one audit event. Judged, each would cost the event
+        loop its policy checks and its own audit event (a denial is some 900 bytes)."""
+        limit = self.limits.judged_request_max_items
+        if limit == UNLIMITED:
+            return None
+        count = enforcement.decided_items(request, keys)
+        if count <= limit:
+            return None
+        message = (
+            f"This request has {count} items for the policies to judge, more than the "
+            f"{limit} the gateway judges in one request (limits: judged.request.max.items); "
+            "none was judged or carried out. Send them in smaller requests."
+        )
+        verdict = Verdict(policy="limits", mode=Mode.ENFORCE, outcome="denied", message=message)
+        request_id = new_request_id()
+        subject = Subject(
+            request_id=request_id,
+            client_address=ctx.client_address,
+            principal=ctx.principal,
+            client_id=ctx.client_id,
+            api_key=ctx.api_key,
+            api_version=ctx.api_version,
+            resource_type="cluster",
+            resource_name="",
+            action="request",
+        )
+        error = ItemError(error_code=int(POLICY_VIOLATION), error_message=message)
+        await self._decisions.record(
+            subject, Decision(allowed=False, verdicts=(verdict,)), error.error_code
+        )
+        local = dict.fromkeys(keys, tagged(error, request_id))
+        return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
 
     async def _judge(
         self,

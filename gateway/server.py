@@ -129,7 +129,7 @@ class Gateway:
         )
         table = build_table(
             Services(
-                engine=Engine(recorder),
+                engine=Engine(recorder, limits=config.limits),
                 policies=PolicyRunner(policies),
                 state=self.state,
                 records=record_validator,

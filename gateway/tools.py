@@ -225,6 +225,10 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
+DRY_RUN_BATCH = 1000
+"""Topics per CreateTopics of ``kpg dry-run``: the default of ``judged.request.max.items``."""
+
+
 def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         requests = [_topic_flag(t) for t in args.topic]
@@ -248,19 +252,23 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         )
         for r in requests
     ]
-    frame = ct.build_request(
-        specs,
-        validate_only=True,
-        timeout_ms=int(args.timeout * 1000),
-        correlation_id=1,
-        client_id="kpg-dry-run",
-    )
     hint = unreachable_hint(security)
+    results: dict[str, ItemError] = {}
     try:
-        answer = exchange(
-            address.host, address.port, frame, args.timeout, security, client_id="kpg-dry-run"
-        )
-        results = ct.read_answer(4, answer)
+        # in requests of at most DRY_RUN_BATCH topics: the gateway judges no more in one
+        # (limits: judged.request.max.items, 1,000 by default)
+        for start in range(0, len(specs), DRY_RUN_BATCH):
+            frame = ct.build_request(
+                specs[start : start + DRY_RUN_BATCH],
+                validate_only=True,
+                timeout_ms=int(args.timeout * 1000),
+                correlation_id=1,
+                client_id="kpg-dry-run",
+            )
+            answer = exchange(
+                address.host, address.port, frame, args.timeout, security, client_id="kpg-dry-run"
+            )
+            results.update(ct.read_answer(4, answer))
     except AuthenticationFailed as exc:
         print(f"kpg dry-run: {address}: {exc}", file=sys.stderr)
         return 2

@@ -248,6 +248,77 @@ def produce_topics(header: RequestHeader, frame: bytes) -> tuple[str, ...]:
         raise Undecodable(f"produce request topics unreadable: {exc}") from None
 
 
+def produce_partition_count(header: RequestHeader, frame: bytes, limit: int) -> int:
+    """How many partition entries a Produce request (v3 to v13) holds, a topic entry with no
+    partitions counting as one (it costs reading too, and a request of nothing but empty
+    topics would otherwise count none), counted up to ``limit + 1`` and no further: a walk
+    over lengths alone (records, names and ids stepped over), whose cost ``limit`` bounds
+    whatever the frame holds. The count of a body that ends early is what was read before it
+    ended (the reader refuses such a body).
+    """
+    if header.api_version not in VERSIONS:
+        return 0
+    try:
+        offset = _acks_offset(header, frame) + 6
+        if is_flexible(PRODUCE, header.api_version):
+            by_id = header.api_version >= TOPIC_IDS_SINCE
+            return _flexible_count(frame, offset, limit, by_id=by_id)
+        return _legacy_count(frame, offset, limit)
+    except FrameRejected:
+        return 0
+
+
+def _legacy_count(frame: bytes, offset: int, limit: int) -> int:
+    count = 0
+    try:
+        (topics,) = _I32.unpack_from(frame, offset)
+        offset += 4
+        for _ in range(topics):
+            (size,) = _I16.unpack_from(frame, offset)
+            (partitions,) = _I32.unpack_from(frame, offset + 2 + max(size, 0))
+            offset += 6 + max(size, 0)
+            if partitions <= 0:
+                count += 1
+                if count > limit:
+                    return count
+            for _ in range(partitions):
+                count += 1
+                if count > limit:
+                    return count
+                (records,) = _I32.unpack_from(frame, offset + 4)
+                offset += 8 + max(records, 0)
+    except struct.error:
+        pass
+    return count
+
+
+def _flexible_count(frame: bytes, offset: int, limit: int, *, by_id: bool) -> int:
+    count = 0
+    try:
+        topics, offset = uvarint(frame, offset)
+        for _ in range(topics - 1):
+            if by_id:
+                offset += 16
+            else:
+                size, offset = uvarint(frame, offset)
+                offset += max(size - 1, 0)
+            partitions, offset = uvarint(frame, offset)
+            if partitions <= 1:  # compact: 0 null, 1 empty
+                count += 1
+                if count > limit:
+                    return count
+            for _ in range(partitions - 1):
+                count += 1
+                if count > limit:
+                    return count
+                records, offset = uvarint(frame, offset + 4)
+                offset = skip_tags(frame, offset + max(records - 1, 0))
+            offset = skip_tags(frame, offset)
+    except (IndexError, FrameRejected):
+        pass
+    return count
+
+
 def _legacy_topics(frame: bytes, offset: int) -> tuple[str, ...]:
     """v3-v8 from ``topic_data`` (behind acks and timeout_ms)."""
     names: dict[str, None] = {}

@@ -28,6 +28,8 @@ from .base import Handler
 
 Item = pt.Item
 _IDS_TTL_S = 60.0
+_ASK_INTERVAL_S = 1.0
+"""How often one connection may have the gateway ask the cluster for every topic's id."""
 
 
 class OwnTopicIds:
@@ -84,19 +86,39 @@ class TopicNamesById:
     a request naming an id not known asks the cluster again, and every id of that request is
     resolved from the new answer (one snapshot: no two ids of it share a name). An id the
     cluster does not know is None.
+
+    Asking means a Metadata request for every topic of the cluster, its whole answer decoded
+    by the gateway: each connection asks at most once a second (:data:`_ASK_INTERVAL_S`).
+    Otherwise a client naming a made-up id in every small request had the gateway decode the
+    cluster's whole metadata for each, as fast as it could pipeline them. An id not known
+    within that second is None: UNKNOWN_TOPIC_ID, which clients retry after refreshing
+    their metadata, as they do when a broker has not yet learnt a new topic.
     """
 
     def __init__(self) -> None:
         self._names: Mapping[uuid.UUID, str] = {}
+        self._asked_at: dict[int, float] = {}
+        """id() of a link -> when it last asked; only links that asked within the interval."""
 
     async def resolve(
         self, cluster: ClusterView, ids: Sequence[uuid.UUID]
     ) -> dict[uuid.UUID, str | None]:
         names = self._names
-        if any(topic_id not in names for topic_id in ids):
+        if any(topic_id not in names for topic_id in ids) and self._may_ask(cluster):
             _, names = await cluster.describe_all_topics()
             self._names = names
         return {topic_id: names.get(topic_id) for topic_id in ids}
+
+    def _may_ask(self, cluster: ClusterView) -> bool:
+        """Whether ``cluster`` (one client's link) may ask now; if so, its clock restarts."""
+        now = time.monotonic()
+        if now - self._asked_at.get(id(cluster), float("-inf")) < _ASK_INTERVAL_S:
+            return False
+        self._asked_at = {
+            link: at for link, at in self._asked_at.items() if now - at < _ASK_INTERVAL_S
+        }
+        self._asked_at[id(cluster)] = now
+        return True
 
 
 class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
@@ -116,6 +138,11 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
 
     def duplicate(self, key: Item) -> ItemError | None:
         return None
+
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
+        """None: these APIs name partitions the policies do not decide (their topics' names
+        and the gateway's own topics are checked); subclasses that judge topics say so."""
+        return 0
 
     async def judge(
         self,
@@ -192,6 +219,9 @@ class RulesPerTopic(TopicPartitions):
         super().__init__(services, api_key, versions)
         self._operation = operation
         self._action = action
+
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
+        return len({topic for topic, _ in keys})
 
     async def judge_topics(
         self,

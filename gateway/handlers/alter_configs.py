@@ -67,6 +67,7 @@ from protocol.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_CONFIG,
     INVALID_REQUEST,
+    POLICY_VIOLATION,
     UNKNOWN_SERVER_ERROR,
 )
 from protocol.framing import RequestHeader
@@ -76,6 +77,7 @@ from spark_audit.event import ConfigChange as AuditedConfigChange
 
 from .. import client_configs, config_changes
 from ..cluster import state_of, undescribed_topic
+from ..config import UNLIMITED
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Close
 from ..policy_runner import PolicyRunner
@@ -139,6 +141,9 @@ class Alteration:
     every dynamic client config resource)."""
     client_writes: dict[Key, dict[str, str | None]] = field(default_factory=dict)
     """Dynamic client config resource -> its store writes, made once it is allowed."""
+    client_entities: int | None = None
+    """The dynamic client config entities stored, and those this request adds (counted once
+    the first client config resource is judged)."""
     dry_run_here: bool = False
 
 
@@ -390,6 +395,11 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 after.pop(name, None)
             else:
                 after[name] = value
+        bound = self._client_config_bound(request, items, entity.resource_name, before, after)
+        if bound is not None:
+            return _client_config_refusal(
+                entity.resource_name, bound, validate_only, "limits", _attempted(resource, before)
+            )
         request.client_writes[resource.key] = writes
         request.gateway_only.add(resource.key)
         policies = self._services.policies
@@ -413,6 +423,41 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             validate_only=validate_only,
             config_changes=config_changes.audited(change, before, config_changes.looks_sensitive),
         )
+
+    def _client_config_bound(
+        self,
+        request: Alteration,
+        items: Mapping[str, str],
+        resource_name: str,
+        before: Mapping[str, str],
+        after: Mapping[str, str],
+    ) -> ItemError | None:
+        """The refusal of a change that would grow the store past its bounds: an entity over
+        :data:`_CLIENT_ENTITY_MAX_BYTES`, or a new entity past
+        ``limits."client.configs.max.entities"``. Every gateway instance holds the whole store
+        and reads all of it again after each change, so with ``admin_principals`` unset (anyone
+        may write) nothing else bounded what a client could make every instance hold and
+        re-read."""
+        size = _entity_size(resource_name, after)
+        if size > _CLIENT_ENTITY_MAX_BYTES:
+            return _invalid(
+                f"Dynamic client configs of {resource_name} would take {size} bytes; the "
+                f"gateway stores at most {_CLIENT_ENTITY_MAX_BYTES} per entity (its name and "
+                "its configs)."
+            )
+        limit = self._services.engine.limits.client_configs_max_entities
+        if before or not after or limit == UNLIMITED:
+            return None
+        if request.client_entities is None:
+            request.client_entities = len(client_configs.entities(items))
+        if request.client_entities >= limit:
+            return ItemError(
+                error_code=int(POLICY_VIOLATION),
+                error_message=f"The gateway keeps dynamic client configs for at most {limit} "
+                "entities (limits: client.configs.max.entities); delete some first.",
+            )
+        request.client_entities += 1
+        return None
 
     async def settle(
         self, ctx: RequestContext, cluster: ClusterView, request: Alteration, allowed: Sequence[Key]
@@ -618,6 +663,19 @@ def _apply(
     if request.incremental:
         return config_changes.incremental(before, resource.configs, defaults, inherited)
     return config_changes.legacy(before, resource.configs)
+
+
+_CLIENT_ENTITY_MAX_BYTES = 4096
+"""The most one dynamic client config entity may take in the store: its name and its
+configs' names and values, in UTF-8 (a user, a client-id and eight configs fit in a few
+hundred bytes). As a record.validation.policy value, so that every write fits the state
+store's."""
+
+
+def _entity_size(resource_name: str, configs: Mapping[str, str]) -> int:
+    return len(resource_name.encode()) + sum(
+        len(k.encode()) + len(v.encode()) for k, v in configs.items()
+    )
 
 
 def _client_config_refusal(

@@ -25,6 +25,9 @@ VERSIONS = DECODABLE[API_KEY]
 
 
 class AlterPartitionReassignments(TopicPartitions):
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[pt.Item]) -> int:
+        return len({topic for topic, _ in keys})
+
     async def judge_topics(
         self,
         ctx: RequestContext,

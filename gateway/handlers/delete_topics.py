@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from protocol import topic_admin as ta
-from protocol.admin import TopicDescription
 from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -33,6 +32,7 @@ from ..outcomes import Close
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
+from ._partitioned import TopicNamesById
 from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
 
     def __init__(self, services: Services) -> None:
         self._services = services
+        self._names = TopicNamesById()
 
     def read(self, header: RequestHeader, frame: bytes) -> Deletion:
         return Deletion(request=ta.read_delete_topics(header, frame))
@@ -77,13 +78,12 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
     ) -> Mapping[ta.DeleteTarget, Ruling]:
         services = self._services
         chain = services.policies.chain
-        rulings, described = await self._resolve(cluster, request, keys)
+        rulings = await self._resolve(cluster, request, keys)
         known = await current_topics(
             cluster,
             list(request.names.values()),
             with_configs=chain.needs_topic_state,
             configs_unreliable=services.upstream.topic_config_source_unreliable,
-            described=described,
         )
         for target, name in request.names.items():
             if name in known.errors:
@@ -100,17 +100,17 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
             )
         return rulings
 
-    @staticmethod
     async def _resolve(
-        cluster: ClusterView, request: Deletion, keys: Sequence[ta.DeleteTarget]
-    ) -> tuple[dict[ta.DeleteTarget, Ruling], Mapping[str, TopicDescription] | None]:
+        self, cluster: ClusterView, request: Deletion, keys: Sequence[ta.DeleteTarget]
+    ) -> dict[ta.DeleteTarget, Ruling]:
         """The name each entry stands for (into ``request.names``), and the entries refused
-        before any policy: an unknown topic id, an illegal name. Also Metadata of every topic,
-        when ids had to be resolved with it."""
+        before any policy: an unknown topic id, an illegal name. Ids are resolved as Produce
+        v13's are (:class:`._partitioned.TopicNamesById`): from what the cluster last said,
+        asking it for every topic at most once a second per connection."""
         rulings: dict[ta.DeleteTarget, Ruling] = {}
-        described: Mapping[str, TopicDescription] | None = None
-        if any(t.topic_id is not None for t in keys):
-            described, by_id = await cluster.describe_all_topics()
+        ids = [t.topic_id for t in keys if t.topic_id is not None]
+        if ids:
+            by_id = await self._names.resolve(cluster, ids)
             for target in keys:
                 if target.topic_id is None:
                     continue
@@ -130,7 +130,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                 request.names[target] = target.name
             else:
                 rulings[target] = illegal
-        return rulings, described
+        return rulings
 
     async def settle(
         self,

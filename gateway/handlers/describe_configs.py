@@ -47,6 +47,8 @@ class Description:
     """Request index -> the configs of a resource the gateway answers."""
     extra: dict[tuple[int, str], list[dc.LocalConfig]] = field(default_factory=dict)
     """Configs the gateway adds to a resource the broker answers."""
+    client_entities: dict[str, dict[str, str]] | None = None
+    """The dynamic client configs by entity, read once for the request's resources."""
 
 
 class DescribeConfigs(BaseEnforcement[Description, int]):
@@ -61,6 +63,9 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
 
     def keys(self, request: Description) -> Sequence[int]:
         return range(len(request.request.resources))
+
+    def decided_items(self, request: Description, keys: Sequence[int]) -> int:
+        return 0  # read, not judged: no policy decides a description
 
     def duplicate(self, key: int) -> ItemError | None:
         return None
@@ -98,9 +103,11 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
                 error_message=f"{ctx.principal or 'User:ANONYMOUS'} may not describe another "
                 "user's dynamic client configs (client_configs.admin_principals)",
             )
-        items = self._services.state.items(client_configs.STATE_NAMESPACE)
+        if request.client_entities is None:  # one read of the store for the whole request
+            items = self._services.state.items(client_configs.STATE_NAMESPACE)
+            request.client_entities = client_configs.configs_by_entity(items)
         request.configs[index] = client_configs.describe(
-            items, entity.user, entity.client_id, settings.codes
+            {}, entity.user, entity.client_id, settings.codes, grouped=request.client_entities
         )
         return OK
 

@@ -29,6 +29,9 @@ UNCLEAN = 1
 
 class ElectLeaders(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        oversized = self._services.engine.oversized(ctx, frame)
+        if oversized is not None:
+            return oversized  # read here, before the engine's own check
         request = pt.read(ctx.header, frame)
         if _unclean(request) and pt.elects_every_partition(request):
             refused = ItemError(
@@ -38,6 +41,10 @@ class ElectLeaders(TopicPartitions):
             )
             return Answer(frame=pt.refuse_all(request, ctx.correlation_id, refused))
         return frame
+
+    def decided_items(self, request: pt.Partitioned, keys: Sequence[pt.Item]) -> int:
+        """Unclean elections are judged topic by topic; clean ones pass."""
+        return len({topic for topic, _ in keys}) if _unclean(request) else 0
 
     async def judge_topics(
         self,

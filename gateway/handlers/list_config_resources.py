@@ -29,6 +29,9 @@ def handler(services: Services) -> Handler:
     codes = settings.codes
 
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        oversized = services.engine.oversized(ctx, frame)
+        if oversized is not None:
+            return oversized
         asked = lcr.requested_types(ctx.header, frame)
         mine = [t for t in asked or () if t in codes.resource_types]
         if not mine:

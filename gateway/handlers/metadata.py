@@ -131,6 +131,9 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
     def keys(self, request: AutoCreationCall) -> Sequence[str]:
         return request.keys
 
+    def decided_items(self, request: AutoCreationCall, keys: Sequence[str]) -> int:
+        return len(request.candidates)  # illegal names are answered unjudged
+
     def duplicate(self, key: str) -> ItemError | None:
         return None  # Kafka answers a topic named twice once
 
@@ -235,6 +238,9 @@ class MetadataHandler:
         self._services = services
 
     async def __call__(self, ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        oversized = self._services.engine.oversized(ctx, frame)
+        if oversized is not None:
+            return oversized
         request = md.read_request(ctx.header, frame)
         illegal = {
             name: problem

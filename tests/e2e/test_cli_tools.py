@@ -220,3 +220,23 @@ def test_dry_run_reaches_a_gateway_that_requires_client_certificates(
         assert "Traceback" not in plain.stderr
     finally:
         gateway.stop()
+
+
+def test_dry_run_of_more_topics_than_the_gateway_judges_in_one_request(
+    tmp_path: Path, broker: HostPort
+) -> None:
+    """1,200 topics, past ``limits."judged.request.max.items"`` (1,000): sent in two requests,
+    each topic gets its own verdict, none the limit's refusal."""
+    config = write_config(tmp_path, broker)
+    manifest = tmp_path / "topics.yaml"
+    names = [f"team.bulk{index}.v1" for index in range(1_200)]
+    topics = [{"name": n, "partitions": 2, "replication_factor": 1} for n in names]
+    manifest.write_text(yaml.safe_dump({"topics": topics}))
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        result = kpg("dry-run", "--bootstrap-server", bootstrap, str(manifest))
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        assert [(t, v) for t, v, _ in table(result.stdout)] == [(n, "allowed") for n in names]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)

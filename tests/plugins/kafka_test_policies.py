@@ -130,6 +130,22 @@ class HangingRecordValidationPolicy(RecordValidationPolicy):
             self.release.wait(60)
 
 
+class SlowRecordValidationPolicy(RecordValidationPolicy):
+    """Takes ``SECONDS`` per record of a topic whose name starts with ``slow`` (a plug-in
+    that asks a service, say); any other record at once. Always passes."""
+
+    SECONDS = 1.5
+
+    def get_hints(self) -> RecordIntrospectionHints:
+        return RecordIntrospectionHints(
+            access_headers=False, access_key_bytes=0, access_value_bytes=0
+        )
+
+    def validate(self, topic_metadata: TopicMetadata, record: RecordProxy) -> None:
+        if topic_metadata.topic.startswith("slow"):
+            time.sleep(self.SECONDS)
+
+
 class GatedCreateTopicPolicy(CreateTopicPolicy):
     """Allows everything; holds a worker of ``kpg run --workers`` in ``configure()`` (at its
     start-up or reload) while ``<test.gate.dir>/hold-worker-<index>`` exists, after writing

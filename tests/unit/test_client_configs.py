@@ -286,6 +286,31 @@ def test_describe_merges_default_and_override_as_the_seed_shows() -> None:
     assert configs[0].config_type == 2 and configs[1].config_type == 3
 
 
+@pytest.mark.parametrize(
+    ("user", "client_id"),
+    [
+        ("alice", "clientid-override"),
+        ("alice", ""),
+        ("alice", "new-app"),
+        ("alice2", ""),
+        ("bob", "x"),
+    ],
+)
+def test_describe_from_the_store_grouped_by_entity_is_the_same(user: str, client_id: str) -> None:
+    items = {
+        **SEED_ITEMS,
+        "alice/<default>/producer_byte_rate": "50000",
+        cc.store_key("a/b", "c/d", "acks"): "1",  # separators quoted in the key
+    }
+    grouped = cc.configs_by_entity(items)
+    assert cc.describe({}, user, client_id, CODES, grouped=grouped) == cc.describe(
+        items, user, client_id, CODES
+    )
+    assert cc.describe({}, "a/b", "c/d", CODES, grouped=grouped) == cc.describe(
+        items, "a/b", "c/d", CODES
+    )
+
+
 def test_describe_of_the_default_alone_and_without_synonyms() -> None:
     configs = cc.describe(SEED_ITEMS, "alice", "", CODES, include_synonyms=False)
     assert [(c.name, c.value, c.source, c.synonyms) for c in configs] == [

@@ -116,6 +116,34 @@ LIMITS = {
             "record_validation_max_record_bytes": 65536,
         },
     ),
+    "judged requests: 8 MiB decoded at most, unless set (-1: no cap)": (
+        "",
+        {"judged_request_max_bytes": 8 * 1024 * 1024},
+    ),
+    "judged requests set": (
+        "judged.request.max.bytes: -1\n",
+        {"judged_request_max_bytes": -1},
+    ),
+    "produce partitions: 20,000 read at most, unless set (-1: no cap)": (
+        "",
+        {"produce_max_partitions": 20_000},
+    ),
+    "produce partitions set": (
+        "produce.max.partitions: -1\n",
+        {"produce_max_partitions": -1},
+    ),
+    "judged items: 1,000 a request, unless set (-1: no cap)": (
+        "",
+        {"judged_request_max_items": 1_000},
+    ),
+    "client config entities: 10,000 unless set": (
+        "",
+        {"client_configs_max_entities": 10_000},
+    ),
+    "judged items set": (
+        "judged.request.max.items: 5000\n",
+        {"judged_request_max_items": 5_000},
+    ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
         {"record_validation_max_inflated_bytes": 8388608},
@@ -159,6 +187,18 @@ LIMITS = {
         (
             "record.validation.max.record.bytes: 6",
             "record.validation.max.record.bytes: must be at least 7",
+        ),
+        (
+            "judged.request.max.bytes: 10",
+            "judged.request.max.bytes: must be -1 (no limit) or at least 64",
+        ),
+        (
+            "produce.max.partitions: 0",
+            "produce.max.partitions: must be -1 (no limit) or at least 1",
+        ),
+        (
+            "judged.request.max.items: 0",
+            "judged.request.max.items: must be -1 (no limit) or at least 1",
         ),
     ],
 )

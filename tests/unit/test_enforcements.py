@@ -1117,9 +1117,10 @@ def test_produce_v13_of_valid_records_forwards_the_clients_bytes(
 
 
 def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
-    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID],
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gateway, orders, _ = validating_by_id
+    monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 0.0)
 
     def lookups() -> int:
         return gateway.cluster.asked.count(("describe_all_topics", ()))
@@ -1134,6 +1135,27 @@ def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
     assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
         ((later, 0), INVALID_RECORD)
     ]
+
+
+def test_produce_v13_asks_for_every_topic_at_most_once_a_second_per_connection(
+    validating_by_id: tuple[Harness, uuid.UUID, uuid.UUID], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each made-up id would have the gateway ask for and decode the cluster's whole
+    metadata: within the second after it asked, an id it does not know is UNKNOWN_TOPIC_ID
+    (retriable) without asking again."""
+    gateway, orders, _ = validating_by_id
+    monkeypatch.setattr(
+        "gateway.handlers._partitioned._ASK_INTERVAL_S", 3600.0, raising=False
+    )  # no clock
+
+    def lookups() -> int:
+        return gateway.cluster.asked.count(("describe_all_topics", ()))
+
+    answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED})))
+    for _ in range(20):
+        answer = answer_of(gateway.send(produce(13, {(uuid.uuid4(), 0): UNTRACED})))
+        assert [code for _, code, _ in items(PRODUCE, 13, answer)] == [UNKNOWN_TOPIC_ID]
+    assert lookups() == 1
 
 
 def test_produce_v13_to_topics_nobody_validates_is_summarized_by_name(
@@ -1979,3 +2001,52 @@ def test_create_topics_a_real_create_carries_no_dry_run_note(
     gateway = gateway_with(policies=DRY_RUN_NAMING)
     frame = create_topics(5, NewTopic("named"))
     assert_forwarded_as_sent(gateway.send(frame), frame)
+
+
+# --- judged.request.max.items -------------------------------------------------------------
+
+OVER = 1_001
+"""One past the default of ``judged.request.max.items``."""
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "frame"),
+    [
+        (DELETE_TOPICS, 5, lambda: delete_topics(5, *(f"t{i}" for i in range(OVER)))),
+        (
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            lambda: alter_configs(
+                INCREMENTAL_ALTER_CONFIGS,
+                1,
+                [(2, f"t{i}", [("retention.ms", 0, "1000")]) for i in range(OVER)],
+            ),
+        ),
+        (DELETE_GROUPS, 2, lambda: delete_groups(2, *(f"g{i}" for i in range(OVER)))),
+        (DELETE_RECORDS, 2, lambda: delete_records(2, *((f"t{i}", 0) for i in range(OVER)))),
+    ],
+    ids=["DeleteTopics", "IncrementalAlterConfigs", "DeleteGroups", "DeleteRecords"],
+)
+def test_a_request_over_the_items_limit_is_refused_whole_unjudged(
+    gateway: Harness, api_key: int, version: int, frame: Callable[[], bytes]
+) -> None:
+    outcome = gateway.send(frame())
+    answer = items(api_key, version, answer_of(outcome))
+    assert len(answer) == OVER
+    assert {code for _, code, _ in answer} == {POLICY_VIOLATION}
+    # (versions whose answer carries no message read as None)
+    assert all("judged.request.max.items" in m for _, _, m in answer if m is not None)
+    assert not gateway.cluster.asked  # nothing looked up for a request judged not at all
+
+
+def test_partitions_of_one_topic_count_once_and_reads_count_not_at_all(
+    gateway: Harness,
+) -> None:
+    gateway.cluster.add_topic("orders", partitions=OVER)
+    frame = delete_records(2, *(("orders", p) for p in range(OVER)))
+    answer = gateway.send(frame)
+    if isinstance(answer, Answer):
+        messages = [m or "" for _, _, m in items(DELETE_RECORDS, 2, answer.frame)]
+        assert all("judged.request.max.items" not in m for m in messages)
+    reads = list_offsets(7, *((f"t{i}", 0) for i in range(OVER)))
+    assert not isinstance(gateway.send(reads), Answer)

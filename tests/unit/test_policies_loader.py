@@ -302,6 +302,12 @@ BAD_SECTIONS = [
     ({"rules": [{"name": "f", "type": "forbidden.configs", "configs": [1]}]}, "rules[0].configs"),
     ({"rules": [{"name": "n", "type": "topic.name", "pattern": "(unclosed"}]}, "rules[0].pattern"),
     ({"rules": [{"name": "n", "type": "topic.name"}]}, "rules[0].pattern"),
+    # lookarounds and backreferences need a backtracking matcher (see below)
+    (
+        {"rules": [{"name": "n", "type": "topic.name", "pattern": "(?!tmp)[a-z]+"}]},
+        "rules[0].pattern",
+    ),
+    ({"rules": [{**PROTECTED, "topics": ["(a)\\1"]}]}, "rules[0].topics"),
     ({"rules": [{"name": "x", "type": "protected.topics"}]}, "rules[0].topics"),
     (
         {"rules": [{**PROTECTED, "allowed.principals": ["admin"]}]},
@@ -324,6 +330,12 @@ def test_a_bad_section_names_the_file_and_the_key(section: Mapping[str, object],
     with pytest.raises(PolicyConfigError) as caught:
         parse_policy_config(section, source=SOURCE)
     assert str(caught.value).startswith(f"{SOURCE}: policies.{key}: ")
+
+
+def test_a_backtracking_pattern_is_refused_saying_why() -> None:
+    section = {"rules": [{"name": "n", "type": "topic.name", "pattern": "(?!tmp)[a-z]+"}]}
+    with pytest.raises(PolicyConfigError, match="RE2, in time linear in the name"):
+        parse_policy_config(section, source=SOURCE)
 
 
 # --- rules and settings ---------------------------------------------------------------------

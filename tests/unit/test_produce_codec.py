@@ -23,6 +23,7 @@ from protocol.produce import (
     ProduceView,
     produce_acks,
     produce_answer,
+    produce_partition_count,
     produce_request_keeping,
     produce_topics,
     read_produce,
@@ -265,6 +266,63 @@ def test_produce_topics_refuses_a_truncated_body(version: int) -> None:
         topics_of(frame[:-3])
     with pytest.raises(Undecodable):
         topics_of(frame[: len(frame) // 2])
+
+
+# --- produce_partition_count ----------------------------------------------------------------
+
+
+def count_of(frame: bytes, limit: int = 1000) -> int:
+    return produce_partition_count(parse_request_header(frame), frame, limit)
+
+
+MIXED: Partitions = (
+    ("orders", ((0, None), (1, b""), (2, ORDERS_2))),
+    ("big", ((0, batch(b"x" * 70_000)),)),
+    ("orders", ((3, ORDERS_0),)),
+)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("transactional_id", [None, "tx-orders"])
+def test_partition_count_is_the_readers(version: int, transactional_id: str | None) -> None:
+    for topics in (TOPICS, MIXED):
+        frame = request_frame(version, topics, transactional_id=transactional_id)
+        assert count_of(frame) == len(read(frame).partitions)
+
+
+def test_partition_count_by_topic_id() -> None:
+    frame = request_frame_by_id(
+        ((uuid.uuid4(), ((0, ORDERS_0), (1, ORDERS_2))), (uuid.uuid4(), ((4, PAYMENTS_1),)))
+    )
+    assert count_of(frame) == 3
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_partition_count_stops_past_the_limit(version: int) -> None:
+    many = tuple((index, None) for index in range(500))
+    if version == 13:
+        frame = request_frame_by_id(((uuid.uuid4(), many),))  # type: ignore[arg-type]
+    else:
+        frame = request_frame(version, (("orders", many),))
+    assert count_of(frame, limit=500) == 500
+    assert count_of(frame, limit=10) == 11
+
+
+@pytest.mark.parametrize("version", [3, 9, 13])
+def test_a_topic_entry_with_no_partitions_counts_as_one(version: int) -> None:
+    if version == 13:
+        frame = request_frame_by_id(tuple((uuid.uuid4(), ()) for _ in range(50)))
+    else:
+        frame = request_frame(version, tuple((f"t{index}", ()) for index in range(50)))
+    assert count_of(frame) == 50
+    assert count_of(frame, limit=10) == 11
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_partition_count_of_a_truncated_body_is_what_it_holds(version: int) -> None:
+    frame = request_frame(version)
+    assert count_of(frame[:-3]) <= len(read(frame).partitions)
+    assert count_of(frame[: len(frame) // 2]) < len(read(frame).partitions)
 
 
 # --- produce_request_keeping ----------------------------------------------------------------

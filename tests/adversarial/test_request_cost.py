@@ -1,0 +1,615 @@
+"""Routes to make the gateway do far more work than a request costs its sender (issue 11,
+item 11): requests that are cheap to send and expensive for the gateway to take apart. Each
+case runs the real gateway in front of the tapped real broker.
+
+A judged request is decoded whole into Python objects before it is judged: 10 to 18 times its
+size in memory, with the event loop held (every other client waiting) while it decodes. An
+8 MB DescribeProducers of two million partitions grew a process by 140 MB and took 0.5 s of
+CPU in one step; at the 100 MiB frame limit, over 1.5 GB and seconds per request. Kafka's
+brokers decode in request handler threads beside each other; the gateway has one loop.
+``limits."judged.request.max.bytes"`` (8 MiB) closes such a connection unread, as Kafka
+closes one over ``socket.request.max.bytes``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from gateway import client_configs as cc
+from gateway.embedded import free_port
+from protocol import client_configs as wire
+from protocol.alter_configs import SET
+from protocol.codec import encode_request
+from spark_audit.event import AuditEvent
+from tests.adversarial.test_connection_limits import served
+from tests.batches import batch_with, record
+from tests.e2e.test_gateway_process import start_kpg
+from tests.inproc.test_client_configs import INVALID_REQUEST, USER_CLIENT, alter, stored
+from tests.inproc.test_record_validation import create_validated_topic
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    gateway_config,
+    spool_events,
+    wait_for,
+)
+
+pytestmark = pytest.mark.adversarial
+
+MiB = 1024 * 1024
+PRODUCE, METADATA, LIST_OFFSETS, CREATE_TOPICS, DESCRIBE_PRODUCERS = 0, 3, 2, 19, 61
+POLICY_VIOLATION = 44
+JUDGED_MAX = 8 * MiB
+"""The default of ``judged.request.max.bytes``."""
+
+
+def list_offsets(partitions: int) -> bytes:
+    """A ListOffsets v7 frame asking the earliest offset of ``partitions`` partitions of one
+    topic: 16 bytes each on the wire."""
+    parts = tuple(
+        ListOffsetsPartition(
+            partition_index=i32(index), current_leader_epoch=i32(-1), timestamp=i64(-2)
+        )
+        for index in range(partitions)
+    )
+    request = ListOffsetsRequest(
+        replica_id=BrokerId(-1),
+        isolation_level=i8(0),
+        topics=(ListOffsetsTopic(name=TopicName("cost"), partitions=parts),),
+    )
+    return encode_request(LIST_OFFSETS, 7, 1, "cost", request)
+
+
+def describe_producers(partitions: int) -> bytes:
+    """A DescribeProducers v0 frame: partition indexes as bare int32, 4 bytes each."""
+    request = DescribeProducersRequest(
+        topics=(
+            TopicRequest(
+                name=TopicName("cost"),
+                partition_indexes=tuple(i32(index) for index in range(partitions)),
+            ),
+        )
+    )
+    return encode_request(DESCRIBE_PRODUCERS, 0, 1, "cost", request)
+
+
+def metadata(topics: int) -> bytes:
+    """A Metadata v12 frame naming ``topics`` topics of 40 characters."""
+    request = MetadataRequest(
+        topics=tuple(
+            MetadataRequestTopic(topic_id=None, name=TopicName(f"cost-{index:035d}"))
+            for index in range(topics)
+        ),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    return encode_request(METADATA, 12, 1, "cost", request)
+
+
+OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
+    # name: (API key, a frame just over 8 MiB)
+    "ListOffsets of 600,000 partitions": (LIST_OFFSETS, lambda: list_offsets(600_000)),
+    "DescribeProducers of 2,200,000 partitions": (
+        DESCRIBE_PRODUCERS,
+        lambda: describe_producers(2_200_000),
+    ),
+    "Metadata naming 220,000 topics": (METADATA, lambda: metadata(220_000)),
+}
+
+
+@contextmanager
+def gateway_with(tap: BrokerTap, spool: Path, **limits: Any) -> Iterator[GatewayThread]:
+    config = gateway_config(tap.address, limits=limits, audit={"spool_dir": str(spool)})
+    gw = GatewayThread(config).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.mark.parametrize("name", list(OVERSIZED))
+def test_a_judged_request_too_large_to_decode_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path, name: str
+) -> None:
+    api_key, build = OVERSIZED[name]
+    frame = build()
+    assert len(frame) - 4 > JUDGED_MAX
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        assert client.is_closed(30), f"{name}: the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == api_key], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+        assert served(RawClient(gw.bootstrap))
+        events = spool_events(tmp_path / "audit", lambda e: e.policy == "limits")
+    assert len(events) == 1
+    assert events[0].verdict == "denied"
+    assert "judged.request.max.bytes" in (events[0].message or "")
+
+
+def test_a_judged_request_within_the_limit_is_judged_as_before(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The limit is a reload's to change (-1: none), and a request under it is carried."""
+    with gateway_with(tap, tmp_path / "audit", **{"judged.request.max.bytes": -1}) as gw:
+        client = RawClient(gw.bootstrap, timeout=60)
+        client.send_bytes(list_offsets(600_000))
+        assert client.recv_frame()  # the broker's answer, whatever it says of a missing topic
+        assert [r for r in tap.requests if r.api_key == LIST_OFFSETS]
+
+
+def _peak_rss(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, flags=re.M)
+    assert match is not None
+    return int(match.group(1)) * 1024
+
+
+def test_an_oversized_judged_request_does_not_grow_the_gateway_process(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Against `kpg run`, by its peak resident memory: a 40 MiB DescribeProducers (ten million
+    partitions) grows it by about the frame it reads (83 MiB), not by the 1.6 GB its decoding
+    took."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{free_port()}",
+                "node_port_base": 0,
+                "upstream": {"bootstrap_servers": [str(tap.address)]},
+                "state": {"path": str(tmp_path / "state.db")},
+            }
+        )
+    )
+    frame = describe_producers(10_000_000)
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        assert served(RawClient(bootstrap))
+        before = _peak_rss(process.pid)
+        client = RawClient(bootstrap, timeout=120)
+        client.send_bytes(frame)
+        client.is_closed(120)  # closed unread, or answered by the broker (as it was before)
+        assert served(RawClient(bootstrap))
+        grown = _peak_rss(process.pid) - before
+        assert grown < 3 * len(frame), f"kpg's peak grew by {grown / MiB:.0f} MiB"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+# --- Produce: partitions with nothing in them ----------------------------------------------
+
+PRODUCE_MAX_PARTITIONS = 20_000
+"""The default of ``produce.max.partitions``."""
+
+
+def empty_partitions(topic: str, partitions: int) -> bytes:
+    """A Produce v9 frame of ``partitions`` partition entries with no records: 6 bytes each,
+    10 to 17 us each for the gateway to decode and judge (2,000,000 held it for 34 s)."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=tuple(
+                    PartitionProduceData(index=i32(index), records=None)
+                    for index in range(partitions)
+                ),
+            ),
+        ),
+    )
+    return encode_request(PRODUCE, 9, 1, "cost", request)
+
+
+@pytest.mark.parametrize("validated", [True, False], ids=["validated topic", "audit summary"])
+def test_a_produce_of_too_many_partitions_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path, validated: bool
+) -> None:
+    """Read to validate its records, or walked to count it in the audit's produce summaries,
+    a request of 30,000 empty partitions (180 KB) is refused before either."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        topic = create_validated_topic(gw.bootstrap) if validated else "cost"
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(empty_partitions(topic, PRODUCE_MAX_PARTITIONS + 10_000))
+        assert client.is_closed(30), "the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == PRODUCE], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+        assert served(RawClient(gw.bootstrap))
+        events = spool_events(tmp_path / "audit", lambda e: e.policy == "limits")
+    assert len(events) == 1
+    assert "produce.max.partitions" in (events[0].message or "")
+
+
+# --- a rule's pattern against a client's topic name ----------------------------------------
+
+BACKTRACKING = r"([a-z]+-?)+"
+"""Words joined by optional hyphens, as an operator may write a naming rule. Python's ``re``
+tries every way to split a run of letters between the group's turns before it gives up on
+a name that does not match: 0.8 s for 24 letters and a dot, doubling with each letter more,
+all of it on the event loop."""
+
+
+def test_a_topic_name_cannot_make_a_rules_pattern_backtrack(tap: BrokerTap, tmp_path: Path) -> None:
+    """Against `kpg run` (a pattern stuck in Python's ``re`` cannot be interrupted): a
+    CreateTopics of a 49-character name is answered, and the gateway serves others after it.
+    Before, the gateway would have been held for about 2^49 steps."""
+    config = tmp_path / "gateway.yaml"
+    rule = {"name": "naming", "type": "topic.name", "pattern": BACKTRACKING}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": f"127.0.0.1:{free_port()}",
+                "node_port_base": 0,
+                "upstream": {"bootstrap_servers": [str(tap.address)]},
+                "state": {"path": str(tmp_path / "state.db")},
+                "policies": {"rules": [rule]},
+            }
+        )
+    )
+    process, bootstrap = start_kpg("--config", str(config))
+    try:
+        client = RawClient(bootstrap, timeout=30)  # generous: the answer takes milliseconds
+        request = create_topic_request("a" * 48 + ".", validate_only=True)
+        answer = client.request(CREATE_TOPICS, 7, request)
+        assert answer.topics[0].error_code == POLICY_VIOLATION
+        assert "does not match the pattern" in (answer.topics[0].error_message or "")
+        assert served(RawClient(bootstrap))
+    finally:
+        process.kill()  # a loop held in the regular expression engine takes no SIGTERM
+        process.wait(30)
+
+
+# --- many items in one judged request ---------------------------------------------------------
+
+JUDGED_MAX_ITEMS = 1_000
+"""The default of ``judged.request.max.items``."""
+
+
+def create_topics(names: list[str]) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=tuple(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(1),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            )
+            for name in names
+        ),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        validate_only=True,
+    )
+
+
+def test_a_request_with_more_items_than_the_gateway_judges_is_refused_whole(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """1,500 topics a naming rule denies, in one 25 KB CreateTopics: one audit event, not
+    1,500 (10,000 made 8.8 MiB of audit and took the gateway 2.9 s)."""
+    names = [f"t{index:x}" for index in range(JUDGED_MAX_ITEMS + 500)]
+    rule = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.v[0-9]+"}
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(tmp_path / "audit")}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        answer = client.request(CREATE_TOPICS, 7, create_topics(names))
+        assert [t.name for t in answer.topics] == names
+        assert {t.error_code for t in answer.topics} == {POLICY_VIOLATION}
+        assert "limits: judged.request.max.items" in (answer.topics[0].error_message or "")
+        assert not [r for r in tap.requests if r.api_key == CREATE_TOPICS]
+        events = spool_events(tmp_path / "audit", lambda e: e.api == "CreateTopics", timeout=2)
+        assert len(events) == 1
+        assert events[0].policy == "limits"
+        assert served(RawClient(gw.bootstrap))
+    finally:
+        gw.stop()
+
+
+# --- Produce v13: a made-up topic id in every request -------------------------------------
+
+
+def produce_by_id(topic_id: uuid.UUID) -> bytes:
+    module = importlib.import_module("kio.schema.produce.v13.request")
+    request = module.ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=5)),
+        topic_data=(
+            module.TopicProduceData(
+                topic_id=topic_id,
+                partition_data=(module.PartitionProduceData(index=i32(0), records=None),),
+            ),
+        ),
+    )
+    return encode_request(PRODUCE, 13, 1, "cost", request)
+
+
+def test_made_up_topic_ids_do_not_make_the_gateway_read_the_whole_cluster_each_time(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each id the gateway does not know had it ask the broker for every topic of the cluster
+    and decode the answer (megabytes in a large cluster), for a request of 80 bytes. One
+    connection now asks at most once a second (here: once an hour, so that no clock counts)."""
+    monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 3600.0, raising=False)
+    with gateway_with(tap, tmp_path / "audit") as gw:  # the audit reads every v13 request
+        client = RawClient(gw.bootstrap, timeout=30)
+        tap.requests.clear()
+        for _ in range(30):
+            client.send_bytes(produce_by_id(uuid.uuid4()))
+            assert client.recv_frame()  # UNKNOWN_TOPIC_ID
+        everything = [r for r in tap.requests if r.api_key == METADATA]
+        assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 produces"
+
+
+# --- dynamic client configs: what anyone may make every gateway instance hold ---------------
+
+
+def test_a_dynamic_client_config_entity_is_held_to_4_kib(tap: BrokerTap, tmp_path: Path) -> None:
+    """With ``client_configs.admin_principals`` unset (the default) anyone may write dynamic
+    client configs, and every gateway instance holds the whole store and reads it all again
+    after each change: a client-id of 100,000 characters was stored as sent."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        big = f"user:{'c' * 100_000}"
+        [(_, _, code, message)] = alter(gw.bootstrap, [(USER_CLIENT, big, [("acks", SET, "1")])])
+        assert code == INVALID_REQUEST and "at most 4096" in (message or "")
+        assert all("c" * 100 not in key for key in stored(gw))
+
+
+def test_dynamic_client_config_entities_are_bounded(tap: BrokerTap, tmp_path: Path) -> None:
+    """``limits."client.configs.max.entities"``: a change adding one more is refused; one to an
+    entity already kept is not."""
+    with gateway_with(tap, tmp_path / "audit", **{"client.configs.max.entities": 3}) as gw:
+        names = [f"user-{index}:app" for index in range(4)]
+        results = alter(gw.bootstrap, [(USER_CLIENT, n, [("acks", SET, "1")]) for n in names])
+        assert [code for _, _, code, _ in results] == [0, 0, 0, POLICY_VIOLATION]
+        assert "limits: client.configs.max.entities" in (results[3][3] or "")
+        [(_, _, code, _)] = alter(gw.bootstrap, [(USER_CLIENT, names[0], [("acks", SET, "-1")])])
+        assert code == 0
+
+
+def test_made_up_topic_ids_in_delete_topics_do_not_read_the_whole_cluster_each_time(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Produce v13's: each id resolved from the id cache, the cluster asked for every topic
+    at most once a second per connection (here once an hour, so that no clock counts)."""
+    monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 3600.0, raising=False)
+    module = importlib.import_module("kio.schema.delete_topics.v6.request")
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        tap.requests.clear()
+        for _ in range(30):
+            request = module.DeleteTopicsRequest(
+                topics=(module.DeleteTopicState(name=None, topic_id=uuid.uuid4()),),
+                timeout=i32Timedelta.parse(timedelta(seconds=5)),
+            )
+            client.send_bytes(encode_request(20, 6, 1, "cost", request))
+            assert client.recv_frame()  # UNKNOWN_TOPIC_ID
+        everything = [r for r in tap.requests if r.api_key == METADATA]
+        assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 deletions"
+
+
+# --- the policy threads: one client's slow validations against everyone else's -----------
+
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+def validated_topic(bootstrap: str, prefix: str) -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"record.validation.policy": "any"}
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(15)
+    return topic
+
+
+def produce_one(topic: str) -> ProduceRequest:
+    batch = batch_with("none", (record(0, b"k", b"v"),), idempotent=False)
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
+            ),
+        ),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a plug-in call that finds every policy thread busy is refused at once (fail "
+    "closed), so a client keeping policy.threads slow (not hung) calls in flight, one per "
+    "connection, has every other client's validated produce refused; calls should wait for a "
+    "thread within policy.timeout.ms, served fairly between connections or principals",
+)
+def test_slow_validations_of_one_client_do_not_refuse_another_clients_records(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    policies = {
+        "record.validation.policy.class.name": "kafka_test_policies.SlowRecordValidationPolicy",
+        "record.validation.policy.class.path": PLUGINS,
+        "policy.timeout.ms": 10_000,
+        "policy.threads": 2,
+    }
+    gw = GatewayThread(gateway_config(tap.address, policies=policies)).start()
+    try:
+        slow, other = validated_topic(gw.bootstrap, "slow"), validated_topic(gw.bootstrap, "fast")
+        hogs = [RawClient(gw.bootstrap, timeout=30) for _ in range(2)]
+        for hog in hogs:  # each holds a policy thread for 1.5 s
+            hog.send_bytes(encode_request(PRODUCE, 9, 1, "hog", produce_one(slow)))
+        pool = gw.gateway.generation.policies.pool
+        assert wait_for(lambda: pool._busy == 2)  # noqa: SLF001 - both threads taken
+        answer = RawClient(gw.bootstrap, timeout=30).request(PRODUCE, 9, produce_one(other))
+        (partition,) = answer.responses[0].partition_responses
+        assert int(partition.error_code) == 0, partition.error_message
+    finally:
+        gw.stop()
+
+
+def test_describing_many_client_entities_reads_the_store_once(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each dynamic client config resource of a DescribeConfigs was looked up with a pass over
+    every stored key: 1,000 resources over 10,000 stored entities took 1.4 s of CPU (14 ms
+    grouped), all in one step of the event loop, and the frame allows hundreds of thousands.
+    The store is read once per request and grouped by entity; each read here is counted."""
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        names = [f"user-{index}:app" for index in range(300)]
+        assert all(
+            code == 0
+            for _, _, code, _ in alter(
+                gw.bootstrap, [(USER_CLIENT, n, [("acks", SET, "1")]) for n in names]
+            )
+        )
+        store = gw.gateway.state
+        reads = []
+        real_items = store.items
+
+        def items(namespace: str) -> Any:
+            reads.append(namespace)
+            return real_items(namespace)
+
+        monkeypatch.setattr(store, "items", items)
+        frame = wire.describe_request(
+            [(USER_CLIENT, n) for n in names], correlation_id=3, client_id="cost"
+        )
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        described = wire.read_describe_response(client.recv_frame())
+        assert [r.error_code for r in described] == [0] * len(names)
+        assert all(r.configs for r in described)
+        assert reads.count(cc.STATE_NAMESPACE) <= 1, f"{len(reads)} reads of the store"
+
+
+# --- a client's text echoed back, into the log and into the audit -------------------------
+
+
+def test_a_long_config_value_is_not_echoed_whole(tap: BrokerTap, tmp_path: Path) -> None:
+    """A denial quoted a 1 MB config value twice: a 1 MB IncrementalAlterConfigs got a 2 MB
+    answer and wrote 3 MB of audit and a 2 MB log line. The message now quotes its first 200
+    characters and its length; the audit event's config changes still hold the whole value."""
+    rule = {"name": "cp", "type": "config", "config": "cleanup.policy", "allowed": ["delete"]}
+    value = "x" * 1_000_000
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(tmp_path / "audit")}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        topic = validated_topic(gw.bootstrap, "echo")
+        [(_, _, code, message)] = alter(
+            gw.bootstrap, [(2, topic, [("cleanup.policy", SET, value)])]
+        )
+        assert code == POLICY_VIOLATION
+        assert message is not None and len(message) < 1_000
+        assert "(1000000 characters)" in message
+        [event] = spool_events(tmp_path / "audit", lambda e: e.policy == "cp")
+        assert event.message is not None and len(event.message) < 1_000
+        assert [c.after for c in event.config_changes or ()] == [value]
+        [(_, _, code, message)] = alter(
+            gw.bootstrap, [(USER_CLIENT, "user:app", [("acks", SET, value)])]
+        )
+        assert code == INVALID_REQUEST
+        assert message is not None and len(message) < 1_000
+    finally:
+        gw.stop()
+
+
+def test_a_produce_of_too_many_empty_topics_is_refused_unread(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Topic entries with no partitions: read for the audit's produce summaries (one tally,
+    then one summary event, per topic, principal and client id), 6 bytes each. 30,000 of them
+    are refused as 30,000 partitions are."""
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=tuple(
+            TopicProduceData(name=TopicName(f"e{index:x}"), partition_data=())
+            for index in range(PRODUCE_MAX_PARTITIONS + 10_000)
+        ),
+    )
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(encode_request(PRODUCE, 9, 1, "cost", request))
+        assert client.is_closed(30), "the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == PRODUCE], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the audit's produce summaries keep one tally, and write one summary event, "
+    "per topic name, principal and client id a Produce request names, whether the topic exists "
+    "or not (names read unvalidated on the pass-through path); a request of 5,000 one-letter "
+    "names (a 66 KB frame) writes 5,000 summary events (4.0 MB of spool), and new names every "
+    "request grow the tallies without bound until the interval ends. Needs a bound on the keys "
+    "per interval (folding the rest into one event) or summaries of existing topics only",
+)
+def test_made_up_topic_names_do_not_multiply_the_produce_summaries(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    names = [f"s{index:x}" for index in range(5_000)]
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(1),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        topic_data=tuple(
+            TopicProduceData(
+                name=TopicName(name),
+                partition_data=(PartitionProduceData(index=i32(0), records=None),),
+            )
+            for name in names
+        ),
+    )
+    spool = tmp_path / "audit"
+    config = gateway_config(
+        tap.address, audit={"spool_dir": str(spool), "produce_summary_interval_s": 0.5}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        # counted as it is forwarded (the test broker then drops a request this large)
+        client.send_bytes(encode_request(PRODUCE, 9, 1, "cost", request))
+
+        def summary(event: AuditEvent) -> bool:
+            return event.event_kind == "summary"
+
+        spool_events(spool, summary, count=1, timeout=10)  # the interval has ended
+        summaries = spool_events(spool, summary, count=len(names), timeout=3)
+        assert len(summaries) <= 100, f"{len(summaries)} summary events for one request"
+    finally:
+        gw.stop()
