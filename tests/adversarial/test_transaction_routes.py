@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from kio.schema.add_partitions_to_txn.v3 import request as v3
@@ -56,6 +57,27 @@ def _producer(client: RawClient, transactional_id: str) -> tuple[ProducerId, i16
     return answer.producer_id, answer.producer_epoch
 
 
+def _add_in_the_clients_form(client: RawClient, partitions: dict[str, tuple[int, ...]]) -> Any:
+    """AddPartitionsToTxn v3 of ``partitions`` (topic -> indexes) for a new producer."""
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer_id, epoch = _producer(client, transactional_id)
+    return client.request(
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(transactional_id),
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=tuple(
+                v3.AddPartitionsToTxnTopic(
+                    name=TopicName(topic), partitions=tuple(i32(i) for i in indexes)
+                )
+                for topic, indexes in partitions.items()
+            ),
+        ),
+    )
+
+
 def test_the_brokers_batched_form_never_reaches_the_broker(
     gw: tuple[GatewayThread, str], tap: BrokerTap
 ) -> None:
@@ -93,20 +115,7 @@ def test_the_clients_form_is_carried_and_advertised_alone(
     }
     assert advertised[ADD_PARTITIONS_TO_TXN] == (0, 3)
     topic = f"t-{uuid.uuid4().hex[:8]}"
-    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
-    producer_id, epoch = _producer(client, transactional_id)
-    answer = client.request(
-        ADD_PARTITIONS_TO_TXN,
-        3,
-        v3.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=TransactionalId(transactional_id),
-            v3_and_below_producer_id=producer_id,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(
-                v3.AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(0),)),
-            ),
-        ),
-    )
+    answer = _add_in_the_clients_form(client, {topic: (0,)})
     assert [str(t.name) for t in answer.results_by_topic_v3_and_below] == [topic]
     assert len(tap.forwarded(ADD_PARTITIONS_TO_TXN)) == 1
 
@@ -121,21 +130,7 @@ def test_the_gateways_own_topic_is_added_to_no_transaction(
     gateway, own = gw
     client = RawClient(gateway.bootstrap)
     plain = f"t-{uuid.uuid4().hex[:8]}"
-    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
-    producer_id, epoch = _producer(client, transactional_id)
-    answer = client.request(
-        ADD_PARTITIONS_TO_TXN,
-        3,
-        v3.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=TransactionalId(transactional_id),
-            v3_and_below_producer_id=producer_id,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(
-                v3.AddPartitionsToTxnTopic(name=TopicName(plain), partitions=(i32(0),)),
-                v3.AddPartitionsToTxnTopic(name=TopicName(own), partitions=(i32(0), i32(1))),
-            ),
-        ),
-    )
+    answer = _add_in_the_clients_form(client, {plain: (0,), own: (0, 1)})
     errors = {
         (str(t.name), int(p.partition_index)): int(p.partition_error_code)
         for t in answer.results_by_topic_v3_and_below
