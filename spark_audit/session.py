@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
@@ -40,6 +42,11 @@ def build_spark_session(
     )
     if master is not None:
         builder = builder.master(master)
+    if _runs_here(master):
+        # Python workers in this interpreter, with its packages (the policies' own, such as
+        # google-re2, and any plug-in a replay loads), not whatever python3 is on the PATH.
+        # PySpark reads the variable when it starts the context; one already set stays.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)
     if driver_java_options is not None:
@@ -47,6 +54,15 @@ def build_spark_session(
     if not web_ui:
         builder = builder.config("spark.ui.enabled", "false")
     return builder.getOrCreate()
+
+
+def _runs_here(master: str | None) -> bool:
+    """Whether the session's tasks run on this machine: local mode, given or by default (not
+    under spark-submit, which starts the driver with ``PYSPARK_GATEWAY_PORT`` set and
+    chooses the master and the workers' Python itself)."""
+    if master is None:
+        return "PYSPARK_GATEWAY_PORT" not in os.environ
+    return master.startswith("local")
 
 
 def path_exists(spark: SparkSession, path: str) -> bool:

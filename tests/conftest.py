@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -36,6 +38,10 @@ def spark() -> Iterator[Any]:
     """One local SparkSession for every test that needs one (``local[1]``: the machine is
     shared). Created only when a test asks for it."""
     from pyspark.sql import SparkSession
+
+    # Python workers in this interpreter, with the project's packages (google-re2 for the
+    # policies a replay loads), as kpg audit has them in local mode.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     session = (
         SparkSession.builder.master("local[1]")
