@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from policies.chain import Decision, Mode, Verdict
@@ -340,16 +340,8 @@ class Engine:
         )
         verdict = Verdict(policy="limits", mode=Mode.ENFORCE, outcome="denied", message=message)
         request_id = new_request_id()
-        subject = Subject(
-            request_id=request_id,
-            client_address=ctx.client_address,
-            principal=ctx.principal,
-            client_id=ctx.client_id,
-            api_key=ctx.api_key,
-            api_version=ctx.api_version,
-            resource_type="cluster",
-            resource_name="",
-            action="request",
+        subject = _subject(
+            ctx, request_id, resource_type="cluster", resource_name="", action="request"
         )
         error = ItemError(error_code=int(POLICY_VIOLATION), error_message=message)
         await self._decisions.record(
@@ -409,13 +401,9 @@ class Engine:
     ) -> ItemError | None:
         """Record ``judged``; None once audited (or when an unwritten audit may go on), else
         the error its allowed items are answered with (``audit.on_failure: deny``)."""
-        subject = Subject(
-            request_id=request_id,
-            client_address=ctx.client_address,
-            principal=ctx.principal,
-            client_id=ctx.client_id,
-            api_key=ctx.api_key,
-            api_version=ctx.api_version,
+        subject = _subject(
+            ctx,
+            request_id,
             resource_type=judged.resource_type,
             resource_name=judged.resource_name,
             action=judged.action,
@@ -431,6 +419,30 @@ class Engine:
         except AuditNotWritten as exc:
             return ItemError(error_code=enforcement.unaudited_error, error_message=str(exc))
         return None
+
+
+def _subject(
+    ctx: RequestContext,
+    request_id: str,
+    *,
+    resource_type: str,
+    resource_name: str,
+    action: str,
+    **what: Any,
+) -> Subject:
+    """Who asked (from ``ctx``) about what: the subject of one decision of a request."""
+    return Subject(
+        request_id=request_id,
+        client_address=ctx.client_address,
+        principal=ctx.principal,
+        client_id=ctx.client_id,
+        api_key=ctx.api_key,
+        api_version=ctx.api_version,
+        resource_type=resource_type,
+        resource_name=resource_name,
+        action=action,
+        **what,
+    )
 
 
 def _add_notes(local: dict[K, ItemError], notes: Mapping[K, str]) -> None:

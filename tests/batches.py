@@ -5,7 +5,7 @@ import datetime
 import gzip
 import io
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import lz4.frame
 import snappy
@@ -13,7 +13,9 @@ import zstandard
 from crc32c import crc32c
 from kio.records.schema import NewRecordBatch, Record, RecordHeader
 from kio.records.writers import write_new_batch
-from kio.static.primitive import TZAwareMicros, i8, i16, i32, i64
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import TopicName
+from kio.static.primitive import TZAwareMicros, i8, i16, i32, i32Timedelta, i64
 
 from protocol.records import CompressionType
 
@@ -102,3 +104,33 @@ def batch_with(codec: str, records: tuple[Record, ...], *, idempotent: bool = Tr
     return reframe(
         plain, records_section=compress(plain[HEADER_SIZE:]), attributes=int(compression)
     )
+
+
+def produce_v9(
+    topics: Mapping[str, Mapping[int, bytes | None]],
+    *,
+    acks: int = 1,
+    transactional_id: str | None = None,
+) -> ProduceRequest:
+    """A Produce v9 request: for each topic, its partitions' records (None: an entry with no
+    records; an empty mapping: a topic entry with no partitions)."""
+    return ProduceRequest(
+        transactional_id=transactional_id,
+        acks=i16(acks),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+        topic_data=tuple(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=tuple(
+                    PartitionProduceData(index=i32(index), records=records)
+                    for index, records in partitions.items()
+                ),
+            )
+            for topic, partitions in topics.items()
+        ),
+    )
+
+
+def one_record_batch() -> bytes:
+    """One uncompressed record, key ``k``, value ``v``, no headers (not idempotent)."""
+    return batch_with("none", (record(0, b"k", b"v"),), idempotent=False)

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka import Producer
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v12.request import FetchRequest
@@ -27,10 +26,9 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import i32
 
 from gateway.config import HostPort
-from gateway.embedded import free_port
 from protocol.codec import encode_request
 from protocol.framing import SIZE
-from tests.e2e.test_gateway_process import start_kpg
+from tests.e2e.test_gateway_process import kpg_config, start_kpg
 from tests.inproc.test_clients import create_topic
 from tests.support import (
     BrokerTap,
@@ -313,18 +311,7 @@ def vm_rss(pid: int) -> int:
 def test_half_sent_frames_do_not_grow_the_gateway_process(tap: BrokerTap, tmp_path: Path) -> None:
     """The same three half frames against `kpg run`, measured by the process's own resident
     memory: it grows by about the one frame read (30 MiB), never by the three (90 MiB)."""
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": f"127.0.0.1:{free_port()}",
-                "node_port_base": 0,
-                "upstream": {"bootstrap_servers": [str(tap.address)]},
-                "state": {"path": str(tmp_path / "state.db")},
-                "limits": {"queued.max.request.bytes": QUEUED_MAX},
-            }
-        )
-    )
+    config = kpg_config(tmp_path, tap.address, limits={"queued.max.request.bytes": QUEUED_MAX})
     process, bootstrap = start_kpg("--config", str(config))
     try:
         assert served(RawClient(bootstrap))
@@ -393,18 +380,7 @@ def test_a_client_that_does_not_read_holds_one_answer_and_is_closed(
     topic = unique_name("unread")
     create_topic(str(broker), topic)
     _fill(str(broker), topic)
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": f"127.0.0.1:{free_port()}",
-                "node_port_base": 0,
-                "upstream": {"bootstrap_servers": [str(broker)]},
-                "state": {"path": str(tmp_path / "state.db")},
-                "limits": {"connections.max.idle.ms": 3000},
-            }
-        )
-    )
+    config = kpg_config(tmp_path, broker, limits={"connections.max.idle.ms": 3000})
     process, bootstrap = start_kpg("--config", str(config))
     try:
         client = RawClient(bootstrap)

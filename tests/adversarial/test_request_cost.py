@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
@@ -34,19 +33,18 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsTopic,
 )
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.produce.v9.request import ProduceRequest
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from gateway import client_configs as cc
-from gateway.embedded import free_port
 from protocol import client_configs as wire
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from spark_audit.event import AuditEvent
 from tests.adversarial.test_connection_limits import served
-from tests.batches import batch_with, record
-from tests.e2e.test_gateway_process import start_kpg
+from tests.batches import one_record_batch, produce_v9
+from tests.e2e.test_gateway_process import kpg_config, start_kpg
 from tests.inproc.test_client_configs import INVALID_REQUEST, USER_CLIENT, alter, stored
 from tests.inproc.test_record_validation import create_validated_topic
 from tests.support import (
@@ -176,17 +174,7 @@ def test_an_oversized_judged_request_does_not_grow_the_gateway_process(
     """Against `kpg run`, by its peak resident memory: a 40 MiB DescribeProducers (ten million
     partitions) grows it by about the frame it reads (83 MiB), not by the 1.6 GB its decoding
     took."""
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": f"127.0.0.1:{free_port()}",
-                "node_port_base": 0,
-                "upstream": {"bootstrap_servers": [str(tap.address)]},
-                "state": {"path": str(tmp_path / "state.db")},
-            }
-        )
-    )
+    config = kpg_config(tmp_path, tap.address)
     frame = describe_producers(10_000_000)
     process, bootstrap = start_kpg("--config", str(config))
     try:
@@ -212,20 +200,7 @@ PRODUCE_MAX_PARTITIONS = 20_000
 def empty_partitions(topic: str, partitions: int) -> bytes:
     """A Produce v9 frame of ``partitions`` partition entries with no records: 6 bytes each,
     10 to 17 us each for the gateway to decode and judge (2,000,000 held it for 34 s)."""
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=tuple(
-                    PartitionProduceData(index=i32(index), records=None)
-                    for index in range(partitions)
-                ),
-            ),
-        ),
-    )
+    request = produce_v9({topic: dict.fromkeys(range(partitions))})
     return encode_request(PRODUCE, 9, 1, "cost", request)
 
 
@@ -261,19 +236,8 @@ def test_a_topic_name_cannot_make_a_rules_pattern_backtrack(tap: BrokerTap, tmp_
     """Against `kpg run` (a pattern stuck in Python's ``re`` cannot be interrupted): a
     CreateTopics of a 49-character name is answered, and the gateway serves others after it.
     Before, the gateway would have been held for about 2^49 steps."""
-    config = tmp_path / "gateway.yaml"
     rule = {"name": "naming", "type": "topic.name", "pattern": BACKTRACKING}
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": f"127.0.0.1:{free_port()}",
-                "node_port_base": 0,
-                "upstream": {"bootstrap_servers": [str(tap.address)]},
-                "state": {"path": str(tmp_path / "state.db")},
-                "policies": {"rules": [rule]},
-            }
-        )
-    )
+    config = kpg_config(tmp_path, tap.address, policies={"rules": [rule]})
     process, bootstrap = start_kpg("--config", str(config))
     try:
         client = RawClient(bootstrap, timeout=30)  # generous: the answer takes milliseconds
@@ -434,18 +398,7 @@ def validated_topic(bootstrap: str, prefix: str) -> str:
 
 
 def produce_one(topic: str) -> ProduceRequest:
-    batch = batch_with("none", (record(0, b"k", b"v"),), idempotent=False)
-    return ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
-            ),
-        ),
-    )
+    return produce_v9({topic: {0: one_record_batch()}})
 
 
 @pytest.mark.xfail(
@@ -553,15 +506,7 @@ def test_a_produce_of_too_many_empty_topics_is_refused_unread(
     """Topic entries with no partitions: read for the audit's produce summaries (one tally,
     then one summary event, per topic, principal and client id), 6 bytes each. 30,000 of them
     are refused as 30,000 partitions are."""
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=tuple(
-            TopicProduceData(name=TopicName(f"e{index:x}"), partition_data=())
-            for index in range(PRODUCE_MAX_PARTITIONS + 10_000)
-        ),
-    )
+    request = produce_v9({f"e{index:x}": {} for index in range(PRODUCE_MAX_PARTITIONS + 10_000)})
     with gateway_with(tap, tmp_path / "audit") as gw:
         client = RawClient(gw.bootstrap, timeout=30)
         client.send_bytes(encode_request(PRODUCE, 9, 1, "cost", request))
@@ -583,18 +528,7 @@ def test_made_up_topic_names_do_not_multiply_the_produce_summaries(
     tap: BrokerTap, tmp_path: Path
 ) -> None:
     names = [f"s{index:x}" for index in range(5_000)]
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=tuple(
-            TopicProduceData(
-                name=TopicName(name),
-                partition_data=(PartitionProduceData(index=i32(0), records=None),),
-            )
-            for name in names
-        ),
-    )
+    request = produce_v9({name: {0: None} for name in names})
     spool = tmp_path / "audit"
     config = gateway_config(
         tap.address, audit={"spool_dir": str(spool), "produce_summary_interval_s": 0.5}

@@ -15,8 +15,10 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from gateway.config import HostPort
 from gateway.embedded import free_port
@@ -33,6 +35,22 @@ def kpg_env() -> dict[str, str]:
     may name the test plug-ins (``tests.plugins...``), which the installed package lacks."""
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
+def kpg_config(directory: Path, upstream: HostPort, **extra: Any) -> Path:
+    """A `kpg run` configuration file in ``directory``: a free listen port, per-node ports
+    of the operating system's choosing, ``upstream``, a state file of its own, and ``extra``
+    sections as given."""
+    raw: dict[str, Any] = {
+        "listen": f"127.0.0.1:{free_port()}",
+        "node_port_base": 0,
+        "upstream": {"bootstrap_servers": [str(upstream)]},
+        "state": {"path": str(directory / "state.db")},
+        **extra,
+    }
+    path = directory / "gateway.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
 
 
 def start_kpg(*args: str) -> tuple[subprocess.Popen[str], str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,12 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway.cli import main as kpg
 from gateway.config import HostPort
 from spark_audit.chain import read_spool_links, spool_segments, verify_links
 from spark_audit.event import AuditEvent, ConfigChange
-from tests.batches import batch_with, record
+from tests.batches import batch_with, produce_v9, record
 from tests.support import (
     GatewayThread,
     RawClient,
@@ -231,18 +227,7 @@ def produce(
         (record(0, b"k", b"v", ((b"trace-id", b"t"),) if headers else ()),),
         idempotent=False,
     )
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=tuple(
-            TopicProduceData(
-                name=TopicName(t),
-                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
-            )
-            for t in topics
-        ),
-    )
+    request = produce_v9({t: {0: batch} for t in topics})
     answer = client.request(0, 9, request)
     return [
         (str(t.name), int(p.error_code)) for t in answer.responses for p in t.partition_responses

@@ -10,7 +10,6 @@ against a slow machine; they are not performance measurements.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,11 @@ from kio.schema.incremental_alter_configs.v1.request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import TopicName
-from kio.static.primitive import i8, i16, i32, i32Timedelta
+from kio.schema.produce.v9.request import ProduceRequest
+from kio.static.primitive import i8
 
 from gateway.config import HostPort
-from tests.batches import batch_with, record
+from tests.batches import one_record_batch, produce_v9
 from tests.plugins.kafka_test_policies import (
     HangingAlterConfigPolicy,
     HangingRecordValidationPolicy,
@@ -72,18 +70,7 @@ def _create(bootstrap: str, topic: str, config: dict[str, str] | None = None) ->
 
 
 def _produce(topic: str) -> ProduceRequest:
-    batch = batch_with("none", (record(0, b"k", b"v"),), idempotent=False)
-    return ProduceRequest(
-        transactional_id=None,
-        acks=i16(1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
-            ),
-        ),
-    )
+    return produce_v9({topic: {0: one_record_batch()}})
 
 
 def _alter(topic: str) -> IncrementalAlterConfigsRequest:
