@@ -1,13 +1,22 @@
 """The one runner of policy plug-ins: every call (topic, config and record policies alike) runs
 on the policy chain's bounded :class:`policies.chain.WorkerPool` and is awaited for at most
 ``policy.timeout.ms``, without blocking the event loop. A check with no plug-in call (the
-built-in rules alone) is decided on the spot, with no thread hand-off."""
+built-in rules alone) is decided on the spot, with no thread hand-off.
+
+A call that finds every thread busy waits for one, within the same ``policy.timeout.ms`` (the
+deadline covers the wait and the call). Turns go round the clients that wait, one call each:
+a client is its principal, or on an unauthenticated connection its host, so a client holding
+the threads with slow calls over many connections delays another client's call by one call's
+length at most, and does not have it refused. Only when no thread frees up in time does the
+call deny, without calling the plug-in (fail closed)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from policies.chain import (
     Check,
@@ -22,7 +31,11 @@ from policies.chain import (
     timeout_message,
 )
 
+if TYPE_CHECKING:
+    from .engine import RequestContext
+
 T = TypeVar("T")
+_Turn = tuple["asyncio.Future[Future[Any]]", Callable[[], Any]]
 
 
 class PolicyUnavailable(Exception):
@@ -34,39 +47,90 @@ class PolicyRunner:
         self.chain = chain
         self._pool = chain.pool
         self.timeout_s = chain.timeout_s
+        self._waiting: OrderedDict[str, deque[_Turn]] = OrderedDict()
+        """The calls waiting for a thread, by client; the first client in line goes next."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool.on_free(self._freed)
 
-    async def decide(self, check: Check) -> Decision:
+    async def decide(self, ctx: RequestContext, check: Check) -> Decision:
         """Make the plug-in calls of ``check`` one after the other; each one that raises,
-        does not return in time or finds every worker busy denies."""
+        does not return in time or finds no free worker in time denies."""
         verdicts = {}
         for index, step in enumerate(check.steps):
             if isinstance(step, PluginCall):
-                verdicts[index] = plugin_verdict(step.plugin, await self._denial(step))
+                verdicts[index] = plugin_verdict(step.plugin, await self._denial(ctx, step))
         return check.decide(verdicts)
 
-    async def _denial(self, step: PluginCall) -> str | None:
+    async def _denial(self, ctx: RequestContext, step: PluginCall) -> str | None:
         name = step.plugin.name
         try:
-            await self.call(name, step.call, what="validate()")
+            await self.call(ctx, name, step.call, what="validate()")
         except PolicyUnavailable as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - a plug-in's failure denies, named
             return failure_message(name, "validate()", exc)
         return None
 
-    async def call(self, name: str, call: Callable[[], T], *, what: str) -> T:
-        """Run ``call`` on the pool and return what it returns.
+    async def call(self, ctx: RequestContext, name: str, call: Callable[[], T], *, what: str) -> T:
+        """Run ``call`` on the pool, for the client of ``ctx``, and return what it returns.
 
-        :raises PolicyUnavailable: every worker busy, or no return within the timeout.
+        :raises PolicyUnavailable: no worker free, or no return, within the timeout.
         :raises Exception: whatever ``call`` raised.
         """
-        future = self._pool.try_submit(call)
+        loop = self._loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        future = None if self._waiting else self._pool.try_submit(call)
         if future is None:
-            raise PolicyUnavailable(busy_message(name, self._pool))
+            future = await self._turn(_client(ctx), call, deadline, name)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s)
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.wrap_future(future)
         except TimeoutError:
             raise PolicyUnavailable(timeout_message(name, what, self.timeout_s)) from None
+
+    async def _turn(
+        self, client: str, call: Callable[[], T], deadline: float, name: str
+    ) -> Future[T]:
+        """Wait in ``client``'s line until a worker takes ``call``."""
+        assert self._loop is not None
+        turn: asyncio.Future[Future[Any]] = self._loop.create_future()
+        self._waiting.setdefault(client, deque()).append((turn, call))
+        self._admit()  # a worker may have freed up since the caller found none
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(turn)
+        except TimeoutError:
+            if turn.done():  # taken as the deadline passed: the call runs, and is awaited
+                return turn.result()
+            turn.cancel()
+            raise PolicyUnavailable(busy_message(name, self._pool)) from None
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                turn.result().cancel()  # not started yet: dropped; started: runs unawaited
+            turn.cancel()
+            raise
+
+    def _admit(self) -> None:
+        """Hand waiting calls to free workers, one client's call at a time in turn."""
+        waiting = self._waiting
+        while waiting:
+            client, line = next(iter(waiting.items()))
+            turn, call = line[0]
+            if not turn.cancelled():  # else its caller stopped waiting: skipped
+                future = self._pool.try_submit(call)
+                if future is None:
+                    return
+                turn.set_result(future)
+                waiting.move_to_end(client)  # had its turn
+            line.popleft()
+            if not line:
+                del waiting[client]
+
+    def _freed(self) -> None:
+        """A worker finished a call (on its thread): let the loop hand it the next one."""
+        loop = self._loop
+        if self._waiting and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._admit)
 
     @staticmethod
     def gateway_denial(message: str, policy: str = "gateway") -> Decision:
@@ -81,3 +145,11 @@ class PolicyRunner:
         return cls.gateway_denial(
             f"the gateway cannot read the state of topic {topic} that its policies need: {problem}"
         )
+
+
+def _client(ctx: RequestContext) -> str:
+    """Whose turn a call takes: the principal, or the host of an unauthenticated connection."""
+    if ctx.principal is not None:
+        return ctx.principal
+    host, _, _ = ctx.client_address.rpartition(":")
+    return f"host {host or ctx.client_address}"

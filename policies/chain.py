@@ -25,9 +25,10 @@ synchronously, and each ``check_*`` method is ``run(plan_*(...))`` for tools and
 Every plug-in call, topic, config or record policy alike, runs on the one
 :class:`WorkerPool` and is waited for at most ``timeout_s``. A call that does not return in
 time denies; its thread stays busy until the call returns, so the pool (``max_workers``)
-bounds how many hung calls there can be, and when every worker is busy the call denies at
-once without calling the plug-in. The threads are daemons: a hung policy does not keep the
-process alive.
+bounds how many hung calls there can be. Called synchronously (:meth:`PolicyChain.run`), a call
+that finds every worker busy denies at once without calling the plug-in; the gateway's runner
+has such a call wait its turn instead (fairly between clients, and within ``timeout_s``). The
+threads are daemons: a hung policy does not keep the process alive.
 
 A denial names the plug-in (or rule) and, for a failure, the exception; the fail-closed
 contract itself is :mod:`policies`'.
@@ -168,7 +169,8 @@ class WorkerPool:
     """At most ``max_workers`` daemon threads running plug-in calls; refuses when all are busy.
 
     Not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at interpreter exit,
-    so one hung policy would keep the gateway from exiting.
+    so one hung policy would keep the gateway from exiting. Whoever queues calls of its own
+    for a busy pool learns of each freed worker from :meth:`on_free`.
     """
 
     def __init__(self, max_workers: int) -> None:
@@ -181,6 +183,11 @@ class WorkerPool:
         self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = (
             queue.SimpleQueue()
         )
+        self._on_free: Callable[[], None] | None = None
+
+    def on_free(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the worker's thread) each time a worker finishes a call."""
+        self._on_free = listener
 
     @property
     def max_workers(self) -> int:
@@ -221,6 +228,8 @@ class WorkerPool:
             finally:
                 with self._lock:
                     self._busy -= 1
+                if (listener := self._on_free) is not None:
+                    listener()
 
 
 def _verdict(policy: str, mode: Mode, denial: str | None) -> Verdict:

@@ -237,7 +237,7 @@ class RulesPerTopic(TopicPartitions):
                 self._operation, topic, principal=ctx.principal
             )
             rulings[topic] = Judged(
-                decision=await policies.decide(check),
+                decision=await policies.decide(ctx, check),
                 resource_type="topic",
                 resource_name=topic,
                 action=self._action,

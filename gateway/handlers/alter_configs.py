@@ -325,7 +325,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             topic_state=topic_state,
         )
         judged = Judged(
-            decision=await policies.decide(check),
+            decision=await policies.decide(ctx, check),
             resource_type=resource_type.name.lower(),
             resource_name=resource.resource_name,
             action="alter_config",
@@ -416,7 +416,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             principal=ctx.principal,
         )
         return Judged(
-            decision=await policies.decide(check),
+            decision=await policies.decide(ctx, check),
             resource_type="user_client",
             resource_name=entity.resource_name,
             action="alter_config",

@@ -58,7 +58,7 @@ class AlterPartitionReassignments(TopicPartitions):
                     post_state=_after(pre, moves.get(topic, {})),
                     principal=ctx.principal,
                 )
-                decision = await policies.decide(check)
+                decision = await policies.decide(ctx, check)
             rulings[topic] = Judged(
                 decision=decision,
                 resource_type="topic",

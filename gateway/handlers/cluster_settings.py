@@ -62,7 +62,7 @@ class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
             entity = request.entities[index]
             check = policies.chain.plan_cluster_setting(_QUOTAS, entity, principal=ctx.principal)
             rulings[index] = Judged(
-                decision=await policies.decide(check),
+                decision=await policies.decide(ctx, check),
                 resource_type="client_quotas",
                 resource_name=entity,
                 action=_QUOTAS,
@@ -113,7 +113,7 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         for user in keys:
             check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
             rulings[user] = Judged(
-                decision=await policies.decide(check),
+                decision=await policies.decide(ctx, check),
                 resource_type="user",
                 resource_name=user,
                 action=_SCRAM,

@@ -87,7 +87,7 @@ class CreatePartitions(BaseEnforcement[ta.CreatePartitions, str]):
                     post_state=_post_state(pre, increases[name]),
                     principal=ctx.principal,
                 )
-                decision = await services.policies.decide(check)
+                decision = await services.policies.decide(ctx, check)
             rulings[name] = Judged(
                 decision=decision,
                 resource_type="topic",

@@ -162,7 +162,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             return PolicyRunner.gateway_denial(metadata)
         policies = self._services.policies
         return await policies.decide(
-            policies.chain.plan_create_topic(metadata, principal=ctx.principal)
+            ctx, policies.chain.plan_create_topic(metadata, principal=ctx.principal)
         )
 
     async def settle(

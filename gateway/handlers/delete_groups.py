@@ -72,7 +72,7 @@ class DeleteGroups(BaseEnforcement[gr.DeleteGroups, str]):
             check = policies.chain.plan_data_operation(
                 TopicOperation.DELETE_OFFSETS, topic, principal=ctx.principal
             )
-            verdicts.extend((await policies.decide(check)).verdicts)
+            verdicts.extend((await policies.decide(ctx, check)).verdicts)
         return Decision(
             allowed=all(v.outcome != "denied" for v in verdicts), verdicts=tuple(verdicts)
         )

@@ -94,7 +94,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                 decision = services.policies.state_unreadable(name, known.unreadable[name])
             else:
                 check = chain.plan_delete_topic(name, pre_state=pre, principal=ctx.principal)
-                decision = await services.policies.decide(check)
+                decision = await services.policies.decide(ctx, check)
             rulings[target] = Judged(
                 decision=decision, resource_type="topic", resource_name=name, action="delete"
             )

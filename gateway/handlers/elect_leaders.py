@@ -67,7 +67,7 @@ class ElectLeaders(TopicPartitions):
                 topic, configs=configs, principal=ctx.principal
             )
             rulings[topic] = Judged(
-                decision=await policies.decide(check),
+                decision=await policies.decide(ctx, check),
                 resource_type="topic",
                 resource_name=topic,
                 action="elect_unclean_leader",

@@ -189,7 +189,7 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
         )
         policies = self._services.policies
         return await policies.decide(
-            policies.chain.plan_create_topic(metadata, principal=ctx.principal)
+            ctx, policies.chain.plan_create_topic(metadata, principal=ctx.principal)
         )
 
     async def settle(

@@ -265,7 +265,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             and (policy := policies[name]) is not None
         ]
         examined: dict[Key, tuple[int, int]] = {}
-        for outcome in await self._validate(checks) if checks else ():
+        for outcome in await self._validate(ctx, checks) if checks else ():
             ruling = self._ruling(outcome)
             key = keys_of[(outcome.topic, outcome.partition)]
             if ruling is None:
@@ -341,7 +341,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             self._summarize(ctx, topic, records, size)
 
     async def _validate(
-        self, checks: Sequence[tuple[PartitionRecords, str]]
+        self, ctx: RequestContext, checks: Sequence[tuple[PartitionRecords, str]]
     ) -> Sequence[PartitionOutcome]:
         """Validate the partitions, under one budget for the request (``limits:``). The
         built-in policies run right here, in slices of a quarter of a millisecond with the
@@ -353,7 +353,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             return await validator.validate_sliced(partitions)
         try:
             return await self._services.policies.call(
-                validator.name, partial(validator.validate, partitions), what="validate()"
+                ctx, validator.name, partial(validator.validate, partitions), what="validate()"
             )
         except PolicyUnavailable as exc:
             message = str(exc)

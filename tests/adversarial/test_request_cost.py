@@ -401,16 +401,13 @@ def produce_one(topic: str) -> ProduceRequest:
     return produce_v9({topic: {0: one_record_batch()}})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a plug-in call that finds every policy thread busy is refused at once (fail "
-    "closed), so a client keeping policy.threads slow (not hung) calls in flight, one per "
-    "connection, has every other client's validated produce refused; calls should wait for a "
-    "thread within policy.timeout.ms, served fairly between connections or principals",
-)
 def test_slow_validations_of_one_client_do_not_refuse_another_clients_records(
     tap: BrokerTap, tmp_path: Path
 ) -> None:
+    """A plug-in call that found every policy thread busy was refused at once, so a client
+    keeping ``policy.threads`` slow (not hung) calls in flight had every other client's
+    validated produce refused. Such a call now waits for a thread, within
+    ``policy.timeout.ms``."""
     policies = {
         "record.validation.policy.class.name": "kafka_test_policies.SlowRecordValidationPolicy",
         "record.validation.policy.class.path": PLUGINS,
