@@ -50,6 +50,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from protocol.topic_names import topic_name_problem
 from spark_audit.event import (
     LIFECYCLE_ACTIONS,
     LIFECYCLE_API,
@@ -384,6 +385,9 @@ def _is_json_object(line: bytes) -> bool:
 _SummaryKey = tuple[str, str | None, str | None, str | None]
 """(topic, principal, client_id, policy_version)"""
 
+FOLDED: Final = "*"
+"""The topic of the summary that folds the keys over the bound (no topic has this name)."""
+
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class _ProduceTally:
@@ -402,19 +406,36 @@ class ProduceSummarizer:
     :meth:`flush` (or at ``start_ms``); its ``event_count`` is the number of Produce
     requests, its ``api_version`` the highest version seen. ``client_address`` is null: one
     key can span many connections. Pure: no clock, no I/O; the caller passes times.
+
+    Names are counted as the client wrote them, before any broker says whether the topic
+    exists, so a client could make up a new name for every share. An interval keeps at most
+    ``max_keys`` keys; the shares of further keys, and of names no topic can have, are folded
+    into one summary per policy version, topic :data:`FOLDED` with a null principal and client
+    id and a message saying so: every share is still counted, in bounded memory and events.
     """
 
     def __init__(
-        self, *, gateway_instance: str, mode: Mode, interval_ms: int, start_ms: int
+        self,
+        *,
+        gateway_instance: str,
+        mode: Mode,
+        interval_ms: int,
+        start_ms: int,
+        max_keys: int = 10_000,
     ) -> None:
-        """:raises ValueError: if ``interval_ms`` is not positive."""
+        """:raises ValueError: if ``interval_ms`` or ``max_keys`` is not positive."""
         if interval_ms <= 0:
             raise ValueError(f"interval_ms must be > 0, got {interval_ms}")
+        if max_keys <= 0:
+            raise ValueError(f"max_keys must be > 0, got {max_keys}")
         self.gateway_instance = gateway_instance
         self.mode: Mode = mode
         self.interval_ms = interval_ms
+        self.max_keys = max_keys
         self._interval_start_ms = start_ms
         self._tallies: dict[_SummaryKey, _ProduceTally] = {}
+        self._keys = 0
+        """Keys of the interval other than the folded ones."""
 
     def add(
         self,
@@ -429,7 +450,14 @@ class ProduceSummarizer:
     ) -> None:
         """Count one allowed Produce request's share for ``topic``."""
         key = (topic, principal, client_id, policy_version)
-        tally = self._tallies.setdefault(key, _ProduceTally())
+        tally = self._tallies.get(key)
+        if tally is None:
+            if self._keys >= self.max_keys or topic_name_problem(topic) is not None:
+                key = (FOLDED, None, None, policy_version)
+                tally = self._tallies.setdefault(key, _ProduceTally())
+            else:
+                self._keys += 1
+                tally = self._tallies[key] = _ProduceTally()
         tally.requests += 1
         tally.records_examined += records_examined
         tally.bytes_examined += bytes_examined
@@ -464,14 +492,24 @@ class ProduceSummarizer:
                 event_count=tally.requests,
                 event_kind="summary",
                 policy_version=policy_version,
+                message=self._folded_message if topic == FOLDED else None,
             )
             for (topic, principal, client_id, policy_version), tally in sorted(
                 self._tallies.items(), key=lambda item: _sort_key(item[0])
             )
         )
         self._tallies.clear()
+        self._keys = 0
         self._interval_start_ms = max(now_ms, self._interval_start_ms)
         return events
+
+    @property
+    def _folded_message(self) -> str:
+        return (
+            f"Produce traffic of (topic, principal, client id) keys beyond the first "
+            f"{self.max_keys:,} of this interval (audit.produce_summary_max_keys), and to names "
+            "no topic can have, counted here together: event_count is the requests' shares"
+        )
 
 
 def _sort_key(key: _SummaryKey) -> tuple[str, str, str, str]:

@@ -168,6 +168,9 @@ class AuditConfig:
     """``always`` (every write), ``interval`` (at most 1 s apart) or ``segment`` (on rotation)."""
     queue_max_events: int = 10_000
     produce_summary_interval_s: float = 60.0
+    produce_summary_max_keys: int = 10_000
+    """Keys (topic, principal, client id) an interval's produce summaries keep; the traffic of
+    further keys is counted in one folded summary (topic ``*``)."""
     instance: str = "kpg"
     on_failure: str = "continue"
     """When a sink cannot write a decision's events: ``continue`` (counted and logged; the
@@ -414,6 +417,7 @@ _AUDIT_KEYS = frozenset(
         "fsync",
         "queue_max_events",
         "produce_summary_interval_s",
+        "produce_summary_max_keys",
         "instance",
         "on_failure",
     }
@@ -845,6 +849,14 @@ def _audit(raw: Mapping[str, Any], source: str) -> AuditConfig:
                 source,
                 minimum=0.1,
                 integer=False,
+            )
+        ),
+        produce_summary_max_keys=int(
+            _number(
+                au.get("produce_summary_max_keys", 10_000),
+                "audit.produce_summary_max_keys",
+                source,
+                minimum=1,
             )
         ),
         instance=str(au.get("instance", "kpg")),

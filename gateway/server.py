@@ -494,6 +494,7 @@ def _audit_emitter(
         mode="enforce",
         interval_ms=int(audit.produce_summary_interval_s * 1000),
         start_ms=int(time.time() * 1000),
+        max_keys=audit.produce_summary_max_keys,
     )
     return AuditEmitter(
         sinks,

@@ -386,3 +386,32 @@ def test_a_reload_within_an_interval_splits_the_summaries_by_policy_version() ->
         ("sha256:000000000000000a", 2, "summary"),
         ("sha256:000000000000000b", 1, "summary"),
     ]
+
+
+def test_keys_over_the_bound_and_illegal_names_fold_into_one_summary_that_counts_them() -> None:
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0, max_keys=2
+    )
+    _produce(summarizer, "orders", "User:alice", "app", records=1)
+    _produce(summarizer, "bad name!", "User:alice", "app", records=7)  # no topic has it
+    _produce(summarizer, "payments", "User:bob", "app", records=2)
+    _produce(summarizer, "made-up-1", "User:eve", "x", records=3)  # over the bound
+    _produce(summarizer, "made-up-2", "User:eve", "x", records=4)
+    _produce(summarizer, "orders", "User:alice", "app", records=5)  # a key already kept
+
+    summaries = summarizer.flush(T0 + 60_000)
+
+    assert [
+        (e.resource_name, e.principal, e.client_id, e.event_count, e.records_examined)
+        for e in summaries
+    ] == [
+        ("*", None, None, 3, 14),
+        ("orders", "User:alice", "app", 2, 6),
+        ("payments", "User:bob", "app", 1, 2),
+    ]
+    assert "audit.produce_summary_max_keys" in (summaries[0].message or "")
+    assert summaries[1].message is None
+
+    _produce(summarizer, "made-up-1", "User:eve", "x", records=1)  # a new interval: kept
+    (summary,) = summarizer.flush(T0 + 120_000)
+    assert (summary.resource_name, summary.message) == ("made-up-1", None)
