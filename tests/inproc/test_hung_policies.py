@@ -1,7 +1,8 @@
 """Plug-ins that never return, on the topic path and on the record path, called more times
 than the policy pool has threads: every call denies within ``policy.timeout.ms`` (a call that
-finds every worker busy waits for one until then, and denies unmade), and a request that needs no plug-in, an allowed
-CreateTopics, is still served at once: nothing else waits behind the hung calls.
+finds every worker busy waits for one until then, and denies unmade), and a request that
+needs no plug-in, an allowed CreateTopics, is still served at once: nothing else waits behind
+the hung calls.
 
 The bounds below are socket timeouts (the test fails when an answer never comes), generous
 against a slow machine; they are not performance measurements.
