@@ -128,7 +128,7 @@ def described(
     )
 
 
-@dataclass
+@dataclass(eq=False)  # one per connection, told apart by identity as links are
 class StandInCluster:
     """A :class:`gateway.engine.ClusterView` answering from dicts, recording what it is asked.
 

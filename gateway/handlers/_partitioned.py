@@ -9,8 +9,10 @@ any name. Then each API's :meth:`judge_topics` decides the rest.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+import weakref
 from collections.abc import Mapping, Sequence
 
 from policies.rules import TopicOperation
@@ -30,6 +32,8 @@ Item = pt.Item
 _IDS_TTL_S = 60.0
 _ASK_INTERVAL_S = 1.0
 """How often one connection may have the gateway ask the cluster for every topic's id."""
+_GATEWAY_ASK_INTERVAL_S = 0.1
+"""How often any connection may (one handler's asks, over every connection)."""
 
 
 class OwnTopicIds:
@@ -88,36 +92,69 @@ class TopicNamesById:
     cluster does not know is None.
 
     Asking means a Metadata request for every topic of the cluster, its whole answer decoded
-    by the gateway: each connection asks at most once a second (:data:`_ASK_INTERVAL_S`).
-    Otherwise a client naming a made-up id in every small request had the gateway decode the
-    cluster's whole metadata for each, as fast as it could pipeline them. An id not known
-    within that second is None: UNKNOWN_TOPIC_ID, which clients retry after refreshing
-    their metadata, as they do when a broker has not yet learnt a new topic.
+    by the gateway, so asks are bounded three ways: one connection asks at most once a second
+    (:data:`_ASK_INTERVAL_S`), the gateway at most ten times a second over all connections
+    (:data:`_GATEWAY_ASK_INTERVAL_S`), and a request that finds an ask under way waits for
+    its answer instead of asking again. Otherwise a client naming a made-up id in every small
+    request, over one connection or thousands, had the gateway decode the cluster's whole
+    metadata for each. An id not known meanwhile is None: UNKNOWN_TOPIC_ID, which clients
+    retry after refreshing their metadata, as they do when a broker has not yet learnt a new
+    topic. A shared ask that fails (its client's link closed, say) leaves the other waiters
+    with what was known.
     """
 
     def __init__(self) -> None:
         self._names: Mapping[uuid.UUID, str] = {}
-        self._asked_at: dict[int, float] = {}
-        """id() of a link -> when it last asked; only links that asked within the interval."""
+        self._asked_at: weakref.WeakKeyDictionary[ClusterView, float] = weakref.WeakKeyDictionary()
+        """When each live link last asked (an entry goes with its link)."""
+        self._last_ask = float("-inf")
+        self._asking: asyncio.Future[Mapping[uuid.UUID, str]] | None = None
 
     async def resolve(
         self, cluster: ClusterView, ids: Sequence[uuid.UUID]
     ) -> dict[uuid.UUID, str | None]:
         names = self._names
-        if any(topic_id not in names for topic_id in ids) and self._may_ask(cluster):
-            _, names = await cluster.describe_all_topics()
-            self._names = names
+        if any(topic_id not in names for topic_id in ids):
+            if self._asking is not None:
+                names = await self._shared_answer(self._asking)
+            elif self._may_ask(cluster):
+                self._asking = asking = asyncio.ensure_future(self._ask(cluster))
+                asking.add_done_callback(self._asked)
+                names = await asyncio.shield(asking)
         return {topic_id: names.get(topic_id) for topic_id in ids}
 
+    async def _ask(self, cluster: ClusterView) -> Mapping[uuid.UUID, str]:
+        _, names = await cluster.describe_all_topics()
+        self._names = names
+        return names
+
+    def _asked(self, asking: asyncio.Future[Mapping[uuid.UUID, str]]) -> None:
+        if self._asking is asking:
+            self._asking = None
+        if not asking.cancelled():
+            asking.exception()  # retrieved here; the asker's own await raises it
+
+    async def _shared_answer(
+        self, asking: asyncio.Future[Mapping[uuid.UUID, str]]
+    ) -> Mapping[uuid.UUID, str]:
+        """The answer of another request's ask; what was known if that ask fails."""
+        try:
+            return await asyncio.shield(asking)
+        except asyncio.CancelledError:
+            if asking.cancelled():
+                return self._names
+            raise  # this request's own task was cancelled
+        except Exception:  # noqa: BLE001 - the asker's failure is the asker's to report
+            return self._names
+
     def _may_ask(self, cluster: ClusterView) -> bool:
-        """Whether ``cluster`` (one client's link) may ask now; if so, its clock restarts."""
+        """Whether ``cluster`` (one client's link) may ask now; if so, the clocks restart."""
         now = time.monotonic()
-        if now - self._asked_at.get(id(cluster), float("-inf")) < _ASK_INTERVAL_S:
+        if now - self._last_ask < _GATEWAY_ASK_INTERVAL_S:
             return False
-        self._asked_at = {
-            link: at for link, at in self._asked_at.items() if now - at < _ASK_INTERVAL_S
-        }
-        self._asked_at[id(cluster)] = now
+        if now - self._asked_at.get(cluster, float("-inf")) < _ASK_INTERVAL_S:
+            return False
+        self._asked_at[cluster] = self._last_ask = now
         return True
 
 

@@ -336,6 +336,28 @@ def test_made_up_topic_ids_do_not_make_the_gateway_read_the_whole_cluster_each_t
         assert len(everything) <= 1, f"{len(everything)} Metadata requests for 30 produces"
 
 
+def test_made_up_topic_ids_over_many_connections_do_not_multiply_the_asks(
+    tap: BrokerTap, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The once-a-second bound was per connection: 40 connections, each sending one Produce
+    v13 of a made-up id, had the gateway ask the cluster for every topic 40 times (and a
+    client with thousands of connections could keep it asking). The gateway now asks at most
+    ten times a second over all connections (here: once an hour), and a request that finds an
+    ask under way waits for its answer."""
+    monkeypatch.setattr(
+        "gateway.handlers._partitioned._GATEWAY_ASK_INTERVAL_S", 3600.0, raising=False
+    )
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        clients = [RawClient(gw.bootstrap, timeout=30) for _ in range(40)]
+        tap.requests.clear()
+        for client in clients:
+            client.send_bytes(produce_by_id(uuid.uuid4()))
+        for client in clients:
+            assert client.recv_frame()  # UNKNOWN_TOPIC_ID
+        everything = [r for r in tap.requests if r.api_key == METADATA]
+        assert len(everything) <= 1, f"{len(everything)} Metadata requests for 40 connections"
+
+
 # --- dynamic client configs: what anyone may make every gateway instance hold ---------------
 
 

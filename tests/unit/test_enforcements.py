@@ -1121,6 +1121,7 @@ def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
 ) -> None:
     gateway, orders, _ = validating_by_id
     monkeypatch.setattr("gateway.handlers._partitioned._ASK_INTERVAL_S", 0.0)
+    monkeypatch.setattr("gateway.handlers._partitioned._GATEWAY_ASK_INTERVAL_S", 0.0)
 
     def lookups() -> int:
         return gateway.cluster.asked.count(("describe_all_topics", ()))
