@@ -75,11 +75,14 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
     ) -> Mapping[int, Ruling]:
         codes = self._services.client_configs.codes
         rulings: dict[int, Ruling] = {}
+        # one read of the store for the request: a request may name hundreds of thousands
+        # of topics, and each read of the SQLite store first asks the file for changes
+        validated = self._services.validated_topics()
         for index, resource in enumerate(request.request.resources):
             if resource.resource_type in codes.resource_types:
                 rulings[index] = self._client_configs(ctx, request, index, resource)
             elif resource.resource_type == _TOPIC:
-                value = self._services.validation_policy_of(resource.resource_name)
+                value = validated.get(resource.resource_name)
                 if value is not None:
                     request.extra[(_TOPIC, resource.resource_name)] = [_policy_config(value)]
         return rulings
