@@ -250,10 +250,11 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             (names.get(p.topic, p.topic), p.partition): (p.topic, p.partition)
             for p in request.partitions
         }
-        # each topic's policy read once (a read of the state store is one per topic, not
-        # one per partition: a request may name tens of thousands of partitions)
+        # one read of the state store for the request (a SQLite read first asks the file for
+        # changes, and a request may name tens of thousands of topics)
+        validated = services.validated_topics()
         policies = {
-            name: services.validation_policy_of(name)
+            name: validated.get(name)
             for name in dict.fromkeys(names.get(p.topic, p.topic) for p in request.partitions)
             if name is not None
         }
