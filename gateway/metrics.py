@@ -12,10 +12,13 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from protocol.versions import api_name
+from protocol.versions import DECODABLE, api_name
 
 from .health import MetricsEndpoint, Readiness
 from .record_validation import PartitionOutcome
+
+_UNSUPPORTED_VERSION = -1
+"""Stands for every version of an API the gateway cannot decode, in the request counts."""
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -135,9 +138,15 @@ class GatewayMetrics:
         self._latency_children: dict[int, Histogram] = {}
 
     def count_request(self, api_key: int, api_version: int) -> None:
+        """Count a request under its API and version; a version the gateway cannot decode
+        counts as ``unsupported``, so that a client cannot make a series of every int16."""
+        versions = DECODABLE.get(api_key)
+        if versions is None or api_version not in versions:
+            api_version = _UNSUPPORTED_VERSION
         child = self._request_children.get((api_key, api_version))
         if child is None:
-            child = self.requests.labels(api_name(api_key), str(api_version))
+            version = "unsupported" if api_version == _UNSUPPORTED_VERSION else str(api_version)
+            child = self.requests.labels(api_name(api_key), version)
             self._request_children[(api_key, api_version)] = child
         child.inc()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import re
 import signal
+import struct
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -517,6 +518,31 @@ def test_describing_many_topics_reads_the_store_once(
         described = wire.read_describe_response(client.recv_frame())
         assert [r.resource_name for r in described] == names
         assert len(reads) <= 1, f"{len(reads)} reads of the store for one request"
+
+
+def test_made_up_api_versions_do_not_multiply_the_request_metrics(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """``kpg_requests_total`` was labelled with the version each request's header claims, any
+    int16: a client sending versions 0 to 32767 of each of the 80-odd APIs could make 2.6
+    million series (held by the gateway and written at every scrape). A version the gateway
+    cannot decode is now counted as ``unsupported``."""
+    bogus = range(1_000, 1_200)
+    with gateway_with(tap, tmp_path / "audit") as gw:
+        for version in bogus:
+            client = RawClient(gw.bootstrap, timeout=10)
+            client.send_bytes(struct.pack(">ihhihb", 11, METADATA, version, 1, -1, 0))  # v2 header
+            client.is_closed(10)  # answered or closed, either way the request was read
+        registry = gw.gateway.metrics.registry
+        series = {
+            sample.labels["version"]
+            for metric in registry.collect()
+            if metric.name == "kpg_requests"
+            for sample in metric.samples
+            if sample.name == "kpg_requests_total" and sample.labels["api"] == "Metadata"
+        }
+        assert series == {"unsupported"}
+        assert gw.metric("kpg_requests_total", api="Metadata", version="unsupported") == len(bogus)
 
 
 # --- a client's text echoed back, into the log and into the audit -------------------------
