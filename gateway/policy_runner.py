@@ -16,7 +16,7 @@ import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from policies.chain import (
     Check,
@@ -31,11 +31,18 @@ from policies.chain import (
     timeout_message,
 )
 
-if TYPE_CHECKING:
-    from .engine import RequestContext
-
 T = TypeVar("T")
 _Turn = tuple["asyncio.Future[Future[Any]]", Callable[[], Any]]
+
+
+class Caller(Protocol):
+    """Whom a call is made for (a ``gateway.engine.RequestContext`` is one)."""
+
+    @property
+    def principal(self) -> str | None: ...
+
+    @property
+    def client_address(self) -> str: ...
 
 
 class PolicyUnavailable(Exception):
@@ -52,7 +59,7 @@ class PolicyRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool.on_free(self._freed)
 
-    async def decide(self, ctx: RequestContext, check: Check) -> Decision:
+    async def decide(self, ctx: Caller, check: Check) -> Decision:
         """Make the plug-in calls of ``check`` one after the other; each one that raises,
         does not return in time or finds no free worker in time denies."""
         verdicts = {}
@@ -61,7 +68,7 @@ class PolicyRunner:
                 verdicts[index] = plugin_verdict(step.plugin, await self._denial(ctx, step))
         return check.decide(verdicts)
 
-    async def _denial(self, ctx: RequestContext, step: PluginCall) -> str | None:
+    async def _denial(self, ctx: Caller, step: PluginCall) -> str | None:
         name = step.plugin.name
         try:
             await self.call(ctx, name, step.call, what="validate()")
@@ -71,7 +78,7 @@ class PolicyRunner:
             return failure_message(name, "validate()", exc)
         return None
 
-    async def call(self, ctx: RequestContext, name: str, call: Callable[[], T], *, what: str) -> T:
+    async def call(self, ctx: Caller, name: str, call: Callable[[], T], *, what: str) -> T:
         """Run ``call`` on the pool, for the client of ``ctx``, and return what it returns.
 
         :raises PolicyUnavailable: no worker free, or no return, within the timeout.
@@ -147,7 +154,7 @@ class PolicyRunner:
         )
 
 
-def _client(ctx: RequestContext) -> str:
+def _client(ctx: Caller) -> str:
     """Whose turn a call takes: the principal, or the host of an unauthenticated connection."""
     if ctx.principal is not None:
         return ctx.principal

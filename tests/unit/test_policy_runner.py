@@ -54,7 +54,7 @@ def test_a_call_that_finds_every_thread_busy_waits_for_one() -> None:
     slow calls had every other client's requests that need a plug-in denied."""
     with PolicyChain(timeout_s=5, max_workers=1) as chain:
         runner = PolicyRunner(chain)
-        release, ran = threading.Event(), []
+        release, ran = threading.Event(), list[str]()
 
         async def scenario() -> list[str]:
             slow = asyncio.ensure_future(
@@ -77,7 +77,7 @@ def test_turns_go_round_the_clients_that_wait() -> None:
     them: the other's goes next but one (the order in line would run it last)."""
     with PolicyChain(timeout_s=5, max_workers=1) as chain:
         runner = PolicyRunner(chain)
-        release, ran = threading.Event(), []
+        release, ran = threading.Event(), list[str]()
         hog, other = context("10.0.0.1:1"), context("10.0.0.1:2", principal="User:alice")
 
         async def scenario() -> None:
@@ -103,7 +103,7 @@ def test_turns_go_round_the_clients_that_wait() -> None:
 def test_a_call_that_gets_no_thread_in_time_denies_without_running() -> None:
     with PolicyChain(timeout_s=0.3, max_workers=1) as chain:
         runner = PolicyRunner(chain)
-        release, ran = threading.Event(), []
+        release, ran = threading.Event(), list[str]()
 
         async def scenario() -> str:
             asyncio.ensure_future(
@@ -130,7 +130,7 @@ def test_a_call_whose_client_stops_waiting_never_runs() -> None:
     """A connection closed while its call waits: the call is dropped from the line."""
     with PolicyChain(timeout_s=5, max_workers=1) as chain:
         runner = PolicyRunner(chain)
-        release, ran = threading.Event(), []
+        release, ran = threading.Event(), list[str]()
 
         async def scenario() -> None:
             first = asyncio.ensure_future(
