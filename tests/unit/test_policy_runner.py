@@ -106,17 +106,20 @@ def test_a_call_that_gets_no_thread_in_time_denies_without_running() -> None:
         release, ran = threading.Event(), list[str]()
 
         async def scenario() -> str:
-            asyncio.ensure_future(
+            hung = asyncio.ensure_future(
                 runner.call(context("10.0.0.1:1"), "p", holding(release, ran, "hung"), what="x")
             )
             await settle(lambda: ran == ["hung"])
             try:
-                await runner.call(context("10.0.0.2:1"), "acme.P", noting(ran, "late"), what="x")
-            except PolicyUnavailable as exc:
-                return str(exc)
+                with pytest.raises(PolicyUnavailable) as refused:
+                    await runner.call(
+                        context("10.0.0.2:1"), "acme.P", noting(ran, "late"), what="x"
+                    )
+                with pytest.raises(PolicyUnavailable, match="did not return"):
+                    await hung
             finally:
                 release.set()
-            raise AssertionError("the call ran")
+            return str(refused.value)
 
         message = asyncio.run(scenario())
         assert message == (
