@@ -7,7 +7,10 @@ Kafka broker would refuse a config it does not know. The policy class comes from
 :mod:`policies.records`), configured once with the ``policies:`` section.
 
 Validation reads no more than the policy's hints ask for (per topic when the policy offers
-``hints_for``) and fails closed: a policy that raises anything but InvalidRecord rejects.
+``hints_for``) and fails closed: a policy that raises anything but InvalidRecord rejects. A
+control batch (transaction markers, which only a transaction coordinator writes) is refused
+unread with INVALID_RECORD, as Kafka refuses one from a client, in dry-run mode too: a broker
+that takes it (Tansu) holds a marker no transaction coordinator wrote.
 The built-in policies do bounded work and run on the event loop; a plug-in (or any policy
 once a schema registry is configured) runs on a worker thread, and a request whose
 validation there outlasts ``policy.timeout.ms`` rejects.
@@ -215,6 +218,14 @@ def _refused(
     )
 
 
+def _control_batch(metadata: TopicMetadata) -> str:
+    """Kafka's refusal of a control batch from a client (LogValidator.validateBatch)."""
+    return (
+        "Clients are not allowed to write control records in topic partition "
+        f"{metadata.topic}-{metadata.partition}."
+    )
+
+
 def _over_records(metadata: TopicMetadata, declared: int, run: _Run) -> str:
     left, maximum = run.records_left, run.budget.max_records
     of = "the" if left == maximum else f"the {left} left of the"
@@ -363,6 +374,8 @@ class RecordValidator:
         read: BatchRecords | None = None
         try:
             batches = read_batches(records)
+            if any(batch.is_control for batch in batches):
+                return _refused(metadata, _control_batch(metadata), 0, records)
             declared = sum(batch.record_count for batch in batches)
             if declared > run.records_left:
                 return _refused(metadata, _over_records(metadata, declared, run), 0, records)

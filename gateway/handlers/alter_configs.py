@@ -44,8 +44,9 @@ IncrementalAlterConfigs applies SET, DELETE, APPEND and SUBTRACT to the stored e
 unknown or quota key, an invalid value such as ``acks=2``, an APPEND on a key that is no list
 -> INVALID_REQUEST naming the key), then asks the policy chain about the resource as
 USER_CLIENT ``user:client-id`` (a CLIENT resource is its connection's user, as the seed has
-the broker rewrite it), and stores the change unless validate_only. The legacy AlterConfigs
-on these types gets INVALID_REQUEST.
+the broker rewrite it), and stores the change unless validate_only. A CLIENT and a
+USER_CLIENT resource naming one entity in the same request are a resource named twice:
+INVALID_REQUEST for both. The legacy AlterConfigs on these types gets INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -173,10 +174,12 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
     ) -> Mapping[Key, Ruling]:
         wanted = set(keys)
         codes = self._services.client_configs.codes
-        rulings: dict[Key, Ruling] = {}
+        rulings: dict[Key, Ruling] = _aliased_client_resources(
+            request.request, wanted, ctx.principal, codes
+        )
         broker_resources = []
         for resource in request.request.resources:
-            if resource.key not in wanted:
+            if resource.key not in wanted or resource.key in rulings:
                 continue
             if resource.resource_type in codes.resource_types:
                 rulings[resource.key] = await self._client_config_change(ctx, request, resource)
@@ -535,6 +538,43 @@ def legacy_handler(services: Services) -> Handler:
 
 def incremental_handler(services: Services) -> Handler:
     return enforced(services, AlterConfigs(services, INCREMENTAL_API_KEY))
+
+
+def _aliased_client_resources(
+    request: ac.AlterConfigs,
+    wanted: set[Key],
+    principal: str | None,
+    codes: client_configs.ClientConfigCodes,
+) -> dict[Key, Ruling]:
+    """INVALID_REQUEST for every CLIENT and USER_CLIENT resource that names the same entity
+    as another in the request (``app`` on an unauthenticated connection and
+    ``ANONYMOUS:app``), as Kafka answers a resource named twice: judged one by one, each was
+    held to the policies against the entity as stored, never against both changes together."""
+    named: dict[client_configs.ClientEntity, list[ac.ResourceAlteration]] = {}
+    for resource in request.resources:
+        if resource.key not in wanted or resource.resource_type not in codes.resource_types:
+            continue
+        try:
+            entity = client_configs.entity_of(
+                resource.resource_type, resource.resource_name, principal, codes
+            )
+        except ValueError:
+            continue  # refused on its own
+        if entity is not None:
+            named.setdefault(entity, []).append(resource)
+    rulings: dict[Key, Ruling] = {}
+    for entity, resources in named.items():
+        if len(resources) < 2:
+            continue
+        entity_name = entity.resource_name
+        error = _invalid(
+            "Each resource must appear at most once: "
+            + " and ".join(repr(r.resource_name) for r in resources)
+            + f" both name the dynamic client configs of {entity_name}."
+        )
+        refusal = _client_config_refusal(entity_name, error, request.validate_only)
+        rulings.update(dict.fromkeys((r.key for r in resources), refusal))
+    return rulings
 
 
 def _names_policy_key(request: ac.AlterConfigs, key: Key) -> bool:
