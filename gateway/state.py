@@ -86,6 +86,21 @@ class StateStore(Protocol):
         :raises StateStoreError: as :meth:`put`.
         """
 
+    async def put_all_if(
+        self,
+        namespace: str,
+        changes: Mapping[str, str | None],
+        *,
+        prefix: str,
+        expected: Mapping[str, str],
+    ) -> bool:
+        """:meth:`put_all`, made only if the keys of ``namespace`` that start with ``prefix``
+        are still exactly ``expected`` (key -> value) as the write is made: what a decision
+        was judged against. False, with nothing written, when they are not.
+
+        :raises StateStoreError: as :meth:`put`.
+        """
+
     async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
         """Delete every key of ``namespace`` that starts with ``key_prefix``, as one write.
 
@@ -356,22 +371,60 @@ class SqliteStore(_Snapshot):
         pending = dict(changes)
 
         def write(conn: sqlite3.Connection) -> list[Change]:
-            for key, value in pending.items():
-                if value is None:
-                    conn.execute(
-                        "DELETE FROM gateway_state WHERE namespace = ? AND key = ?",
-                        (namespace, key),
-                    )
-                else:
-                    conn.execute(
-                        "INSERT INTO gateway_state (namespace, key, value, updated_at) "
-                        "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) "
-                        "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                        (namespace, key, value, now),
-                    )
-            return [(namespace, key, value) for key, value in pending.items()]
+            return self._upsert(conn, namespace, pending, now)
 
         await self._write(write, _described(namespace, pending))
+
+    async def put_all_if(
+        self,
+        namespace: str,
+        changes: Mapping[str, str | None],
+        *,
+        prefix: str,
+        expected: Mapping[str, str],
+    ) -> bool:
+        """The comparison and the write are one transaction, so every process writing the
+        file (each worker of ``kpg run --workers``) is held to it."""
+        for key in changes:
+            _check_names(namespace, key)
+        now = time.time()
+        pending = dict(changes)
+        wanted = dict(expected)
+
+        def write(conn: sqlite3.Connection) -> list[Change]:
+            rows = conn.execute(
+                "SELECT key, value FROM gateway_state WHERE namespace = ? "
+                "AND substr(key, 1, ?) = ?",
+                (namespace, len(prefix), prefix),
+            ).fetchall()
+            if dict(rows) != wanted:
+                raise _Changed
+            return self._upsert(conn, namespace, pending, now)
+
+        try:
+            await self._write(write, _described(namespace, pending))
+        except _Changed:
+            return False
+        return True
+
+    @staticmethod
+    def _upsert(
+        conn: sqlite3.Connection, namespace: str, pending: Mapping[str, str | None], now: float
+    ) -> list[Change]:
+        for key, value in pending.items():
+            if value is None:
+                conn.execute(
+                    "DELETE FROM gateway_state WHERE namespace = ? AND key = ?",
+                    (namespace, key),
+                )
+            else:
+                conn.execute(
+                    "INSERT INTO gateway_state (namespace, key, value, updated_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (namespace, key) "
+                    "DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                    (namespace, key, value, now),
+                )
+        return [(namespace, key, value) for key, value in pending.items()]
 
     async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
         _check_names(namespace, key_prefix)
@@ -438,6 +491,10 @@ class SqliteStore(_Snapshot):
                 conn.execute("ROLLBACK")
             raise
         return changes
+
+
+class _Changed(StateStoreError):
+    """A conditional write found its keys changed; the transaction is rolled back."""
 
 
 def _log_orphaned_failure(task: asyncio.Task[StateStoreError | None]) -> None:
@@ -516,6 +573,8 @@ class KafkaTopicStore(_Snapshot):
         self._progress = asyncio.Condition()
         self._tail_error: BaseException | None = None
         self._tail_task: asyncio.Task[None] | None = None
+        self._conditional = asyncio.Lock()
+        """One conditional write at a time on this instance (:meth:`put_all_if`)."""
 
     def _where(self) -> str:
         return f"state topic {self.topic} on {self.bootstrap_servers}"
@@ -702,6 +761,28 @@ class KafkaTopicStore(_Snapshot):
             [(namespace, key, value) for key, value in changes.items()],
             _described(namespace, changes),
         )
+
+    async def put_all_if(
+        self,
+        namespace: str,
+        changes: Mapping[str, str | None],
+        *,
+        prefix: str,
+        expected: Mapping[str, str],
+    ) -> bool:
+        """Compared after catching up to the end of the topic, and written with this
+        instance's other conditional writes held back. A compacted topic has no compare-and-set,
+        so an instance writing the same keys between the comparison and the write is not seen:
+        the condition holds on one instance, not between instances."""
+        for key in changes:
+            _check_names(namespace, key)
+        async with self._conditional:
+            await self.settle()
+            held = self.items(namespace)
+            if {k: v for k, v in held.items() if k.startswith(prefix)} != dict(expected):
+                return False
+            await self.put_all(namespace, changes)
+        return True
 
     async def delete_prefix(self, namespace: str, key_prefix: str) -> None:
         """Write a tombstone for every matching key this instance knows of after catching up

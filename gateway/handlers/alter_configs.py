@@ -130,6 +130,18 @@ class _Current:
         return None if answer.ok else answer
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientWrite:
+    """A dynamic client config change, and the entity as it was judged: the write is made
+    only if the store still holds that, or a change written meanwhile (by another request,
+    another worker) would be combined with this one unjudged."""
+
+    writes: Mapping[str, str | None]
+    prefix: str
+    judged: Mapping[str, str]
+    """The entity's store keys (under ``prefix``) and values the policies saw."""
+
+
 @dataclass(slots=True)
 class Alteration:
     """One request, and what the gateway learns of it while judging."""
@@ -140,7 +152,7 @@ class Alteration:
     gateway_only: set[Key] = field(default_factory=set)
     """Resources whose change only the gateway keeps (record.validation.policy alone, and
     every dynamic client config resource)."""
-    client_writes: dict[Key, dict[str, str | None]] = field(default_factory=dict)
+    client_writes: dict[Key, ClientWrite] = field(default_factory=dict)
     """Dynamic client config resource -> its store writes, made once it is allowed."""
     client_entities: int | None = None
     """The dynamic client config entities stored, and those this request adds (counted once
@@ -403,7 +415,12 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             return _client_config_refusal(
                 entity.resource_name, bound, validate_only, "limits", _attempted(resource, before)
             )
-        request.client_writes[resource.key] = writes
+        prefix = client_configs.entity_prefix(entity.user, entity.client_id)
+        request.client_writes[resource.key] = ClientWrite(
+            writes=writes,
+            prefix=prefix,
+            judged={k: v for k, v in items.items() if k.startswith(prefix)},
+        )
         request.gateway_only.add(resource.key)
         policies = self._services.policies
         change = config_changes.ConfigChange(
@@ -498,15 +515,26 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
 
     async def _store_gateway_only(self, request: Alteration, key: Key) -> ItemError:
         if key in request.client_writes:
+            change = request.client_writes[key]
             try:
-                await self._services.state.put_all(
-                    client_configs.STATE_NAMESPACE, request.client_writes[key]
+                written = await self._services.state.put_all_if(
+                    client_configs.STATE_NAMESPACE,
+                    change.writes,
+                    prefix=change.prefix,
+                    expected=change.judged,
                 )
             except StateStoreError as exc:
                 return ItemError(
                     error_code=int(UNKNOWN_SERVER_ERROR),
                     error_message=f"The gateway could not store the dynamic client configs of "
                     f"{key[1]!r}: {exc}",
+                )
+            if not written:
+                return ItemError(
+                    error_code=int(UNKNOWN_SERVER_ERROR),
+                    error_message=f"The dynamic client configs of {key[1]!r} changed while "
+                    "this change was judged (another request wrote them); nothing was "
+                    "written. Send it again to have it judged against them.",
                 )
             return OK
         if key in request.policy_writes:

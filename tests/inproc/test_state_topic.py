@@ -379,3 +379,33 @@ def test_a_refused_topic_creation_stops_start(state_topic: str) -> None:
         assert {h.api_key for h, _ in scripted.requests} == {18, 3, 19}
     finally:
         cluster.close()
+
+
+def test_a_conditional_write_is_made_only_over_what_was_judged(
+    broker: HostPort, state_topic: str
+) -> None:
+    """``put_all_if`` catches up first, so another instance's write that has reached the
+    topic makes it fail and write nothing (between the comparison and the write, on one
+    instance only, see its docstring)."""
+
+    async def main() -> None:
+        a = await started(broker, state_topic, refresh_interval_s=5.0)
+        b = await started(broker, state_topic)
+        try:
+            await a.put(NS, "alice/app/acks", "1")
+            judged = {"alice/app/acks": "1"}
+            await b.put(NS, "alice/app/retries", "3")
+            assert not await a.put_all_if(
+                NS, {"alice/app/acks": "-1"}, prefix="alice/app/", expected=judged
+            )
+            assert a.get(NS, "alice/app/acks") == "1"
+            judged = {k: v for k, v in a.items(NS).items() if k.startswith("alice/app/")}
+            assert await a.put_all_if(
+                NS, {"alice/app/acks": "-1"}, prefix="alice/app/", expected=judged
+            )
+            assert await eventually(lambda: b.get(NS, "alice/app/acks") == "-1")
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())

@@ -382,3 +382,41 @@ def test_an_own_write_does_not_hide_a_later_one_from_another_process(tmp_path: P
             await a.close()
 
     run(main())
+
+
+def test_a_conditional_write_is_made_only_over_what_was_judged(tmp_path: Path) -> None:
+    """``put_all_if``: the keys under the prefix must be exactly as expected when the write
+    commits. Another process's write in between (the second store on the file) makes it fail
+    and write nothing; a key added under the prefix counts as a change too."""
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        a = await started(path, refresh_interval_s=3600)
+        b = await started(path, refresh_interval_s=3600)
+        try:
+            await a.put_all(NS, {"alice/app/acks": "1", "bob/app/acks": "1"})
+            judged = {"alice/app/acks": "1"}
+            assert await a.put_all_if(
+                NS, {"alice/app/linger.ms": "5"}, prefix="alice/app/", expected=judged
+            )
+            assert dict(b.items(NS))["alice/app/linger.ms"] == "5"
+
+            judged = dict(a.items(NS))
+            judged = {k: v for k, v in judged.items() if k.startswith("alice/")}
+            await b.put(NS, "alice/app/retries", "3")  # written meanwhile, elsewhere
+            assert not await a.put_all_if(
+                NS, {"alice/app/acks": "-1"}, prefix="alice/app/", expected=judged
+            )
+            assert rows(path)[(NS, "alice/app/acks")] == "1"
+
+            await b.put(NS, "bob/app/acks", "0")  # outside the prefix: no matter
+            judged = {k: v for k, v in a.items(NS).items() if k.startswith("alice/")}
+            assert await a.put_all_if(
+                NS, {"alice/app/acks": "-1"}, prefix="alice/app/", expected=judged
+            )
+            assert b.get(NS, "alice/app/acks") == "-1"
+        finally:
+            await a.close()
+            await b.close()
+
+    run(main())
