@@ -2,8 +2,10 @@
 with the topic's current state from the cluster.
 
 Items are the request's entries (by name, or by topic id from v6). An entry given twice ->
-INVALID_REQUEST. A v6 entry naming a topic id is resolved to its name through Metadata and
-judged by that name; an id the cluster does not know -> UNKNOWN_TOPIC_ID. A topic the cluster
+INVALID_REQUEST; so is a v6 entry naming both a topic and a topic id, as Kafka answers it
+(which of the two a broker would delete is the broker's, and the gateway judged one). A v6
+entry naming a topic id is resolved to its name through Metadata and judged by that name; an
+id the cluster does not know -> UNKNOWN_TOPIC_ID. A topic the cluster
 does not describe (absent, not authorized) is answered here with the Metadata error, never
 forwarded blind: no policy can judge it, and a topic created a moment ago that the broker
 answering Metadata has not seen yet must not be deleted unjudged (the client's retry finds
@@ -107,7 +109,10 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         before any policy: an unknown topic id, an illegal name. Ids are resolved as Produce
         v13's are (:class:`._partitioned.TopicNamesById`): from what the cluster last said,
         asking it for every topic at most once a second per connection."""
-        rulings: dict[ta.DeleteTarget, Ruling] = {}
+        rulings: dict[ta.DeleteTarget, Ruling] = {
+            target: _NAMED_TWICE for target in keys if target.named_twice
+        }
+        keys = [target for target in keys if target not in rulings]
         ids = [t.topic_id for t in keys if t.topic_id is not None]
         if ids:
             by_id = await self._names.resolve(cluster, ids)
@@ -189,6 +194,14 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         return ta.delete_topics_answer(
             request.request, correlation_id, local, payload, request.names
         )
+
+
+_NAMED_TWICE = ItemError(
+    error_code=int(INVALID_REQUEST),
+    error_message="You may not specify both topic name and topic id.",
+)
+"""Kafka's answer to an entry naming a topic and a topic id: the gateway would judge one of
+the two topics, and a broker that takes such an entry may delete the other."""
 
 
 def handler(services: Services) -> Handler:
