@@ -225,9 +225,12 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         if not new:
             return Settlement(local=local)
         services = self._services
-        previous = {name: services.validation_policy_of(name) for name in new}
         claim = uuid.uuid4().hex
         try:
+            if services.state.settles:
+                # what another instance stored is what a failed create puts back
+                await services.state.settle()
+            previous = {name: services.validation_policy_of(name) for name in new}
             await services.claim_validation_policies(new, claim)
         except StateStoreError as exc:
             refused = ItemError(

@@ -39,14 +39,16 @@ TOPIC_ALREADY_EXISTS = 36
 INVALID_RECORD = 87
 
 
-@pytest.fixture
-def gateways(tap: BrokerTap, tmp_path: Path) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    """Two gateways on one state file (as the workers of one ``kpg run`` share it): the
-    first reaches the broker through the tap, the second straight. Gateways on a state topic
-    (``state.store: kafka``) are held to the claim only as far as the store's conditional
-    writes go, on one instance and not between instances (:meth:`gateway.state.KafkaTopicStore.
-    put_all_if`); with the test broker they lost the race too."""
-    state = {"path": str(tmp_path / "state.db")}
+@pytest.fixture(params=["sqlite", "kafka"])
+def gateways(
+    request: pytest.FixtureRequest, tap: BrokerTap, tmp_path: Path
+) -> Iterator[tuple[GatewayThread, GatewayThread]]:
+    """Two gateways on one state store, a SQLite file (as the workers of one ``kpg run``
+    share it) or a state topic (as gateways on several hosts do): the first reaches the broker
+    through the tap, the second straight."""
+    state: dict[str, str] = {"path": str(tmp_path / "state.db")}
+    if request.param == "kafka":
+        state = {"store": "kafka", "topic": f"_kpg_state_{uuid.uuid4().hex[:8]}"}
     first = GatewayThread(gateway_config(tap.address, state=state)).start()
     second = GatewayThread(gateway_config(tap.broker, state=state)).start()
     try:
@@ -72,7 +74,9 @@ def test_a_create_that_loses_a_race_leaves_the_winners_policy(
             7,
             create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, loser_policy),)),
         )
-        assert wait_for(lambda: CREATE_TOPICS in tap.api_keys())
+        assert wait_for(
+            lambda: any(t.name == topic for r in tap.forwarded(CREATE_TOPICS) for t in r.topics)
+        )
         won = winner.request(
             CREATE_TOPICS,
             7,
