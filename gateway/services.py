@@ -50,8 +50,9 @@ class Services:
 
     async def store_validation_policies(self, changes: Mapping[str, str | None]) -> None:
         """Write topics' record.validation.policy (None removes it), all or none. A claim of
-        a create under way on one of the topics (:meth:`claim_validation_policies`) is
-        dropped with it: the create no longer wrote the value last.
+        a create or a delete under way on one of the topics (:meth:`claim_validation_policies`,
+        :meth:`claim_validation_policy_keys`) is dropped with it: the value is no longer the
+        one it claimed.
 
         :raises StateStoreError: when the store cannot write them.
         """
@@ -70,6 +71,15 @@ class Services:
         writes: dict[str, str | None] = dict(values)
         writes.update(dict.fromkeys(map(_claim_key, values), claim))
         await self.state.put_all(STATE_NAMESPACE, writes)
+
+    async def claim_validation_policy_keys(self, topics: Iterable[str], claim: str) -> None:
+        """Put ``claim`` beside topics' record.validation.policy, their values unchanged (a
+        DeleteTopics, which forgets them once the broker has deleted the topics, and only
+        while its claim stands: a create of the topic meanwhile stores a value of its own).
+
+        :raises StateStoreError: when the store cannot write them.
+        """
+        await self.state.put_all(STATE_NAMESPACE, dict.fromkeys(map(_claim_key, topics), claim))
 
     async def release_validation_policy(
         self, topic: str, claim: str, *, restore: bool, previous: str | None = None
@@ -93,6 +103,6 @@ class Services:
 
 
 def _claim_key(topic: str) -> str:
-    """Where a create's claim on ``topic`` is kept, beside its value: ``/`` is in no topic
-    name, so no topic's value is ever read from it."""
-    return f"{topic}/create"
+    """Where a create's or a delete's claim on ``topic`` is kept, beside its value: ``/`` is
+    in no topic name, so no topic's value is ever read from it."""
+    return f"{topic}/claim"

@@ -13,17 +13,21 @@ it). Denied -> POLICY_VIOLATION (44), with the policy's message from v5 on.
 
 A deleted topic's ``record.validation.policy`` (kept by the gateway) is forgotten once the
 broker reports the deletion, so a topic created later under the same name starts unvalidated,
-as its broker configs start from the defaults.
+as its broker configs start from the defaults. The request claims the policy before it is
+forwarded and forgets it only while its claim stands: a topic created again with a policy
+between the deletion and the broker's answer reaching the gateway keeps its new policy (it
+lost it to the late forgetting). A claim the store cannot write refuses the deletion.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
+from protocol.errors import INVALID_REQUEST, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.topic_names import illegal_topic
@@ -153,25 +157,38 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         }
         if not validated:
             return Settlement()
+        claim = uuid.uuid4().hex
+        try:
+            await services.claim_validation_policy_keys(set(validated.values()), claim)
+        except StateStoreError as exc:
+            refused = ItemError(
+                error_code=int(UNKNOWN_SERVER_ERROR),
+                error_message=f"The gateway could not prepare to forget the topic's "
+                f"{VALIDATION_POLICY_KEY}, so the topic was not deleted: {exc}",
+            )
+            return Settlement(local=dict.fromkeys(validated, refused))
 
         async def forget_policies(response: bytes) -> Mapping[ta.DeleteTarget, ItemError]:
-            """Forget the record.validation.policy of each topic the broker reports deleted.
+            """Forget the record.validation.policy of each topic the broker reports deleted,
+            unless a create of the topic has stored one since this request claimed it (the
+            topic was created again between the deletion and this answer); drop the claim of
+            the others.
 
             A store that cannot forget it is logged as an error and the broker's answer still
             goes to the client: the topic is gone either way, and a retry would not get here.
             """
             names, ids = ta.deleted(ta.read_delete_topics_response(request.request, response))
             for target, name in validated.items():
-                if name in names or (target.topic_id is not None and target.topic_id in ids):
-                    try:
-                        await services.store_validation_policies({name: None})
-                    except StateStoreError as exc:
-                        log.error(
-                            "topic %r was deleted, but its %s stays in the state store: %s",
-                            name,
-                            VALIDATION_POLICY_KEY,
-                            exc,
-                        )
+                gone = name in names or (target.topic_id is not None and target.topic_id in ids)
+                try:
+                    await services.release_validation_policy(name, claim, restore=gone)
+                except StateStoreError as exc:
+                    log.error(
+                        "topic %r was deleted, but its %s stays in the state store: %s",
+                        name,
+                        VALIDATION_POLICY_KEY,
+                        exc,
+                    )
             return {}
 
         return Settlement(after=forget_policies)

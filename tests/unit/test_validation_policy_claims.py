@@ -69,3 +69,20 @@ def test_a_change_of_the_policy_meanwhile_drops_the_claim(harness: Harness) -> N
     put_back = services.release_validation_policy(TOPIC, "loser", restore=True, previous=None)
     assert run(harness, put_back) is False
     assert services.validated_topics() == {TOPIC: "key-required"}
+
+
+def test_a_delete_forgets_the_policy_unless_a_create_stored_one_since(harness: Harness) -> None:
+    """A DeleteTopics claims the topic's policy before it is forwarded and forgets it once the
+    broker has deleted the topic, unless the topic was created again meanwhile with a policy
+    (the same one here): the new topic keeps it."""
+    services = harness.services
+    run(harness, services.store_validation_policies({TOPIC: "trace-id"}))
+    run(harness, services.claim_validation_policy_keys([TOPIC], "delete"))
+    run(harness, services.claim_validation_policies({TOPIC: "trace-id"}, "create"))
+    forget = services.release_validation_policy(TOPIC, "delete", restore=True)
+    assert run(harness, forget) is False
+    assert run(harness, services.release_validation_policy(TOPIC, "create", restore=False))
+    assert services.validated_topics() == {TOPIC: "trace-id"}
+    run(harness, services.claim_validation_policy_keys([TOPIC], "delete again"))
+    assert run(harness, services.release_validation_policy(TOPIC, "delete again", restore=True))
+    assert services.validated_topics() == {}
