@@ -13,6 +13,7 @@ call deny, without calling the plug-in (fail closed)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -136,8 +137,9 @@ class PolicyRunner:
     def _freed(self) -> None:
         """A worker finished a call (on its thread): let the loop hand it the next one."""
         loop = self._loop
-        if self._waiting and loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._admit)
+        if self._waiting and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(self._admit)
 
     @staticmethod
     def gateway_denial(message: str, policy: str = "gateway") -> Decision:

@@ -9,8 +9,9 @@ each resource was judged alone against the entity as stored and both were writte
 policy that holds two keys together (here Kafka's own rule for consumers, a heartbeat
 interval below the session timeout) never saw the change it let through.
 
-Two requests on two connections meet the same problem in time (a strict xfail below): each
-is judged against the entity as it was read, and both are written.
+Two requests on two connections met the same problem in time: each was judged against the
+entity as it was read, and both were written. A change is now written only if the entity is
+still what was judged.
 
 Against the real gateway in front of the tapped real broker; client configs are the
 gateway's own and never reach the broker, so what the store holds afterwards is what counts.
