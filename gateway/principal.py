@@ -273,6 +273,25 @@ def _jwt_claim(token: str, claim: str) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
+class UnnamedSaslPrincipal(ValueError):
+    """A first SASL message whose principal the broker does not take from it: SCRAM with
+    Kafka's ``tokenauth`` extension (delegation tokens, KIP-48), where ``n=`` is the token's id
+    and the broker authenticates the token's owner, whom the message does not name."""
+
+
+def scram_token_authentication(first_message: bytes) -> bool:
+    """Whether a SCRAM client-first message asks for delegation token authentication: an
+    extension ``tokenauth`` after the nonce whose value Java's ``Boolean.parseBoolean`` reads
+    as true (any case). Kafka reads the extensions into a map, the last of a repeated key
+    winning; any true one counts here, so that no spelling makes the gateway take a token's
+    id for a user name."""
+    text = first_message.decode("utf-8", "replace")
+    return any(
+        name == "tokenauth" and value.lower() == "true"
+        for name, _, value in (f.partition("=") for f in text.split(","))
+    )
+
+
 def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> str | None:
     """The user name a client claims in its first SASL message; None when unreadable.
     ``claim``: OAUTHBEARER's principal claim.
@@ -425,13 +444,45 @@ class SaslState:
         """A SaslAuthenticate is about to be forwarded; outside an exchange it names nobody.
 
         :raises AmbiguousSaslMessage: (the first message; the connection must close).
+        :raises UnnamedSaslPrincipal: (the same) for a delegation token where a principal is
+            needed (see :meth:`_token_authentication`).
         """
         if self.phase != "authenticating":
             return
         self._answer_due = True
         if self.mechanism is not None and self._messages == 0:
             self._user = sasl_username(self.mechanism, auth_bytes, self.oauthbearer_claim)
+            if self.mechanism in SCRAM_MECHANISMS and scram_token_authentication(auth_bytes):
+                self._token_authentication()
         self._messages += 1
+
+    def _token_authentication(self) -> None:
+        """A SCRAM exchange with a delegation token: the broker authenticates the token's
+        owner, and ``n=`` names only the token (Kafka's ScramSaslServer). The gateway cannot
+        learn the owner (Kafka refuses delegation token requests on a connection a token
+        authenticated), so the exchange names no principal here, as GSSAPI does; where one is
+        needed (``required``, or a re-authentication that must name the principal before it)
+        it is refused.
+
+        :raises UnnamedSaslPrincipal:
+        """
+        token = self._user
+        self._user = None
+        if self.required:
+            reason = (
+                f"delegation token authentication (token {token!r}): the broker authenticates "
+                "the token's owner, whom the gateway cannot name"
+            )
+        elif self._previous is not None:
+            reason = (
+                f"re-authentication with a delegation token after {self._previous}: the "
+                "gateway cannot tell whether the token's owner is the same principal"
+            )
+        else:
+            return
+        self._user = token  # the name the client claimed, for the audit of the refusal
+        self._fail(reason, code=SASL_AUTHENTICATION_FAILED)
+        raise UnnamedSaslPrincipal(reason)
 
     def broker_answered(self, success: bool, error_code: int | None = None) -> str | None:
         """The principal once the exchange is complete and successful, else None. A refusal

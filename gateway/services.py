@@ -49,12 +49,60 @@ class Services:
         return self.state.get(STATE_NAMESPACE, topic)
 
     async def store_validation_policies(self, changes: Mapping[str, str | None]) -> None:
-        """Write topics' record.validation.policy (None removes it), all or none.
+        """Write topics' record.validation.policy (None removes it), all or none. A claim of
+        a create or a delete under way on one of the topics (:meth:`claim_validation_policies`,
+        :meth:`claim_validation_policy_keys`) is dropped with it: the value is no longer the
+        one it claimed.
 
         :raises StateStoreError: when the store cannot write them.
         """
-        await self.state.put_all(STATE_NAMESPACE, changes)
+        writes: dict[str, str | None] = dict(changes)
+        writes.update(dict.fromkeys(map(_claim_key, changes)))
+        await self.state.put_all(STATE_NAMESPACE, writes)
+
+    async def claim_validation_policies(self, values: Mapping[str, str], claim: str) -> None:
+        """Write the record.validation.policy of topics a CreateTopics is about to create,
+        each with ``claim`` (unique to the request) beside it, all or none: the create puts
+        back a topic's previous value (:meth:`release_validation_policy`) only while its
+        claim stands, that is while no one has written the topic's value since.
+
+        :raises StateStoreError: when the store cannot write them.
+        """
+        writes: dict[str, str | None] = dict(values)
+        writes.update(dict.fromkeys(map(_claim_key, values), claim))
+        await self.state.put_all(STATE_NAMESPACE, writes)
+
+    async def claim_validation_policy_keys(self, topics: Iterable[str], claim: str) -> None:
+        """Put ``claim`` beside topics' record.validation.policy, their values unchanged (a
+        DeleteTopics, which forgets them once the broker has deleted the topics, and only
+        while its claim stands: a create of the topic meanwhile stores a value of its own).
+
+        :raises StateStoreError: when the store cannot write them.
+        """
+        await self.state.put_all(STATE_NAMESPACE, dict.fromkeys(map(_claim_key, topics), claim))
+
+    async def release_validation_policy(
+        self, topic: str, claim: str, *, restore: bool, previous: str | None = None
+    ) -> bool:
+        """Drop ``claim`` on ``topic`` and, with ``restore``, put back ``previous`` (None: no
+        value), in one write made only if the claim still stands; whether it did.
+
+        :raises StateStoreError: when the store cannot write it.
+        """
+        key = _claim_key(topic)
+        writes: dict[str, str | None] = {key: None}
+        if restore:
+            writes[topic] = previous
+        return await self.state.put_all_if(
+            STATE_NAMESPACE, writes, prefix=key, expected={key: claim}
+        )
 
     def validated_topics(self) -> Mapping[str, str]:
         """topic -> its record.validation.policy, for every topic that has one."""
         return self.state.items(STATE_NAMESPACE)
+
+
+def _claim_key(topic: str) -> str:
+    """Where a create's or a delete's claim on ``topic`` is kept, beside its value: ``/`` is
+    in no topic name, so no topic's value is ever read from it."""
+    return f"{topic}/claim"

@@ -230,13 +230,20 @@ def create_partitions_answer(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteTarget:
-    """A topic a DeleteTopics request names: by ``topic_id`` (v6) or else by ``name``.
+    """A topic a DeleteTopics request names: by ``topic_id`` (v6) or by ``name``.
 
     Equal targets are the same entry of the request; the answer has one result for each.
     """
 
     name: str | None
     topic_id: uuid.UUID | None
+
+    @property
+    def named_twice(self) -> bool:
+        """A v6 entry with both a name and a topic id: Kafka answers it INVALID_REQUEST ("You
+        may not specify both topic name and topic id."), and a broker that takes it may
+        delete either topic."""
+        return self.name is not None and self.topic_id is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -339,13 +346,13 @@ def _entries(payload: DeleteTopicsRequest) -> tuple[DeleteTopicsEntry, ...]:
 
 
 def _target(entry: DeleteTopicsEntry) -> DeleteTarget:
+    """The entry's target; a v6 entry naming both a topic and a topic id keeps both (see
+    :attr:`DeleteTarget.named_twice`)."""
     if isinstance(entry, str):
         return DeleteTarget(name=entry, topic_id=None)
-    if entry.topic_id is not None:  # kio reads Kafka's zero UUID as None
-        return DeleteTarget(name=None, topic_id=entry.topic_id)
-    if entry.name is None:
+    if entry.name is None and entry.topic_id is None:  # kio reads Kafka's zero UUID as None
         raise Undecodable("DeleteTopics entry has neither a topic name nor a topic id")
-    return DeleteTarget(name=entry.name, topic_id=None)
+    return DeleteTarget(name=entry.name, topic_id=entry.topic_id)
 
 
 def _local_delete_result(

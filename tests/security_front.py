@@ -19,8 +19,10 @@ after a successful exchange it is a byte relay. A failed exchange is answered wi
 SASL_AUTHENTICATION_FAILED (58) and the connection closed, as Kafka does.
 
 Mechanisms, server side, with fixed credentials: PLAIN (RFC 4616), SCRAM-SHA-256 and
-SCRAM-SHA-512 (RFC 5802 / RFC 7677, 4096 iterations as Kafka's minimum), OAUTHBEARER (RFC
-7628; a token is accepted when :class:`TokenEndpoint` issued it and it has not expired).
+SCRAM-SHA-512 (RFC 5802 / RFC 7677, 4096 iterations as Kafka's minimum; with Kafka's
+``tokenauth`` extension, delegation tokens: the token's id and HMAC stand for user and
+password, and the token's owner is authenticated), OAUTHBEARER (RFC 7628; a token is accepted
+when :class:`TokenEndpoint` issued it and it has not expired).
 """
 
 from __future__ import annotations
@@ -69,9 +71,15 @@ class AuthenticationFailed(Exception):
 class _Scram:
     """The server side of one SCRAM exchange (RFC 5802 section 3)."""
 
-    def __init__(self, mechanism: str, users: dict[str, str]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        users: dict[str, str],
+        delegation_tokens: dict[str, tuple[str, str]] | None = None,
+    ) -> None:
         self._hash = _SCRAM_HASHES[mechanism]
         self._users = users
+        self._tokens = delegation_tokens or {}
         self._salt = os.urandom(16)
         self._first_bare = ""
         self._server_first = ""
@@ -86,18 +94,24 @@ class _Scram:
         gs2, _, bare = message.partition(",,") if message.startswith("n,,") else ("", "", "")
         attributes = dict(part.split("=", 1) for part in bare.split(",") if "=" in part)
         user = attributes.get("n", "").replace("=2C", ",").replace("=3D", "=")
-        if not gs2 == "n" or user not in self._users or "r" not in attributes:
+        # Kafka's ScramSaslServer: with the tokenauth extension, n= is a delegation token's
+        # id, its HMAC the password, and the principal authenticated is the token's owner.
+        if attributes.get("tokenauth", "").lower() == "true":
+            password, owner = self._tokens.get(user, (None, None))
+        else:
+            password, owner = self._users.get(user), user
+        if not gs2 == "n" or password is None or "r" not in attributes:
             raise AuthenticationFailed(
                 "Authentication failed during authentication due to "
                 "invalid credentials with SASL mechanism SCRAM"
             )
-        self.user = user
+        self.user = owner
         self._first_bare = bare
         self._nonce = attributes["r"] + base64.b64encode(os.urandom(18)).decode()
         salt = base64.b64encode(self._salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={_SCRAM_ITERATIONS}"
         self._salted = hashlib.pbkdf2_hmac(
-            self._hash().name, self._users[user].encode(), self._salt, _SCRAM_ITERATIONS
+            self._hash().name, password.encode(), self._salt, _SCRAM_ITERATIONS
         )
         return self._server_first
 
@@ -131,6 +145,8 @@ class SaslCredentials:
     users: dict[str, str]
     tokens: TokenEndpoint | None = None
     mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+    delegation_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """SCRAM with the ``tokenauth`` extension: token id -> (its HMAC, the owner's user name)."""
     close_on_failure: bool = True
     """False: after a failed exchange the front keeps the connection open and waits for a new
     handshake, as a broker laxer than Kafka might; the gateway must not rely on the close."""
@@ -264,7 +280,11 @@ class _Exchange:
     def __init__(self, mechanism: str, credentials: SaslCredentials) -> None:
         self.mechanism = mechanism
         self._credentials = credentials
-        self._scram = _Scram(mechanism, credentials.users) if mechanism in _SCRAM_HASHES else None
+        self._scram = (
+            _Scram(mechanism, credentials.users, credentials.delegation_tokens)
+            if mechanism in _SCRAM_HASHES
+            else None
+        )
         self._steps = 0
         self.done = False
         self.user: str | None = None

@@ -235,6 +235,9 @@ class BrokerTap:
 
     :meth:`hold_answers` keeps the broker's answers in the tap (requests still pass) until
     :meth:`release_answers`: what the gateway sends while it has no answer is then visible.
+    :meth:`hold_requests` keeps requests of one API in the tap, recorded but not forwarded (a
+    connection's later requests wait behind them), until :meth:`release_requests`: what
+    happens meanwhile on other connections then reaches the broker first.
     """
 
     broker: HostPort
@@ -245,6 +248,8 @@ class BrokerTap:
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _answers_flow: asyncio.Event = field(default_factory=asyncio.Event)
+    _requests_flow: asyncio.Event = field(default_factory=asyncio.Event)
+    _held_api_keys: set[int] = field(default_factory=set)
 
     @property
     def address(self) -> HostPort:
@@ -253,6 +258,7 @@ class BrokerTap:
 
     def start(self) -> HostPort:
         self._answers_flow.set()
+        self._requests_flow.set()
         self._loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -268,6 +274,24 @@ class BrokerTap:
     def release_answers(self) -> None:
         """Let the answers held, and all later ones, through."""
         self._in_loop(self._answers_flow.set)
+
+    def hold_requests(self, api_key: int) -> None:
+        """From now on, keep requests of ``api_key`` in the tap, unforwarded."""
+
+        def hold() -> None:
+            self._held_api_keys.add(api_key)
+            self._requests_flow.clear()
+
+        self._in_loop(hold)
+
+    def release_requests(self) -> None:
+        """Forward the requests held, and all later ones."""
+
+        def release() -> None:
+            self._held_api_keys.clear()
+            self._requests_flow.set()
+
+        self._in_loop(release)
 
     def _in_loop(self, action: Callable[[], None]) -> None:
         """Run ``action`` in the tap's loop and return once it has run."""
@@ -290,6 +314,8 @@ class BrokerTap:
                     frame = await creader.readexactly(SIZE.unpack(prefix)[0])
                     key, version, cid = struct.unpack_from(">hhi", frame)
                     self.requests.append(TapRecord(key, version, cid, frame, connection))
+                    if key in self._held_api_keys:
+                        await self._requests_flow.wait()
                     bwriter.write(prefix + frame)
                     await bwriter.drain()
             except (asyncio.IncompleteReadError, ConnectionError):

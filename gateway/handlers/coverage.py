@@ -76,7 +76,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     17: _w("the mechanism noted, to learn the principal"),
     18: _w("versions narrowed to those the gateway carries"),
     19: _j("create-topic policies, KIP-108 and KIP-201"),
-    20: _j("topic action policy DELETE; protected and own topics"),
+    20: _j(
+        "topic action policy DELETE; protected and own topics; a v6 entry naming both a topic "
+        "and a topic id INVALID_REQUEST, as Kafka answers it"
+    ),
     21: _j("protected topics and the gateway's own refused"),
     22: _p("allocates a producer id; writes nothing"),
     23: _j("legal topic names; the gateway's own topics refused"),

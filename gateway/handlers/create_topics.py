@@ -48,11 +48,17 @@ the request is forwarded, so that no record reaches a new topic unvalidated. Fir
 TOPIC_ALREADY_EXISTS here, and one Metadata does not describe (not authorized) gets Metadata's
 error, so no CreateTopics ever replaces an existing topic's policy, even for a moment. A topic
 whose policy cannot be stored is not created; a topic the broker does not create gets its
-previous policy (or none) back.
+previous policy (or none) back, unless its policy was written again meanwhile: each create
+stores its topics' policies with a claim of its own beside them (one write), and puts a
+previous policy back only while its claim stands. Of two creates of one topic at once, the
+one the broker refuses thus leaves the policy the other stored after it (the broker may have
+let that one win) instead of putting back what it read before: that left the created topic
+unvalidated.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -219,9 +225,13 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         if not new:
             return Settlement(local=local)
         services = self._services
-        previous = {name: services.validation_policy_of(name) for name in new}
+        claim = uuid.uuid4().hex
         try:
-            await services.store_validation_policies(dict(new))
+            if services.state.settles:
+                # what another instance stored is what a failed create puts back
+                await services.state.settle()
+            previous = {name: services.validation_policy_of(name) for name in new}
+            await services.claim_validation_policies(new, claim)
         except StateStoreError as exc:
             refused = ItemError(
                 error_code=int(ErrorCode.unknown_server_error),
@@ -231,14 +241,17 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             return Settlement(local={**local, **dict.fromkeys(new, refused)}, reencode_request=True)
 
         async def restore_uncreated(response: bytes) -> Mapping[str, ItemError]:
+            """Put back the previous value of each topic the broker did not create, unless
+            someone wrote the topic's value since this request did (a create of the same
+            topic at once, which the broker may have let win: its value stays); drop the
+            claim of each topic it created."""
             broker = ct.read_broker_response(request, response)
-            failed: dict[str, str | None] = {
-                t.name: previous[t.name]
-                for t in broker.topics
-                if t.name in previous and int(t.error_code) != 0
-            }
-            if failed:
-                await services.store_validation_policies(failed)
+            for t in broker.topics:
+                if t.name in previous:
+                    failed = int(t.error_code) != 0
+                    await services.release_validation_policy(
+                        t.name, claim, restore=failed, previous=previous[t.name]
+                    )
             return {}
 
         return Settlement(

@@ -2,8 +2,10 @@
 with the topic's current state from the cluster.
 
 Items are the request's entries (by name, or by topic id from v6). An entry given twice ->
-INVALID_REQUEST. A v6 entry naming a topic id is resolved to its name through Metadata and
-judged by that name; an id the cluster does not know -> UNKNOWN_TOPIC_ID. A topic the cluster
+INVALID_REQUEST; so is a v6 entry naming both a topic and a topic id, as Kafka answers it
+(which of the two a broker would delete is the broker's, and the gateway judged one). A v6
+entry naming a topic id is resolved to its name through Metadata and judged by that name; an
+id the cluster does not know -> UNKNOWN_TOPIC_ID. A topic the cluster
 does not describe (absent, not authorized) is answered here with the Metadata error, never
 forwarded blind: no policy can judge it, and a topic created a moment ago that the broker
 answering Metadata has not seen yet must not be deleted unjudged (the client's retry finds
@@ -11,17 +13,21 @@ it). Denied -> POLICY_VIOLATION (44), with the policy's message from v5 on.
 
 A deleted topic's ``record.validation.policy`` (kept by the gateway) is forgotten once the
 broker reports the deletion, so a topic created later under the same name starts unvalidated,
-as its broker configs start from the defaults.
+as its broker configs start from the defaults. The request claims the policy before it is
+forwarded and forgets it only while its claim stands: a topic created again with a policy
+between the deletion and the broker's answer reaching the gateway keeps its new policy (it
+lost it to the late forgetting). A claim the store cannot write refuses the deletion.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from protocol import topic_admin as ta
-from protocol.errors import INVALID_REQUEST, UNKNOWN_TOPIC_ID
+from protocol.errors import INVALID_REQUEST, UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.topic_names import illegal_topic
@@ -107,7 +113,10 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         before any policy: an unknown topic id, an illegal name. Ids are resolved as Produce
         v13's are (:class:`._partitioned.TopicNamesById`): from what the cluster last said,
         asking it for every topic at most once a second per connection."""
-        rulings: dict[ta.DeleteTarget, Ruling] = {}
+        rulings: dict[ta.DeleteTarget, Ruling] = {
+            target: _NAMED_TWICE for target in keys if target.named_twice
+        }
+        keys = [target for target in keys if target not in rulings]
         ids = [t.topic_id for t in keys if t.topic_id is not None]
         if ids:
             by_id = await self._names.resolve(cluster, ids)
@@ -148,25 +157,38 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         }
         if not validated:
             return Settlement()
+        claim = uuid.uuid4().hex
+        try:
+            await services.claim_validation_policy_keys(set(validated.values()), claim)
+        except StateStoreError as exc:
+            refused = ItemError(
+                error_code=int(UNKNOWN_SERVER_ERROR),
+                error_message=f"The gateway could not prepare to forget the topic's "
+                f"{VALIDATION_POLICY_KEY}, so the topic was not deleted: {exc}",
+            )
+            return Settlement(local=dict.fromkeys(validated, refused))
 
         async def forget_policies(response: bytes) -> Mapping[ta.DeleteTarget, ItemError]:
-            """Forget the record.validation.policy of each topic the broker reports deleted.
+            """Forget the record.validation.policy of each topic the broker reports deleted,
+            unless a create of the topic has stored one since this request claimed it (the
+            topic was created again between the deletion and this answer); drop the claim of
+            the others.
 
             A store that cannot forget it is logged as an error and the broker's answer still
             goes to the client: the topic is gone either way, and a retry would not get here.
             """
             names, ids = ta.deleted(ta.read_delete_topics_response(request.request, response))
             for target, name in validated.items():
-                if name in names or (target.topic_id is not None and target.topic_id in ids):
-                    try:
-                        await services.store_validation_policies({name: None})
-                    except StateStoreError as exc:
-                        log.error(
-                            "topic %r was deleted, but its %s stays in the state store: %s",
-                            name,
-                            VALIDATION_POLICY_KEY,
-                            exc,
-                        )
+                gone = name in names or (target.topic_id is not None and target.topic_id in ids)
+                try:
+                    await services.release_validation_policy(name, claim, restore=gone)
+                except StateStoreError as exc:
+                    log.error(
+                        "topic %r was deleted, but its %s stays in the state store: %s",
+                        name,
+                        VALIDATION_POLICY_KEY,
+                        exc,
+                    )
             return {}
 
         return Settlement(after=forget_policies)
@@ -189,6 +211,14 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
         return ta.delete_topics_answer(
             request.request, correlation_id, local, payload, request.names
         )
+
+
+_NAMED_TWICE = ItemError(
+    error_code=int(INVALID_REQUEST),
+    error_message="You may not specify both topic name and topic id.",
+)
+"""Kafka's answer to an entry naming a topic and a topic id: the gateway would judge one of
+the two topics, and a broker that takes such an entry may delete the other."""
 
 
 def handler(services: Services) -> Handler:

@@ -25,6 +25,7 @@ from protocol import describe_configs as dc
 from protocol.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST
 from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
+from protocol.topic_names import illegal_topic
 
 from .. import client_configs
 from ..engine import BaseEnforcement, ClusterView, RequestContext, Ruling, Settlement
@@ -82,8 +83,9 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
             if resource.resource_type in codes.resource_types:
                 rulings[index] = self._client_configs(ctx, request, index, resource)
             elif resource.resource_type == _TOPIC:
+                # only a topic name: the store keeps creates' claims beside the values
                 value = validated.get(resource.resource_name)
-                if value is not None:
+                if value is not None and illegal_topic(resource.resource_name) is None:
                     request.extra[(_TOPIC, resource.resource_name)] = [_policy_config(value)]
         return rulings
 

@@ -4,6 +4,11 @@ success (see :mod:`gateway.principal`). A first message that names its user twic
 OAUTHBEARER ``auth`` pairs, two SCRAM ``n=``) closes the connection unforwarded: brokers need
 not agree which one counts, and the gateway must name whom the broker authenticated.
 
+A SCRAM exchange with a delegation token (the ``tokenauth`` extension) names the token, not
+its owner, whom the broker authenticates: it yields no principal (as GSSAPI), and where one is
+needed (``sasl.client_auth: required``, or a re-authentication that must name the same
+principal) it closes the connection unforwarded.
+
 A refused exchange (or a re-authentication naming someone else) leaves the connection with
 no principal, and it closes once the broker's answer has reached the client, as Kafka
 closes it."""
@@ -15,7 +20,7 @@ from protocol.versions import DECODABLE
 
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Close, Forward, Outcome
-from ..principal import AmbiguousSaslMessage
+from ..principal import AmbiguousSaslMessage, UnnamedSaslPrincipal
 from ..services import Services
 from .base import Handler
 
@@ -30,6 +35,8 @@ def handler(services: Services) -> Handler:
             session.sasl.client_message(read_auth_bytes(ctx.header, frame))
         except AmbiguousSaslMessage as exc:
             return Close(reason=f"SaslAuthenticate refused: {exc}", metric_reason="sasl_ambiguous")
+        except UnnamedSaslPrincipal as exc:
+            return Close(reason=f"SaslAuthenticate refused: {exc}", metric_reason="sasl_refused")
         version = ctx.api_version
 
         async def on_response(response: bytes) -> bytes:

@@ -12,7 +12,10 @@ broker reads.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
+import os
 import ssl
 import urllib.parse
 import urllib.request
@@ -28,6 +31,7 @@ from kio.schema.types import TopicName
 
 from protocol import create_topics as ct
 from tests.security.conftest import (  # noqa: F401 - the secured upstream's fixtures
+    DELEGATION_TOKEN_HMAC,
     OAUTH_CLIENT_SECRET,
     Upstream,
     pki,
@@ -40,6 +44,7 @@ from tests.support import (
     RawClient,
     gateway_config,
     make_pki,
+    spool_events,
     tls_context,
     tls_listener,
 )
@@ -199,3 +204,84 @@ def test_a_comma_in_a_certificate_name_cannot_make_it_match_another_rule(
         gw.stop()
     assert code != 0
     assert CREATE_TOPICS not in tap.api_keys()
+
+
+def token_authenticate(raw: RawClient, token_id: str, token_hmac: str) -> int:
+    """A SCRAM-SHA-256 exchange with a delegation token, as Kafka's Java client makes it
+    (``tokenauth=true`` in the first message, the token's id as user, its HMAC as password):
+    the error code of the last answer, -1 when the gateway closed the connection."""
+    try:
+        handshake = raw.request(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-256"))
+        assert handshake.error_code == 0
+        nonce = base64.b64encode(os.urandom(18)).decode()
+        first_bare = f"n={token_id},r={nonce},tokenauth=true"
+        first = raw.request(36, 2, SaslAuthenticateRequest(auth_bytes=f"n,,{first_bare}".encode()))
+        if int(first.error_code) != 0:
+            return int(first.error_code)
+        server_first = bytes(first.auth_bytes).decode()
+        fields = dict(part.split("=", 1) for part in server_first.split(","))
+        salted = hashlib.pbkdf2_hmac(
+            "sha256", token_hmac.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+        )
+        without_proof = f"c=biws,r={fields['r']}"
+        auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        signature = hmac.new(hashlib.sha256(client_key).digest(), auth_message, hashlib.sha256)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature.digest(), strict=True))
+        final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+        return int(raw.request(36, 2, SaslAuthenticateRequest(auth_bytes=final)).error_code)
+    except (ConnectionError, OSError):
+        return -1
+
+
+def test_a_delegation_tokens_id_is_not_taken_for_a_user_name(
+    sasl_ssl_upstream: Upstream,  # noqa: F811 - the fixture imported above
+    gateway: GatewayThread,
+) -> None:
+    """SCRAM with a delegation token (KIP-48): the first message's ``n=`` is the token's id,
+    and Kafka's ScramSaslServer authenticates the token's owner, here mallory. A gateway that
+    reads ``n=`` as the user names the connection after the token: with a token whose id is
+    ``admin`` (Kafka makes ids random; the front lets one be chosen), User:admin, who may
+    create the protected topics. The topic must not reach the broker."""
+    topic = f"__evil-{uuid.uuid4().hex[:8]}"
+    raw = RawClient(gateway.bootstrap, tls=tls_context(sasl_ssl_upstream.pki, "alice"))
+    try:
+        code = token_authenticate(raw, "admin", DELEGATION_TOKEN_HMAC)
+        created = create_topic(raw, topic) if code == 0 else None
+    finally:
+        raw.sock.close()
+    assert ("SCRAM-SHA-256", "mallory") in sasl_ssl_upstream.front.authenticated
+    assert created != 0
+    assert not broker_has(sasl_ssl_upstream, topic)
+
+
+def test_a_delegation_token_client_is_audited_as_no_one_it_is_not(
+    sasl_ssl_upstream: Upstream,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    """With a token id as Kafka makes them, the audit named the client ``User:<token id>``, a
+    user that does not exist, where the broker authenticated mallory: the audit is the only
+    record of who did what behind the gateway. The decision names no principal instead (the
+    gateway cannot learn a token's owner: Kafka refuses delegation token requests on a
+    connection a token authenticated), as for GSSAPI."""
+    token_id = "nHq3b2XoQ1qPZ8YVvLr2wA"
+    config = gateway_config(
+        sasl_ssl_upstream.front.address,
+        upstream={"tls": {"ca_file": str(sasl_ssl_upstream.pki / "ca.pem")}},
+        tls=listener_tls(sasl_ssl_upstream.pki, client_auth="none"),
+        audit={"spool_dir": str(tmp_path), "fsync": "always"},
+    )
+    gw = GatewayThread(config).start()
+    topic = f"tok-{uuid.uuid4().hex[:8]}"
+    try:
+        raw = RawClient(gw.bootstrap, tls=tls_context(sasl_ssl_upstream.pki, "alice"))
+        try:
+            assert token_authenticate(raw, token_id, DELEGATION_TOKEN_HMAC) == 0
+            assert create_topic(raw, topic) == 0
+        finally:
+            raw.sock.close()
+        (event,) = spool_events(tmp_path, lambda e: e.resource_name == topic)
+    finally:
+        gw.stop()
+    assert event.action == "create" and event.verdict == "allowed"
+    assert event.principal is None

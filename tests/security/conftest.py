@@ -17,7 +17,14 @@ from tests.support import make_pki
 ALICE_PASSWORD = "alice-pw-7Hq2vX9k"
 KPG_PASSWORD = "kpg-pw-Zr4mW8tN"
 OAUTH_CLIENT_SECRET = "oauth-secret-Lp3sQ6yB"
-SECRETS = (ALICE_PASSWORD, KPG_PASSWORD, OAUTH_CLIENT_SECRET)
+DELEGATION_TOKEN_HMAC = "token-hmac-Qx8rT2wV"
+DELEGATION_TOKENS = {
+    "nHq3b2XoQ1qPZ8YVvLr2wA": (DELEGATION_TOKEN_HMAC, "mallory"),
+    "admin": (DELEGATION_TOKEN_HMAC, "mallory"),
+}
+"""Delegation tokens the front takes (SCRAM ``tokenauth``), both mallory's: one with an id
+as Kafka makes them (a random UUID in base64), one whose id is a user name."""
+SECRETS = (ALICE_PASSWORD, KPG_PASSWORD, OAUTH_CLIENT_SECRET, DELEGATION_TOKEN_HMAC)
 """Every secret the tests use: none may appear in a log line."""
 
 
@@ -73,13 +80,17 @@ def tls_upstream(pki: Path) -> Iterator[Upstream]:
 @pytest.fixture(scope="session")
 def sasl_ssl_upstream(pki: Path) -> Iterator[Upstream]:
     """The test broker behind TLS and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), with the
-    users alice and kpg and the OAuth client kpg-oauth."""
+    users alice and kpg, mallory's delegation tokens and the OAuth client kpg-oauth."""
     tokens = TokenEndpoint({"kpg-oauth": OAUTH_CLIENT_SECRET}).start()
     front = SecuredFront(
         broker=None,  # type: ignore[arg-type]
         port=free_port(),
         tls=server_context(pki, client_certificates=False),
-        sasl=SaslCredentials(users={"alice": ALICE_PASSWORD, "kpg": KPG_PASSWORD}, tokens=tokens),
+        sasl=SaslCredentials(
+            users={"alice": ALICE_PASSWORD, "kpg": KPG_PASSWORD},
+            tokens=tokens,
+            delegation_tokens=DELEGATION_TOKENS,
+        ),
     )
     try:
         for running in _secured(front):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import ConfigError
-from gateway.principal import SaslState
+from gateway.principal import SaslState, UnnamedSaslPrincipal, scram_token_authentication
 from tests.support import gateway_config
 
 pytestmark = pytest.mark.unit
@@ -172,3 +172,53 @@ def test_client_auth_values() -> None:
     base = {"bootstrap_servers": ["127.0.0.1:9"]}
     with pytest.raises(ConfigError, match=r"sasl\.client_auth: expected required or none"):
         gateway_config([], upstream=base, sasl={"client_auth": "requested"})
+
+
+def token_exchange(state: SaslState, first: bytes = b"n,,n=tok1,r=abc,tokenauth=true") -> None:
+    """A SCRAM handshake the broker accepts, then a first message with a delegation token."""
+    assert state.handshake_sent("SCRAM-SHA-256") is None
+    state.handshake_answered(0)
+    state.client_message(first)
+
+
+@pytest.mark.parametrize(
+    ("first", "token"),
+    [
+        (b"n,,n=tok1,r=abc,tokenauth=true", True),
+        (b"n,,n=tok1,r=abc,tokenauth=TRUE", True),
+        (b"n,a=tok1,n=tok1,r=abc,x=1,tokenauth=True", True),
+        (b"n,,n=tok1,r=abc,tokenauth=false,tokenauth=true", True),
+        (b"n,,n=tok1,r=abc,tokenauth=false", False),
+        (b"n,,n=tokenauth=3Dtrue,r=abc", False),
+        (b"n,,n=alice,r=abc", False),
+    ],
+)
+def test_scram_delegation_token_authentication_is_recognised(first: bytes, token: bool) -> None:
+    """Kafka's ``tokenauth`` extension, read as Java's Boolean.parseBoolean reads it."""
+    assert scram_token_authentication(first) is token
+
+
+def test_a_delegation_token_names_no_principal() -> None:
+    """``n=`` is the token's id; Kafka authenticates its owner. Without ``required`` the
+    exchange is carried and names no one (as GSSAPI)."""
+    state = SaslState()
+    token_exchange(state)
+    assert state.broker_answered(True) is None
+    state.client_message(b"c=biws,r=abcdef,p=xyz")
+    assert state.broker_answered(True) is None
+    assert state.principal is None and not state.failed
+
+
+def test_a_delegation_token_is_refused_where_a_principal_is_needed() -> None:
+    """With ``required`` the gateway must name whom the broker authenticated; on a
+    re-authentication, that it is the same principal as before."""
+    required = SaslState(required=True)
+    with pytest.raises(UnnamedSaslPrincipal):
+        token_exchange(required)
+    assert required.failed and required.principal is None
+    assert required.claimed_user == "tok1"
+    again = SaslState()
+    assert authenticated(again) == "User:alice"
+    with pytest.raises(UnnamedSaslPrincipal):
+        token_exchange(again)
+    assert again.failed and again.principal is None
