@@ -16,7 +16,10 @@ Contracts, stated once:
   has been forwarded, answered or refused; a frame that does not fit waits, its connection
   unread, and one larger than the whole cap is refused. Bodies are read as they arrive,
   never as one read of the declared size. A connection with no answer due that has waited
-  ``connections.max.idle.ms`` on its client is closed.
+  ``connections.max.idle.ms`` on its client is closed. A client (principal, else address)
+  whose decisions have had more audit events written than ``client.audit.events.per.sec``
+  allows has its next request, on any of its connections, read only once its budget is
+  back; no event is dropped.
 - Fail closed: a request the gateway must inspect but cannot decode is refused (the
   connection is closed, as a broker closes it), never forwarded blind. An API key the
   gateway does not know is never forwarded.

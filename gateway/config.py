@@ -263,6 +263,10 @@ DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES: Final = 10_000
 """``client.configs.max.entities``: every gateway instance holds the whole state store and
 reads all of it again after any change; with ``client_configs.admin_principals`` unset anyone
 may add entities."""
+DEFAULT_CLIENT_AUDIT_EVENTS_PER_SEC: Final = 500
+"""``client.audit.events.per.sec``: a denial's event is about 900 bytes, so one client gets
+about 450 KB/s of audit (1.6 GB an hour) at most, while a ``kpg dry-run`` of a 5,000-topic
+manifest (one event per topic) goes through unpaced (:data:`gateway.limits.AUDIT_BURST_S`)."""
 DEFAULT_PRODUCE_MAX_PARTITIONS: Final = 20_000
 """``produce.max.partitions``: each partition entry of a Produce request the gateway reads
 costs it 10 to 17 us on the event loop whatever it holds (6 bytes with no records): 2,000,000
@@ -315,20 +319,24 @@ class LimitsConfig:
     size as encoded in the batch, decompressed). A record is the one piece of validation
     that cannot be split into turns on the event loop, so this bounds every turn."""
     judged_request_max_bytes: int = DEFAULT_JUDGED_REQUEST_MAX_BYTES
-    produce_max_partitions: int = DEFAULT_PRODUCE_MAX_PARTITIONS
-    judged_request_max_items: int = DEFAULT_JUDGED_REQUEST_MAX_ITEMS
-    client_configs_max_entities: int = DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES
-    """``client.configs.max.entities``: the users and user:client-id pairs the gateway keeps
-    dynamic client configs for; a change that would add one more is refused; -1 no cap."""
-    """``judged.request.max.items``: the topics, config resources or groups one request may
-    have the policies decide (each judged and audited alone); a request with more is refused
-    whole, with one audit event; -1 no cap."""
-    """``produce.max.partitions``: the partition entries of a Produce request the gateway
-    reads (to validate its records or count it in the audit summaries); one with more closes
-    the connection; -1 no cap."""
     """``judged.request.max.bytes``: the largest request of a judged API other than Produce
     that the gateway decodes to judge it; a larger one closes the connection unread, as
     Kafka closes one over ``socket.request.max.bytes``; -1 no cap."""
+    produce_max_partitions: int = DEFAULT_PRODUCE_MAX_PARTITIONS
+    """``produce.max.partitions``: the partition entries of a Produce request the gateway
+    reads (to validate its records or count it in the audit summaries); one with more closes
+    the connection; -1 no cap."""
+    judged_request_max_items: int = DEFAULT_JUDGED_REQUEST_MAX_ITEMS
+    """``judged.request.max.items``: the topics, config resources or groups one request may
+    have the policies decide (each judged and audited alone); a request with more is refused
+    whole, with one audit event; -1 no cap."""
+    client_configs_max_entities: int = DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES
+    """``client.configs.max.entities``: the users and user:client-id pairs the gateway keeps
+    dynamic client configs for; a change that would add one more is refused; -1 no cap."""
+    client_audit_events_per_sec: int = DEFAULT_CLIENT_AUDIT_EVENTS_PER_SEC
+    """``client.audit.events.per.sec``: how fast one client (a principal, or an
+    unauthenticated client's address) may have the gateway write audit events; a client
+    over it has its next requests wait (:class:`gateway.limits.AuditPace`); -1 no cap."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -437,6 +445,7 @@ _LIMIT_KEYS = frozenset(
         "produce.max.partitions",
         "judged.request.max.items",
         "client.configs.max.entities",
+        "client.audit.events.per.sec",
     }
 )
 
@@ -982,6 +991,12 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
         client_configs_max_entities=_limit_or_unlimited(
             lim.get("client.configs.max.entities", DEFAULT_CLIENT_CONFIGS_MAX_ENTITIES),
             "client.configs.max.entities",
+            source,
+            1,
+        ),
+        client_audit_events_per_sec=_limit_or_unlimited(
+            lim.get("client.audit.events.per.sec", DEFAULT_CLIENT_AUDIT_EVENTS_PER_SEC),
+            "client.audit.events.per.sec",
             source,
             1,
         ),

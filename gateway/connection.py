@@ -28,7 +28,7 @@ from .decisions import BROKER, SASL_GATE, Subject
 from .engine import RequestContext, Session
 from .generation import Generation
 from .handlers.base import Registration
-from .limits import RequestMemory
+from .limits import AuditPace, RequestMemory, client_key
 from .metrics import GatewayMetrics
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import NoMatchingRule, SaslState, ssl_principal
@@ -53,8 +53,10 @@ class ClientConnection:
         listener: str,
         targets: Callable[[], Sequence[HostPort]],
         memory: RequestMemory,
+        audit_pace: AuditPace | None = None,
         upstream_security: UpstreamSecurity | None = None,
     ) -> None:
+        self._audit_pace = audit_pace
         self._generation = generation
         self._upstream_security = upstream_security
         self._reader = reader
@@ -303,6 +305,9 @@ class ClientConnection:
 
     async def _read_loop(self, session: Session) -> None:
         while not self._closing:
+            if self._audit_pace is not None:
+                # a client that had too many audit events written waits, on every connection
+                await self._audit_pace.wait(client_key(session.principal, self.peer))
             size = await self._read_size(session)
             if size is None:
                 return

@@ -24,6 +24,7 @@ from protocol.versions import api_name
 from spark_audit.event import AuditEvent, ConfigChange, TopicSpec, new_request_id
 
 from .audit import AuditEmitter
+from .limits import AuditPace, client_key
 from .metrics import GatewayMetrics
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,9 @@ class AuditNotWritten(Exception):
 class DecisionRecorder:
     """Records decisions; ``policy_version`` (a plain attribute, which a reload sets) is
     stamped on every event it writes. ``deny_unaudited`` (``audit.on_failure: deny``): a
-    decision whose events a sink failed to write raises :class:`AuditNotWritten`."""
+    decision whose events a sink failed to write raises :class:`AuditNotWritten`. ``pace``:
+    each decision's events are charged to its client there (``client.audit.events.per.sec``),
+    whether or not an audit sink is configured (its denials are logged either way)."""
 
     def __init__(
         self,
@@ -74,8 +77,10 @@ class DecisionRecorder:
         *,
         policy_version: str | None = None,
         deny_unaudited: bool = False,
+        pace: AuditPace | None = None,
     ) -> None:
         self._metrics = metrics
+        self._pace = pace
         self._emitter = emitter
         self._instance = instance
         self.policy_version = policy_version
@@ -116,6 +121,7 @@ class DecisionRecorder:
             )
         if not events:
             events.append(self._event(subject, api, None, "enforce", "allowed", None, None))
+        self._charge(subject, len(events))
         if self._emitter is not None:
             # Written before the client hears the decision: killing the gateway afterwards
             # cannot lose it.
@@ -136,11 +142,16 @@ class DecisionRecorder:
         when the connection closed unanswered. One denied event, a request of its own."""
         api = api_name(subject.api_key)
         self._metrics.policy_decisions.labels(api, policy, "denied").inc()
+        self._charge(subject, 1)
         if self._emitter is None:
             return
         subject = replace(subject, request_id=subject.request_id or new_request_id())
         event = self._event(subject, api, policy, "enforce", "denied", error_code, reason)
         await self._emitter.emit_written(event)
+
+    def _charge(self, subject: Subject, events: int) -> None:
+        if self._pace is not None:
+            self._pace.charge(client_key(subject.principal, subject.client_address), events)
 
     def _event(
         self,

@@ -1,7 +1,8 @@
 """What the gateway allows over all its connections, with Kafka's names: how many connections
 (``max.connections``, ``max.connections.per.ip``) and how many bytes of requests it holds
-while it receives and hands them on (``queued.max.request.bytes``). See the package docstring
-for the contracts."""
+while it receives and hands them on (``queued.max.request.bytes``), and how fast one client
+may have it write audit events (``client.audit.events.per.sec``, the gateway's own). See the
+package docstring for the contracts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import collections
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Final
 
 from protocol.framing import FrameRejected
@@ -165,3 +167,118 @@ class _RefusalLog:
 def peer_host(peername: object) -> str:
     """The address part of a transport's ``peername`` (the whole of it for a Unix socket)."""
     return str(peername[0]) if isinstance(peername, tuple) else str(peername)
+
+
+AUDIT_BURST_S: Final = 10.0
+"""A client may write this many seconds of ``client.audit.events.per.sec`` at once (a
+``kpg dry-run`` of a large manifest) before its requests are paced."""
+
+AUDIT_PACE_KEYS_KEPT: Final = 10_000
+"""Clients whose recent audit events :class:`AuditPace` keeps; past it, those whose budget
+has filled again are forgotten (they have nothing to wait for)."""
+
+
+def client_key(principal: str | None, client_address: str) -> tuple[str, str]:
+    """Whose budget of audit events a request uses: its authenticated principal, or, before
+    or without authentication, the address it comes from (``client_address`` as the
+    connection names its peer, ``host:port``; the port is left out, as a client opens as
+    many connections as it likes)."""
+    if principal is not None:
+        return ("principal", principal)
+    host, sep, _port = client_address.rpartition(":")
+    return ("host", host if sep else client_address)
+
+
+class AuditPace:
+    """``client.audit.events.per.sec``: how fast one client may have the gateway write audit
+    events (and log its denials), since every refused request writes one (about 900 bytes)
+    and a client sending nothing but refused requests would otherwise fill the spool's disk
+    and the audit topic (then, under ``audit.on_failure: continue``, later decisions go
+    unaudited; under ``deny``, every change is refused).
+
+    Each client (:func:`client_key`) has a budget of :data:`AUDIT_BURST_S` seconds of the
+    rate, filling at the rate; a decision's events are charged to it once written, which may
+    take it below zero, and the client's next request is not read, on any of its
+    connections, until the budget is back to zero. No event is dropped or folded: the client
+    is slowed, as Kafka slows a client over its request quota, and every decision stays an
+    event of its own. A new connection from an address in debt waits the same way before its
+    first request, so opening connections does not escape it; what one client can add is
+    bounded by the requests it has in flight when its budget runs out. Per process: with
+    ``kpg run --workers N`` a client reaching every worker gets N times the rate.
+    """
+
+    def __init__(
+        self,
+        rate: int,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rate = None if rate == UNLIMITED else float(rate)
+        self._metrics = metrics
+        self._clock = clock
+        # key -> (balance, when it was that): only clients below a full budget
+        self._balances: dict[tuple[str, str], tuple[float, float]] = {}
+        self._logged: dict[tuple[str, str], float] = {}
+
+    def set_rate(self, rate: int) -> None:
+        """A reload's new rate: budgets are counted at it from now on; unlimited forgets
+        them all."""
+        self._rate = None if rate == UNLIMITED else float(rate)
+        if self._rate is None:
+            self._balances.clear()
+
+    def balance(self, key: tuple[str, str]) -> float:
+        """The client's budget now, in events (negative: in debt)."""
+        if self._rate is None:
+            return 0.0
+        full = self._rate * AUDIT_BURST_S
+        kept = self._balances.get(key)
+        if kept is None:
+            return full
+        balance, at = kept
+        return min(full, balance + (self._clock() - at) * self._rate)
+
+    def charge(self, key: tuple[str, str], events: int) -> None:
+        """``events`` written for a decision of the client's."""
+        if self._rate is None or events <= 0:
+            return
+        self._balances[key] = (self.balance(key) - events, self._clock())
+        if len(self._balances) > AUDIT_PACE_KEYS_KEPT:
+            full = self._rate * AUDIT_BURST_S
+            for other in [k for k in self._balances if self.balance(k) >= full]:
+                del self._balances[other]
+                self._logged.pop(other, None)
+
+    def delay(self, key: tuple[str, str]) -> float:
+        """Seconds until the client's budget is back to zero; 0 when it is not in debt."""
+        if self._rate is None:
+            return 0.0
+        balance = self.balance(key)
+        return -balance / self._rate if balance < 0 else 0.0
+
+    async def wait(self, key: tuple[str, str]) -> None:
+        """Return once the client may send another request (its budget at zero or above)."""
+        delay = self.delay(key)
+        if delay <= 0:
+            return
+        self._metrics.audit_paced.inc()
+        self._log(key, delay)
+        while delay > 0:
+            await asyncio.sleep(delay)
+            self._metrics.audit_paced_seconds.inc(delay)
+            # other connections of the client may have spent meanwhile
+            delay = self.delay(key)
+
+    def _log(self, key: tuple[str, str], delay: float) -> None:
+        now = self._clock()
+        if now - self._logged.get(key, -REFUSAL_LOG_INTERVAL_S) < REFUSAL_LOG_INTERVAL_S:
+            return
+        self._logged[key] = now
+        log.warning(
+            "%s %s: its requests wait %.1f s: it had the gateway write audit events faster "
+            "than client.audit.events.per.sec (%g)",
+            key[0],
+            key[1],
+            delay,
+            self._rate or 0,
+        )

@@ -60,6 +60,18 @@ class GatewayMetrics:
             "Requests whose reading waited for queued.max.request.bytes to free",
             registry=r,
         )
+        self.audit_paced = Counter(
+            "kpg_audit_paced",
+            "Requests whose reading waited because their client (a principal, or an "
+            "unauthenticated client's address) had written audit events faster than "
+            "client.audit.events.per.sec",
+            registry=r,
+        )
+        self.audit_paced_seconds = Counter(
+            "kpg_audit_paced_seconds",
+            "Seconds requests waited under client.audit.events.per.sec",
+            registry=r,
+        )
         self.requests = Counter(
             "kpg_requests", "Client requests by API and version", ["api", "version"], registry=r
         )

@@ -26,7 +26,7 @@ from .generation import Generation
 from .handlers import build_table
 from .handlers.base import Registration
 from .health import Readiness, probe_upstream
-from .limits import ConnectionLimits, RequestMemory, peer_host
+from .limits import AuditPace, ConnectionLimits, RequestMemory, peer_host
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
 from .policy_runner import PolicyRunner
@@ -88,6 +88,7 @@ class Gateway:
             ["config"],
             registry=self.metrics.registry,
         )
+        self._audit_pace = AuditPace(config.limits.client_audit_events_per_sec, self.metrics)
         self._generation = self._build(config)
         self._replaced: list[Generation] = []
         self._reload_lock = asyncio.Lock()
@@ -126,6 +127,7 @@ class Gateway:
             config.audit.instance,
             policy_version=config.policy_version,
             deny_unaudited=config.audit.on_failure == "deny",
+            pace=self._audit_pace,
         )
         table = build_table(
             Services(
@@ -204,6 +206,7 @@ class Gateway:
             self._generation = generation
             self._connection_limits.update(config.limits)
             self._request_memory.set_limit(config.limits.queued_max_request_bytes)
+            self._audit_pace.set_rate(config.limits.client_audit_events_per_sec)
             old.retire(self.tasks)
             self._replaced.append(old)
             if self._count_reloads:
@@ -408,6 +411,7 @@ class Gateway:
             listener=listener,
             targets=targets,  # type: ignore[arg-type]
             memory=self._request_memory,
+            audit_pace=self._audit_pace,
             upstream_security=self.upstream_security,
         )
         self._connections.add(connection)

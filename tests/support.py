@@ -155,10 +155,20 @@ class RawClient:
     itself."""
 
     def __init__(
-        self, address: str | HostPort, timeout: float = 10.0, tls: ssl.SSLContext | None = None
+        self,
+        address: str | HostPort,
+        timeout: float = 10.0,
+        tls: ssl.SSLContext | None = None,
+        source: str | None = None,
     ) -> None:
+        """``source``: the local address to connect from (another loopback address, such as
+        127.0.0.2, for a client the gateway counts apart)."""
         host, _, port = str(address).rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection(
+            (host, int(port)),
+            timeout=timeout,
+            source_address=None if source is None else (source, 0),
+        )
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self._correlation = itertools.count(1)

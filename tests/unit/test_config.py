@@ -140,6 +140,14 @@ LIMITS = {
         "",
         {"client_configs_max_entities": 10_000},
     ),
+    "audit events: 500 a second per client, unless set (-1: no cap)": (
+        "",
+        {"client_audit_events_per_sec": 500},
+    ),
+    "audit events per client set": (
+        "client.audit.events.per.sec: -1\n",
+        {"client_audit_events_per_sec": -1},
+    ),
     "judged items set": (
         "judged.request.max.items: 5000\n",
         {"judged_request_max_items": 5_000},
@@ -157,6 +165,10 @@ LIMITS = {
         (
             "connections.max.idle.ms: 0",
             "connections.max.idle.ms: must be -1 (no limit) or at least 1",
+        ),
+        (
+            "client.audit.events.per.sec: 0",
+            "client.audit.events.per.sec: must be -1 (no limit) or at least 1",
         ),
         ("connections.max.idle.ms: 1.5", "connections.max.idle.ms: expected a whole number"),
         ("max.connections: 0", "max.connections: must be at least 1"),
