@@ -50,6 +50,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from policies.rules import shown_value
 from protocol.topic_names import topic_name_problem
 from spark_audit.event import (
     LIFECYCLE_ACTIONS,
@@ -378,6 +379,15 @@ def _is_json_object(line: bytes) -> bool:
         return False
 
 
+def recorded_client_id(client_id: str | None) -> str | None:
+    """``client_id`` as an event records it: its first 200 characters and its length when
+    longer (:func:`policies.rules.shown_value`). A request header's client id may be 32,767
+    characters, and one request is up to ``judged.request.max.items`` events (or, for Produce,
+    a summary per topic it names), each with the client id: whole, a 40 KB request wrote
+    16 MB of audit, past what ``client.audit.events.per.sec`` assumes an event costs."""
+    return None if client_id is None else shown_value(client_id)
+
+
 # --------------------------------------------------------------------------------------------
 # Summaries of allowed Produce traffic.
 
@@ -448,8 +458,9 @@ class ProduceSummarizer:
         bytes_examined: int,
         policy_version: str | None = None,
     ) -> None:
-        """Count one allowed Produce request's share for ``topic``."""
-        key = (topic, principal, client_id, policy_version)
+        """Count one allowed Produce request's share for ``topic`` (``client_id`` as
+        :func:`recorded_client_id` records it)."""
+        key = (topic, principal, recorded_client_id(client_id), policy_version)
         tally = self._tallies.get(key)
         if tally is None:
             if self._keys >= self.max_keys or topic_name_problem(topic) is not None:

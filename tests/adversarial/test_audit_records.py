@@ -1,0 +1,92 @@
+"""What the gateway records and shows about its decisions, with client-chosen text in it: the
+client id, names, config values. A client must not be able to make the audit much larger than
+what it sent, nor forge or hide a line of the log, nor drive the terminal of an operator who
+reads it.
+
+Each case runs the real gateway in front of the real broker (tapped where the case looks at
+what reached it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.audit import recorded_client_id
+from protocol.codec import decode_response, encode_request
+from spark_audit.event import AuditEvent
+from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
+from tests.batches import produce_v9
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, spool_events
+
+pytestmark = pytest.mark.adversarial
+
+PRODUCE = 0
+LONGEST_CLIENT_ID = "c" * 32_767
+"""The longest client id a request header carries (an int16-sized string)."""
+RECORDED_CLIENT_ID_MAX = 250
+"""More than any recorded client id may take: 200 characters and a note of its length."""
+
+
+def test_a_long_client_id_is_not_copied_into_every_event_of_a_request(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Every event of a request carried the request header's client id whole: a CreateTopics
+    of 500 refused topics with a 32,767-character client id (a 40 KB frame) wrote 16.8 MB of
+    audit, and a client paced at ``client.audit.events.per.sec`` events wrote 16 MB a second
+    instead of some 450 KB. An event now records the client id's first 200 characters and
+    its length."""
+    rule = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.v[0-9]+"}
+    spool = tmp_path / "audit"
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(spool)}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        names = [f"t{index:x}" for index in range(500)]
+        frame = encode_request(CREATE_TOPICS, 7, 1, LONGEST_CLIENT_ID, create_topics(names))
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        answer = decode_response(CREATE_TOPICS, 7, client.recv_frame())
+        assert {t.error_code for t in answer.topics} == {POLICY_VIOLATION}
+
+        events = spool_events(spool, lambda e: e.api == "CreateTopics", count=len(names))
+        assert len(events) == len(names)
+        for event in events:
+            assert event.client_id is not None
+            assert len(event.client_id) < RECORDED_CLIENT_ID_MAX, "the whole client id"
+            assert event.client_id.startswith("c" * 200)
+            assert "32767 characters" in event.client_id
+        written = sum(p.stat().st_size for p in spool.iterdir() if "events-" in p.name)
+        assert written < 20 * len(frame), f"{written:,} bytes of audit for a {len(frame):,}"
+    finally:
+        gw.stop()
+
+
+def test_a_long_client_id_is_not_copied_into_every_produce_summary(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The produce summaries keep one tally per (topic, principal, client id) and write one
+    event each, the client id whole in its key and its event: one Produce request naming 200
+    topics with a 32,767-character client id wrote 6.5 MB of summaries (and, at the default
+    10,000 keys an interval, could write 320 MB). Summaries key and record the client id as
+    the decision events do."""
+    names = [f"s{index:x}" for index in range(200)]
+    request = produce_v9({name: {0: None} for name in names})
+    spool = tmp_path / "audit"
+    audit = {"spool_dir": str(spool), "produce_summary_interval_s": 0.5}
+    gw = GatewayThread(gateway_config(tap.address, audit=audit)).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(encode_request(PRODUCE, 9, 1, LONGEST_CLIENT_ID, request))
+
+        def summary(event: AuditEvent) -> bool:
+            return event.event_kind == "summary"
+
+        summaries = spool_events(spool, summary, count=len(names), timeout=15)
+        assert len(summaries) == len(names)
+        assert {e.client_id for e in summaries} == {recorded_client_id(LONGEST_CLIENT_ID)}
+        assert all(len(e.client_id or "") < RECORDED_CLIENT_ID_MAX for e in summaries)
+    finally:
+        gw.stop()
