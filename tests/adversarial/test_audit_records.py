@@ -9,16 +9,27 @@ what reached it).
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.audit import recorded_client_id
+from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 from protocol.codec import decode_response, encode_request
 from spark_audit.event import AuditEvent
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, spool_events
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    gateway_config,
+    spool_events,
+)
 
 pytestmark = pytest.mark.adversarial
 
@@ -90,3 +101,67 @@ def test_a_long_client_id_is_not_copied_into_every_produce_summary(
         assert all(len(e.client_id or "") < RECORDED_CLIENT_ID_MAX for e in summaries)
     finally:
         gw.stop()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def decision_log() -> Iterator[list[logging.LogRecord]]:
+    """The records the gateway's decision log writes meanwhile (denials are at INFO)."""
+    logger = logging.getLogger("gateway.decisions")
+    handler, level = _Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+FORGED = "2026-11-24 09:00:00,000 INFO gateway.server: configuration reloaded"
+TERMINAL = "\x9b2J\x9b1;1H"
+"""Clear the screen and go home, with CSI as the one character U+009B (ESC [ in 8 bits)."""
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(f"7\u2028{FORGED}", id="line-separator"),
+        pytest.param(f"7\x85{FORGED}", id="next-line"),
+        pytest.param(f"7{TERMINAL}denied? no", id="c1-csi"),
+        pytest.param("7\u202e)dewolla( ecilA:resU yb", id="bidi-override"),
+    ],
+)
+def test_a_refusal_quoting_a_client_s_value_is_one_plain_log_line(
+    tap: BrokerTap, decision_log: list[logging.LogRecord], value: str
+) -> None:
+    """A denial's log line quotes the value the client sent. The text format escaped only the
+    C0 controls and DEL, and the JSON format only the C0 controls: a line separator (U+2028)
+    or NEL started a second line for every tool that splits lines as Python does, CSI
+    (U+009B) drove the operator's terminal as ESC [ does, and a right-to-left override showed
+    the rest of the line reversed. Both formats now escape every character that is not
+    printable, and the JSON line still reads back as the message."""
+    rule = {"name": "retention", "type": "config", "config": "retention.ms", "min": 3_600_000}
+    gw = GatewayThread(gateway_config(tap.address, policies={"rules": [rule]})).start()
+    try:
+        request = create_topic_request("logged", configs=(("retention.ms", value),))
+        answer = RawClient(gw.bootstrap).request(CREATE_TOPICS, 7, request)
+        assert [t.error_code for t in answer.topics] == [POLICY_VIOLATION]
+    finally:
+        gw.stop()
+
+    [denial] = [r for r in decision_log if value in r.getMessage()]
+    text = TextFormatter(TEXT_FORMAT).format(denial)
+    as_json = JsonFormatter().format(denial)
+    for line in (text, as_json):
+        assert len(line.splitlines()) == 1, line
+        assert line.isprintable(), line
+    assert json.loads(as_json)["message"] == denial.getMessage()
