@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +19,12 @@ import pytest
 
 from gateway.audit import recorded_client_id
 from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
+from protocol import client_configs as wire
 from protocol.codec import decode_response, encode_request
 from spark_audit.event import AuditEvent
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
+from tests.e2e.test_gateway_process import KPG
 from tests.support import (
     BrokerTap,
     GatewayThread,
@@ -165,3 +168,47 @@ def test_a_refusal_quoting_a_client_s_value_is_one_plain_log_line(
         assert len(line.splitlines()) == 1, line
         assert line.isprintable(), line
     assert json.loads(as_json)["message"] == denial.getMessage()
+
+
+CLIENT = 120
+"""The gateway's CLIENT config resource type (an application's own client-id entity)."""
+SET = 0
+OWN_CLIENT_ID = f"app\x1b[2J{TERMINAL}\nCompleted updating config for user root.\u202e"
+"""A client-id entity name that clears the screen, adds a line and reverses the rest."""
+
+
+def test_kpg_configs_prints_a_client_s_entity_name_escaped(gateway: GatewayThread) -> None:
+    """Any client names its own client-id entity (CLIENT, with its user in front), and
+    ``kpg configs --describe --entity-type clients`` printed every entity's name as the
+    gateway answered it: the operator's terminal was cleared, a line that never came from
+    the gateway added, and the rest of the heading reversed. Every line is now printed with
+    what is not printable escaped."""
+    client = RawClient(gateway.bootstrap)
+    client.send_bytes(
+        wire.incremental_alter_request(
+            [(CLIENT, OWN_CLIENT_ID, [("acks", SET, "1")])],
+            validate_only=False,
+            correlation_id=1,
+            client_id="app",
+        )
+    )
+    [altered] = wire.read_incremental_alter_response(client.recv_frame())
+    assert altered.error_code == 0, altered.error_message
+
+    for entities in (
+        ["--entity-type", "clients"],
+        ["--entity-type", "users", "--entity-name", "ANONYMOUS", "--entity-type", "clients"],
+    ):
+        result = subprocess.run(
+            [KPG, "configs", "--bootstrap-server", gateway.bootstrap, "--describe", *entities],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        headings = [line for line in lines if line.startswith("Dynamic configs for ")]
+        assert len(headings) == 1 and lines[0] == headings[0], result.stdout
+        assert "app\\x1b[2J\\x9b2J" in headings[0], headings[0]
+        assert all(line.isprintable() for line in lines), result.stdout
+        assert not [line for line in lines if line.startswith("Completed")], result.stdout
