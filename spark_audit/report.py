@@ -713,6 +713,10 @@ def _write_frame_csv(path: Path, frame: DataFrame) -> None:
             # doubled (Spark's default escapes it with a backslash, which shifts a client
             # id holding a quote into the next columns).
             .option("escape", '"')
+            # Spark's writer trims white space around values by default: the cells were made
+            # safe before that, and " =HYPERLINK(...)" trimmed is a formula again.
+            .option("ignoreLeadingWhiteSpace", False)
+            .option("ignoreTrailingWhiteSpace", False)
             .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
             .option("emptyValue", "")
             .csv(str(parts))

@@ -441,3 +441,45 @@ def test_report_csv_files_hold_client_text_a_spreadsheet_cannot_run(
     assert "-1" in changes and "'+1+cmd" in changes and "+1+cmd" not in changes
     by_client = {row["client_id"] for row in summary["reports"]["denied_by_client_id"]}
     assert FORMULA_CLIENT in by_client
+
+
+SPACED_FORMULA = " " + FORMULA_CLIENT
+"""Not a formula as it is: a spreadsheet reads a cell starting with a space as text."""
+SPACED_ID = " billing-app \n"
+
+
+def test_report_csv_files_keep_leading_and_trailing_white_space(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Spark's CSV writer trims white space around values by default, after the cells were
+    made safe: a client id of a space and ``=HYPERLINK(...)`` reached events-denied.csv and
+    denied_requests.csv as the formula itself, and every id or name was written without the
+    spaces, tabs and newlines the client sent. The files now hold the values as recorded."""
+    change = ConfigChange(name="retention.ms", before=" 1", after="\n=1+1")
+    write_segment(
+        dirs["spool"],
+        [
+            event(request_id="a", client_id=SPACED_FORMULA, resource_name="orders"),
+            event(request_id="b", client_id=SPACED_ID, resource_name="orders"),
+            event(
+                request_id="c",
+                api="IncrementalAlterConfigs",
+                action="alter_config",
+                resource_name="orders",
+                config_changes=(change,),
+            ),
+        ],
+    )
+
+    build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    def cells(name: str) -> set[str]:
+        with (dirs["report"] / name).open(newline="") as file:
+            return {cell for row in csv.reader(file) for cell in row}
+
+    for name in ("events-denied.csv", "denied_requests.csv", "denied_by_client_id.csv"):
+        written = cells(name)
+        assert FORMULA_CLIENT not in written, name
+        assert SPACED_FORMULA in written and SPACED_ID in written, name
+    changes = cells("config_changes.csv")
+    assert " 1" in changes and "\n=1+1" in changes
