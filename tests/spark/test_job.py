@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -483,3 +485,64 @@ def test_report_csv_files_keep_leading_and_trailing_white_space(
         assert SPACED_FORMULA in written and SPACED_ID in written, name
     changes = cells("config_changes.csv")
     assert " 1" in changes and "\n=1+1" in changes
+
+
+MARKUP = '<img src=x onerror="alert(1)"><a href="javascript:alert(2)">'
+"""Markup a client sends as a client id, a user name, a topic or config name or value."""
+
+
+def test_report_page_shows_every_client_text_as_text(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Every client-chosen text the page shows (client ids in tables and chart labels and
+    titles, claimed user names, principals, resource names, rules' messages, config names and
+    values before and after, dry-run and would-deny rows; messages are in the CSV files only) is
+    HTML-escaped, and the page's
+    links name only the report's own files. (This held already; nothing else checked it.)"""
+    change = ConfigChange(name="k" + MARKUP, before="b" + MARKUP, after="a" + MARKUP)
+    write_segment(
+        dirs["spool"],
+        [
+            event(
+                request_id="a",
+                client_id="c" + MARKUP,
+                principal="User:p" + MARKUP,
+                resource_name="t" + MARKUP,
+                message="m" + MARKUP,
+            ),
+            refused_authentication("u" + MARKUP, request_id="b", client_id="javascript:x()"),
+            event(
+                request_id="c",
+                api="IncrementalAlterConfigs",
+                action="alter_config",
+                resource_type="group",
+                resource_name="g" + MARKUP,
+                config_changes=(change,),
+            ),
+            event(
+                request_id="d",
+                verdict="would_deny",
+                mode="dry-run",
+                error_code=None,
+                client_id="w" + MARKUP,
+            ),
+            event(request_id="e", validate_only=True, client_id="v" + MARKUP),
+        ],
+    )
+
+    summary = build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert "<img" not in page and '<a href="javascript' not in page
+    escaped = html.escape(MARKUP)
+    missing = [
+        prefix
+        for prefix in ("c", "User:p", "t", "u", "k", "b", "a", "g", "w", "v")
+        if html.escape(prefix) + escaped not in page
+    ]
+    assert not missing, missing
+    assert f"<title>{html.escape('User:p')}{escaped} / {html.escape('c')}{escaped}" in page
+    links = set(re.findall(r'href="([^"]*)"', page))
+    assert links and all(re.fullmatch(r"[a-z_-]+\.csv", link) for link in links), links
+    on_disk = json.loads((dirs["report"] / "summary.json").read_text())
+    assert on_disk["reports"] == json.loads(json.dumps(summary["reports"]))
