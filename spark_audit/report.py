@@ -758,6 +758,18 @@ def _number(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
+def _visible(text: str) -> str:
+    """``text`` with each character that is not printable written as Python escapes it
+    (``\\u202e``, ``\\u200b``, ``\\n``): names on the page are the clients' text, and a
+    right-to-left override or an invisible character would make one read as another (a
+    claimed user ``\\u202eecila`` shows as ``alice``, ``terraform\\u200b`` as ``terraform``)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "<td>(none)</td>"
@@ -767,7 +779,7 @@ def _cell(value: Any) -> str:
         return f'<td class="num">{_number(value)}</td>'
     if isinstance(value, list):
         value = ", ".join(_label(item) for item in value)
-    return f"<td>{html.escape(str(value))}</td>"
+    return f"<td>{html.escape(_visible(str(value)))}</td>"
 
 
 def _table(rows: Sequence[Row], *, total: int | None = None, limit: int = _PAGE_ROWS) -> str:
@@ -791,14 +803,16 @@ def _label(value: Any) -> str:
 
 def bar_chart_svg(bars: Sequence[tuple[str, int]], *, colour: str = "#c62828") -> str:
     """A horizontal bar chart, one labelled bar per (label, value). A label too long for
-    its room is shortened on the chart; its full text is the label's and bar's title."""
+    its room is shortened on the chart; its full text is the label's and bar's title. Labels
+    are shown as :func:`_visible` writes them."""
     if not bars:
         return ""
     label_width, chart_width, bar_height, gap = 300, 420, 18, 6
     peak = max(value for _, value in bars) or 1
     height = len(bars) * (bar_height + gap) + gap
     parts = [_SVG_OPEN.format(label_width + chart_width + 90, height)]
-    for index, (label, value) in enumerate(bars):
+    for index, (name, value) in enumerate(bars):
+        label = _visible(name)
         y = gap + index * (bar_height + gap)
         width = max(1, round(chart_width * value / peak))
         full = html.escape(label)

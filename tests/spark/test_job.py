@@ -546,3 +546,30 @@ def test_report_page_shows_every_client_text_as_text(
     assert links and all(re.fullmatch(r"[a-z_-]+\.csv", link) for link in links), links
     on_disk = json.loads((dirs["report"] / "summary.json").read_text())
     assert on_disk["reports"] == json.loads(json.dumps(summary["reports"]))
+
+
+def test_report_page_shows_invisible_and_reordering_characters(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """A right-to-left override made a claimed user name ``\\u202eecila`` show as ``alice``
+    in the refused authentications, and a zero-width space made a client id
+    ``terraform\\u200b`` show as the operators' own ``terraform`` in the tables and the
+    offenders chart. The page writes such characters as escapes; summary.json keeps them."""
+    reversed_user, hidden_client = "\u202eecila", "terraform\u200b"
+    write_segment(
+        dirs["spool"],
+        [
+            refused_authentication(reversed_user, request_id="a"),
+            event(request_id="b", client_id=hidden_client, resource_name="orders"),
+        ],
+    )
+
+    summary = build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert "\u202e" not in page and "\u200b" not in page
+    assert "<td>\\u202eecila</td>" in page
+    assert "<td>terraform\\u200b</td>" in page
+    assert "<title>User:alice / terraform\\u200b</title>" in page
+    users = {row["user"] for row in summary["reports"]["refused_authentications"]}
+    assert reversed_user in users
