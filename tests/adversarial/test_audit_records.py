@@ -9,15 +9,19 @@ what reached it).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import subprocess
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
-from gateway.audit import recorded_client_id
+from gateway.audit import EVENT_MAX_BYTES, recorded_client_id
 from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 from protocol import client_configs as wire
 from protocol.codec import decode_response, encode_request
@@ -212,3 +216,71 @@ def test_kpg_configs_prints_a_client_s_entity_name_escaped(gateway: GatewayThrea
         assert "app\\x1b[2J\\x9b2J" in headings[0], headings[0]
         assert all(line.isprintable() for line in lines), result.stdout
         assert not [line for line in lines if line.startswith("Completed")], result.stdout
+
+
+def audit_topic_events(bootstrap: str, topic: str, count: int) -> list[AuditEvent]:
+    """The first ``count`` events of ``topic`` (fewer if they do not come in 20 s)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    events: list[AuditEvent] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(events) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.3)
+            if message is not None and message.error() is None:
+                events.append(AuditEvent.from_json(message.value()))
+    finally:
+        consumer.close()
+    return events
+
+
+def test_an_event_too_large_for_the_audit_topic_is_recorded_shortened(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A topic creation's event records its configs, whole: a CreateTopics with a 1.2 MB
+    config value made a 1.2 MB event, which the audit topic sink refused (records of at most
+    1 MB), so the decision was in the spool but not in the audit topic the stream reads, and
+    the topic's chain had a gap where it had been (a batch of other clients' events with it
+    went the same way). 600 configs of 2 KB each did the same. An event over 512 KiB keeps
+    the start, length and SHA-256 of each long text, and then as many configs as fit."""
+    rule = {"name": "retention", "type": "config", "config": "retention.ms", "min": 3_600_000}
+    topic, spool = f"kpg-audit-{uuid.uuid4().hex[:6]}", tmp_path / "audit"
+    config = gateway_config(
+        tap.address,
+        policies={"rules": [rule]},
+        audit={"spool_dir": str(spool), "topic": topic},
+    )
+    long_value = "9" * 1_200_000
+    many = tuple((f"x.config.{index}", "v" * 2_000) for index in range(600))
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        for name, configs in (
+            ("long", (("retention.ms", "1"), ("segment.ms", long_value))),
+            ("many", (("retention.ms", "1"), *many)),
+        ):
+            answer = client.request(CREATE_TOPICS, 7, create_topic_request(name, configs=configs))
+            assert [t.error_code for t in answer.topics] == [POLICY_VIOLATION]
+        spooled = spool_events(spool, lambda e: e.api == "CreateTopics", count=2)
+        assert [e.resource_name for e in spooled] == ["long", "many"]
+        failed = gw.metric("kpg_audit_events_failed_total")
+    finally:
+        gw.stop()
+
+    assert failed == 0, "the audit topic refused an event"
+    in_topic = audit_topic_events(str(tap.address), topic, count=4)  # start, 2 decisions, stop
+    assert [e.seq for e in in_topic] == [0, 1, 2, 3], "a gap in the topic's chain"
+    long, many_configs = in_topic[1], in_topic[2]
+    assert (long.resource_name, many_configs.resource_name) == ("long", "many")
+    for event in (long, many_configs):
+        assert len(event.to_json_line()) <= EVENT_MAX_BYTES
+    assert long.topic_spec is not None
+    digest = hashlib.sha256(long_value.encode()).hexdigest()
+    assert long.topic_spec.configs["segment.ms"] == (
+        f"{long_value[:1000]}... (1200000 characters, sha256 {digest})"
+    )
+    assert long.topic_spec.configs["retention.ms"] == "1"
+    assert many_configs.topic_spec is not None
+    kept = many_configs.topic_spec.configs
+    assert 0 < len(kept) < len(many) + 1
+    assert f"{len(kept)} of {len(many) + 1} topic configs recorded" in (many_configs.message or "")
