@@ -77,6 +77,10 @@ _MAX_CHART_HOURS: Final = 24 * 92
 _CONCURRENT_JOBS: Final = 4
 _PAGE_ROWS: Final = 200
 """Rows of a long section shown on the page; its CSV file has them all."""
+_PAGE_CHARS: Final = 1000
+"""Characters of one value shown on the page (a cell, a chart's title); the CSV files and
+summary.json have it whole. Names and values are the clients': 200 claimed user names of
+512 KB each made a page of 100 MB."""
 
 VERDICT_COLOURS: Final = {"allowed": "#2e7d32", "denied": "#c62828", "would_deny": "#ef6c00"}
 
@@ -779,7 +783,15 @@ def _cell(value: Any) -> str:
         return f'<td class="num">{_number(value)}</td>'
     if isinstance(value, list):
         value = ", ".join(_label(item) for item in value)
-    return f"<td>{html.escape(_visible(str(value)))}</td>"
+    return f"<td>{html.escape(_page_text(str(value)))}</td>"
+
+
+def _page_text(text: str) -> str:
+    """``text`` as the page shows it: :func:`_visible`, and its first :data:`_PAGE_CHARS`
+    characters and its length when longer."""
+    if len(text) > _PAGE_CHARS:
+        text = f"{text[:_PAGE_CHARS]}… ({len(text):,} characters; the CSV file has them all)"
+    return _visible(text)
 
 
 def _table(rows: Sequence[Row], *, total: int | None = None, limit: int = _PAGE_ROWS) -> str:
@@ -804,7 +816,7 @@ def _label(value: Any) -> str:
 def bar_chart_svg(bars: Sequence[tuple[str, int]], *, colour: str = "#c62828") -> str:
     """A horizontal bar chart, one labelled bar per (label, value). A label too long for
     its room is shortened on the chart; its full text is the label's and bar's title. Labels
-    are shown as :func:`_visible` writes them."""
+    are shown as :func:`_page_text` writes them."""
     if not bars:
         return ""
     label_width, chart_width, bar_height, gap = 300, 420, 18, 6
@@ -812,7 +824,7 @@ def bar_chart_svg(bars: Sequence[tuple[str, int]], *, colour: str = "#c62828") -
     height = len(bars) * (bar_height + gap) + gap
     parts = [_SVG_OPEN.format(label_width + chart_width + 90, height)]
     for index, (name, value) in enumerate(bars):
-        label = _visible(name)
+        label = _page_text(name)
         y = gap + index * (bar_height + gap)
         width = max(1, round(chart_width * value / peak))
         full = html.escape(label)

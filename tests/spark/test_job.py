@@ -573,3 +573,28 @@ def test_report_page_shows_invisible_and_reordering_characters(
     assert "<title>User:alice / terraform\\u200b</title>" in page
     users = {row["user"] for row in summary["reports"]["refused_authentications"]}
     assert reversed_user in users
+
+
+def test_report_page_shows_the_start_of_a_long_value(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Claimed user names may be 512 KB (Kafka's cap before authentication), group ids and
+    config values longer: the page showed each whole, in tables and chart titles, so 200 of
+    them made a page of 100 MB. The page shows a value's first 1,000 characters and its
+    length; the CSV files keep it whole."""
+    users = [letter * 100_000 for letter in "uvw"]
+    write_segment(
+        dirs["spool"],
+        [
+            refused_authentication(user, request_id=f"r{index}", client_id=user)
+            for index, user in enumerate(users)
+        ],
+    )
+
+    build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert len(page) < 200_000, f"a page of {len(page):,} characters"
+    assert f"{'u' * 1000}… (100,000 characters; the CSV file has them all)" in page
+    with (dirs["report"] / "refused_authentications.csv").open(newline="") as file:
+        assert {row["user"] for row in csv.DictReader(file)} == set(users)
