@@ -1,10 +1,10 @@
 """What the gateway records and shows about its decisions, with client-chosen text in it: the
 client id, names, config values. A client must not be able to make the audit much larger than
-what it sent, nor forge or hide a line of the log, nor drive the terminal of an operator who
-reads it.
+what it sent, nor keep its decision out of the audit topic, nor forge or disguise a line of
+the log, nor drive the terminal of an operator who reads the log or ``kpg configs``.
 
-Each case runs the real gateway in front of the real broker (tapped where the case looks at
-what reached it).
+Each case runs the real gateway in front of the (tapped) real broker; the report's side of
+this family is in tests/spark/test_job.py (``test_report_*``) and test_requests.py.
 """
 
 from __future__ import annotations
