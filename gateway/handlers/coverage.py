@@ -62,7 +62,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
         "other fetch passes unread; leader endpoints (v16+) rewritten"
     ),
-    2: _j("legal topic names; the gateway's own topics refused"),
+    2: _j(
+        "legal topic names; the gateway's own topics refused; a replica's request (a replica "
+        "id other than -1, answered to the log end) refused"
+    ),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
     8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
     9: _p(_READ),
