@@ -67,7 +67,12 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "id other than -1, answered to the log end) refused"
     ),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
-    8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
+    8: _w(
+        "commits a group's own offsets; the broker authorizes the group and topic. A client's "
+        "retention time (v2-v4) set to -1, the broker's: a short one deletes the offsets at "
+        "the next offset cleanup, an OffsetDelete unjudged. v0-v1 (a commit timestamp per "
+        "partition does the same) not carried"
+    ),
     9: _p(_READ),
     10: _w("the coordinator's address replaced by the gateway's"),
     11: _w("session.timeout.ms set from a dynamic client config (opt-in)"),
