@@ -17,8 +17,9 @@ Reading the id costs one int32 before v15; from v15 the request is walked to its
 ListOffsets carries a replica id too, as the body's first field in every version. Kafka
 (``ReplicaManager.fetchOffset``) gives the isolation level's bound, the high watermark or the
 last stable offset, to -1 alone: any other id, -2 (the debug id) included, is answered up to
-the log end, offsets of records not yet committed included, with only DESCRIBE on the topic
-asked. Brokers send their id (a follower's ``RemoteLeaderEndPoint``); Kafka's clients send -1.
+the log end (the latest offset, and timestamp lookups over records not yet committed), with
+only DESCRIBE on the topic asked. Brokers send their id (a follower's
+``RemoteLeaderEndPoint``); Kafka's clients send -1.
 """
 
 from __future__ import annotations

@@ -2,12 +2,15 @@
 checks every partitioned API gets (:mod:`._partitioned`: a legal name, not one of the gateway's
 own topics).
 
-Only a consumer's request (replica id -1) is carried. Kafka answers any other replica id, a
-broker's or the debug id -2, with the log end offset instead of the high watermark (or the
-last stable offset for read_committed), which tells a client where records not yet committed
-or still in an open transaction end; it asks only DESCRIBE on the topic. A follower's ask
-between brokers, as a follower's Fetch is (:mod:`.fetch`): the connection is closed
-unforwarded (:mod:`protocol.fetch_replica`)."""
+Only a consumer's request (replica id -1) is carried. Kafka bounds a consumer's answer by its
+isolation level (the high watermark, or the last stable offset for read_committed); any other
+replica id, a broker's or the debug id -2, is answered up to the log end: the latest offset,
+and timestamp lookups (and the max timestamp) over records not yet committed or still in an
+open transaction, which tell a client what they hold. Kafka asks only DESCRIBE on the topic.
+It is a follower's ask between brokers, as a follower's Fetch is (:mod:`.fetch`): the
+connection is closed unforwarded (:mod:`protocol.fetch_replica`). (A consumer's
+OffsetForLeaderEpoch of the current epoch is answered with the log end offset by Kafka's design,
+KIP-320: that number alone is no secret.)"""
 
 from __future__ import annotations
 

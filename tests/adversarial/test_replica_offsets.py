@@ -1,8 +1,9 @@
 """A client listing offsets as a replica: ListOffsets names a replica id as the body's first
-field in every version. Kafka gives the high watermark (or, read_committed, the last stable
-offset) to -1 alone; any other id, a broker's or the debug id -2, gets the log end offset
-(``ReplicaManager.fetchOffset`` passes no isolation level for it), so the client learns
-where records not yet committed, or still in an open transaction, end. Only DESCRIBE on the
+field in every version. Kafka bounds the answer by the high watermark (or, read_committed,
+the last stable offset) for -1 alone; any other id, a broker's or the debug id -2, is answered
+up to the log end (``ReplicaManager.fetchOffset`` passes no isolation level for it): the
+latest offset, and timestamp lookups over records not yet committed or in open
+transactions. Only DESCRIBE on the
 topic is asked. Brokers send their own id; Kafka's clients send -1. The gateway must refuse it
 as it refuses a follower's Fetch: the connection closed, nothing forwarded.
 
