@@ -3,11 +3,12 @@
 In v2-v4 a client may say how long the broker keeps the offsets it commits. Kafka stores
 ``now + retention_time_ms`` as those offsets' expiry, and its periodic offset cleanup
 (``offsets.retention.check.interval.ms``, 10 minutes by default) deletes them once it has
-passed, if the group then has no members (a group used for commits alone never has): with
-1 ms, a commit deletes a group's offsets of a topic as OffsetDelete would. -1 means the
-broker's ``offsets.retention.minutes``. The field sits behind the group id, the generation id
-and the member id, all of fixed form in these versions (not flexible), so it is found without
-decoding the rest.
+passed, if no member then consumes the topic (a classic group with no members, as one used for
+commits alone; a KIP-848 consumer group not subscribed to it): with 1 ms, a commit deletes a
+group's offsets of a topic as OffsetDelete would. -1 means the broker's
+``offsets.retention.minutes``. The field sits behind the group id, the generation id and the
+member id, all of fixed form in these versions (not flexible), so it is found without decoding
+the rest.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A commit moves a group's own offsets and the broker authorizes it (a group's off
 protected topic can be moved: README, coverage 8). What it may not do is delete them, which
 the gateway judges as OffsetDelete (and DeleteGroups) on each topic: a ``retention_time_ms``
 of the client's (v2-v4) makes the broker expire the offsets at its next offset cleanup, a few
-minutes on, when the group has no members (:mod:`protocol.offset_commit`). It is set to -1, the
+minutes on, when no member consumes the topic (:mod:`protocol.offset_commit`). It is set to -1, the
 broker's ``offsets.retention.minutes``, on the way; Kafka's clients send -1 already. v0 and v1,
 whose per-partition commit timestamp starts the offset's retention wherever the client puts
 it, are not carried (Kafka 4.0 dropped them too); clients use v2 or later.

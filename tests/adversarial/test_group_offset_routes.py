@@ -3,11 +3,11 @@ judges (a protected topic's offsets are kept).
 
 OffsetCommit v2-v4 carries a ``retention_time_ms``: Kafka stores ``now + retention`` as the
 offsets' expiry and its periodic cleanup (every ``offsets.retention.check.interval.ms``, 10
-minutes by default) deletes them once it has passed, when the group has no members (one used
-for commits alone never has). A commit with a retention of 1 ms is an OffsetDelete a few
-minutes late. OffsetCommit v1 has a commit
-timestamp per partition that starts the offset's retention instead: one from 1970 expires it
-at the next cleanup the same way. The gateway carries OffsetCommit v2 and later only (Kafka
+minutes by default) deletes them once it has passed, when no member consumes the topic (a
+classic group with no members, as one used for commits alone). A commit with a retention of
+1 ms is an OffsetDelete a few minutes late. OffsetCommit v1 has a commit timestamp per
+partition that starts the offset's retention instead: one from 1970 expires it at the next
+cleanup the same way. The gateway carries OffsetCommit v2 and later only (Kafka
 4.0 dropped v0 and v1) and sets the retention to -1, the broker's own.
 
 Against the tapped real broker (the test broker does not expire offsets: the tap shows what
