@@ -89,7 +89,11 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "and a topic id INVALID_REQUEST, as Kafka answers it"
     ),
     21: _j("protected topics and the gateway's own refused"),
-    22: _p("allocates a producer id; writes nothing"),
+    22: _p(
+        "allocates a producer id; with a transactional id, fences that id's earlier producer "
+        "and aborts its open transaction (abort markers only: nothing becomes visible); the "
+        "broker authorizes the transactional id"
+    ),
     23: _j("legal topic names; the gateway's own topics refused"),
     24: _j(
         "the gateway's own topics refused (a transaction would write its markers into them), "
