@@ -62,9 +62,17 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
         "other fetch passes unread; leader endpoints (v16+) rewritten"
     ),
-    2: _j("legal topic names; the gateway's own topics refused"),
+    2: _j(
+        "legal topic names; the gateway's own topics refused; a replica's request (a replica "
+        "id other than -1, answered to the log end) refused"
+    ),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
-    8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
+    8: _w(
+        "commits a group's own offsets; the broker authorizes the group and topic. A client's "
+        "retention time (v2-v4) set to -1, the broker's: a short one deletes the offsets at "
+        "the next offset cleanup, an OffsetDelete unjudged. v0-v1 (a commit timestamp per "
+        "partition does the same) not carried"
+    ),
     9: _p(_READ),
     10: _w("the coordinator's address replaced by the gateway's"),
     11: _w("session.timeout.ms set from a dynamic client config (opt-in)"),
@@ -81,7 +89,11 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "and a topic id INVALID_REQUEST, as Kafka answers it"
     ),
     21: _j("protected topics and the gateway's own refused"),
-    22: _p("allocates a producer id; writes nothing"),
+    22: _p(
+        "allocates a producer id; with a transactional id, fences that id's earlier producer "
+        "and aborts its open transaction (abort markers only: nothing becomes visible); the "
+        "broker authorizes the transactional id"
+    ),
     23: _j("legal topic names; the gateway's own topics refused"),
     24: _j(
         "the gateway's own topics refused (a transaction would write its markers into them), "
