@@ -15,6 +15,7 @@ from protocol.versions import VersionRange
 
 from ..services import Services
 from . import (
+    acls,
     add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
@@ -87,6 +88,8 @@ def version_caps() -> dict[int, VersionRange | None]:
     caps[alter_configs.INCREMENTAL_API_KEY] = alter_configs.INCREMENTAL_VERSIONS
     caps[cluster_settings.QUOTAS_API_KEY] = cluster_settings.QUOTAS_VERSIONS
     caps[cluster_settings.SCRAM_API_KEY] = cluster_settings.SCRAM_VERSIONS
+    caps[acls.CREATE_API_KEY] = acls.CREATE_VERSIONS
+    caps[acls.DELETE_API_KEY] = acls.DELETE_VERSIONS
     caps.update(dict.fromkeys(REFUSED))
     return caps
 
@@ -115,6 +118,12 @@ def build_table(services: Services) -> Mapping[int, Registration]:
     table[cluster_settings.SCRAM_API_KEY] = Registration(
         handler=cluster_settings.scram_handler(services),
         versions=cluster_settings.SCRAM_VERSIONS,
+    )
+    table[acls.CREATE_API_KEY] = Registration(
+        handler=acls.create_acls_handler(services), versions=acls.CREATE_VERSIONS
+    )
+    table[acls.DELETE_API_KEY] = Registration(
+        handler=acls.delete_acls_handler(services), versions=acls.DELETE_VERSIONS
     )
     for api_key in REFUSED:
         table[api_key] = Registration(handler=refuse, versions=None)

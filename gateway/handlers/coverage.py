@@ -109,8 +109,14 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "OffsetCommit, it can move a group's offsets on a protected topic"
     ),
     29: _p(_READ),
-    30: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
-    31: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
+    30: _j(
+        "a binding that can apply to the gateway's own topics refused; the broker authorizes "
+        "the rest (ALTER on the cluster), which no other gateway policy governs"
+    ),
+    31: _j(
+        "a filter that can match bindings of the gateway's own topics refused; the broker "
+        "authorizes the rest (ALTER on the cluster), which no other gateway policy governs"
+    ),
     32: _j("the gateway's own configs added; dynamic client configs answered"),
     33: _j("alter-config policies, KIP-201 MODIFY"),
     34: _p("moves a replica between disks of one broker; replicas and configs stay"),
