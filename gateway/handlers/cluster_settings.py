@@ -10,12 +10,17 @@ credentials go through the rules as :attr:`policies.rules.TopicOperation.ALTER_C
 and ``ALTER_USER_SCRAM_CREDENTIALS``: the ``broker.configs`` rule lets only its
 ``allowed.principals`` make them; without such a rule they go on as before, for the broker to
 authorize. Denied -> POLICY_VIOLATION (44) for that entry or user, never forwarded.
+
+The SCRAM credentials of the user the gateway's own clients sign in as (``upstream.sasl``,
+SCRAM) are refused to everyone, whatever the rules: changed or deleted, they would stop the
+gateway's audit writes and its state store at their next sign-in (policy ``own_principal``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from policies.chain import Decision, Mode, Verdict
 from protocol import cluster_settings as cs
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -109,14 +114,16 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         keys: Sequence[str],
     ) -> Mapping[str, Ruling]:
         policies = self._services.policies
+        own = _own_scram_user(self._services)
         rulings: dict[str, Ruling] = {}
         for user in keys:
-            check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
+            if user == own:
+                decision = _OWN_CREDENTIALS
+            else:
+                check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
+                decision = await policies.decide(ctx, check)
             rulings[user] = Judged(
-                decision=await policies.decide(ctx, check),
-                resource_type="user",
-                resource_name=user,
-                action=_SCRAM,
+                decision=decision, resource_type="user", resource_name=user, action=_SCRAM
             )
         return rulings
 
@@ -133,6 +140,31 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         broker: bytes | None,
     ) -> bytes:
         return cs.scram_credentials_answer(request, correlation_id, local, broker)
+
+
+def _own_scram_user(services: Services) -> str | None:
+    """The user the gateway's own clients (state store, audit sink) sign in as with SCRAM."""
+    sasl = services.upstream.sasl
+    if sasl is None or not sasl.mechanism.startswith("SCRAM"):
+        return None
+    return sasl.username
+
+
+_OWN_CREDENTIALS = Decision(
+    allowed=False,
+    verdicts=(
+        Verdict(
+            policy="own_principal",
+            mode=Mode.ENFORCE,
+            outcome="denied",
+            message="These are the SCRAM credentials the policy gateway signs in with to keep "
+            "its state and audit; change them on the brokers directly (and in the gateway's "
+            "upstream.sasl).",
+        ),
+    ),
+)
+"""Whatever the rules say: a client that changed or deleted them would stop the gateway's
+audit writes and state store at their next sign-in."""
 
 
 def quotas_handler(services: Services) -> Handler:

@@ -136,7 +136,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     48: _p(_READ),
     49: _j("client quotas: only the principals a broker.configs rule allows"),
     50: _p(_READ),
-    51: _j("SCRAM credentials: only the principals a broker.configs rule allows"),
+    51: _j(
+        "SCRAM credentials: only the principals a broker.configs rule allows; the gateway's "
+        "own (upstream.sasl) no one"
+    ),
     52: _r(_INTERNAL),
     53: _r(_INTERNAL),
     54: _r(_INTERNAL),
