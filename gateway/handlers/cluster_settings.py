@@ -13,7 +13,10 @@ authorize. Denied -> POLICY_VIOLATION (44) for that entry or user, never forward
 
 The SCRAM credentials of the user the gateway's own clients sign in as (``upstream.sasl``,
 SCRAM) are refused to everyone, whatever the rules: changed or deleted, they would stop the
-gateway's audit writes and its state store at their next sign-in (policy ``own_principal``).
+gateway's audit writes and its state store at their next sign-in; so are quotas naming that
+user (PLAIN or SCRAM), which would throttle them (policy ``own_principal``). A quota on the
+default user reaches the gateway's user too when it has none of its own: the rules judge it
+as any other.
 """
 
 from __future__ import annotations
@@ -62,12 +65,19 @@ class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
         keys: Sequence[int],
     ) -> Mapping[int, Ruling]:
         policies = self._services.policies
+        own = _own_user(self._services)
         rulings: dict[int, Ruling] = {}
         for index in keys:
             entity = request.entities[index]
-            check = policies.chain.plan_cluster_setting(_QUOTAS, entity, principal=ctx.principal)
+            if own is not None and request.users[index] == own:
+                decision = _OWN_QUOTAS
+            else:
+                check = policies.chain.plan_cluster_setting(
+                    _QUOTAS, entity, principal=ctx.principal
+                )
+                decision = await policies.decide(ctx, check)
             rulings[index] = Judged(
-                decision=await policies.decide(ctx, check),
+                decision=decision,
                 resource_type="client_quotas",
                 resource_name=entity,
                 action=_QUOTAS,
@@ -142,26 +152,35 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         return cs.scram_credentials_answer(request, correlation_id, local, broker)
 
 
+def _own_user(services: Services) -> str | None:
+    """The user the gateway's own clients (state store, audit sink) sign in as with PLAIN or
+    SCRAM (an OAUTHBEARER principal is the token's, unknown here)."""
+    sasl = services.upstream.sasl
+    return None if sasl is None else sasl.username
+
+
 def _own_scram_user(services: Services) -> str | None:
-    """The user the gateway's own clients (state store, audit sink) sign in as with SCRAM."""
+    """The user the gateway's own clients sign in as with SCRAM."""
     sasl = services.upstream.sasl
     if sasl is None or not sasl.mechanism.startswith("SCRAM"):
         return None
     return sasl.username
 
 
-_OWN_CREDENTIALS = Decision(
-    allowed=False,
-    verdicts=(
-        Verdict(
-            policy="own_principal",
-            mode=Mode.ENFORCE,
-            outcome="denied",
-            message="These are the SCRAM credentials the policy gateway signs in with to keep "
-            "its state and audit; change them on the brokers directly (and in the gateway's "
-            "upstream.sasl).",
-        ),
-    ),
+def _own(message: str) -> Decision:
+    verdict = Verdict(policy="own_principal", mode=Mode.ENFORCE, outcome="denied", message=message)
+    return Decision(allowed=False, verdicts=(verdict,))
+
+
+_OWN_QUOTAS = _own(
+    "This user is the one the policy gateway signs in with to keep its state and audit; a "
+    "quota on it would throttle them. Set it on the brokers directly."
+)
+
+
+_OWN_CREDENTIALS = _own(
+    "These are the SCRAM credentials the policy gateway signs in with to keep its state and "
+    "audit; change them on the brokers directly (and in the gateway's upstream.sasl)."
 )
 """Whatever the rules say: a client that changed or deleted them would stop the gateway's
 audit writes and state store at their next sign-in."""

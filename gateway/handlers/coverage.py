@@ -134,7 +134,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     46: _p(_READ),
     47: _j("protected topics and the gateway's own refused"),
     48: _p(_READ),
-    49: _j("client quotas: only the principals a broker.configs rule allows"),
+    49: _j(
+        "client quotas: only the principals a broker.configs rule allows; none naming the "
+        "gateway's own user (upstream.sasl)"
+    ),
     50: _p(_READ),
     51: _j(
         "SCRAM credentials: only the principals a broker.configs rule allows; the gateway's "

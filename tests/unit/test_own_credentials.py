@@ -1,8 +1,9 @@
-"""The SCRAM credentials the gateway's own clients sign in with (``upstream.sasl``) are refused
-to every client, whatever the rules: a client that changed or deleted them (Kafka asks only
-ALTER on the cluster, and a broker without an authorizer asks nothing) would stop the
-gateway's audit writes and its state store at their next sign-in. Through the real engine and
-services (tests/enforcement_support.py); the adversarial suite's SCRAM cases
+"""The SCRAM credentials the gateway's own clients sign in with (``upstream.sasl``), and quotas
+on that user, are refused to every client, whatever the rules: Kafka asks only ALTER on the
+cluster (a broker without an authorizer, nothing), and a client that changed or deleted the
+credentials would stop the gateway's audit writes and its state store at their next sign-in;
+a quota would throttle them. Through the real engine and services
+(tests/enforcement_support.py); the adversarial suite's cases of these APIs
 (tests/adversarial/test_cluster_settings.py) run the rules against the real broker."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kio.schema.alter_client_quotas.v1 import request as quotas
 from kio.schema.alter_user_scram_credentials.v0 import request as scram
-from kio.static.primitive import i8, i32
+from kio.static.primitive import f64, i8, i32
 
 from gateway.config import Secret, UpstreamSaslConfig
 from protocol.codec import decode_response, encode_request
@@ -94,3 +96,35 @@ def test_a_gateway_signing_in_with_plain_has_no_scram_credentials_to_keep(
     credentials are not the gateway's, and the rules alone judge them."""
     _, body = forwarded(harness.send(change(upsert=(GATEWAY_USER,))))
     assert [u.name for u in body.upsertions] == [GATEWAY_USER]
+
+
+ALTER_CLIENT_QUOTAS = 49
+
+
+def throttle(*users: str | None) -> bytes:
+    """A producer_byte_rate of 1 byte/s on each user (None: the default user)."""
+    request = quotas.AlterClientQuotasRequest(
+        entries=tuple(
+            quotas.EntryData(
+                entity=(
+                    quotas.EntityData(entity_type="user", entity_name=user),
+                    quotas.EntityData(entity_type="client-id", entity_name=None),
+                ),
+                ops=(quotas.OpData(key="producer_byte_rate", value=f64(1.0), remove=False),),
+            )
+            for user in users
+        ),
+        validate_only=False,
+    )
+    return encode_request(ALTER_CLIENT_QUOTAS, 1, 9, "t", request)[4:]
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_no_client_throttles_the_gateways_own_user(harness: Harness) -> None:
+    """A quota naming the gateway's user is refused; the others in the request go on."""
+    outcome = harness.send(throttle("alice", GATEWAY_USER, None), principal="User:admin")
+    _, body = forwarded(outcome)
+    assert [e.entity[0].entity_name for e in body.entries] == ["alice", None]
+    [event] = [e for e in harness.sink.events if e.verdict == "denied"]
+    assert event.policy == "own_principal"
+    assert event.resource_name == f"user={GATEWAY_USER}, client-id=<default>"
