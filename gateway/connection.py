@@ -65,6 +65,7 @@ class ClientConnection:
         self._targets = targets
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._host_key = client_key(None, self.peer)
         self._metrics = metrics
         self._tasks = tasks
         # A reload changes max_in_flight_requests for connections accepted after it.
@@ -305,9 +306,13 @@ class ClientConnection:
 
     async def _read_loop(self, session: Session) -> None:
         while not self._closing:
-            if self._audit_pace is not None:
+            pace = self._audit_pace
+            if pace is not None:
                 # a client that had too many audit events written waits, on every connection
-                await self._audit_pace.wait(client_key(session.principal, self.peer))
+                principal = session.principal
+                key = self._host_key if principal is None else client_key(principal, self.peer)
+                if pace.delay(key) > 0:
+                    await pace.wait(key)
             size = await self._read_size(session)
             if size is None:
                 return

@@ -98,11 +98,21 @@ class Services:
         )
 
     def validated_topics(self) -> Mapping[str, str]:
-        """topic -> its record.validation.policy, for every topic that has one."""
+        """topic -> its record.validation.policy, for every topic that has one; with them the
+        claims of creates and deletes under way (keys ``<topic>/claim``, which no topic name
+        can be, so a look-up by a topic's name never finds one)."""
         return self.state.items(STATE_NAMESPACE)
+
+    def any_validated_topic(self) -> bool:
+        """Whether any topic has a record.validation.policy: claims alone do not count (one a
+        gateway killed mid-create left behind would otherwise make every Produce read)."""
+        return any(not key.endswith(_CLAIM_SUFFIX) for key in self.validated_topics())
 
 
 def _claim_key(topic: str) -> str:
     """Where a create's or a delete's claim on ``topic`` is kept, beside its value: ``/`` is
     in no topic name, so no topic's value is ever read from it."""
-    return f"{topic}/claim"
+    return f"{topic}{_CLAIM_SUFFIX}"
+
+
+_CLAIM_SUFFIX = "/claim"

@@ -55,6 +55,8 @@ class ClientQuotas:
     entities: tuple[str, ...]
     """Each entry's entity as a denial names it (``user=alice, client-id=<default>``), by
     position."""
+    users: tuple[str | None, ...]
+    """Each entry's named user (None: the default user, or no user part), by position."""
     payload: QuotasRequest
 
 
@@ -65,12 +67,18 @@ def _entity_label(entity: Collection[q0.request.EntityData | q1.request.EntityDa
     return ", ".join(parts) if parts else "no entity"
 
 
+def _named_user(entity: Collection[q0.request.EntityData | q1.request.EntityData]) -> str | None:
+    names = [e.entity_name for e in entity if e.entity_type == "user"]
+    return names[0] if names else None
+
+
 def read_client_quotas(header: RequestHeader, frame: bytes) -> ClientQuotas:
     """:raises Undecodable: for a malformed body or a version kio lacks."""
     payload = decode_request_as(_QUOTA_REQUESTS, header, frame)
     return ClientQuotas(
         version=header.api_version,
         entities=tuple(_entity_label(entry.entity) for entry in payload.entries),
+        users=tuple(_named_user(entry.entity) for entry in payload.entries),
         payload=payload,
     )
 

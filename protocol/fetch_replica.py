@@ -1,4 +1,4 @@
-"""Who a Fetch request says it comes from: a consumer, or a follower replica.
+"""Who a Fetch or ListOffsets request says it comes from: a consumer, or a replica.
 
 A broker's follower fetches with its broker id as ``replica_id`` (v0-v14: the first field of the
 body; v15 and later: the ``replica_state`` tagged field, tag 1 of the request, KIP-903). Kafka
@@ -13,6 +13,13 @@ either: Kafka reads it to the log end too, and asks only for READ on the topic. 
 
 Reading the id costs one int32 before v15; from v15 the request is walked to its tagged fields
 (every partition's fixed 32 bytes skipped, nothing decoded or copied).
+
+ListOffsets carries a replica id too, as the body's first field in every version. Kafka
+(``ReplicaManager.fetchOffset``) gives the isolation level's bound, the high watermark or the
+last stable offset, to -1 alone: any other id, -2 (the debug id) included, is answered up to
+the log end (the latest offset, and timestamp lookups over records not yet committed), with
+only DESCRIBE on the topic asked. Brokers send their id (a follower's
+``RemoteLeaderEndPoint``); Kafka's clients send -1.
 """
 
 from __future__ import annotations
@@ -35,6 +42,22 @@ partition_max_bytes (v15 and later)."""
 _TOPIC_ID: Final = 16
 _CONSUMER: Final = -1
 FUTURE_LOCAL_REPLICA_ID: Final = -3
+
+
+LIST_OFFSETS: Final = 2
+LIST_OFFSETS_CONSUMER: Final = -1
+"""The one replica id Kafka answers ListOffsets for as a consumer's."""
+
+
+def list_offsets_replica_id(header: RequestHeader, frame: bytes) -> int:
+    """The replica id a ListOffsets request names.
+
+    :raises Undecodable: when the body is too short to hold it.
+    """
+    try:
+        return int(_INT32.unpack_from(frame, header.size)[0])
+    except struct.error as exc:
+        raise Undecodable(f"ListOffsets v{header.api_version} body ends early: {exc}") from None
 
 
 def is_consumer(replica_id: int) -> bool:

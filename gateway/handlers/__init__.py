@@ -15,6 +15,7 @@ from protocol.versions import VersionRange
 
 from ..services import Services
 from . import (
+    acls,
     add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
@@ -35,6 +36,7 @@ from . import (
     list_config_resources,
     list_offsets,
     metadata,
+    offset_commit,
     offset_delete,
     offset_for_leader_epoch,
     produce,
@@ -67,6 +69,7 @@ _MODULES = (
     elect_leaders,
     describe_configs,
     join_group,
+    offset_commit,
     list_config_resources,
     share_fetch,
     share_acknowledge,
@@ -85,6 +88,8 @@ def version_caps() -> dict[int, VersionRange | None]:
     caps[alter_configs.INCREMENTAL_API_KEY] = alter_configs.INCREMENTAL_VERSIONS
     caps[cluster_settings.QUOTAS_API_KEY] = cluster_settings.QUOTAS_VERSIONS
     caps[cluster_settings.SCRAM_API_KEY] = cluster_settings.SCRAM_VERSIONS
+    caps[acls.CREATE_API_KEY] = acls.CREATE_VERSIONS
+    caps[acls.DELETE_API_KEY] = acls.DELETE_VERSIONS
     caps.update(dict.fromkeys(REFUSED))
     return caps
 
@@ -113,6 +118,12 @@ def build_table(services: Services) -> Mapping[int, Registration]:
     table[cluster_settings.SCRAM_API_KEY] = Registration(
         handler=cluster_settings.scram_handler(services),
         versions=cluster_settings.SCRAM_VERSIONS,
+    )
+    table[acls.CREATE_API_KEY] = Registration(
+        handler=acls.create_acls_handler(services), versions=acls.CREATE_VERSIONS
+    )
+    table[acls.DELETE_API_KEY] = Registration(
+        handler=acls.delete_acls_handler(services), versions=acls.DELETE_VERSIONS
     )
     for api_key in REFUSED:
         table[api_key] = Registration(handler=refuse, versions=None)

@@ -10,12 +10,20 @@ credentials go through the rules as :attr:`policies.rules.TopicOperation.ALTER_C
 and ``ALTER_USER_SCRAM_CREDENTIALS``: the ``broker.configs`` rule lets only its
 ``allowed.principals`` make them; without such a rule they go on as before, for the broker to
 authorize. Denied -> POLICY_VIOLATION (44) for that entry or user, never forwarded.
+
+The SCRAM credentials of the user the gateway's own clients sign in as (``upstream.sasl``,
+SCRAM) are refused to everyone, whatever the rules: changed or deleted, they would stop the
+gateway's audit writes and its state store at their next sign-in; so are quotas naming that
+user (PLAIN or SCRAM), which would throttle them (policy ``own_principal``). A quota on the
+default user reaches the gateway's user too when it has none of its own: the rules judge it
+as any other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from policies.chain import Decision, Mode, Verdict
 from protocol import cluster_settings as cs
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
@@ -57,12 +65,19 @@ class AlterClientQuotas(BaseEnforcement[cs.ClientQuotas, int]):
         keys: Sequence[int],
     ) -> Mapping[int, Ruling]:
         policies = self._services.policies
+        own = _own_user(self._services)
         rulings: dict[int, Ruling] = {}
         for index in keys:
             entity = request.entities[index]
-            check = policies.chain.plan_cluster_setting(_QUOTAS, entity, principal=ctx.principal)
+            if own is not None and request.users[index] == own:
+                decision = _OWN_QUOTAS
+            else:
+                check = policies.chain.plan_cluster_setting(
+                    _QUOTAS, entity, principal=ctx.principal
+                )
+                decision = await policies.decide(ctx, check)
             rulings[index] = Judged(
-                decision=await policies.decide(ctx, check),
+                decision=decision,
                 resource_type="client_quotas",
                 resource_name=entity,
                 action=_QUOTAS,
@@ -109,14 +124,16 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         keys: Sequence[str],
     ) -> Mapping[str, Ruling]:
         policies = self._services.policies
+        own = _own_scram_user(self._services)
         rulings: dict[str, Ruling] = {}
         for user in keys:
-            check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
+            if user == own:
+                decision = _OWN_CREDENTIALS
+            else:
+                check = policies.chain.plan_cluster_setting(_SCRAM, user, principal=ctx.principal)
+                decision = await policies.decide(ctx, check)
             rulings[user] = Judged(
-                decision=await policies.decide(ctx, check),
-                resource_type="user",
-                resource_name=user,
-                action=_SCRAM,
+                decision=decision, resource_type="user", resource_name=user, action=_SCRAM
             )
         return rulings
 
@@ -133,6 +150,40 @@ class AlterUserScramCredentials(BaseEnforcement[cs.ScramCredentials, str]):
         broker: bytes | None,
     ) -> bytes:
         return cs.scram_credentials_answer(request, correlation_id, local, broker)
+
+
+def _own_user(services: Services) -> str | None:
+    """The user the gateway's own clients (state store, audit sink) sign in as with PLAIN or
+    SCRAM (an OAUTHBEARER principal is the token's, unknown here)."""
+    sasl = services.upstream.sasl
+    return None if sasl is None else sasl.username
+
+
+def _own_scram_user(services: Services) -> str | None:
+    """The user the gateway's own clients sign in as with SCRAM."""
+    sasl = services.upstream.sasl
+    if sasl is None or not sasl.mechanism.startswith("SCRAM"):
+        return None
+    return sasl.username
+
+
+def _own(message: str) -> Decision:
+    verdict = Verdict(policy="own_principal", mode=Mode.ENFORCE, outcome="denied", message=message)
+    return Decision(allowed=False, verdicts=(verdict,))
+
+
+_OWN_QUOTAS = _own(
+    "This user is the one the policy gateway signs in with to keep its state and audit; a "
+    "quota on it would throttle them. Set it on the brokers directly."
+)
+
+
+_OWN_CREDENTIALS = _own(
+    "These are the SCRAM credentials the policy gateway signs in with to keep its state and "
+    "audit; change them on the brokers directly (and in the gateway's upstream.sasl)."
+)
+"""Whatever the rules say: a client that changed or deleted them would stop the gateway's
+audit writes and state store at their next sign-in."""
 
 
 def quotas_handler(services: Services) -> Handler:

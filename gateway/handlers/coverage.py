@@ -62,9 +62,17 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
         "other fetch passes unread; leader endpoints (v16+) rewritten"
     ),
-    2: _j("legal topic names; the gateway's own topics refused"),
+    2: _j(
+        "legal topic names; the gateway's own topics refused; a replica's request (a replica "
+        "id other than -1, answered to the log end) refused"
+    ),
     3: _j("auto-creation judged as CreateTopics; legal topic names; broker addresses rewritten"),
-    8: _p("commits a group's own offsets; the broker authorizes the group and topic"),
+    8: _w(
+        "commits a group's own offsets; the broker authorizes the group and topic. A client's "
+        "retention time (v2-v4) set to -1, the broker's: a short one deletes the offsets at "
+        "the next offset cleanup, an OffsetDelete unjudged. v0-v1 (a commit timestamp per "
+        "partition does the same) not carried"
+    ),
     9: _p(_READ),
     10: _w("the coordinator's address replaced by the gateway's"),
     11: _w("session.timeout.ms set from a dynamic client config (opt-in)"),
@@ -81,7 +89,11 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "and a topic id INVALID_REQUEST, as Kafka answers it"
     ),
     21: _j("protected topics and the gateway's own refused"),
-    22: _p("allocates a producer id; writes nothing"),
+    22: _p(
+        "allocates a producer id; with a transactional id, fences that id's earlier producer "
+        "and aborts its open transaction (abort markers only: nothing becomes visible); the "
+        "broker authorizes the transactional id"
+    ),
     23: _j("legal topic names; the gateway's own topics refused"),
     24: _j(
         "the gateway's own topics refused (a transaction would write its markers into them), "
@@ -97,8 +109,14 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "OffsetCommit, it can move a group's offsets on a protected topic"
     ),
     29: _p(_READ),
-    30: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
-    31: _p("ACLs: the broker authorizes ALTER on the cluster; no gateway policy governs ACLs"),
+    30: _j(
+        "a binding that can apply to the gateway's own topics refused; the broker authorizes "
+        "the rest (ALTER on the cluster), which no other gateway policy governs"
+    ),
+    31: _j(
+        "a filter that can match bindings of the gateway's own topics refused; the broker "
+        "authorizes the rest (ALTER on the cluster), which no other gateway policy governs"
+    ),
     32: _j("the gateway's own configs added; dynamic client configs answered"),
     33: _j("alter-config policies, KIP-201 MODIFY"),
     34: _p("moves a replica between disks of one broker; replicas and configs stay"),
@@ -116,9 +134,15 @@ COVERAGE: Final[dict[int, Coverage]] = {
     46: _p(_READ),
     47: _j("protected topics and the gateway's own refused"),
     48: _p(_READ),
-    49: _j("client quotas: only the principals a broker.configs rule allows"),
+    49: _j(
+        "client quotas: only the principals a broker.configs rule allows; none naming the "
+        "gateway's own user (upstream.sasl)"
+    ),
     50: _p(_READ),
-    51: _j("SCRAM credentials: only the principals a broker.configs rule allows"),
+    51: _j(
+        "SCRAM credentials: only the principals a broker.configs rule allows; the gateway's "
+        "own (upstream.sasl) no one"
+    ),
     52: _r(_INTERNAL),
     53: _r(_INTERNAL),
     54: _r(_INTERNAL),

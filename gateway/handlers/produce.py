@@ -163,7 +163,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
         # it reaches nothing a policy guards that the plain name would not.
         unread = (
-            not services.validated_topics()
+            not services.any_validated_topic()
             and not self._may_write_own(ctx, frame)
             and self._settled.cover(header, frame, services.state.settles)
         )

@@ -7,28 +7,43 @@ markers the coordinator then writes into them. The gateway carries the clients' 
 only: it advertises no more, and a v4 request closes the connection unforwarded.
 
 Against the tapped real broker (Tansu takes AddPartitionsToTxn to v5).
+
+A transactional Produce to a validated topic is validated as any other: a batch the rules
+refuse never reaches the broker, so committing its transaction (EndTxn, which the gateway
+carries as sent) has nothing of it to make visible.
 """
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from kio.records.schema import NewRecordBatch
+from kio.records.writers import write_new_batch
 from kio.schema.add_partitions_to_txn.v3 import request as v3
 from kio.schema.add_partitions_to_txn.v4 import request as v4
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.end_txn.v3.request import EndTxnRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.schema.types import ProducerId, TopicName, TransactionalId
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.schema.list_offsets.v7 import request as lo
+from kio.schema.types import BrokerId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config
+from tests.batches import produce_v9, record
+from tests.inproc.test_record_validation import create_validated_topic
+from tests.support import BrokerTap, GatewayThread, RawClient, TapRecord, gateway_config
 
 pytestmark = pytest.mark.adversarial
 
 ADD_PARTITIONS_TO_TXN, INIT_PRODUCER_ID, API_VERSIONS = 24, 22, 18
+PRODUCE, END_TXN, LIST_OFFSETS = 0, 26, 2
+INVALID_RECORD = 87
+TRANSACTIONAL = 0x10
+READ_COMMITTED = 1
 
 
 @pytest.fixture
@@ -138,3 +153,97 @@ def test_the_gateways_own_topic_is_added_to_no_transaction(
     }
     assert errors == {(plain, 0): 55, (own, 0): 29, (own, 1): 29}
     assert ADD_PARTITIONS_TO_TXN not in tap.api_keys()
+
+
+def _transactional_batch(producer_id: ProducerId, epoch: i16) -> bytes:
+    """One record, without the ``trace-id`` header the validated topic requires, written in
+    the producer's transaction."""
+    buffer = io.BytesIO()
+    write_new_batch(
+        buffer,
+        NewRecordBatch(
+            producer_id=i64(producer_id),
+            producer_epoch=epoch,
+            base_sequence=i32(0),
+            records=(record(0, b"k", b"untraced"),),
+            attributes=i16(TRANSACTIONAL),
+        ),
+    )
+    return buffer.getvalue()
+
+
+def _clients_produce(tap: BrokerTap) -> list[TapRecord]:
+    """The Produce requests that reached the broker, but the audit sink's (client id
+    kpg-audit, writing the decisions into the audit topic)."""
+    return [r for r in tap.requests if r.api_key == PRODUCE and r.client_id != "kpg-audit"]
+
+
+def _visible_end(client: RawClient, topic: str) -> int:
+    """The end of what a read_committed consumer of partition 0 sees."""
+    partition = lo.ListOffsetsPartition(
+        partition_index=i32(0), current_leader_epoch=i32(-1), timestamp=i64(-1)
+    )
+    answer = client.request(
+        LIST_OFFSETS,
+        7,
+        lo.ListOffsetsRequest(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(READ_COMMITTED),
+            topics=(lo.ListOffsetsTopic(name=TopicName(topic), partitions=(partition,)),),
+        ),
+    )
+    ((offset,),) = [[int(p.offset) for p in t.partitions] for t in answer.topics]
+    return offset
+
+
+def test_a_refused_transactional_batch_is_not_made_visible_by_a_commit(
+    gw: tuple[GatewayThread, str], tap: BrokerTap
+) -> None:
+    gateway, _ = gw
+    topic = create_validated_topic(gateway.bootstrap)
+    client = RawClient(gateway.bootstrap)
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer_id, epoch = _producer(client, transactional_id)
+    added = client.request(
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        v3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TransactionalId(transactional_id),
+            v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(
+                v3.AddPartitionsToTxnTopic(name=TopicName(topic), partitions=(i32(0),)),
+            ),
+        ),
+    )
+    assert [
+        int(p.partition_error_code)
+        for t in added.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    ] == [0]
+    tap.requests.clear()
+    produced = client.request(
+        PRODUCE,
+        9,
+        produce_v9(
+            {topic: {0: _transactional_batch(producer_id, epoch)}},
+            acks=-1,
+            transactional_id=transactional_id,
+        ),
+    )
+    codes = [int(p.error_code) for r in produced.responses for p in r.partition_responses]
+    assert codes == [INVALID_RECORD]
+    assert not _clients_produce(tap)
+    ended = client.request(
+        END_TXN,
+        3,
+        EndTxnRequest(
+            transactional_id=TransactionalId(transactional_id),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            committed=True,
+        ),
+    )
+    assert len(tap.forwarded(END_TXN)) == 1, ended
+    assert not _clients_produce(tap)
+    assert _visible_end(client, topic) == 0

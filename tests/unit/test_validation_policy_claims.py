@@ -86,3 +86,15 @@ def test_a_delete_forgets_the_policy_unless_a_create_stored_one_since(harness: H
     run(harness, services.claim_validation_policy_keys([TOPIC], "delete again"))
     assert run(harness, services.release_validation_policy(TOPIC, "delete again", restore=True))
     assert services.validated_topics() == {}
+
+
+def test_a_claim_left_behind_is_not_a_validated_topic(harness: Harness) -> None:
+    """A gateway killed between a create's claim and its release leaves the claim: Produce asks
+    whether any topic is validated (else it forwards unread), and a claim alone is none."""
+    services = harness.services
+    assert not services.any_validated_topic()
+    run(harness, services.claim_validation_policy_keys({TOPIC}, "killed"))
+    assert services.validated_topics()  # the claim is there
+    assert not services.any_validated_topic()
+    run(harness, services.store_validation_policies({TOPIC: "trace-id"}))
+    assert services.any_validated_topic()

@@ -1,0 +1,140 @@
+"""Routes to a group's committed offsets around OffsetDelete and DeleteGroups, which the gateway
+judges (a protected topic's offsets are kept).
+
+OffsetCommit v2-v4 carries a ``retention_time_ms``: Kafka stores ``now + retention`` as the
+offsets' expiry and its periodic cleanup (every ``offsets.retention.check.interval.ms``, 10
+minutes by default) deletes them once it has passed, when no member consumes the topic (a
+classic group with no members, as one used for commits alone). A commit with a retention of
+1 ms is an OffsetDelete a few minutes late. OffsetCommit v1 has a commit timestamp per
+partition that starts the offset's retention instead: one from 1970 expires it at the next
+cleanup the same way. The gateway carries OffsetCommit v2 and later only (Kafka
+4.0 dropped v0 and v1) and sets the retention to -1, the broker's own.
+
+Against the tapped real broker (the test broker does not expire offsets: the tap shows what
+reached it); real clients' commits still land.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.structs import OffsetAndMetadata
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.offset_commit.v2 import request as v2
+from kio.schema.offset_commit.v3 import request as v3
+from kio.schema.offset_commit.v4 import request as v4
+from kio.schema.types import GroupId, TopicName
+from kio.static.primitive import i32, i64, i64Timedelta
+
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, outcome
+
+pytestmark = pytest.mark.adversarial
+
+OFFSET_COMMIT, API_VERSIONS = 8, 18
+BROKER_RETENTION = i64Timedelta.parse(timedelta(milliseconds=-1))
+
+
+@pytest.fixture
+def setup(tap: BrokerTap) -> Iterator[tuple[GatewayThread, str]]:
+    topic = f"keep-{uuid.uuid4().hex[:8]}"
+    direct = AdminClient({"bootstrap.servers": str(tap.address)})
+    assert outcome(direct.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
+    policies = {"rules": [{"name": "keep", "type": "protected.topics", "topics": ["keep-.*"]}]}
+    gw = GatewayThread(gateway_config(tap.address, policies=policies)).start()
+    tap.requests.clear()
+    try:
+        yield gw, topic
+    finally:
+        gw.stop()
+
+
+@pytest.mark.parametrize("m", [v2, v3, v4], ids=["v2", "v3", "v4"])
+def test_a_commit_cannot_have_its_offsets_expire_at_once(
+    setup: tuple[GatewayThread, str], tap: BrokerTap, m: object
+) -> None:
+    gw, topic = setup
+    version = int(m.OffsetCommitRequest.__version__)  # type: ignore[attr-defined]
+    partition = m.OffsetCommitRequestPartition(  # type: ignore[attr-defined]
+        partition_index=i32(0), committed_offset=i64(0), committed_metadata=""
+    )
+    request = m.OffsetCommitRequest(  # type: ignore[attr-defined]
+        group_id=GroupId(f"g-{uuid.uuid4().hex[:6]}"),
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        retention_time=i64Timedelta.parse(timedelta(milliseconds=1)),
+        topics=(
+            m.OffsetCommitRequestTopic(  # type: ignore[attr-defined]
+                name=TopicName(topic), partitions=(partition,)
+            ),
+        ),
+    )
+    answer = RawClient(gw.bootstrap).request(OFFSET_COMMIT, version, request)
+    assert [int(p.error_code) for t in answer.topics for p in t.partitions] == [0]
+    forwarded = tap.forwarded(OFFSET_COMMIT)
+    assert [r.retention_time for r in forwarded] == [BROKER_RETENTION]
+    # only the retention changed
+    assert [r.topics for r in forwarded] == [request.topics]
+    assert [(r.group_id, r.member_id) for r in forwarded] == [(request.group_id, "")]
+
+
+def test_offset_commit_v1_with_its_commit_timestamps_is_not_carried(
+    setup: tuple[GatewayThread, str], tap: BrokerTap
+) -> None:
+    """v1 (kio has no schema for it: written here) commits offset 0 with a commit timestamp of
+    1970, which Kafka takes as the start of its retention."""
+    gw, topic = setup
+    client = RawClient(gw.bootstrap, timeout=5)
+    versions = client.request(
+        API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    )
+    advertised = {int(k.api_key): int(k.min_version) for k in versions.api_keys}
+    assert advertised[OFFSET_COMMIT] == 2
+
+    def string(text: str) -> bytes:
+        return struct.pack(">h", len(text)) + text.encode()
+
+    body = (
+        string("g-" + uuid.uuid4().hex[:6])
+        + struct.pack(">i", -1)
+        + string("")
+        + struct.pack(">i", 1)
+        + string(topic)
+        + struct.pack(">i", 1)
+        + struct.pack(">iqq", 0, 0, 0)
+        + string("")
+    )
+    frame = struct.pack(">hhi", OFFSET_COMMIT, 1, 7) + string("raw") + body
+    client.send_bytes(struct.pack(">i", len(frame)) + frame)
+    with pytest.raises((ConnectionError, OSError)):
+        client.recv_frame()
+    assert OFFSET_COMMIT not in tap.api_keys()
+
+
+def test_real_clients_commits_still_land(setup: tuple[GatewayThread, str], tap: BrokerTap) -> None:
+    """librdkafka and kafka-python commit through the gateway (each at the version it picks)
+    and read back what they committed."""
+    gw, topic = setup
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": gw.bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    assert [tp.offset for tp in committed] == [0]
+    legacy = KafkaConsumer(bootstrap_servers=gw.bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        partition = KafkaTopicPartition(topic, 0)
+        legacy.commit({partition: OffsetAndMetadata(0, "", -1)})
+        assert legacy.committed(partition) == 0
+    finally:
+        legacy.close()
+    assert len(tap.forwarded(OFFSET_COMMIT)) == 2
