@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -50,6 +51,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from policies.rules import shown_value
 from protocol.topic_names import topic_name_problem
 from spark_audit.event import (
     LIFECYCLE_ACTIONS,
@@ -57,7 +59,9 @@ from spark_audit.event import (
     LIFECYCLE_RESOURCE_TYPE,
     SPOOL_SEGMENT_GLOB,
     AuditEvent,
+    ConfigChange,
     Mode,
+    TopicSpec,
     format_time,
     line_hash,
     new_event_id,
@@ -378,6 +382,101 @@ def _is_json_object(line: bytes) -> bool:
         return False
 
 
+def recorded_client_id(client_id: str | None) -> str | None:
+    """``client_id`` as an event records it: its first 200 characters and its length when
+    longer (:func:`policies.rules.shown_value`). A request header's client id may be 32,767
+    characters, and one request is up to ``judged.request.max.items`` events (or, for Produce,
+    a summary per topic it names), each with the client id: whole, a 40 KB request wrote
+    16 MB of audit, past what ``client.audit.events.per.sec`` assumes an event costs."""
+    return None if client_id is None else shown_value(client_id)
+
+
+EVENT_MAX_BYTES: Final = 512 * 1024
+"""The most one event's line takes. An event's texts are the clients' (resource names,
+config names and values, messages quoting them), whole, and a request may be megabytes: a
+line past the audit topic's record size (aiokafka's ``max_request_size`` and Kafka's
+``message.max.bytes``, about 1 MB) was refused by the topic sink with the rest of its batch,
+so a client could take its own decision, and its neighbours', out of the topic's table and
+leave a gap in the topic's chain."""
+SHORTENED_CHARS: Final = 1000
+"""What an over-long event keeps of each long text (see :func:`bounded_event`)."""
+
+
+def bounded_event(event: AuditEvent) -> AuditEvent:
+    """``event``, when its line takes at most :data:`EVENT_MAX_BYTES`. Otherwise each text of
+    it longer than :data:`SHORTENED_CHARS` is shortened to its start, its length and its
+    SHA-256 (``<start>... (N characters, sha256 <hex>)``: a value can still be checked
+    against the one recorded elsewhere); if the line is still too long, only the first of its
+    config changes and topic configs that fit are kept, and its message says how many."""
+    if _line_bytes(event) <= EVENT_MAX_BYTES:
+        return event
+    event = _shortened_texts(event)
+    changes = event.config_changes or ()
+    configs = list((event.topic_spec.configs if event.topic_spec else {}).items())
+    kept_changes, kept_configs = len(changes), len(configs)
+    cut = event
+    while _line_bytes(cut) > EVENT_MAX_BYTES and (kept_changes or kept_configs):
+        kept_changes, kept_configs = kept_changes // 2, kept_configs // 2
+        note = (
+            f"[audit: event over {EVENT_MAX_BYTES} bytes: {kept_changes} of {len(changes)} "
+            f"config changes and {kept_configs} of {len(configs)} topic configs recorded]"
+        )
+        cut = dataclasses.replace(
+            event,
+            config_changes=None if event.config_changes is None else changes[:kept_changes],
+            topic_spec=None
+            if event.topic_spec is None
+            else dataclasses.replace(event.topic_spec, configs=dict(configs[:kept_configs])),
+            message=note if event.message is None else f"{event.message} {note}",
+        )
+    return cut
+
+
+def _line_bytes(event: AuditEvent) -> int:
+    return len(event.to_json_line())  # ASCII: non-ASCII characters are written as \u escapes
+
+
+def _shortened(text: str) -> str:
+    if len(text) <= SHORTENED_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[:SHORTENED_CHARS]}... ({len(text)} characters, sha256 {digest})"
+
+
+def _shortened_or_none(text: str | None) -> str | None:
+    return None if text is None else _shortened(text)
+
+
+def _shortened_texts(event: AuditEvent) -> AuditEvent:
+    changes = event.config_changes
+    spec = event.topic_spec
+    return dataclasses.replace(
+        event,
+        principal=_shortened_or_none(event.principal),
+        client_id=_shortened_or_none(event.client_id),
+        resource_name=_shortened(event.resource_name),
+        message=_shortened_or_none(event.message),
+        config_changes=None
+        if changes is None
+        else tuple(
+            ConfigChange(
+                name=_shortened(c.name),
+                before=_shortened_or_none(c.before),
+                after=_shortened_or_none(c.after),
+                sensitive=c.sensitive,
+            )
+            for c in changes
+        ),
+        topic_spec=None
+        if spec is None
+        else TopicSpec(
+            partitions=spec.partitions,
+            replication_factor=spec.replication_factor,
+            configs={_shortened(k): _shortened(v) for k, v in spec.configs.items()},
+        ),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Summaries of allowed Produce traffic.
 
@@ -448,8 +547,9 @@ class ProduceSummarizer:
         bytes_examined: int,
         policy_version: str | None = None,
     ) -> None:
-        """Count one allowed Produce request's share for ``topic``."""
-        key = (topic, principal, client_id, policy_version)
+        """Count one allowed Produce request's share for ``topic`` (``client_id`` as
+        :func:`recorded_client_id` records it)."""
+        key = (topic, principal, recorded_client_id(client_id), policy_version)
         tally = self._tallies.get(key)
         if tally is None:
             if self._keys >= self.max_keys or topic_name_problem(topic) is not None:
@@ -839,6 +939,9 @@ class AuditEmitter:
         for event in batch:
             linked = event.chained(self.chain_id, self._next_seq, self._prev_hash)
             data = linked.to_json_line().encode("utf-8")
+            if len(data) > EVENT_MAX_BYTES:
+                linked = bounded_event(linked)
+                data = linked.to_json_line().encode("utf-8")
             lines.append(EventLine(linked, data))
             self._next_seq += 1
             self._prev_hash = line_hash(data)

@@ -22,6 +22,10 @@ the cluster." when that one is an --entity-default).
 Quota keys are refused before anything is sent: kafka-configs.sh sends them with
 AlterClientQuotas, which this command does not. Exit codes: 0 done, 1 the gateway refused
 (its error message on stderr), 2 bad input or no answer.
+
+What the gateway answers is printed with every character that is not printable escaped
+(:func:`gateway.tools.printable`): any client may name its own client-id entity, so a name
+(or an error message quoting one) could otherwise move the operator's cursor or add lines.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from .client_security import (
     unreachable_hint,
 )
 from .config import ConfigError, parse_host_port
+from .tools import printable
 
 _EXAMPLES: Final = """\
 examples:
@@ -537,12 +542,13 @@ def _one_entity(
         return 2
     if result.error_code != 0:
         print(
-            f"kpg configs: {format_error(result.error_code, result.error_message)}", file=sys.stderr
+            f"kpg configs: {printable(format_error(result.error_code, result.error_message))}",
+            file=sys.stderr,
         )
         return 1
     if isinstance(result, wire.DescribedResource):
         for line in format_description(target, result, codes, args.all):
-            print(line, file=out)
+            print(printable(line), file=out)
     else:
         print(target.altered(), file=out)
     return 0
@@ -584,11 +590,11 @@ def _describe_every(
                 if result is None
                 else format_error(result.error_code, result.error_message)
             )
-            print(f"kpg configs: {target.resource_name}: {why}", file=sys.stderr)
+            print(printable(f"kpg configs: {target.resource_name}: {why}"), file=sys.stderr)
             status = 1
             continue
         for line in format_description(target, result, codes, all_configs):
-            print(line, file=out)
+            print(printable(line), file=out)
     return status
 
 

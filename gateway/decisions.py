@@ -23,7 +23,7 @@ from policies.chain import Decision
 from protocol.versions import api_name
 from spark_audit.event import AuditEvent, ConfigChange, TopicSpec, new_request_id
 
-from .audit import AuditEmitter
+from .audit import AuditEmitter, recorded_client_id
 from .limits import AuditPace, client_key
 from .metrics import GatewayMetrics
 
@@ -167,7 +167,7 @@ class DecisionRecorder:
             gateway_instance=self._instance,
             client_address=subject.client_address,
             principal=subject.principal,
-            client_id=subject.client_id,
+            client_id=recorded_client_id(subject.client_id),
             api=api,
             api_version=subject.api_version,
             resource_type=subject.resource_type,

@@ -6,19 +6,24 @@ write it), ``level``, ``logger``, ``message`` (arguments applied) and ``exceptio
 formatted traceback, or null). A message spanning lines stays one JSON line: its newlines
 are escaped.
 
-A text line's message has its control characters escaped too (a newline written as a
-backslash and ``n``, the others as a backslash, ``x`` and two hex digits): messages quote what
-clients sent (names, config values, the reasons a request was refused), and a newline in one
-would otherwise start a line that looks like the gateway's own (log forging). A traceback
-after the message keeps its lines.
+A text line's message has every character that is not printable escaped (a newline written
+as a backslash and ``n``, the others as Python writes them: ``\\x1b``, ``\\x9b``, ``\\u2028``):
+messages quote what clients sent (names, config values, the reasons a request was refused),
+and a newline in one would otherwise start a line that looks like the gateway's own (log
+forging), a terminal escape (ESC, or its one-character form CSI, U+009B) would drive the
+terminal of whoever reads the log, a line or paragraph separator (U+2028, U+2029, NEL) ends
+the line for tools that split lines as Python does, and a bidirectional override (U+202E)
+shows the rest of the line reversed. A JSON line writes the same characters as ``\\u``
+escapes (``json`` leaves all but the C0 controls as they are). A traceback after the
+message keeps its lines.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
+from collections.abc import Callable
 from typing import Final, TextIO
 
 from spark_audit.event import format_time
@@ -27,21 +32,32 @@ LOG_FORMATS: Final = ("text", "json")
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
-_NAMED: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+def _escape_unprintable(text: str, escape: Callable[[str], str]) -> str:
+    """``text`` with each character :meth:`str.isprintable` refuses (the space is printable)
+    replaced by ``escape`` of it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else escape(c) for c in text)
 
 
-def _escape_control(text: str) -> str:
-    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+def _python_escape(character: str) -> str:
+    """A backslash escape as Python writes it: ``\\n``, ``\\x1b``, ``\\u2028``."""
+    return character.encode("unicode_escape").decode("ascii")
+
+
+def _json_escape(character: str) -> str:
+    """A JSON ``\\u`` escape (two, a surrogate pair, past the Basic Multilingual Plane)."""
+    data = character.encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{data[i]:02x}{data[i + 1]:02x}" for i in range(0, len(data), 2))
 
 
 class TextFormatter(logging.Formatter):
-    """:data:`TEXT_FORMAT` lines, one per record: control characters in the message are
-    escaped, so a client's text cannot forge a line."""
+    """:data:`TEXT_FORMAT` lines, one per record: characters in the message that are not
+    printable are escaped, so a client's text can neither forge a line nor drive a terminal."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         escaped = logging.makeLogRecord(record.__dict__)
-        escaped.message = _escape_control(record.message)
+        escaped.message = _escape_unprintable(record.message, _python_escape)
         return super().formatMessage(escaped)
 
 
@@ -69,11 +85,8 @@ class JsonFormatter(logging.Formatter):
         if self._worker is not None:
             line["worker"] = self._worker
         line.update(logger=record.name, message=record.getMessage(), exception=exception)
-        return json.dumps(
-            line,
-            ensure_ascii=False,
-            default=str,
-        )
+        # Outside its strings a JSON line is printable ASCII: only text in them is escaped.
+        return _escape_unprintable(json.dumps(line, ensure_ascii=False, default=str), _json_escape)
 
 
 def configure(

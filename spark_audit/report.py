@@ -77,6 +77,10 @@ _MAX_CHART_HOURS: Final = 24 * 92
 _CONCURRENT_JOBS: Final = 4
 _PAGE_ROWS: Final = 200
 """Rows of a long section shown on the page; its CSV file has them all."""
+_PAGE_CHARS: Final = 1000
+"""Characters of one value shown on the page (a cell, a chart's title); the CSV files and
+summary.json have it whole. Names and values are the clients': 200 claimed user names of
+512 KB each made a page of 100 MB."""
 
 VERDICT_COLOURS: Final = {"allowed": "#2e7d32", "denied": "#c62828", "would_deny": "#ef6c00"}
 
@@ -713,6 +717,10 @@ def _write_frame_csv(path: Path, frame: DataFrame) -> None:
             # doubled (Spark's default escapes it with a backslash, which shifts a client
             # id holding a quote into the next columns).
             .option("escape", '"')
+            # Spark's writer trims white space around values by default: the cells were made
+            # safe before that, and " =HYPERLINK(...)" trimmed is a formula again.
+            .option("ignoreLeadingWhiteSpace", False)
+            .option("ignoreTrailingWhiteSpace", False)
             .option("timestampFormat", "yyyy-MM-dd'T'HH:mm:ss.SSSXXX")
             .option("emptyValue", "")
             .csv(str(parts))
@@ -754,6 +762,18 @@ def _number(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
+def _visible(text: str) -> str:
+    """``text`` with each character that is not printable written as Python escapes it
+    (``\\u202e``, ``\\u200b``, ``\\n``): names on the page are the clients' text, and a
+    right-to-left override or an invisible character would make one read as another (a
+    claimed user ``\\u202eecila`` shows as ``alice``, ``terraform\\u200b`` as ``terraform``)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "<td>(none)</td>"
@@ -763,7 +783,15 @@ def _cell(value: Any) -> str:
         return f'<td class="num">{_number(value)}</td>'
     if isinstance(value, list):
         value = ", ".join(_label(item) for item in value)
-    return f"<td>{html.escape(str(value))}</td>"
+    return f"<td>{html.escape(_page_text(str(value)))}</td>"
+
+
+def _page_text(text: str) -> str:
+    """``text`` as the page shows it: :func:`_visible`, and its first :data:`_PAGE_CHARS`
+    characters and its length when longer."""
+    if len(text) > _PAGE_CHARS:
+        text = f"{text[:_PAGE_CHARS]}… ({len(text):,} characters; the CSV file has them all)"
+    return _visible(text)
 
 
 def _table(rows: Sequence[Row], *, total: int | None = None, limit: int = _PAGE_ROWS) -> str:
@@ -787,14 +815,16 @@ def _label(value: Any) -> str:
 
 def bar_chart_svg(bars: Sequence[tuple[str, int]], *, colour: str = "#c62828") -> str:
     """A horizontal bar chart, one labelled bar per (label, value). A label too long for
-    its room is shortened on the chart; its full text is the label's and bar's title."""
+    its room is shortened on the chart; its full text is the label's and bar's title. Labels
+    are shown as :func:`_page_text` writes them."""
     if not bars:
         return ""
     label_width, chart_width, bar_height, gap = 300, 420, 18, 6
     peak = max(value for _, value in bars) or 1
     height = len(bars) * (bar_height + gap) + gap
     parts = [_SVG_OPEN.format(label_width + chart_width + 90, height)]
-    for index, (label, value) in enumerate(bars):
+    for index, (name, value) in enumerate(bars):
+        label = _page_text(name)
         y = gap + index * (bar_height + gap)
         width = max(1, round(chart_width * value / peak))
         full = html.escape(label)

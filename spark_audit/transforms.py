@@ -412,6 +412,21 @@ def denied_requests_by(requests: DataFrame, dimension: RequestDimension) -> Data
     )
 
 
+def _listed(name: str) -> Column:
+    """The names in array column ``name``, joined by ``, ``. A resource name is the client's
+    (a group or transactional id, a user name): one holding ``, ``, starting with a double
+    quote, or empty is written as a JSON string (in double quotes, ``"`` and ``\\``
+    escaped), so a group named ``orders, payments`` reads as one name, not two."""
+
+    def item(x: Column) -> Column:
+        ambiguous = x.contains(", ") | x.startswith('"') | (x == "")
+        # JSON's escapes for the two characters a quoted name cannot hold as they are.
+        escaped = F.regexp_replace(F.regexp_replace(x, r"\\", r"\\\\"), '"', '\\\\"')
+        return F.when(ambiguous, F.concat(F.lit('"'), escaped, F.lit('"'))).otherwise(x)
+
+    return F.array_join(F.transform(name, item), ", ")
+
+
 def denied_requests(requests: DataFrame) -> DataFrame:
     """Every denied request with the rules it broke (and dry-run rules that objected)."""
     return (
@@ -425,7 +440,7 @@ def denied_requests(requests: DataFrame) -> DataFrame:
             F.array_join("denied_rules", ", ").alias("rules_broken"),
             F.array_join("would_deny_rules", ", ").alias("dry_run_rules"),
             F.array_join("topics", ", ").alias("topics"),
-            F.array_join("resources", ", ").alias("resources"),
+            _listed("resources").alias("resources"),
             "validate_only",
             "events",
         )

@@ -13,6 +13,7 @@ closes one over ``socket.request.max.bytes``.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import re
 import signal
@@ -551,7 +552,8 @@ def test_made_up_api_versions_do_not_multiply_the_request_metrics(
 def test_a_long_config_value_is_not_echoed_whole(tap: BrokerTap, tmp_path: Path) -> None:
     """A denial quoted a 1 MB config value twice: a 1 MB IncrementalAlterConfigs got a 2 MB
     answer and wrote 3 MB of audit and a 2 MB log line. The message now quotes its first 200
-    characters and its length; the audit event's config changes still hold the whole value."""
+    characters and its length; the audit event's config changes hold its first 1,000
+    characters, its length and its SHA-256 (an event over 512 KiB: see test_audit_records)."""
     rule = {"name": "cp", "type": "config", "config": "cleanup.policy", "allowed": ["delete"]}
     value = "x" * 1_000_000
     config = gateway_config(
@@ -568,7 +570,10 @@ def test_a_long_config_value_is_not_echoed_whole(tap: BrokerTap, tmp_path: Path)
         assert "(1000000 characters)" in message
         [event] = spool_events(tmp_path / "audit", lambda e: e.policy == "cp")
         assert event.message is not None and len(event.message) < 1_000
-        assert [c.after for c in event.config_changes or ()] == [value]
+        digest = hashlib.sha256(value.encode()).hexdigest()
+        assert [c.after for c in event.config_changes or ()] == [
+            f"{value[:1000]}... (1000000 characters, sha256 {digest})"
+        ]
         [(_, _, code, message)] = alter(
             gw.bootstrap, [(USER_CLIENT, "user:app", [("acks", SET, value)])]
         )

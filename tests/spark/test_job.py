@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -441,3 +443,158 @@ def test_report_csv_files_hold_client_text_a_spreadsheet_cannot_run(
     assert "-1" in changes and "'+1+cmd" in changes and "+1+cmd" not in changes
     by_client = {row["client_id"] for row in summary["reports"]["denied_by_client_id"]}
     assert FORMULA_CLIENT in by_client
+
+
+SPACED_FORMULA = " " + FORMULA_CLIENT
+"""Not a formula as it is: a spreadsheet reads a cell starting with a space as text."""
+SPACED_ID = " billing-app \n"
+
+
+def test_report_csv_files_keep_leading_and_trailing_white_space(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Spark's CSV writer trims white space around values by default, after the cells were
+    made safe: a client id of a space and ``=HYPERLINK(...)`` reached events-denied.csv and
+    denied_requests.csv as the formula itself, and every id or name was written without the
+    spaces, tabs and newlines the client sent. The files now hold the values as recorded."""
+    change = ConfigChange(name="retention.ms", before=" 1", after="\n=1+1")
+    write_segment(
+        dirs["spool"],
+        [
+            event(request_id="a", client_id=SPACED_FORMULA, resource_name="orders"),
+            event(request_id="b", client_id=SPACED_ID, resource_name="orders"),
+            event(
+                request_id="c",
+                api="IncrementalAlterConfigs",
+                action="alter_config",
+                resource_name="orders",
+                config_changes=(change,),
+            ),
+        ],
+    )
+
+    build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    def cells(name: str) -> set[str]:
+        with (dirs["report"] / name).open(newline="") as file:
+            return {cell for row in csv.reader(file) for cell in row}
+
+    for name in ("events-denied.csv", "denied_requests.csv", "denied_by_client_id.csv"):
+        written = cells(name)
+        assert FORMULA_CLIENT not in written, name
+        assert SPACED_FORMULA in written and SPACED_ID in written, name
+    changes = cells("config_changes.csv")
+    assert " 1" in changes and "\n=1+1" in changes
+
+
+MARKUP = '<img src=x onerror="alert(1)"><a href="javascript:alert(2)">'
+"""Markup a client sends as a client id, a user name, a topic or config name or value."""
+
+
+def test_report_page_shows_every_client_text_as_text(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Every client-chosen text the page shows (client ids in tables and chart labels and
+    titles, claimed user names, principals, resource names, rules' messages, config names and
+    values before and after, dry-run and would-deny rows; messages are in the CSV files only) is
+    HTML-escaped, and the page's
+    links name only the report's own files. (This held already; nothing else checked it.)"""
+    change = ConfigChange(name="k" + MARKUP, before="b" + MARKUP, after="a" + MARKUP)
+    write_segment(
+        dirs["spool"],
+        [
+            event(
+                request_id="a",
+                client_id="c" + MARKUP,
+                principal="User:p" + MARKUP,
+                resource_name="t" + MARKUP,
+                message="m" + MARKUP,
+            ),
+            refused_authentication("u" + MARKUP, request_id="b", client_id="javascript:x()"),
+            event(
+                request_id="c",
+                api="IncrementalAlterConfigs",
+                action="alter_config",
+                resource_type="group",
+                resource_name="g" + MARKUP,
+                config_changes=(change,),
+            ),
+            event(
+                request_id="d",
+                verdict="would_deny",
+                mode="dry-run",
+                error_code=None,
+                client_id="w" + MARKUP,
+            ),
+            event(request_id="e", validate_only=True, client_id="v" + MARKUP),
+        ],
+    )
+
+    summary = build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert "<img" not in page and '<a href="javascript' not in page
+    escaped = html.escape(MARKUP)
+    missing = [
+        prefix
+        for prefix in ("c", "User:p", "t", "u", "k", "b", "a", "g", "w", "v")
+        if html.escape(prefix) + escaped not in page
+    ]
+    assert not missing, missing
+    assert f"<title>{html.escape('User:p')}{escaped} / {html.escape('c')}{escaped}" in page
+    links = set(re.findall(r'href="([^"]*)"', page))
+    assert links and all(re.fullmatch(r"[a-z_-]+\.csv", link) for link in links), links
+    on_disk = json.loads((dirs["report"] / "summary.json").read_text())
+    assert on_disk["reports"] == json.loads(json.dumps(summary["reports"]))
+
+
+def test_report_page_shows_invisible_and_reordering_characters(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """A right-to-left override made a claimed user name ``\\u202eecila`` show as ``alice``
+    in the refused authentications, and a zero-width space made a client id
+    ``terraform\\u200b`` show as the operators' own ``terraform`` in the tables and the
+    offenders chart. The page writes such characters as escapes; summary.json keeps them."""
+    reversed_user, hidden_client = "\u202eecila", "terraform\u200b"
+    write_segment(
+        dirs["spool"],
+        [
+            refused_authentication(reversed_user, request_id="a"),
+            event(request_id="b", client_id=hidden_client, resource_name="orders"),
+        ],
+    )
+
+    summary = build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert "\u202e" not in page and "\u200b" not in page
+    assert "<td>\\u202eecila</td>" in page
+    assert "<td>terraform\\u200b</td>" in page
+    assert "<title>User:alice / terraform\\u200b</title>" in page
+    users = {row["user"] for row in summary["reports"]["refused_authentications"]}
+    assert reversed_user in users
+
+
+def test_report_page_shows_the_start_of_a_long_value(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """Claimed user names may be 512 KB (Kafka's cap before authentication), group ids and
+    config values longer: the page showed each whole, in tables and chart titles, so 200 of
+    them made a page of 100 MB. The page shows a value's first 1,000 characters and its
+    length; the CSV files keep it whole."""
+    users = [letter * 100_000 for letter in "uvw"]
+    write_segment(
+        dirs["spool"],
+        [
+            refused_authentication(user, request_id=f"r{index}", client_id=user)
+            for index, user in enumerate(users)
+        ],
+    )
+
+    build_report(spark, str(dirs["spool"]), dirs["report"])
+
+    page = (dirs["report"] / "index.html").read_text()
+    assert len(page) < 200_000, f"a page of {len(page):,} characters"
+    assert f"{'u' * 1000}… (100,000 characters; the CSV file has them all)" in page
+    with (dirs["report"] / "refused_authentications.csv").open(newline="") as file:
+        assert {row["user"] for row in csv.DictReader(file)} == set(users)

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_audit.event import ConfigChange
 from spark_audit.transforms import (
     config_changes,
+    denied_requests,
     denied_requests_by,
     dry_run_requests,
     filter_events,
@@ -256,3 +257,19 @@ def test_refused_authentications_show_who_tried_which_user_from_where(
         ("bob", "[fe80::1]", "broker", 1, 1),
     ]
     assert got[0]["last_time"] == datetime(2026, 11, 21, 9, 30)
+
+
+def test_a_client_chosen_name_holding_the_separator_reads_as_one_name(
+    spark: SparkSession,
+) -> None:
+    """Denied requests list the resources a rule refused, joined by ", ": a client that named
+    its group "orders-app, billing-app" was listed as having gone for two groups, one of them
+    someone else's. A name holding ", ", starting with a double quote, or empty, is listed as a
+    JSON string; other names as they are."""
+    names = ["orders-app, billing-app", '"x" \\ y', "", "plain", 'a "b"']
+    group = {"api": "DeleteGroups", "resource_type": "group", "action": "delete", **ALICE}
+    events = [event(request_id="g", resource_name=name, **group) for name in names]
+
+    [request] = rows(denied_requests(requests_of(with_topic(table_rows(spark, events)))))
+
+    assert request["resources"] == ('"", "\\"x\\" \\\\ y", a "b", "orders-app, billing-app", plain')

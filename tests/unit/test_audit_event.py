@@ -415,3 +415,36 @@ def test_keys_over_the_bound_and_illegal_names_fold_into_one_summary_that_counts
     _produce(summarizer, "made-up-1", "User:eve", "x", records=1)  # a new interval: kept
     (summary,) = summarizer.flush(T0 + 120_000)
     assert (summary.resource_name, summary.message) == ("made-up-1", None)
+
+
+def test_an_event_over_the_line_bound_keeps_what_fits() -> None:
+    """An event within EVENT_MAX_BYTES is written as it is; a larger one has its long texts
+    (config names and values, names, the message) shortened to start, length and SHA-256,
+    then its config changes cut to the first that fit, its message saying so. A sensitive
+    change stays without values."""
+    from gateway.audit import EVENT_MAX_BYTES, bounded_event
+    from spark_audit.event import ConfigChange as Change
+
+    small = audit_event(config_changes=(Change(name="a", before="1", after="2"),))
+    assert bounded_event(small) is small
+
+    group = "g" * 600_000
+    changes = (
+        Change(name="secret", before=None, after=None, sensitive=True),
+        *(Change(name=f"k{i}", before=None, after="v" * 3_000) for i in range(500)),
+    )
+    large = audit_event(resource_type="group", resource_name=group, config_changes=changes)
+
+    bounded = bounded_event(large)
+
+    assert len(bounded.to_json_line()) <= EVENT_MAX_BYTES < len(large.to_json_line())
+    assert bounded.resource_name.startswith("g" * 1000 + "... (600000 characters, sha256 ")
+    assert bounded.config_changes is not None
+    kept = len(bounded.config_changes)
+    assert 0 < kept < len(changes)
+    assert bounded.config_changes[0] == changes[0]
+    assert bounded.config_changes[1].after is not None
+    assert bounded.config_changes[1].after.startswith("v" * 1000 + "... (3000 characters")
+    assert bounded.message is not None
+    assert f"{kept} of {len(changes)} config changes" in bounded.message
+    assert (bounded.event_id, bounded.verdict) == (large.event_id, large.verdict)
