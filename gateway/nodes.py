@@ -1,14 +1,18 @@
 """One gateway listener per broker node, created the first time a node shows up in an answer.
 
 Node N listens on ``node_port_base + N`` (stable across restarts and gateway instances, so
-clients' cached metadata stays valid), or on a free port when the base is 0.
+clients' cached metadata stays valid), or on a free port when the base is 0. A node id below 0
+names no broker, and a port that is the gateway's own (bootstrap or metrics) is never a
+node's: with SO_REUSEPORT (the workers of ``kpg run --workers N``) the bind would succeed and
+the kernel would hand connections meant for one listener to the other. Either way the answer
+naming that node is refused, as for a port that cannot be bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from protocol.addresses import BrokerEndpoint
@@ -35,8 +39,15 @@ class Node:
 
 class NodeListeners:
     def __init__(
-        self, bind_host: str, advertised_host: str, port_base: int, start: StartListener
+        self,
+        bind_host: str,
+        advertised_host: str,
+        port_base: int,
+        start: StartListener,
+        reserved_ports: Callable[[], Collection[int]] = tuple,
     ) -> None:
+        """``reserved_ports``: the ports no node may listen on (the gateway's own)."""
+        self._reserved_ports = reserved_ports
         self._bind_host = bind_host
         self._advertised_host = advertised_host
         self._port_base = port_base
@@ -76,11 +87,7 @@ class NodeListeners:
             existing = self._nodes.get(node_id)
             if existing is not None:
                 return existing
-            port = self._port_base + node_id if self._port_base else 0
-            if not 0 <= port <= 65535:
-                raise NodeListenerError(
-                    f"node {node_id}: node_port_base {self._port_base} + node id is not a port"
-                )
+            port = self._port_of_node(node_id)
             try:
                 server = await self._start(node_id, self._bind_host, port)
             except OSError as exc:
@@ -103,6 +110,27 @@ class NodeListeners:
                 upstream,
             )
             return node
+
+    def _port_of_node(self, node_id: int) -> int:
+        """The port node ``node_id`` listens on (0: a free one).
+
+        :raises NodeListenerError: when it has none.
+        """
+        if node_id < 0:
+            raise NodeListenerError(f"node {node_id}: a node id below 0 names no broker")
+        if not self._port_base:
+            return 0
+        port = self._port_base + node_id
+        if port > 65535:
+            raise NodeListenerError(
+                f"node {node_id}: node_port_base {self._port_base} + node id is not a port"
+            )
+        if port in self._reserved_ports():
+            raise NodeListenerError(
+                f"node {node_id}: node_port_base {self._port_base} + node id is {port}, a port "
+                "of the gateway's own (bootstrap or metrics): change node_port_base"
+            )
+        return port
 
     def close(self) -> None:
         for node in self._nodes.values():
