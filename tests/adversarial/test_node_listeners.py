@@ -10,6 +10,11 @@ refused the answer; a worker must refuse it too, and never share the bootstrap p
 A node id below 0 names no broker (Kafka's node ids are 0 or more; -1 stands for "none"),
 yet the gateway opened ``node_port_base - 1`` for node -1 and advertised it.
 
+Addresses outside the fields the gateway rewrote: a coordinator error (node -1) went out
+with whatever host and port the broker left in it, and a DescribeCluster answer saying it
+lists another endpoint type than brokers went out untouched. Now an error's address is
+blanked as Kafka writes it, and such a DescribeCluster answer closes the connection.
+
 Scripted upstream: the test broker (Tansu) is one node and announces only its own id, so two
 scripted brokers (tests/scripted.py) stand for a cluster whose second node has the id that
 collides: node 1, the bootstrap broker, and node N on a broker of its own, whose connections
@@ -18,18 +23,21 @@ show where the gateway sent a client.
 
 from __future__ import annotations
 
+import importlib
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.metadata.v12.response import MetadataResponseBroker
 from kio.schema.types import BrokerId
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i32
 
+from protocol.codec import decode_response
 from protocol.framing import RequestHeader
-from tests.scripted import ScriptedBroker, ScriptedCluster, metadata_response
+from tests.scripted import ZERO, ScriptedBroker, ScriptedCluster, metadata_response
 from tests.support import GatewayThread, RawClient, gateway_config
 
 pytestmark = pytest.mark.adversarial
@@ -145,3 +153,108 @@ def test_a_negative_node_id_gets_no_listener(two_nodes: Any) -> None:
     assert all(node >= 0 for node, _ in advertised), f"advertised {advertised}"
     with pytest.raises(ConnectionRefusedError):
         RawClient(f"127.0.0.1:{port}").close()
+
+
+# --- addresses in answers the gateway did not rewrite -----------------------------------------
+
+FIND_COORDINATOR = 10
+DESCRIBE_CLUSTER = 60
+
+
+def _module(api: str, version: int, kind: str) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.{kind}")
+
+
+class StrayAddresses:
+    """A broker that leaves its address where the gateway did not look: in a coordinator
+    error (node -1, which Kafka writes as no host and port -1), and in a DescribeCluster
+    answer that says it lists endpoints of another type than the brokers the client asked
+    for (Kafka echoes the type asked)."""
+
+    async def respond(self, me: ScriptedBroker, header: RequestHeader, request: Any) -> Any:
+        assert me.address is not None
+        host, port = me.address.host, i32(me.address.port)
+        version = header.api_version
+        if header.api_key == FIND_COORDINATOR:
+            schema = _module("find_coordinator", version, "response")
+            error = ErrorCode.coordinator_not_available
+            if version >= 4:
+                return schema.FindCoordinatorResponse(
+                    throttle_time=ZERO,
+                    coordinators=tuple(
+                        schema.Coordinator(
+                            key=key,
+                            node_id=BrokerId(-1),
+                            host=host,
+                            port=port,
+                            error_code=error,
+                            error_message=None,
+                        )
+                        for key in request.coordinator_keys
+                    ),
+                )
+            return schema.FindCoordinatorResponse(
+                throttle_time=ZERO,
+                error_code=error,
+                error_message=None,
+                node_id=BrokerId(-1),
+                host=host,
+                port=port,
+            )
+        assert header.api_key == DESCRIBE_CLUSTER, f"unscripted API key {header.api_key}"
+        schema = _module("describe_cluster", version, "response")
+        return schema.DescribeClusterResponse(
+            throttle_time=ZERO,
+            error_code=ErrorCode.none,
+            endpoint_type=i8(2),
+            cluster_id="scripted",
+            controller_id=BrokerId(3000),
+            brokers=(schema.DescribeClusterBroker(broker_id=BrokerId(3000), host=host, port=port),),
+        )
+
+
+def _find_coordinator(version: int) -> Any:
+    schema = _module("find_coordinator", version, "request")
+    if version >= 4:
+        return schema.FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("g1", "g2"))
+    return schema.FindCoordinatorRequest(key="g1", key_type=i8(0))
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "request_"),
+    [
+        pytest.param(FIND_COORDINATOR, 3, _find_coordinator(3), id="find-coordinator-v3-error"),
+        pytest.param(FIND_COORDINATOR, 4, _find_coordinator(4), id="find-coordinator-v4-errors"),
+        pytest.param(
+            DESCRIBE_CLUSTER,
+            1,
+            _module("describe_cluster", 1, "request").DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=i8(1)
+            ),
+            id="describe-cluster-other-endpoint-type",
+        ),
+    ],
+)
+def test_no_broker_address_reaches_the_client_outside_the_rewritten_fields(
+    scripted_cluster: ScriptedCluster, api_key: int, version: int, request_: Any
+) -> None:
+    """Scripted upstream: Kafka answers neither so (Tansu has no DescribeCluster v1); the
+    broker's port must not be in whatever the client gets."""
+    broker = scripted_cluster.add(StrayAddresses().respond, "stray")
+    assert broker.address is not None
+    gw = GatewayThread(gateway_config(broker.address)).start()
+    try:
+        client = RawClient(gw.bootstrap)
+        try:
+            client.send(api_key, version, request_)
+            frame = client.recv_frame()
+        except ConnectionError:
+            return  # refused: nothing reached the client
+        finally:
+            client.close()
+    finally:
+        gw.stop()
+    answer = decode_response(api_key, version, frame)
+    entries = getattr(answer, "coordinators", None) or getattr(answer, "brokers", None) or (answer,)
+    leaked = [e for e in entries if int(e.port) == broker.address.port]
+    assert not leaked, f"the broker's address reached the client: {leaked}"
