@@ -6,6 +6,11 @@ names no broker, and a port that is the gateway's own (bootstrap or metrics) is 
 node's: with SO_REUSEPORT (the workers of ``kpg run --workers N``) the bind would succeed and
 the kernel would hand connections meant for one listener to the other. Either way the answer
 naming that node is refused, as for a port that cannot be bound.
+
+A node that a Metadata answer (which lists every broker of the cluster) leaves out has left:
+its listener stays open (clients' cached metadata names its port, and it may come back) but
+connects no client to the address it had, which may by now be another host's, until an
+answer names the node again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ class NodeListenerError(Exception):
 @dataclass(slots=True)
 class Node:
     node_id: int
-    upstream: HostPort
+    upstream: HostPort | None
+    """Where its clients are connected; None once it has left the cluster."""
     advertised: tuple[str, int]
     server: asyncio.Server
 
@@ -55,7 +61,9 @@ class NodeListeners:
         self._nodes: dict[int, Node] = {}
         self._lock = asyncio.Lock()
 
-    def upstream_of(self, node_id: int) -> HostPort:
+    def upstream_of(self, node_id: int) -> HostPort | None:
+        """The broker address a new client of node ``node_id`` is connected to; None when
+        the node has left the cluster."""
         return self._nodes[node_id].upstream
 
     def gateway_addresses_snapshot(self) -> list[tuple[str, int]]:
@@ -63,19 +71,27 @@ class NodeListeners:
         return [node.advertised for node in self._nodes.values()]
 
     async def gateway_addresses(
-        self, endpoints: Iterable[BrokerEndpoint]
+        self, endpoints: Iterable[BrokerEndpoint], *, complete: bool = False
     ) -> dict[int, tuple[str, int]]:
         """The gateway address of each endpoint's node, opening listeners as needed; the
-        broker address each node forwards to is updated to the latest seen.
+        broker address each node forwards to is updated to the latest seen. ``complete``:
+        the endpoints are every broker of the cluster (a Metadata answer), so a node without
+        one has left (an empty list says nothing: no node leaves by it).
 
         :raises NodeListenerError: when a listener cannot be opened.
         """
+        endpoints = tuple(endpoints)
+        if complete and endpoints:
+            self._leave_all_but({e.node_id for e in endpoints})
         result = {}
         for endpoint in endpoints:
             upstream = HostPort(host=endpoint.host, port=endpoint.port)
             node = self._nodes.get(endpoint.node_id)
             if node is None:
                 node = await self._open(endpoint.node_id, upstream)
+            elif node.upstream is None:
+                log.info("node %d is back in the cluster, at %s", endpoint.node_id, upstream)
+                node.upstream = upstream
             elif node.upstream != upstream:
                 log.info("node %d moved from %s to %s", endpoint.node_id, node.upstream, upstream)
                 node.upstream = upstream
@@ -110,6 +126,16 @@ class NodeListeners:
                 upstream,
             )
             return node
+
+    def _leave_all_but(self, listed: Collection[int]) -> None:
+        for node in self._nodes.values():
+            if node.upstream is not None and node.node_id not in listed:
+                log.info(
+                    "node %d has left the cluster: its listener connects no client to %s",
+                    node.node_id,
+                    node.upstream,
+                )
+                node.upstream = None
 
     def _port_of_node(self, node_id: int) -> int:
         """The port node ``node_id`` listens on (0: a free one).

@@ -391,7 +391,8 @@ class Gateway:
 
     async def _start_node(self, node_id: int, host: str, port: int) -> asyncio.Server:
         def targets() -> Sequence[HostPort]:
-            return (self.nodes.upstream_of(node_id),)
+            upstream = self.nodes.upstream_of(node_id)
+            return () if upstream is None else (upstream,)  # none: the node has left
 
         return await asyncio.start_server(
             lambda r, w: self._accept(r, w, f"node-{node_id}", targets),

@@ -258,3 +258,73 @@ def test_no_broker_address_reaches_the_client_outside_the_rewritten_fields(
     entries = getattr(answer, "coordinators", None) or getattr(answer, "brokers", None) or (answer,)
     leaked = [e for e in entries if int(e.port) == broker.address.port]
     assert not leaked, f"the broker's address reached the client: {leaked}"
+
+
+# --- a node that left the cluster ---------------------------------------------------------------
+
+
+class Departing:
+    """Node 1 (the bootstrap broker) answers Metadata listing the nodes in ``present``: node 2,
+    on a broker of its own, leaves the cluster when the test takes it out. Node 2's broker
+    stays up: it stands for whatever now answers at the address node 2 had (a reused IP or
+    DNS name), which no answer names any more."""
+
+    def __init__(self) -> None:
+        self.present = {1, 2}
+        self.brokers: dict[int, ScriptedBroker] = {}
+
+    async def respond(self, me: ScriptedBroker, header: RequestHeader, request: Any) -> Any:
+        assert header.api_key == METADATA, f"unscripted API key {header.api_key}"
+        answer = metadata_response(me, [], brokers=(1,))
+        return answer.__class__(
+            throttle_time=answer.throttle_time,
+            brokers=tuple(
+                MetadataResponseBroker(
+                    node_id=BrokerId(n), host=b.address.host, port=i32(b.address.port)
+                )
+                for n, b in sorted(self.brokers.items())
+                if n in self.present and b.address is not None
+            ),
+            cluster_id=answer.cluster_id,
+            controller_id=answer.controller_id,
+            topics=(),
+        )
+
+
+def _reaches(address: str) -> bool:
+    """Whether a Metadata request on a new connection to ``address`` gets an answer."""
+    try:
+        client = RawClient(address)
+    except ConnectionRefusedError:
+        return False
+    try:
+        _metadata(client)
+    except ConnectionError:
+        return False
+    finally:
+        client.close()
+    return True
+
+
+def test_a_node_that_left_the_cluster_leads_nowhere(scripted_cluster: ScriptedCluster) -> None:
+    """Scripted upstream (several brokers). Once a Metadata answer (every broker of the
+    cluster) leaves node 2 out, a client on node 2's listener (its port was in the cached
+    metadata of any client) is not connected to node 2's old address; when node 2 is listed
+    again, its listener serves again."""
+    script = Departing()
+    for n in (1, 2):
+        script.brokers[n] = scripted_cluster.add(script.respond, f"node-{n}")
+    gw = GatewayThread(gateway_config(script.brokers[1].address)).start()  # type: ignore[arg-type]
+    try:
+        ports = dict(_advertised(gw.bootstrap))
+        node_2 = f"127.0.0.1:{ports[2]}"
+        script.present.discard(2)
+        assert dict(_advertised(gw.bootstrap)).keys() == {1}
+        assert not _reaches(node_2)
+        assert script.brokers[2].connections == 0, "node 2's old address was connected to"
+        script.present.add(2)
+        assert dict(_advertised(gw.bootstrap)) == ports
+        assert _reaches(node_2)
+        assert script.brokers[2].connections == 1
+    finally:
+        gw.stop()
