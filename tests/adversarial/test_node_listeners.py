@@ -15,6 +15,10 @@ with whatever host and port the broker left in it, and a DescribeCluster answer 
 lists another endpoint type than brokers went out untouched. Now an error's address is
 blanked as Kafka writes it, and such a DescribeCluster answer closes the connection.
 
+A broker's own configs (DescribeConfigs of a BROKER resource) hold its listeners, its
+advertised listeners and the controllers' addresses: they reached the client as they were,
+and are now shown without their value, as Kafka shows a sensitive config.
+
 Scripted upstream: the test broker (Tansu) is one node and announces only its own id, so two
 scripted brokers (tests/scripted.py) stand for a cluster whose second node has the id that
 collides: node 1, the bootstrap broker, and node N on a broker of its own, whose connections
@@ -328,3 +332,107 @@ def test_a_node_that_left_the_cluster_leads_nowhere(scripted_cluster: ScriptedCl
         assert script.brokers[2].connections == 1
     finally:
         gw.stop()
+
+
+# --- broker addresses in broker configs -------------------------------------------------------
+
+DESCRIBE_CONFIGS = 32
+STATIC_BROKER_CONFIG = 4
+
+
+class ListenerConfigs:
+    """A broker describing its own BROKER resource as Kafka does: among its configs its
+    listeners, advertised listeners, the controllers' addresses and a metrics reporter's
+    bootstrap servers, each with a synonym of the same value."""
+
+    def __init__(self) -> None:
+        self.address = ""
+
+    def configs(self) -> list[tuple[str, str]]:
+        return [
+            ("listeners", f"PLAINTEXT://{self.address}"),
+            ("advertised.listeners", f"PLAINTEXT://{self.address}"),
+            ("controller.quorum.voters", f"1@{self.address}"),
+            ("controller.quorum.bootstrap.servers", self.address),
+            ("confluent.metrics.reporter.bootstrap.servers", self.address),
+            ("num.partitions", "3"),
+        ]
+
+    async def respond(self, me: ScriptedBroker, header: RequestHeader, request: Any) -> Any:
+        assert header.api_key == DESCRIBE_CONFIGS, f"unscripted API key {header.api_key}"
+        schema = _module("describe_configs", header.api_version, "response")
+        entries = tuple(
+            schema.DescribeConfigsResourceResult(
+                name=name,
+                value=value,
+                read_only=True,
+                config_source=i8(STATIC_BROKER_CONFIG),
+                is_sensitive=False,
+                synonyms=(
+                    schema.DescribeConfigsSynonym(
+                        name=name, value=value, source=i8(STATIC_BROKER_CONFIG)
+                    ),
+                ),
+                config_type=i8(2),
+                documentation=None,
+            )
+            for name, value in self.configs()
+        )
+        return schema.DescribeConfigsResponse(
+            throttle_time=ZERO,
+            results=tuple(
+                schema.DescribeConfigsResult(
+                    error_code=ErrorCode.none,
+                    error_message=None,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    configs=entries,
+                )
+                for r in request.resources
+            ),
+        )
+
+
+def test_broker_configs_reach_the_client_without_broker_addresses(
+    scripted_cluster: ScriptedCluster,
+) -> None:
+    """Scripted upstream: the test broker reports no broker configs. ``kafka-configs
+    --describe --broker 1`` (DescribeConfigs of the BROKER resource) listed the broker's
+    listeners and the controllers' addresses as they are; they are shown as Kafka shows a
+    sensitive config, without a value; other configs stay as the broker reports them."""
+    script = ListenerConfigs()
+    broker = scripted_cluster.add(script.respond, "configs")
+    assert broker.address is not None
+    script.address = f"{broker.address.host}:{broker.address.port}"
+    gw = GatewayThread(gateway_config(broker.address)).start()
+    schema = _module("describe_configs", 4, "request")
+    request = schema.DescribeConfigsRequest(
+        resources=(
+            schema.DescribeConfigsResource(
+                resource_type=i8(4), resource_name="1", configuration_keys=None
+            ),
+        ),
+        include_synonyms=True,
+        include_documentation=False,
+    )
+    client = RawClient(gw.bootstrap)
+    try:
+        client.send(DESCRIBE_CONFIGS, 4, request)
+        frame = client.recv_frame()
+    finally:
+        client.close()
+        gw.stop()
+    assert str(broker.address.port).encode() not in frame, "a broker address reached the client"
+    (result,) = decode_response(DESCRIBE_CONFIGS, 4, frame).results
+    shown = {
+        c.name: (c.value, c.is_sensitive, [s.value for s in c.synonyms]) for c in result.configs
+    }
+    hidden = (None, True, [None])
+    assert shown == {
+        "listeners": hidden,
+        "advertised.listeners": hidden,
+        "controller.quorum.voters": hidden,
+        "controller.quorum.bootstrap.servers": hidden,
+        "confluent.metrics.reporter.bootstrap.servers": hidden,
+        "num.partitions": ("3", False, ["3"]),
+    }
