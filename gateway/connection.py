@@ -355,9 +355,13 @@ class ClientConnection:
         """The link to the broker, opened for the first request (an idle connection holds
         none); None when no broker can be reached."""
         upstream_config = self._generation().config.upstream
+        targets = self._targets()
+        if not targets:  # a node listener whose node has left the cluster (gateway.nodes)
+            log.info("%s: closing client connection: its broker has left the cluster", self.peer)
+            return None
         try:
             link = await UpstreamLink.open(
-                self._targets(),
+                targets,
                 upstream_config.connect_timeout_s,
                 self._metrics,
                 self._tasks,
