@@ -77,8 +77,8 @@ class UpstreamCluster:
 
 async def broker_defaults(cluster: ClusterView, stated: BrokerDefaults) -> BrokerDefaults:
     """``num.partitions`` and ``default.replication.factor``, as the brokers use them for a
-    count of -1: as ``stated`` (``upstream.broker_defaults``), else as a broker of the cluster
-    reports them to the client (DescribeConfigs of the BROKER resource, on its link); None
+    count of -1: as ``stated`` (``upstream.broker_defaults``), else as the broker of the
+    client's link reports them to the client (:func:`linked_broker_configs`); None
     where neither says. The gateway never guesses one (KIP-464: the broker resolves -1 before
     its policy sees the request, and the policies must see what the broker will create)."""
     if stated.num_partitions is not None and stated.default_replication_factor is not None:
@@ -92,12 +92,31 @@ async def broker_defaults(cluster: ClusterView, stated: BrokerDefaults) -> Broke
     )
 
 
+async def linked_broker_configs(
+    cluster: ClusterView, brokers: Sequence[int] | None = None
+) -> ResourceConfigs | None:
+    """The configs of the broker at the other end of the client's link, as it reports them
+    to the client.
+
+    Kafka describes a BROKER resource only on that broker itself: asked on another, it answers
+    INVALID_REQUEST for that resource ("Unexpected broker id", ``ConfigHelper``), and the
+    gateway does not know which broker a bootstrap link reached. So every broker of the
+    cluster (``brokers``, else as Metadata lists them) is named in one request; the one
+    entry without an error is the linked broker's. Returns that entry, else the first one
+    (its error says why none could be read), or None when there is no broker or no entry.
+    """
+    if brokers is None:
+        brokers = await cluster.broker_ids()
+    resources = [(int(ConfigResourceType.BROKER), str(b)) for b in dict.fromkeys(brokers)]
+    if not resources:
+        return None
+    answer = await cluster.describe_configs(resources)
+    found = [answer[r] for r in resources if r in answer]
+    return next((r for r in found if r.error_code == 0), found[0] if found else None)
+
+
 async def _reported_defaults(cluster: ClusterView) -> dict[str, int]:
-    brokers = await cluster.broker_ids()
-    if not brokers:
-        return {}
-    broker = (int(ConfigResourceType.BROKER), str(brokers[0]))
-    resource = (await cluster.describe_configs([broker])).get(broker)
+    resource = await linked_broker_configs(cluster)
     if resource is None or resource.error_code != 0:
         return {}
     found: dict[str, int] = {}

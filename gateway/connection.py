@@ -69,9 +69,12 @@ class ClientConnection:
         self._metrics = metrics
         self._tasks = tasks
         # A reload changes max_in_flight_requests for connections accepted after it.
-        self._slots: asyncio.Queue[object] = asyncio.Queue(
-            generation().config.limits.max_in_flight_requests
-        )
+        in_flight = generation().config.limits.max_in_flight_requests
+        self._slots: asyncio.Queue[object] = asyncio.Queue(in_flight)
+        # Taken before a request goes upstream (or is answered here), given back once its
+        # answer is written: the queue alone let the answer the writer awaits and the request
+        # sent before the queue was found full come on top (the limit plus two at the broker).
+        self._in_flight = asyncio.Semaphore(in_flight)
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
         self._memory = memory
@@ -352,9 +355,13 @@ class ClientConnection:
         """The link to the broker, opened for the first request (an idle connection holds
         none); None when no broker can be reached."""
         upstream_config = self._generation().config.upstream
+        targets = self._targets()
+        if not targets:  # a node listener whose node has left the cluster (gateway.nodes)
+            log.info("%s: closing client connection: its broker has left the cluster", self.peer)
+            return None
         try:
             link = await UpstreamLink.open(
-                self._targets(),
+                targets,
                 upstream_config.connect_timeout_s,
                 self._metrics,
                 self._tasks,
@@ -480,10 +487,13 @@ class ClientConnection:
             self._reject(outcome.reason, outcome.metric_reason)
             return False
         if isinstance(outcome, Answer):
+            await self._in_flight.acquire()
             done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             done.set_result(outcome.frame)
             await self._queue_answer(_Pending(answer=done, on_response=None))
             return True
+        if outcome.expect_response:
+            await self._in_flight.acquire()  # the connection is not read while this waits
         try:
             future = upstream.send(
                 header.api_key,
@@ -532,6 +542,7 @@ class ClientConnection:
                 self.stop_reading()
                 return
             self._answers_due -= 1
+            self._in_flight.release()
             self._last_activity = time.monotonic()
             if session.sasl.failed:
                 # The refusal has reached the client; Kafka closes the connection after it.

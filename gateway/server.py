@@ -78,7 +78,11 @@ class Gateway:
         self.state: StateStore = _state_store(config, self.upstream_security)
         self.tasks = TaskSet()
         self.nodes = NodeListeners(
-            config.listen.host, config.advertised_host, config.node_port_base, self._start_node
+            config.listen.host,
+            config.advertised_host,
+            config.node_port_base,
+            self._start_node,
+            self._own_ports,
         )
         # Here rather than in GatewayMetrics: the enforcement of dynamic client configs is the
         # only user (gateway.handlers.produce and gateway.handlers.join_group).
@@ -375,12 +379,20 @@ class Gateway:
         except UpstreamAuthenticationError as exc:
             raise ConfigError(f"{self.config.source}: {exc}") from None
 
+    def _own_ports(self) -> frozenset[int]:
+        """The ports of the gateway's own listeners (bootstrap, metrics), which no node
+        listener may take. A worker serves no metrics: its supervisor's listener shares its
+        port with no one (no SO_REUSEPORT), so a node's bind there fails."""
+        configured = self.config.metrics.port if self.config.metrics is not None else None
+        return frozenset(p for p in (self._bootstrap_port, self._metrics_port, configured) if p)
+
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers
 
     async def _start_node(self, node_id: int, host: str, port: int) -> asyncio.Server:
         def targets() -> Sequence[HostPort]:
-            return (self.nodes.upstream_of(node_id),)
+            upstream = self.nodes.upstream_of(node_id)
+            return () if upstream is None else (upstream,)  # none: the node has left
 
         return await asyncio.start_server(
             lambda r, w: self._accept(r, w, f"node-{node_id}", targets),

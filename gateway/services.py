@@ -24,8 +24,10 @@ class NodeAddresses(Protocol):
     """Gateway addresses for broker nodes (:class:`gateway.nodes.NodeListeners`)."""
 
     async def gateway_addresses(
-        self, endpoints: Iterable[BrokerEndpoint]
-    ) -> dict[int, tuple[str, int]]: ...
+        self, endpoints: Iterable[BrokerEndpoint], *, complete: bool = False
+    ) -> dict[int, tuple[str, int]]:
+        """``complete``: the endpoints are every broker of the cluster."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

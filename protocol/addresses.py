@@ -155,15 +155,15 @@ def broker_endpoints(api_key: int, payload: AddressBearingResponse) -> tuple[Bro
     """Every broker address in the response ``payload`` (coordinator errors excluded).
 
     :raises ValueError: when ``payload`` is no answer of ``api_key``, or ``api_key`` is not
-        one of :data:`ADDRESS_BEARING_APIS`.
+        one of :data:`ADDRESS_BEARING_APIS`, or for a DescribeCluster answer of endpoints
+        other than brokers.
     """
     if api_key == METADATA and isinstance(payload, _METADATA):
         return tuple(
             BrokerEndpoint(node_id=b.node_id, host=b.host, port=b.port) for b in payload.brokers
         )
     if api_key == DESCRIBE_CLUSTER and isinstance(payload, _DESCRIBE_CLUSTER):
-        if isinstance(payload, _ENDPOINT_TYPED) and payload.endpoint_type != 1:
-            return ()
+        _check_endpoint_type(payload)
         return tuple(
             BrokerEndpoint(node_id=b.broker_id, host=b.host, port=b.port) for b in payload.brokers
         )
@@ -186,7 +186,8 @@ def broker_endpoints(api_key: int, payload: AddressBearingResponse) -> tuple[Bro
 
 
 def replace_endpoints(api_key: int, payload: R, gateway: Mapping[int, tuple[str, int]]) -> R:
-    """``payload`` with each node's address replaced by ``gateway[node_id]``.
+    """``payload`` with each node's address replaced by ``gateway[node_id]``; a coordinator
+    error's address (node -1) blanked.
 
     :raises KeyError: when a node in the payload has no gateway address; the caller must
         never let such a response reach a client.
@@ -200,21 +201,39 @@ def replace_endpoints(api_key: int, payload: R, gateway: Mapping[int, tuple[str,
     if api_key == METADATA and isinstance(payload, _METADATA):
         return replaced(payload, brokers=tuple(swap(b, b.node_id) for b in payload.brokers))
     if api_key == DESCRIBE_CLUSTER and isinstance(payload, _DESCRIBE_CLUSTER):
-        if isinstance(payload, _ENDPOINT_TYPED) and payload.endpoint_type != 1:
-            return payload
+        _check_endpoint_type(payload)
         return replaced(payload, brokers=tuple(swap(b, b.broker_id) for b in payload.brokers))
     if api_key == FIND_COORDINATOR and isinstance(payload, _COORDINATORS):
         coordinators = tuple(
-            swap(c, c.node_id) if c.node_id >= 0 else c for c in payload.coordinators
+            swap(c, c.node_id) if c.node_id >= 0 else _no_node(c) for c in payload.coordinators
         )
         return replaced(payload, coordinators=coordinators)
     if api_key == FIND_COORDINATOR and isinstance(payload, _ONE_COORDINATOR):
-        return swap(payload, payload.node_id) if payload.node_id >= 0 else payload
+        return swap(payload, payload.node_id) if payload.node_id >= 0 else _no_node(payload)
     if isinstance(payload, _LEADER_ENDPOINTS) and payload.__api_key__ == api_key:
         return replaced(
             payload, node_endpoints=tuple(swap(e, e.node_id) for e in payload.node_endpoints)
         )
     raise _no_addresses(api_key, payload)
+
+
+def _no_node(entity: N) -> N:
+    """A coordinator entry without a node (an error) as Kafka writes one (``Node.noNode()``):
+    no host, port -1, whatever address the broker left in it."""
+    return replaced(entity, host="", port=i32(-1))
+
+
+def _check_endpoint_type(payload: DescribeClusterResponse) -> None:
+    """The gateway forwards DescribeCluster for broker endpoints only
+    (:mod:`gateway.handlers.describe_cluster`); an answer listing another type's (the
+    controllers') would hand out addresses it has no listener for.
+
+    :raises ValueError: for such an answer.
+    """
+    if isinstance(payload, _ENDPOINT_TYPED) and payload.endpoint_type != 1 and payload.brokers:
+        raise ValueError(
+            f"DescribeCluster answer lists endpoint type {payload.endpoint_type}, not brokers"
+        )
 
 
 def _no_addresses(api_key: int, payload: AddressBearingResponse) -> ValueError:

@@ -32,6 +32,21 @@ from .versions import VersionRange
 
 DESCRIBE_CONFIGS: Final = 32
 VERSIONS: Final = VersionRange(min_version=1, max_version=4)
+BROKER: Final = 4
+"""The BROKER resource type: its configs include the brokers' and controllers' addresses."""
+
+_ADDRESS_CONFIGS: Final = frozenset(
+    {
+        "controller.quorum.voters",
+        "zookeeper.connect",
+        "host.name",
+        "port",
+        "advertised.host.name",
+        "advertised.port",
+    }
+)
+"""Broker configs whose value is a host, a port or host:port pairs (besides the names
+:func:`names_addresses` matches by their ending)."""
 
 DescribeConfigsRequest: TypeAlias = (
     v1.DescribeConfigsRequest
@@ -195,6 +210,37 @@ class LocalConfig:
     documentation: str | None = None
 
 
+def names_addresses(name: str) -> bool:
+    """Whether a broker config's value holds broker, controller or other hosts' addresses:
+    ``listeners``, ``advertised.listeners``, ``controller.quorum.bootstrap.servers``, a metrics
+    reporter's ``bootstrap.servers``, ``controller.quorum.voters``, ``zookeeper.connect``..."""
+    return (
+        name in _ADDRESS_CONFIGS or name.endswith("listeners") or name.endswith("bootstrap.servers")
+    )
+
+
+def _without_addresses(found: DescribeConfigsResult) -> DescribeConfigsResult:
+    """A BROKER resource's configs with each address-bearing value hidden, as Kafka shows a
+    sensitive config (no value, ``is_sensitive``, synonyms without values): the gateway
+    hands clients its own addresses only."""
+    if not any(names_addresses(e.name) for e in found.configs):
+        return found
+    return replaced(
+        found,
+        configs=tuple(
+            replaced(
+                e,
+                value=None,
+                is_sensitive=True,
+                synonyms=tuple(replaced(s, value=None) for s in e.synonyms),
+            )
+            if names_addresses(e.name)
+            else e
+            for e in found.configs
+        ),
+    )
+
+
 def read_request(header: RequestHeader, frame: bytes) -> DescribeConfigs:
     """:raises Undecodable:"""
     payload = decode_request_as(_REQUESTS, header, frame)
@@ -264,7 +310,8 @@ def answer(
     ``local``: request index -> a resource the gateway answers, with ``configs`` (request
     index -> the configs the gateway reports for it); the other resources come from
     ``broker_frame`` (the answer to :func:`request_keeping` of them), in order. ``extra``:
-    configs the gateway adds to broker-answered resources (those the request asked for).
+    configs the gateway adds to broker-answered resources (those the request asked for). A
+    BROKER resource's address-bearing configs are hidden (:func:`names_addresses`).
 
     :raises Undecodable: when the broker's answer does not decode.
     :raises ValueError: when it has fewer resources than were forwarded.
@@ -300,6 +347,8 @@ def answer(
         if not broker_results:
             raise ValueError("the broker's DescribeConfigs answer lacks a forwarded resource")
         found = broker_results.pop(0)
+        if resource.resource_type == BROKER:
+            found = _without_addresses(found)
         added = [
             c
             for c in extra.get((resource.resource_type, resource.resource_name), ())

@@ -283,7 +283,9 @@ class ListSink:
 class NoNodes:
     """The enforcements never rewrite broker addresses."""
 
-    async def gateway_addresses(self, endpoints: object) -> dict[int, tuple[str, int]]:
+    async def gateway_addresses(
+        self, endpoints: object, *, complete: bool = False
+    ) -> dict[int, tuple[str, int]]:
         raise AssertionError("an enforcement asked for gateway node addresses")
 
 

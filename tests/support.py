@@ -116,10 +116,11 @@ def close_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread | None)
 class GatewayThread:
     """The real gateway, on its own uvloop event loop in a thread, for synchronous clients."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, *, reuse_port: bool = False) -> None:
+        """``reuse_port``: listen as a worker of ``kpg run --workers N`` does."""
         self.config = config
         self.loop = uvloop.new_event_loop()
-        self.gateway = Gateway(config)
+        self.gateway = Gateway(config, reuse_port=reuse_port)
         self._thread = threading.Thread(target=self.loop.run_forever, name="gateway", daemon=True)
 
     def start(self) -> GatewayThread:

@@ -9,6 +9,7 @@ import dataclasses
 from typing import TypeVar
 
 from protocol.addresses import (
+    METADATA,
     AddressBearingResponse,
     broker_endpoints,
     decode_address_bearing,
@@ -29,9 +30,14 @@ async def with_gateway_addresses(api_key: int, services: Services, payload: R) -
     """``payload`` (a decoded answer of ``api_key``) with each broker address replaced by the
     gateway's listener of that node.
 
+    A Metadata answer lists every broker of the cluster: a node it leaves out has left, and
+    its listener connects no client to the address it had (:mod:`gateway.nodes`).
+
     :raises KeyError: for a node without a listener; such an answer must never reach a client.
     """
-    gateway = await services.nodes.gateway_addresses(broker_endpoints(api_key, payload))
+    gateway = await services.nodes.gateway_addresses(
+        broker_endpoints(api_key, payload), complete=api_key == METADATA
+    )
     return replace_endpoints(api_key, payload, gateway)
 
 

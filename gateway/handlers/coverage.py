@@ -117,7 +117,11 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "a filter that can match bindings of the gateway's own topics refused; the broker "
         "authorizes the rest (ALTER on the cluster), which no other gateway policy governs"
     ),
-    32: _j("the gateway's own configs added; dynamic client configs answered"),
+    32: _j(
+        "the gateway's own configs added; dynamic client configs answered; a broker's configs "
+        "holding addresses (listeners, controller.quorum.voters, bootstrap servers) shown "
+        "without their value, as sensitive"
+    ),
     33: _j("alter-config policies, KIP-201 MODIFY"),
     34: _p("moves a replica between disks of one broker; replicas and configs stay"),
     35: _p(_READ),

@@ -27,8 +27,9 @@ counts) as the topic with counts of -1 that the broker creates.
 
 num_partitions or replication_factor -1 (the broker's default): the policies judge the value the
 broker will use (KIP-464: the broker resolves -1 before its policy sees the request), as
-``upstream.broker_defaults`` states it or else a broker reports it. When neither says, the
-gateway denies the topic with a message saying why: it never guesses a default.
+``upstream.broker_defaults`` states it or else the broker of the client's link reports it.
+When neither says, the gateway denies the topic with a message saying why: it never guesses a
+default.
 
 validate_only: the policies run and nothing is created. In front of a broker that ignores
 validate_only (``upstream.ignores_validate_only``) the gateway answers the dry run itself,
@@ -63,7 +64,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from policies.api import ConfigResourceType, CreateTopicRequestMetadata
+from policies.api import CreateTopicRequestMetadata
 from policies.chain import Decision
 from protocol import admin
 from protocol import create_topics as ct
@@ -81,7 +82,7 @@ from protocol.topic_admin import error_name
 from protocol.topic_names import illegal_topic
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 
-from ..cluster import broker_defaults
+from ..cluster import broker_defaults, linked_broker_configs
 from ..config import BrokerDefaults
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Close
@@ -403,11 +404,7 @@ def _would_create(
 async def _broker_configs(cluster: ClusterView) -> DescribedResource | None:
     """A broker's configs as it reports them to the client; None when it reports none (no
     broker, an error: the client may not describe the cluster)."""
-    brokers = await cluster.broker_ids()
-    if not brokers:
-        return None
-    resource = (int(ConfigResourceType.BROKER), str(brokers[0]))
-    found = (await cluster.describe_configs([resource])).get(resource)
+    found = await linked_broker_configs(cluster)
     return found if found is not None and found.error_code == 0 else None
 
 

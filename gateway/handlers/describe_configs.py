@@ -12,6 +12,11 @@ Items are the request's resources, by position.
   -> ``ANONYMOUS``); USER_CLIENT names ``user:client-id``. A malformed name gets
   INVALID_REQUEST with the reason.
 
+- A BROKER resource's configs holding addresses (``listeners``, ``advertised.listeners``,
+  ``controller.quorum.voters``, ``*bootstrap.servers``...; ``dc.names_addresses``) are shown
+  as Kafka shows a sensitive config, without their value: the gateway hands clients no
+  broker or controller address but its own.
+
 A request holding both kinds is split: the broker is asked about its resources only, and one
 answer goes back with every resource in request order.
 """
@@ -123,7 +128,8 @@ class DescribeConfigs(BaseEnforcement[Description, int]):
         request: Description,
         allowed: Sequence[int],
     ) -> Settlement[int] | Close:
-        return Settlement(reencode_answer=bool(request.extra))
+        brokers = any(r.resource_type == dc.BROKER for r in request.request.resources)
+        return Settlement(reencode_answer=bool(request.extra) or brokers)
 
     def for_broker(
         self, request: Description, header: RequestHeader, allowed: Sequence[int]

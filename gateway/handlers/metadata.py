@@ -18,10 +18,10 @@ a topic ever reaches the broker unjudged):
    policies' back, and a denied topic is never named in a request that could create it.
 3. Those topics are judged (and audited by the engine, action ``create``, resource ``topic``)
    as a CreateTopics with ``num.partitions`` and ``default.replication.factor`` as stated in
-   ``upstream.broker_defaults``, else as a broker reports them to the client (DescribeConfigs
-   of the BROKER resource). Unknown: denied, the message says why; the gateway never guesses.
-   A broker reporting ``auto.create.topics.enable=false`` creates nothing, and its answer
-   stands.
+   ``upstream.broker_defaults``, else as the broker of the client's link reports them to the
+   client (DescribeConfigs of its BROKER resource: :func:`gateway.cluster.linked_broker_configs`).
+   Unknown: denied, the message says why; the gateway never guesses. A broker reporting
+   ``auto.create.topics.enable=false`` creates nothing, and its answer stands.
 4. Allowed topics are created with exactly the counts the policies judged, by a CreateTopics
    on the client's link (the broker authorizes CREATE for the client and applies its own
    policy, as for its auto-creation), and answered UNKNOWN_TOPIC_OR_PARTITION as Kafka
@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from policies.api import ConfigResourceType, CreateTopicRequestMetadata
+from policies.api import CreateTopicRequestMetadata
 from policies.chain import Decision
 from protocol import metadata as md
 from protocol.addresses import METADATA, MetadataResponse
@@ -64,6 +64,7 @@ from protocol.topic_admin import error_name
 from protocol.topic_names import topic_name_problem
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 
+from ..cluster import linked_broker_configs
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
 from ..outcomes import Answer, Close, Outcome
 from ..policy_runner import PolicyRunner
@@ -283,24 +284,26 @@ class MetadataHandler:
 
     async def _creation(self, cluster: ClusterView, answer: MetadataResponse) -> Creation:
         """The counts a topic would be auto-created with: as stated in
-        ``upstream.broker_defaults``, else as the first broker of ``answer`` reports them."""
+        ``upstream.broker_defaults``, else as the broker of the client's link reports them
+        (one of ``answer``'s brokers: :func:`gateway.cluster.linked_broker_configs`)."""
         stated = self._services.upstream.broker_defaults
         brokers = [int(b.node_id) for b in answer.brokers]
         reported: Mapping[str, str] = {}
         unknown = "no broker in the cluster's answer"
         if brokers:
-            resource = (int(ConfigResourceType.BROKER), str(brokers[0]))
-            found = (await cluster.describe_configs([resource])).get(resource)
+            found = await linked_broker_configs(cluster, brokers)
             if found is None:
-                unknown = f"DescribeConfigs of broker {brokers[0]} did not return it"
+                unknown = "DescribeConfigs of the brokers returned none"
             elif found.error_code != 0:
                 unknown = (
-                    f"DescribeConfigs of broker {brokers[0]} answered "
+                    f"DescribeConfigs of broker {found.resource_name} answered "
                     f"{error_name(found.error_code)}"
                 )
             else:
                 reported = found.effective()
-                unknown = f"broker {brokers[0]} does not report {_PARTITIONS} and {_REPLICATION}"
+                unknown = (
+                    f"broker {found.resource_name} does not report {_PARTITIONS} and {_REPLICATION}"
+                )
         partitions = stated.num_partitions or _count(reported.get(_PARTITIONS))
         replication = stated.default_replication_factor or _count(reported.get(_REPLICATION))
         return Creation(

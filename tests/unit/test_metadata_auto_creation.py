@@ -40,7 +40,9 @@ RULES = {"rules": [{"name": "partition-count", "type": "partitions", "max": 6}]}
 class GatewayNodes:
     """Node N is reached through the gateway at gw:9100+N."""
 
-    async def gateway_addresses(self, endpoints: Iterable[BrokerEndpoint]) -> dict[int, Any]:
+    async def gateway_addresses(
+        self, endpoints: Iterable[BrokerEndpoint], *, complete: bool = False
+    ) -> dict[int, Any]:
         return {e.node_id: ("gw", 9100 + e.node_id) for e in endpoints}
 
 
