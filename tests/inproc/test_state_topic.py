@@ -17,6 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from gateway.config import HostPort
 from gateway.embedded import EmbeddedBroker, free_port
 from gateway.state import KafkaTopicStore, StateStoreError
+from tests.support import BrokerTap
 
 pytestmark = pytest.mark.inproc
 
@@ -405,6 +406,41 @@ def test_a_conditional_write_is_made_only_over_what_was_judged(
             )
             assert await eventually(lambda: b.get(NS, "alice/app/acks") == "-1")
         finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_settles_at_the_same_time_share_one_end_offset_query(
+    tap: BrokerTap, state_topic: str
+) -> None:
+    """Every Produce through an instance of a shared store settles first, so settles at the
+    same time share a query of the topic's end: one under way, and one more for every call
+    made after it had been sent (it may have read the end before a write those calls must
+    see). Without sharing, each Produce cost the broker a ListOffsets."""
+    list_offsets = 2
+
+    def queries() -> int:
+        return sum(1 for r in tap.requests if r.api_key == list_offsets)
+
+    async def main() -> None:
+        a = await started(tap.address, state_topic)
+        b = await started(tap.address, state_topic, refresh_interval_s=5.0)
+        try:
+            before = queries()
+            tap.hold_requests(list_offsets)
+            first = asyncio.ensure_future(b.settle())
+            assert await eventually(lambda: queries() == before + 1)
+            await a.put(NS, "orders", "strict")
+            late = [asyncio.ensure_future(b.settle()) for _ in range(20)]
+            await asyncio.sleep(0)  # each late call runs up to its wait
+            tap.release_requests()
+            await asyncio.gather(first, *late)
+            assert b.get(NS, "orders") == "strict"
+            assert queries() == before + 2
+        finally:
+            tap.release_requests()
             await a.close()
             await b.close()
 
