@@ -546,6 +546,8 @@ class KafkaTopicStore(_Snapshot):
     instances' view each take up to that long.
 
     The gateway connects to the brokers directly: this is its own state, not client traffic.
+    Three clients: the producer, the tail, and one that asks the topic's end offset
+    (:meth:`settle`), so that query never waits behind a fetch the broker holds.
     """
 
     def __init__(
@@ -573,6 +575,10 @@ class KafkaTopicStore(_Snapshot):
         self._partition = TopicPartition(topic, 0)
         self._producer: Any = None
         self._consumer: Any = None
+        self._offsets: Any = None
+        """A client of its own for the topic's end offset: on the tail's connection, the
+        query would wait behind the fetch the broker holds (up to ``refresh_interval_s``),
+        and every Produce asks it (:meth:`settle`)."""
         self._tasks = TaskSet()
         self._position = 0
         """The offset of the next record the tail will apply."""
@@ -679,6 +685,15 @@ class KafkaTopicStore(_Snapshot):
             **self._client_kwargs,
         )
         await self._consumer.start()
+        self._offsets = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=timeout_ms,
+            **self._client_kwargs,
+        )
+        await self._offsets.start()
         self._consumer.assign([self._partition])
         await self._consumer.seek_to_beginning(self._partition)
         self._position = 0
@@ -737,7 +752,10 @@ class KafkaTopicStore(_Snapshot):
                 self._settling = None
 
     async def _end_offset(self) -> int:
-        offsets = await self._consumer.end_offsets([self._partition])
+        client = self._offsets
+        if client is None:
+            raise StateStoreError(f"{self._where()}: not started")
+        offsets = await client.end_offsets([self._partition])
         return int(offsets[self._partition])
 
     async def _tail(self) -> None:
@@ -779,7 +797,8 @@ class KafkaTopicStore(_Snapshot):
         await self._tasks.cancel_all()
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
-        for client in (consumer, producer):
+        offsets, self._offsets = self._offsets, None
+        for client in (offsets, consumer, producer):
             if client is not None:
                 try:
                     await client.stop()
