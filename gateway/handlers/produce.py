@@ -49,6 +49,7 @@ from protocol.codec import Undecodable
 from protocol.errors import (
     INVALID_RECORD,
     KAFKA_STORAGE_ERROR,
+    NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
@@ -199,7 +200,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
     ) -> Mapping[Key, Ruling]:
         services = self._services
         names = await self._topic_names(ctx, cluster, request)
-        unsettled = await self._settle()
+        unsettled = await self._settle() or self._acks_learnt(ctx, request)
         if unsettled is not None:
             return dict.fromkeys(keys, unsettled)
         rulings: dict[Key, Ruling] = {}
@@ -256,6 +257,30 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                 f"policy from its state store in time: {exc}",
             )
         return None
+
+    def _acks_learnt(self, ctx: RequestContext, request: ProduceView) -> ItemError | None:
+        """A request left at acks=1 by :meth:`prepare` whose client's acks config, as the
+        store says once caught up, is all: a change made through another instance that this
+        one had not read yet. Refused (retriable), so that the retry is written to -1 rather
+        than the records go with acks=1 for up to ``state.refresh_interval_s``."""
+        services = self._services
+        if not (services.state.settles and services.client_configs.enforce_acks):
+            return None
+        if request.acks != 1:
+            return None
+        configured = client_configs.config_of(
+            services.state.items(client_configs.STATE_NAMESPACE),
+            ctx.principal,
+            ctx.client_id,
+            "acks",
+        )
+        if configured not in _ALL_REPLICAS:
+            return None
+        return ItemError(
+            error_code=int(NOT_ENOUGH_REPLICAS),
+            error_message="Not written: this client's acks config has just become all "
+            "(set through another gateway instance); send the request again.",
+        )
 
     async def _topic_names(
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView
