@@ -21,10 +21,18 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kio.schema.errors import ErrorCode
 
 from gateway.config import HostPort
+from gateway.record_validation import STATE_NAMESPACE
 from tests.batches import one_record_batch, produce_v9
 from tests.support import (
     GatewayThread,
@@ -98,3 +106,29 @@ def test_a_topic_deleted_and_created_again_with_a_policy_is_met_anew(
     finally:
         client.close()
     assert records_at(broker, topic) == 0
+
+
+def test_a_policy_set_again_through_another_instance_after_its_delete_is_stored(
+    two_gateways: tuple[GatewayThread, GatewayThread],
+) -> None:
+    """B judged a change of record.validation.policy against the value it had last read: a
+    SET of the value B still held, deleted meanwhile through A, was a change of nothing to
+    B, answered OK and never stored, and the topic stayed unvalidated. B now catches up with
+    the store before it judges a topic's config change."""
+    a, b = two_gateways
+    topic = unique_name("reset")
+    admin_a = AdminClient({"bootstrap.servers": a.bootstrap})
+    created = NewTopic(topic, 1, 1, config={"record.validation.policy": POLICY})
+    admin_a.create_topics([created])[topic].result(15)
+    assert wait_for(lambda: b.gateway.state.get(STATE_NAMESPACE, topic) == POLICY, 30)
+
+    def alter(admin: AdminClient, op: AlterConfigOpType) -> None:
+        entry = ConfigEntry("record.validation.policy", POLICY, incremental_operation=op)
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(15)
+
+    alter(admin_a, AlterConfigOpType.DELETE)
+    assert a.gateway.state.get(STATE_NAMESPACE, topic) is None
+    alter(AdminClient({"bootstrap.servers": b.bootstrap}), AlterConfigOpType.SET)
+
+    assert wait_for(lambda: a.gateway.state.get(STATE_NAMESPACE, topic) == POLICY, 15)
