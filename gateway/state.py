@@ -795,6 +795,9 @@ class KafkaTopicStore(_Snapshot):
 
     async def close(self) -> None:
         await self._tasks.cancel_all()
+        for catch_up in (self._next_settle, self._settling):
+            if catch_up is not None:
+                catch_up.cancel()  # its callers get CancelledError, as a closing caller would
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
         offsets, self._offsets = self._offsets, None
