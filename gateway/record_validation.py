@@ -46,7 +46,7 @@ import sys
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Final, TypeAlias
+from typing import Final, Generic, TypeAlias, TypeVar
 
 from policies.api import (
     InvalidRecord,
@@ -93,6 +93,12 @@ broker's answer, ...): with 1 ms slices a victim of a client sending bombs waite
 (p50) and 9 ms (p99); with 0.25 ms, 1 ms. A turn given when nothing else waits costs 2 us."""
 _CLOCK_EVERY: Final = 64
 """Records checked between two looks at the clock."""
+_CACHED_VALUES: Final = 1024
+"""How many ``record.validation.policy`` values the validator keeps what it learnt of (hints,
+plans, checks): those in use. A value no topic holds any more is forgotten once this many
+newer ones came; kept for good, 23 KB each, a client altering its topic's value before each
+Produce grew a worker by some 10 MB a second until the kernel killed it."""
+
 _MAX_RECORD_ERRORS: Final = 1000
 """record_errors listed in one request's answer: the rest are counted in error_message. An
 answer listing a million costs 5 s to encode (one step) and is 50 MB long; Java clients give
@@ -279,12 +285,12 @@ class RecordValidator:
         self.name = type(policy).__name__
         self.dry_run = dry_run
         self.budget = budget
-        self._hints: dict[str, RecordIntrospectionHints] = {}
-        self._required_headers: dict[str, tuple[str, ...] | None] = {}
+        self._hints: _Kept[RecordIntrospectionHints] = _Kept()
+        self._required_headers: _Kept[tuple[str, ...] | None] = _Kept()
         self._headers_only = isinstance(policy, RequiredHeadersOnly)
         self._values_only = isinstance(policy, ValueRulesOnly)
-        self._value_checks: dict[str, ValueCheck | None] = {}
-        self._plans: dict[str, _Plan] = {}
+        self._value_checks: _Kept[ValueCheck | None] = _Kept()
+        self._plans: _Kept[_Plan] = _Kept()
         # The built-in policies do bounded work per record and never block: they run on the
         # event loop. A plug-in runs on a worker thread, where a hang can be timed out.
         self.inline = type(policy).__module__.split(".")[0] == "policies"
@@ -294,28 +300,30 @@ class RecordValidator:
         if hints is None:
             hints_for = getattr(self.policy, "hints_for", None)
             hints = hints_for(validation_policy) if hints_for else self.policy.get_hints()
-            self._hints[validation_policy] = hints
+            self._hints.put(validation_policy, hints)
         return hints
 
     def required_headers(self, validation_policy: str) -> tuple[str, ...] | None:
         """The header keys that are all the policy checks for this topic, if it says so."""
         if not self._headers_only:
             return None
-        if validation_policy not in self._required_headers:
-            assert isinstance(self.policy, RequiredHeadersOnly)
-            self._required_headers[validation_policy] = self.policy.required_headers_for(
-                validation_policy
-            )
-        return self._required_headers[validation_policy]
+        if validation_policy in self._required_headers:
+            return self._required_headers.get(validation_policy)
+        assert isinstance(self.policy, RequiredHeadersOnly)
+        headers = self.policy.required_headers_for(validation_policy)
+        self._required_headers.put(validation_policy, headers)
+        return headers
 
     def value_check(self, validation_policy: str) -> ValueCheck | None:
         """The check of one value, when the policy says it is all this topic's rules read."""
         if not self._values_only:
             return None
-        if validation_policy not in self._value_checks:
-            assert isinstance(self.policy, ValueRulesOnly)
-            self._value_checks[validation_policy] = self.policy.value_check_for(validation_policy)
-        return self._value_checks[validation_policy]
+        if validation_policy in self._value_checks:
+            return self._value_checks.get(validation_policy)
+        assert isinstance(self.policy, ValueRulesOnly)
+        check = self.policy.value_check_for(validation_policy)
+        self._value_checks.put(validation_policy, check)
+        return check
 
     def validate(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
         """Check every record of one request's partitions, under one budget, in one go.
@@ -467,7 +475,8 @@ class RecordValidator:
     def _plan(self, validation_policy: str) -> _Plan:
         plan = self._plans.get(validation_policy)
         if plan is None:
-            plan = self._plans[validation_policy] = self._make_plan(validation_policy)
+            plan = self._make_plan(validation_policy)
+            self._plans.put(validation_policy, plan)
         return plan
 
     def _make_plan(self, validation_policy: str) -> _Plan:
@@ -496,6 +505,32 @@ class RecordValidator:
 
     def close(self) -> None:
         self.policy.close()
+
+
+_V = TypeVar("_V")
+
+
+class _Kept(Generic[_V]):
+    """What was learnt of each ``record.validation.policy`` value, for the
+    :data:`_CACHED_VALUES` values last learnt (the oldest is forgotten first; one in use is
+    learnt again when next needed)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, _V] = {}
+
+    def __contains__(self, value: str) -> bool:
+        return value in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, value: str) -> _V | None:
+        return self._items.get(value)
+
+    def put(self, value: str, learnt: _V) -> None:
+        self._items[value] = learnt
+        while len(self._items) > _CACHED_VALUES:
+            del self._items[next(iter(self._items))]
 
 
 def load_record_validator(

@@ -493,6 +493,12 @@ class SqliteStore(_Snapshot):
         return changes
 
 
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Mark a shared future's failure seen: the callers it served have it raised to them."""
+    if not future.cancelled():
+        future.exception()
+
+
 class _Changed(StateStoreError):
     """A conditional write found its keys changed; the transaction is rolled back."""
 
@@ -540,6 +546,8 @@ class KafkaTopicStore(_Snapshot):
     instances' view each take up to that long.
 
     The gateway connects to the brokers directly: this is its own state, not client traffic.
+    Three clients: the producer, the tail, and one that asks the topic's end offset
+    (:meth:`settle`), so that query never waits behind a fetch the broker holds.
     """
 
     def __init__(
@@ -567,6 +575,10 @@ class KafkaTopicStore(_Snapshot):
         self._partition = TopicPartition(topic, 0)
         self._producer: Any = None
         self._consumer: Any = None
+        self._offsets: Any = None
+        """A client of its own for the topic's end offset: on the tail's connection, the
+        query would wait behind the fetch the broker holds (up to ``refresh_interval_s``),
+        and every Produce asks it (:meth:`settle`)."""
         self._tasks = TaskSet()
         self._position = 0
         """The offset of the next record the tail will apply."""
@@ -575,6 +587,11 @@ class KafkaTopicStore(_Snapshot):
         self._tail_task: asyncio.Task[None] | None = None
         self._conditional = asyncio.Lock()
         """One conditional write at a time on this instance (:meth:`put_all_if`)."""
+        self._settling: asyncio.Future[None] | None = None
+        """The catch-up under way (:meth:`settle`), shared by the callers it serves."""
+        self._next_settle: asyncio.Future[None] | None = None
+        """The catch-up that begins once the one under way ends, for the callers that came
+        after that one had asked the topic's end."""
 
     def _where(self) -> str:
         return f"state topic {self.topic} on {self.bootstrap_servers}"
@@ -668,6 +685,15 @@ class KafkaTopicStore(_Snapshot):
             **self._client_kwargs,
         )
         await self._consumer.start()
+        self._offsets = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            client_id=self.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            request_timeout_ms=timeout_ms,
+            **self._client_kwargs,
+        )
+        await self._offsets.start()
         self._consumer.assign([self._partition])
         await self._consumer.seek_to_beginning(self._partition)
         self._position = 0
@@ -680,11 +706,39 @@ class KafkaTopicStore(_Snapshot):
         """Read the topic's end offset, and wait until the tail has applied every record
         before it.
 
+        Callers at the same time share one catch-up, so a Produce settling each request
+        costs the broker at most one end-offset query at a time: a call made while one is
+        under way waits for the next, which begins when that one ends (the one under way may
+        have read the end before the call, and so miss a write made just before it).
+
         :raises StateStoreError: when not done within ``request_timeout_s``.
         """
         if self._consumer is None:
             raise StateStoreError(f"{self._where()}: not started")
+        if self._settling is None:
+            shared = self._settling = self._spawn_catch_up(None)
+        else:
+            if self._next_settle is None:
+                self._next_settle = self._spawn_catch_up(self._settling)
+            shared = self._next_settle
+        # shielded: one caller's cancellation leaves the others' catch-up running
+        await asyncio.shield(shared)
+
+    def _spawn_catch_up(self, after: asyncio.Future[None] | None) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(self._catch_up(after))
+        task.add_done_callback(_retrieved)  # each caller has it raised in its own await
+        return task
+
+    async def _catch_up(self, after: asyncio.Future[None] | None) -> None:
+        """Wait for ``after`` (the catch-up under way when this one was asked for) to end,
+        then read the end offset and wait until the tail has applied every record before it."""
+        me = asyncio.current_task()
+        if after is not None:
+            await asyncio.wait({after})
+            self._settling, self._next_settle = self._next_settle, None
         try:
+            if self._consumer is None:
+                raise StateStoreError(f"{self._where()}: not started")
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(await self._end_offset())
         except TimeoutError:
@@ -693,9 +747,15 @@ class KafkaTopicStore(_Snapshot):
             ) from None
         except KafkaError as exc:
             raise StateStoreError(f"{self._where()}: cannot read its end: {exc}") from exc
+        finally:
+            if self._settling is me:
+                self._settling = None
 
     async def _end_offset(self) -> int:
-        offsets = await self._consumer.end_offsets([self._partition])
+        client = self._offsets
+        if client is None:
+            raise StateStoreError(f"{self._where()}: not started")
+        offsets = await client.end_offsets([self._partition])
         return int(offsets[self._partition])
 
     async def _tail(self) -> None:
@@ -735,9 +795,13 @@ class KafkaTopicStore(_Snapshot):
 
     async def close(self) -> None:
         await self._tasks.cancel_all()
+        for catch_up in (self._next_settle, self._settling):
+            if catch_up is not None:
+                catch_up.cancel()  # its callers get CancelledError, as a closing caller would
         producer, self._producer = self._producer, None
         consumer, self._consumer = self._consumer, None
-        for client in (consumer, producer):
+        offsets, self._offsets = self._offsets, None
+        for client in (offsets, consumer, producer):
             if client is not None:
                 try:
                     await client.stop()

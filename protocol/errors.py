@@ -21,6 +21,7 @@ UNSUPPORTED_ENDPOINT_TYPE = ErrorCode.unsupported_endpoint_type
 UNSUPPORTED_SASL_MECHANISM = ErrorCode.unsupported_sasl_mechanism
 SASL_AUTHENTICATION_FAILED = ErrorCode.sasl_authentication_failed
 KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
+NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
 OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 REQUEST_TIMED_OUT = ErrorCode.request_timed_out
 

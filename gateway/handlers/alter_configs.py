@@ -217,8 +217,21 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         request: Alteration,
         resources: Sequence[ac.ResourceAlteration],
     ) -> dict[Key, Ruling]:
-        current = await self._look_up(cluster, request, resources)
         services = self._services
+        if services.state.settles and any(r.resource_type == _TOPIC for r in resources):
+            # a topic's record.validation.policy is judged as the store holds it now, not as
+            # this instance last read another's write of it (a SET of the value it had read,
+            # since deleted through another instance, was a change of nothing: never stored)
+            try:
+                await services.state.settle()
+            except StateStoreError as exc:
+                unread = ItemError(
+                    error_code=int(UNKNOWN_SERVER_ERROR),
+                    error_message=f"The gateway could not read {VALIDATION_POLICY_KEY} from "
+                    f"its state store in time: {exc}",
+                )
+                return dict.fromkeys((r.key for r in resources), unread)
+        current = await self._look_up(cluster, request, resources)
         rulings: dict[Key, Ruling] = {}
         for resource in resources:
             described = current.described.get(resource.key)

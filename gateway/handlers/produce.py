@@ -18,9 +18,17 @@ gateway's own topics gets TOPIC_AUTHORIZATION_FAILED. Transactional requests: on
 fails every partition, so a transaction is never half written. acks=0: no answer is due; a
 rejection writes nothing of the request and closes the connection, as Kafka does.
 
-With a state store shared by several gateway instances, the first Produce to a topic this
-instance has not met waits until the store has caught up (:class:`SettledTopics`), so a topic
-created with a policy through another instance is never written to unvalidated.
+With a state store shared by several gateway instances (``state.store: kafka``), a policy
+written through another instance reaches this one when its tail of the state topic next
+fetches it (up to ``state.refresh_interval_s`` on a broker that holds fetches, as Tansu does).
+The creating instance writes a topic's policy before it creates the topic, so every Produce
+first catches up with the store, as far as the state topic's end when the request was read
+(:meth:`gateway.state.StateStore.settle`; requests at the same time share one end-offset query,
+and with no new write there is nothing to wait for): a topic created with a policy through
+another instance is never written to unvalidated, nor one deleted and created again with a
+policy. Remembering a topic once caught up for it was not enough: a Produce naming a topic
+before it existed, or before it was deleted and created again, counted as meeting it, and the
+next records to the new topic passed unvalidated for as long as this instance's view lagged.
 
 Opt-in (``client_configs.enforce.acks``): a request with acks=1 from a user and client-id
 whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the broker with
@@ -32,8 +40,7 @@ thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -42,6 +49,7 @@ from protocol.codec import Undecodable
 from protocol.errors import (
     INVALID_RECORD,
     KAFKA_STORAGE_ERROR,
+    NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
@@ -82,49 +90,6 @@ Key = tuple[str, int]
 _ALL_REPLICAS = frozenset({"-1", "all"})
 
 
-class SettledTopics:
-    """The topics whose record.validation.policy this gateway instance is known to have read.
-
-    With a state store shared by several instances (``state.store: kafka``), a topic created
-    through another instance with a record.validation.policy has its policy written to the
-    store first and created after; this instance learns of the write with its next fetch of
-    the state topic (up to ``state.refresh_interval_s`` on a broker that holds fetches, as
-    Tansu does). A Produce meanwhile would find no policy and pass unvalidated: a client that
-    produces to a new topic at once, through another instance, would get round its policy.
-    So the first Produce to a topic this instance has not met waits until the store has caught
-    up with every write made before it (:meth:`gateway.state.StateStore.settle`); the policy,
-    written before the topic existed, is then known. Later changes of an existing topic's
-    policy reach this instance as the store delivers them, as config changes reach Kafka's
-    brokers. At most ``capacity`` topics are remembered; one forgotten is settled again.
-    """
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self._topics: OrderedDict[str, None] = OrderedDict()
-        self._capacity = capacity
-
-    def unmet(self, topics: Iterable[str]) -> set[str]:
-        return {topic for topic in topics if topic not in self._topics}
-
-    def add(self, topics: Iterable[str]) -> None:
-        for topic in topics:
-            self._topics[topic] = None
-            self._topics.move_to_end(topic)
-        while len(self._topics) > self._capacity:
-            self._topics.popitem(last=False)
-
-    def cover(self, header: RequestHeader, frame: bytes, settles: bool) -> bool:
-        """Whether a request may pass unread as far as settling goes: the store needs none,
-        or the request names only topics met before (by name: v12 and earlier)."""
-        if not settles:
-            return True
-        if header.api_version >= TOPIC_IDS_SINCE:
-            return False
-        try:
-            return not self.unmet(produce_topics(header, frame))
-        except Undecodable:
-            return False  # read in full, and refused there
-
-
 class Produce(BaseEnforcement[ProduceView, Key]):
     api_key = API_KEY
     versions = VERSIONS
@@ -138,7 +103,6 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         self._services = services
         self._own_ids = OwnTopicIds(services.own_topics)
         self._names = TopicNamesById()
-        self._settled = SettledTopics()
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         services = self._services
@@ -165,7 +129,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         unread = (
             not services.any_validated_topic()
             and not self._may_write_own(ctx, frame)
-            and self._settled.cover(header, frame, services.state.settles)
+            and not services.state.settles
         )
         if unread and services.audit is None:
             return Forward(frame=frame, expect_response=acks != 0)
@@ -175,8 +139,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         if unread and ctx.api_version < TOPIC_IDS_SINCE:
             self._count_unread(ctx, header, frame)
             return Forward(frame=frame, expect_response=acks != 0)
-        # read whole: to validate, to learn a topic's policy first met (a shared state
-        # store), or (v13 names topics by id) for the summaries to count them by name
+        # read whole: to validate, to catch up with a shared state store first, or (v13
+        # names topics by id) for the summaries to count them by name
         return frame
 
     def _may_write_own(self, ctx: RequestContext, frame: bytes) -> bool:
@@ -236,7 +200,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
     ) -> Mapping[Key, Ruling]:
         services = self._services
         names = await self._topic_names(ctx, cluster, request)
-        unsettled = await self._settle(names.get(p.topic, p.topic) for p in request.partitions)
+        unsettled = await self._settle() or self._acks_learnt(ctx, request)
         if unsettled is not None:
             return dict.fromkeys(keys, unsettled)
         rulings: dict[Key, Ruling] = {}
@@ -277,15 +241,12 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             self._summarize_passed(ctx, request, rulings, examined, names)
         return rulings
 
-    async def _settle(self, topics: Iterable[str | None]) -> ItemError | None:
-        """Make sure the validation policies of ``topics`` are known here, for those met for
-        the first time (see :class:`SettledTopics`); the refusal of every partition when the
-        state store cannot say in time (fail closed)."""
+    async def _settle(self) -> ItemError | None:
+        """With a state store shared by several instances, catch up with every write made
+        before this request was read (see the module's docstring); the refusal of every
+        partition when the store cannot say in time (fail closed)."""
         state = self._services.state
         if not state.settles:
-            return None
-        first_met = self._settled.unmet(topic for topic in topics if topic is not None)
-        if not first_met:
             return None
         try:
             await state.settle()
@@ -295,8 +256,31 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                 error_message=f"The gateway could not learn the topic's record.validation."
                 f"policy from its state store in time: {exc}",
             )
-        self._settled.add(first_met)
         return None
+
+    def _acks_learnt(self, ctx: RequestContext, request: ProduceView) -> ItemError | None:
+        """A request left at acks=1 by :meth:`prepare` whose client's acks config, as the
+        store says once caught up, is all: a change made through another instance that this
+        one had not read yet. Refused (retriable), so that the retry is written to -1 rather
+        than the records go with acks=1 for up to ``state.refresh_interval_s``."""
+        services = self._services
+        if not (services.state.settles and services.client_configs.enforce_acks):
+            return None
+        if request.acks != 1:
+            return None
+        configured = client_configs.config_of(
+            services.state.items(client_configs.STATE_NAMESPACE),
+            ctx.principal,
+            ctx.client_id,
+            "acks",
+        )
+        if configured not in _ALL_REPLICAS:
+            return None
+        return ItemError(
+            error_code=int(NOT_ENOUGH_REPLICAS),
+            error_message="Not written: this client's acks config has just become all "
+            "(set through another gateway instance); send the request again.",
+        )
 
     async def _topic_names(
         self, ctx: RequestContext, cluster: ClusterView, request: ProduceView

@@ -499,6 +499,41 @@ def test_acks_enforcement(relayed: BrokerTap, enforce: bool) -> None:
     assert enforced == (len(seen["durable-app"]) if enforce else 0)
 
 
+def test_an_acks_config_set_through_another_instance_decides_the_next_produce(
+    relayed: BrokerTap,
+) -> None:
+    """Two gateways sharing a Kafka state store: an acks=all set through A reaches B's view
+    when B's tail next fetches the state topic (5 s on Tansu here), and B rewrote acks in
+    ``prepare`` from that view: records went to the broker with acks=1 meanwhile. B catches
+    up with the store before judging every Produce; a request it had left at acks=1 and now
+    knows should be all is refused (NOT_ENOUGH_REPLICAS, retriable), so only acks=-1 reaches
+    the broker."""
+    relayed.requests.clear()
+    state_topic = f"kpg-state-{unique_name('cc')}"
+
+    def shared(refresh_interval_s: float) -> GatewayThread:
+        state = {"store": "kafka", "topic": state_topic, "refresh_interval_s": refresh_interval_s}
+        enforce = {"acks": True, "session_timeout": False}
+        config = gateway_config(relayed.address, state=state, client_configs={"enforce": enforce})
+        return GatewayThread(config).start()
+
+    a = shared(0.2)
+    try:
+        b = shared(5.0)
+        try:
+            topic = new_topic(a.bootstrap, {})
+            produce(b.bootstrap, topic, "before", acks=1)  # B has met the topic and the client
+            set_configs(a.bootstrap, {"ANONYMOUS:": {"acks": "all"}})
+            produce(b.bootstrap, topic, "after", acks=1)
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+    seen = produce_acks(relayed, topic)
+    assert set(seen["before"]) == {1}
+    assert set(seen["after"]) == {-1}
+
+
 @pytest.mark.parametrize("enforce", [True, False])
 def test_session_timeout_enforcement(relayed: BrokerTap, enforce: bool) -> None:
     gw = enforcing(relayed, acks=False, session_timeout=enforce)

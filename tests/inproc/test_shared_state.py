@@ -6,8 +6,8 @@ The race: the creating gateway writes the policy to the state topic, then create
 the other learns of the write with its next fetch of the state topic. Tansu holds every fetch
 for its full wait (``state.refresh_interval_s``, 5 s for gateway B here), so B's view lags by
 up to that long, and a record produced through B right after the creation found no policy and
-was written unvalidated. B now catches up with the store before the first Produce to a topic
-it has not met (:class:`gateway.handlers.produce.SettledTopics`).
+was written unvalidated. B now catches up with the store before every Produce (see
+:mod:`gateway.handlers.produce`).
 """
 
 from __future__ import annotations

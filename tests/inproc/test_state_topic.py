@@ -17,6 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from gateway.config import HostPort
 from gateway.embedded import EmbeddedBroker, free_port
 from gateway.state import KafkaTopicStore, StateStoreError
+from tests.support import BrokerTap
 
 pytestmark = pytest.mark.inproc
 
@@ -405,6 +406,87 @@ def test_a_conditional_write_is_made_only_over_what_was_judged(
             )
             assert await eventually(lambda: b.get(NS, "alice/app/acks") == "-1")
         finally:
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_settles_at_the_same_time_share_one_end_offset_query(
+    tap: BrokerTap, state_topic: str
+) -> None:
+    """Every Produce through an instance of a shared store settles first, so settles at the
+    same time share a query of the topic's end: one under way, and one more for every call
+    made after it had been sent (it may have read the end before a write those calls must
+    see). Without sharing, each Produce cost the broker a ListOffsets."""
+    list_offsets = 2
+
+    def queries() -> int:
+        return sum(1 for r in tap.requests if r.api_key == list_offsets)
+
+    async def main() -> None:
+        a = await started(tap.address, state_topic)
+        b = await started(tap.address, state_topic, refresh_interval_s=5.0)
+        try:
+            before = queries()
+            tap.hold_requests(list_offsets)
+            first = asyncio.ensure_future(b.settle())
+            assert await eventually(lambda: queries() == before + 1)
+            await a.put(NS, "orders", "strict")
+            late = [asyncio.ensure_future(b.settle()) for _ in range(20)]
+            await asyncio.sleep(0)  # each late call runs up to its wait
+            tap.release_requests()
+            await asyncio.gather(first, *late)
+            assert b.get(NS, "orders") == "strict"
+            assert queries() == before + 2
+        finally:
+            tap.release_requests()
+            await a.close()
+            await b.close()
+
+    run(main())
+
+
+def test_a_settle_called_during_another_sees_a_write_made_before_it(
+    broker: HostPort, state_topic: str
+) -> None:
+    """A settle called while another is under way does not take that one's end offset, read
+    before the call and so perhaps before a write the caller must see (a topic's policy,
+    written before the topic was created): it waits for a query of its own. B's end-offset
+    answer is held back here, after the broker gave it, while A writes; B's tail, on Tansu,
+    sees the write only with its next fetch, 5 s on."""
+
+    class HeldEnds(KafkaTopicStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.gate = asyncio.Event()
+            self.gate.set()
+            self.asked = asyncio.Event()
+
+        async def _end_offset(self) -> int:
+            end = await super()._end_offset()
+            self.asked.set()
+            await self.gate.wait()
+            return end
+
+    async def main() -> None:
+        a = await started(broker, state_topic)
+        b = HeldEnds([broker], state_topic, refresh_interval_s=5.0, request_timeout_s=20)
+        await b.start()
+        try:
+            b.gate.clear()
+            b.asked.clear()
+            first = asyncio.ensure_future(b.settle())
+            await b.asked.wait()  # its end offset read, its answer held
+            await a.put(NS, "orders", "strict")
+            late = asyncio.ensure_future(b.settle())
+            await asyncio.sleep(0)  # the late call runs up to its wait
+            b.gate.set()
+            await first
+            await late
+            assert b.get(NS, "orders") == "strict"
+        finally:
+            b.gate.set()
             await a.close()
             await b.close()
 

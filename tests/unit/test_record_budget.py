@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from unittest import mock
@@ -384,3 +385,35 @@ def test_zstd_is_fed_so_that_one_step_inflates_a_bounded_size(layout: str) -> No
     assert values == [bytes(range(256)) * 4] * 65_536
     assert sum(made) == records.size_in_bytes == len(section) > 64_000_000
     assert max(made) <= 384 * 1024
+
+
+# --- what the validator keeps per record.validation.policy value --------------------------
+
+
+def test_values_no_topic_holds_any_more_are_forgotten(validator: RecordValidator) -> None:
+    """A client that may alter its topic's record.validation.policy can give it a new value
+    before each Produce; the validator learnt each value (hints, a plan: 24 KB for a value
+    of 4 KB) and kept it for good, so a worker grew by some 10 MB a second until the kernel
+    killed it. It keeps the values last learnt (so a second run of 2,000 new values holds
+    no more than the first), and one forgotten is learnt again."""
+    pad = ";".join(f"header:h{i:03d}" for i in range(300))  # a value of 4 KB, as stored
+    good = batch_of(records_section((b"k", b"v")), 1, "none")
+
+    def new_values(start: int) -> None:
+        for i in range(start, start + 2000):
+            (outcome,) = validator.validate([("t", 0, f"header:x{i};{pad}", good)])
+            assert outcome.error is not None  # no header x<i>: rejected, as every time
+
+    tracemalloc.start()
+    try:
+        new_values(0)
+        first = tracemalloc.get_traced_memory()[0]
+        new_values(2000)
+        grown = tracemalloc.get_traced_memory()[0] - first
+    finally:
+        tracemalloc.stop()
+    assert grown < 5_000_000, f"{grown / 1e6:.0f} MB more for 2,000 more values"
+    (again,) = validator.validate([("t", 0, f"header:x0;{pad}", good)])
+    assert again.error is not None
+    (passes,) = validator.validate([("t", 0, "key-required", good)])
+    assert passes.error is None
