@@ -1,0 +1,285 @@
+"""Routes through the metrics listener (``metrics: HOST:PORT``), the gateway's other door:
+whoever reaches the port can open connections and send HTTP. Each case runs the real gateway
+(in-process, or `kpg run` as a process) in front of the tapped real broker, and talks to the
+listener over real sockets. What the listener bounds is in :mod:`gateway.health`."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import resource
+import signal
+import socket
+import struct
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from gateway.health import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, REQUEST_TIMEOUT_S
+from tests.e2e.test_gateway_process import kpg_config, start_kpg
+from tests.e2e.test_workers import write_config
+from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, wait_for
+
+pytestmark = pytest.mark.adversarial
+
+API_VERSIONS = 18
+WITHIN = REQUEST_TIMEOUT_S + 25
+"""How long a test waits for a drop that is due after REQUEST_TIMEOUT_S (generous: the
+machine is shared)."""
+
+
+@pytest.fixture
+def gw(tap: BrokerTap) -> Iterator[GatewayThread]:
+    running = GatewayThread(gateway_config(tap.address, metrics="127.0.0.1:0")).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def metrics_address(gw: GatewayThread) -> tuple[str, int]:
+    port = gw.gateway.metrics_port
+    assert port is not None
+    return "127.0.0.1", port
+
+
+def get(address: tuple[str, int], path: str) -> tuple[int, str]:
+    url = f"http://{address[0]}:{address[1]}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def connect(address: tuple[str, int], source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(address, timeout=30, source_address=(source, 0))
+
+
+def closed_unanswered(sock: socket.socket, timeout: float) -> bool:
+    """The listener closes ``sock`` within ``timeout`` without a byte of answer."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def dropped(gw: GatewayThread, reason: str) -> float:
+    return gw.metric("kpg_metrics_http_dropped_total", reason=reason)
+
+
+def served(bootstrap: str) -> bool:
+    answer = RawClient(bootstrap).request(
+        API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    )
+    return bool(answer.error_code == 0)
+
+
+# --- connections that hold a thread and a file -------------------------------------------
+
+
+def test_a_silent_connection_is_dropped(gw: GatewayThread) -> None:
+    sock = connect(metrics_address(gw))
+    assert closed_unanswered(sock, WITHIN), "a silent connection is held past the timeout"
+    assert dropped(gw, "request_timeout") == 1
+    assert get(metrics_address(gw), "/healthz") == (200, "ok\n")
+
+
+def test_a_request_sent_a_byte_at_a_time_is_dropped(gw: GatewayThread) -> None:
+    """Each byte comes well within any per-read timeout; the request as a whole does not."""
+    sock = connect(metrics_address(gw))
+    request = b"GET /metrics HTTP/1.0\r\n" + b"X-Slow: " + b"a" * 1000
+    deadline = time.monotonic() + WITHIN
+    closed = False
+    for byte in request:
+        if time.monotonic() > deadline:
+            break
+        try:
+            sock.sendall(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+        if closed_unanswered(sock, 0.5):
+            closed = True
+            break
+    assert closed, "a trickling request is held past the timeout"
+    assert dropped(gw, "request_timeout") == 1
+
+
+def test_a_huge_request_is_dropped_unread(gw: GatewayThread) -> None:
+    """Headers under http.server's own limits (100 lines of 64 KiB) still add up to 6 MiB a
+    connection; the listener reads 16 KiB of a request at most."""
+    sock = connect(metrics_address(gw))
+    headers = b"".join(b"X-Big-%d: %s\r\n" % (i, b"a" * 4000) for i in range(20))
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(b"GET /metrics HTTP/1.0\r\n" + headers + b"\r\n")
+    assert closed_unanswered(sock, WITHIN), "an 80 KB request was answered"
+    assert wait_for(lambda: dropped(gw, "request_too_large") == 1)
+
+
+def test_connections_over_the_caps_are_closed_at_once(gw: GatewayThread) -> None:
+    """One address holds MAX_CONNECTIONS_PER_ADDRESS at most; all addresses together,
+    MAX_CONNECTIONS; the next is closed at accept, long before any timeout."""
+    address = metrics_address(gw)
+    held = [connect(address) for _ in range(MAX_CONNECTIONS_PER_ADDRESS)]
+    one_more = connect(address)
+    assert closed_unanswered(one_more, REQUEST_TIMEOUT_S / 2)
+    assert dropped(gw, "max_connections_per_address") == 1
+    # from other loopback addresses, up to the listener's cap
+    sources = [f"127.0.0.{2 + i // MAX_CONNECTIONS_PER_ADDRESS}" for i in range(MAX_CONNECTIONS)]
+    held += [connect(address, source) for source in sources[: MAX_CONNECTIONS - len(held)]]
+    over = connect(address, "127.0.0.99")
+    assert closed_unanswered(over, REQUEST_TIMEOUT_S / 2)
+    assert dropped(gw, "max_connections") == 1
+    for sock in held:
+        sock.close()
+    assert wait_for(lambda: get(address, "/healthz")[0] == 200, 30)
+
+
+def test_resets_are_counted_not_printed(
+    gw: GatewayThread, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """socketserver printed a 28-line traceback to stderr for each connection reset
+    mid-request: a client could write the log full at will."""
+    address = metrics_address(gw)
+    for _ in range(20):
+        sock = connect(address)
+        sock.sendall(b"GET /metrics HTTP/1.0\r\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    assert wait_for(lambda: dropped(gw, "connection_error") == 20, 30)
+    assert get(address, "/healthz")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@contextlib.contextmanager
+def open_file_limit(pid: int, limit: int) -> Iterator[None]:
+    """The process ``pid`` runs with at most ``limit`` open files meanwhile (its soft limit:
+    lowering the hard one could not be undone without privileges)."""
+    before = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, before[1]))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, before)
+
+
+def flood(address: tuple[str, int], connections: int) -> list[socket.socket]:
+    """Up to ``connections`` idle connections from 8 loopback addresses; stops at the first
+    that the listener does not take within 2 s (it has stopped accepting)."""
+    opened = []
+    for i in range(connections):
+        try:
+            opened.append(
+                socket.create_connection(
+                    address, timeout=2, source_address=(f"127.0.0.{10 + i % 8}", 0)
+                )
+            )
+        except TimeoutError:
+            break
+    return opened
+
+
+def test_idle_metrics_connections_do_not_starve_the_kafka_listener(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The metrics port and the Kafka listeners share the process's open files: idle HTTP
+    connections to a `kpg run` limited to 256 files used to take them all (400 from 8
+    addresses), and a Kafka client was no longer accepted."""
+    metrics = f"127.0.0.1:{_free_port()}"
+    config = kpg_config(tmp_path, tap.address, metrics=metrics)
+    process, bootstrap = start_kpg("--config", str(config))
+    host, _, port = metrics.rpartition(":")
+    idle: list[socket.socket] = []
+    try:
+        assert served(bootstrap)
+        assert len(list(Path(f"/proc/{process.pid}/fd").iterdir())) < 128
+        with open_file_limit(process.pid, 256):
+            idle = flood((host, int(port)), 400)
+            assert served(bootstrap), "a Kafka client is not served beside idle HTTP ones"
+    finally:
+        for sock in idle:
+            sock.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- /readyz and the brokers ---------------------------------------------------------------
+
+
+def test_a_flood_of_readyz_is_not_a_flood_of_broker_connections(
+    gw: GatewayThread, tap: BrokerTap
+) -> None:
+    """Every GET /readyz opened a connection to a broker (up to 5 s each): 200 of them, 200
+    broker connections. Now at most one probe runs at a time, and its result answers for a
+    second: the probes are bounded by the flood's length in seconds, not by its size."""
+    address = metrics_address(gw)
+    assert get(address, "/readyz")[0] == 200
+    before = tap.connections
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: get(address, "/readyz"), range(200)))
+    seconds = time.monotonic() - started
+    assert all(status == 200 for status, _ in answers)
+    probes = tap.connections - before
+    assert probes <= seconds + 2, f"{probes} broker connections for 200 /readyz in {seconds:.1f} s"
+
+
+def test_readyz_still_follows_the_upstream(gw: GatewayThread, tap: BrokerTap) -> None:
+    """The shared result ages out: a broker that stops answering makes /readyz 503 within a
+    probe's time, and 200 again once it answers."""
+    address = metrics_address(gw)
+    assert get(address, "/readyz")[0] == 200
+    tap.hold_answers()
+    try:
+        assert wait_for(lambda: get(address, "/readyz")[0] == 503, 60)
+    finally:
+        tap.release_answers()
+    assert wait_for(lambda: get(address, "/readyz")[0] == 200, 30)
+
+
+# --- kpg run --workers N: the supervisor serves the port -----------------------------------
+
+
+def test_the_supervisors_listener_has_the_same_bounds(tap: BrokerTap, tmp_path: Path) -> None:
+    """Under `kpg run --workers 2` the supervisor serves the metrics port (the workers serve
+    none): its connections are capped and timed out as a single gateway's are, and its
+    /readyz shares its probes."""
+    config = write_config(tmp_path, tap.address)
+    process, _ = start_kpg("--config", str(config), "--workers", "2")
+    host, _, port = str(yaml.safe_load(config.read_text())["metrics"]).rpartition(":")
+    address = (host, int(port))
+    try:
+        assert wait_for(lambda: get(address, "/readyz")[0] == 200, 60)
+        held = [connect(address) for _ in range(MAX_CONNECTIONS_PER_ADDRESS)]
+        assert closed_unanswered(connect(address), REQUEST_TIMEOUT_S / 2)
+        assert all(closed_unanswered(sock, WITHIN) for sock in held)
+        text = get(address, "/metrics")[1]
+        assert 'kpg_metrics_http_dropped_total{reason="max_connections_per_address"} 1.0' in text
+        assert f'kpg_metrics_http_dropped_total{{reason="request_timeout"}} {len(held)}.0' in text
+        before = tap.connections
+        started = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: get(address, "/readyz"), range(100)))
+        seconds = time.monotonic() - started
+        assert all(status == 200 for status, _ in answers)
+        assert tap.connections - before <= seconds + 2
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
