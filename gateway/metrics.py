@@ -9,10 +9,11 @@ add up (``multiprocess_mode``), live workers only."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from protocol.versions import DECODABLE, api_name
+from protocol.versions import API_NAMES, DECODABLE, UNREAD_API_KEY, api_name
 
 from .health import MetricsEndpoint, Readiness
 from .record_validation import PartitionOutcome
@@ -20,7 +21,19 @@ from .record_validation import PartitionOutcome
 _UNSUPPORTED_VERSION = -1
 """Stands for every version of an API the gateway cannot decode, in the request counts."""
 
+UNKNOWN_API: Final = "Unknown"
+"""The ``api`` label of every API key the gateway does not know."""
+
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+def api_label(api_key: int) -> str:
+    """The ``api`` label of ``api_key``: one for every key the gateway does not know, so that
+    a client sending a frame of each int16 key cannot make a series of each (it made 2,000
+    series of ``kpg_policy_decisions_total`` in 0.6 s, 65,536 at most: a 13 MB scrape)."""
+    if api_key == UNREAD_API_KEY or api_key in API_NAMES:
+        return api_name(api_key)
+    return UNKNOWN_API
 
 
 class GatewayMetrics:
