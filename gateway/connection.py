@@ -298,6 +298,11 @@ class ClientConnection:
     def _reject(self, reason: str, metric_reason: str) -> None:
         self._metrics.rejected_frames.labels(metric_reason).inc()
         log.warning("%s: closing connection: %s", self.peer, reason)
+        if self._audit_pace is not None and metric_reason not in _AUDITED_REASONS:
+            # Not audited, so not charged there: the line logged is what the client had
+            # written, and a client opening connection after connection only to leave each
+            # one half-way (or fail SASL) wrote one each, unpaced.
+            self._audit_pace.charge(self._host_key, 1)
 
     def _slots_put_end(self) -> None:
         try:
@@ -589,6 +594,9 @@ _AUDITED_FRAME_REFUSALS: Final[Mapping[str, str]] = {
     "bad_header": "protocol",
     "unknown_api_key": "protocol",
 }
+
+_AUDITED_REASONS: Final = frozenset(_AUDITED_CLOSES) | frozenset(_AUDITED_FRAME_REFUSALS)
+"""The refusals whose audit event is charged to the client's audit pace already."""
 
 _KEY_VERSION: Final = struct.Struct(">hh")
 
