@@ -11,12 +11,16 @@ import time
 from collections.abc import Callable
 
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
+from gateway.config import HostPort
+from protocol.codec import encode_request
 from protocol.framing import SIZE
 from tests.support import BrokerTap, GatewayThread, gateway_config, wait_for
 
 pytestmark = pytest.mark.adversarial
 
+API_VERSIONS = 18
 RATE = 2
 """client.audit.events.per.sec in these cases: a client may have 10 s of it written at once."""
 
@@ -71,3 +75,49 @@ def test_connections_left_half_way_are_logged_at_the_clients_pace(
         attacker.join(60)
     finally:
         gw.stop()
+
+
+def test_connections_while_no_broker_answers_are_logged_at_the_clients_pace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the brokers cannot be reached, each connection's first request makes the
+    gateway try them and log a warning, with no audit event: a client reconnecting in a loop
+    had a line written (and a broker connect tried) for each, unpaced."""
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        nowhere = HostPort(host="127.0.0.1", port=gone.getsockname()[1])
+    config = gateway_config(nowhere, limits={"client.audit.events.per.sec": RATE})
+    gw = GatewayThread(config).start()
+    host, _, port = gw.bootstrap.rpartition(":")
+    request = encode_request(
+        API_VERSIONS,
+        3,
+        1,
+        "t",
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+    )
+
+    def flood() -> None:
+        for _ in range(200):
+            try:
+                with socket.create_connection((host, int(port)), timeout=30) as sock:
+                    sock.sendall(request)
+                    sock.recv(64)  # closed unanswered: reconnect, as a client does
+            except OSError:
+                return  # the gateway has stopped
+
+    def lines() -> int:
+        return sum("closing client connection" in r.getMessage() for r in caplog.records)
+
+    attacker = threading.Thread(target=flood, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gateway.connection"):
+            started = time.monotonic()
+            attacker.start()
+            assert wait_for(lambda: lines() >= 40, 60)
+            elapsed = time.monotonic() - started
+            logged = lines()
+        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+    finally:
+        gw.stop()
+    attacker.join(30)
