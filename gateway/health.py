@@ -20,6 +20,9 @@ and every drop is counted (``kpg_metrics_http_dropped_total{reason}``):
   accept (an idle client, or one sending a byte now and then, is dropped), and its answer
   must leave within as long again. One request per connection (HTTP/1.0).
 - Size: the request line and headers together, at most :data:`MAX_REQUEST_BYTES`.
+- Scrapes: ``/metrics`` encodes the registry holding the interpreter's lock the event loop
+  needs, so scrapes share encodings, begun after they asked, one at a time and for at most
+  :data:`SCRAPE_DUTY` of the time (:class:`SharedScrape`).
 - Upstream probes: ``/readyz`` answers from a result at most :data:`READINESS_MAX_AGE_S` old;
   at most one probe runs at a time and the requests arriving meanwhile share its result, so
   a flood of ``/readyz`` is not a flood of broker connections.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import io
 import itertools
 import logging
@@ -68,6 +72,11 @@ REQUEST_TIMEOUT_S: Final = 5.0
 to take its answer)."""
 MAX_REQUEST_BYTES: Final = 16 * 1024
 """The request line and headers of one request (a probe or a scrape sends some 200 bytes)."""
+SCRAPE_DUTY: Final = 0.1
+"""The share of the time the listener may spend encoding ``/metrics`` (see
+:class:`SharedScrape`)."""
+MIN_SCRAPE_INTERVAL_S: Final = 0.1
+"""The shortest time between the ends and starts of two encodings of ``/metrics``."""
 READINESS_MAX_AGE_S: Final = 1.0
 """How old the readiness a ``/readyz`` answer gives may be (kubelet probes every 10 s by
 default, at most every second)."""
@@ -172,6 +181,58 @@ class SharedReadiness:
         except Exception as exc:  # noqa: BLE001 - a probe that breaks says "not ready"
             log.exception("readiness check failed")
             return Readiness(ready=False, reason=f"readiness check failed: {exc!r}")
+
+
+class SharedScrape:
+    """Encodings of the registry for ``/metrics``: fresh (begun after the scrape asked), one
+    at a time, and no more than :data:`SCRAPE_DUTY` of the time: after an encoding of ``d``
+    seconds the next begins ``max(MIN_SCRAPE_INTERVAL_S, d * (1 / SCRAPE_DUTY - 1))`` later.
+    Scrapes arriving meanwhile share the next one. An encoding holds the interpreter's lock
+    that the event loop needs: 6 clients scraping in a loop (940 scrapes a second) made Kafka
+    requests through the gateway 5 times slower (p50 0.40 ms to 2.11 ms, p99 0.60 to 6.11)."""
+
+    def __init__(
+        self, encode: Callable[[], bytes], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._encode = encode
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._running = False
+        self._started = 0
+        self._finished = 0
+        self._body = b""
+        self._next_start = float("-inf")
+        self.encodings = 0
+
+    def __call__(self) -> bytes:
+        with self._changed:
+            asked_after = self._started  # an encoding under way began before this scrape
+            while True:
+                if self._finished > asked_after:
+                    return self._body
+                wait = self._next_start - self._clock()
+                if not self._running and wait <= 0:
+                    self._running = True
+                    self._started += 1
+                    number = self._started
+                    break
+                self._changed.wait(wait if not self._running else None)
+        began = self._clock()
+        body = None
+        try:
+            body = self._encode()
+        finally:
+            with self._changed:
+                took = self._clock() - began
+                self._running = False
+                self.encodings += 1
+                self._next_start = (
+                    began + took + max(MIN_SCRAPE_INTERVAL_S, took * (1 / SCRAPE_DUTY - 1))
+                )
+                if body is not None:
+                    self._finished, self._body = number, body
+                self._changed.notify_all()
+        return body
 
 
 class _Drops:
@@ -327,6 +388,7 @@ class MetricsEndpoint:
         self.request_timeout_s = request_timeout_s
         self.max_request_bytes = max_request_bytes
         self.drops = _Drops()
+        self._scrapes: dict[str, SharedScrape] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -366,7 +428,12 @@ class MetricsEndpoint:
             status = 200 if readiness.ready else 503
             return status, "text/plain; charset=utf-8", f"{readiness.reason}\n".encode()
         encoder, content_type = choose_encoder(accept or "")
-        return 200, content_type, encoder(self._registry)
+        scrape = self._scrapes.get(content_type)
+        if scrape is None:  # one per format: some clients ask for OpenMetrics
+            scrape = self._scrapes.setdefault(
+                content_type, SharedScrape(functools.partial(encoder, self._registry))
+            )
+        return 200, content_type, scrape()
 
 
 class _Handler(BaseHTTPRequestHandler):
