@@ -83,6 +83,8 @@ SCRAPE_DUTY: Final = 0.1
 :class:`SharedScrape`)."""
 MIN_SCRAPE_INTERVAL_S: Final = 0.1
 """The shortest time between the ends and starts of two encodings of ``/metrics``."""
+MAX_FORMATS: Final = 4
+"""Exposition formats (content types) served; the text format for any further one."""
 READINESS_MAX_AGE_S: Final = 1.0
 """How old the readiness a ``/readyz`` answer gives may be (kubelet probes every 10 s by
 default, at most every second)."""
@@ -459,13 +461,28 @@ class MetricsEndpoint:
             readiness = self.readiness()
             status = 200 if readiness.ready else 503
             return status, "text/plain; charset=utf-8", f"{readiness.reason}\n".encode()
-        encoder, content_type = choose_encoder(accept or "")
+        content_type, scrape = self._scrape_for(accept or "")
+        return 200, content_type, scrape()
+
+    def _scrape_for(self, accept: str) -> tuple[str, SharedScrape]:
+        """The format ``accept`` asks for (Prometheus asks for OpenMetrics), among the
+        :data:`MAX_FORMATS` first asked for; else, or for an Accept header prometheus_client
+        cannot read (``text/plain; version=x`` raised TypeError, answered 500 with a
+        traceback logged), the text format. The client writes the version into the content
+        type: one encoding each would be unshared, and kept."""
+        try:
+            encoder, content_type = choose_encoder(accept)
+        except (TypeError, ValueError):
+            encoder, content_type = choose_encoder("")
         scrape = self._scrapes.get(content_type)
-        if scrape is None:  # one per format: some clients ask for OpenMetrics
+        if scrape is None and len(self._scrapes) >= MAX_FORMATS:
+            encoder, content_type = choose_encoder("")
+            scrape = self._scrapes.get(content_type)
+        if scrape is None:
             scrape = self._scrapes.setdefault(
                 content_type, SharedScrape(functools.partial(encoder, self._registry))
             )
-        return 200, content_type, scrape()
+        return content_type, scrape
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import resource
 import signal
 import socket
@@ -27,6 +28,7 @@ from gateway.health import (
     ACCEPTS_PER_SEC,
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_ADDRESS,
+    MAX_FORMATS,
     REQUEST_TIMEOUT_S,
 )
 from tests.e2e.test_gateway_process import kpg_config, start_kpg
@@ -56,10 +58,11 @@ def metrics_address(gw: GatewayThread) -> tuple[str, int]:
     return "127.0.0.1", port
 
 
-def get(address: tuple[str, int], path: str) -> tuple[int, str]:
+def get(address: tuple[str, int], path: str, accept: str | None = None) -> tuple[int, str]:
     url = f"http://{address[0]}:{address[1]}{path}"
+    request = urllib.request.Request(url, headers={} if accept is None else {"Accept": accept})
     try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
+        with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -303,6 +306,30 @@ def test_a_flood_of_scrapes_is_not_a_flood_of_encodings(gw: GatewayThread) -> No
     seconds = time.monotonic() - started
     assert all(status == 200 and "kpg_connections_total" in text for status, text in answers)
     assert counted.count <= 10 * seconds + 2, f"{counted.count} encodings in {seconds:.1f} s"
+
+
+def test_accept_headers_neither_break_nor_multiply_scrapes(
+    gw: GatewayThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prometheus_client reads the Accept header: ``text/plain; version=x`` made it raise
+    (a 500 and a traceback logged per request), and each OpenMetrics version a client names
+    is a content type of its own. An unreadable header gets the text format, and the formats
+    served are a few: no version string buys an encoding of its own."""
+    address = metrics_address(gw)
+    with caplog.at_level(logging.ERROR, logger="gateway.health"):
+        status, text = get(address, "/metrics", accept="text/plain; version=x")
+    assert (status, "kpg_connections_total" in text) == (200, True)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    counted = CountedCollections()
+    gw.gateway.metrics.registry.register(counted)  # type: ignore[arg-type]
+    started = time.monotonic()
+    versions = [f"application/openmetrics-text; version=1.0.{i}" for i in range(60)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda accept: get(address, "/metrics", accept), versions))
+    seconds = time.monotonic() - started
+    assert all(status == 200 for status, _ in answers)
+    formats = MAX_FORMATS + 1  # and the text format
+    assert counted.count <= formats * (10 * seconds + 2), f"{counted.count} in {seconds:.1f} s"
 
 
 def test_a_scrape_sees_what_happened_before_it_asked(gw: GatewayThread) -> None:
