@@ -9,8 +9,10 @@ import struct
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support import BrokerTap, GatewayThread, gateway_config
+from tests.support import BrokerTap, GatewayThread, gateway_config, unique_name
 
 pytestmark = pytest.mark.adversarial
 
@@ -57,3 +59,24 @@ def test_unknown_api_keys_share_one_series(gw: GatewayThread, tap: BrokerTap) ->
         gw.metric("kpg_policy_decisions_total", api="Unknown", policy="protocol", outcome="denied")
         == 300
     )
+
+
+def test_validated_topics_past_the_cap_share_one_series(gw: GatewayThread) -> None:
+    """The record validation counters are labelled by topic, and a series outlives its
+    topic: a client allowed to create and delete validated topics added four series for each
+    one it went through. Past max_topic_labels topics, they count under topic="_other"."""
+    gw.gateway.metrics.max_topic_labels = 3
+    admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+    topics = [unique_name("churn") for _ in range(5)]
+    configs = {"record.validation.policy": "key-required"}
+    created = admin.create_topics([NewTopic(t, 1, 1, config=configs) for t in topics])
+    for future in created.values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": gw.bootstrap, "linger.ms": 0})
+    for topic in topics:
+        producer.produce(topic, b"v", key=b"k")
+        assert producer.flush(30) == 0
+    labelled = series(gw, "kpg_records_validated_total", "topic")
+    assert len(labelled - {"_other"}) == 3 and labelled <= {*topics, "_other"}
+    policy = "BuiltinRecordValidationPolicy"
+    assert gw.metric("kpg_records_validated_total", topic="_other", policy=policy) == 2
