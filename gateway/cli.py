@@ -118,7 +118,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "upstream.tls, upstream.sasl, metrics, tls, sasl, state and audit need a restart. On "
         "the metrics listener: /metrics, /healthz, "
         "/readyz (a broker probe at most once a second; 32 connections, 8 per address, 50 "
-        "accepted a second, 5 s and 16 KiB per request). At start the soft open-file limit is raised to the hard one."
+        "accepted a second, 5 s and 16 KiB per request). At start the soft open-file limit "
+        "is raised to the hard one."
     )
 
 
