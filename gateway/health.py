@@ -145,16 +145,20 @@ def _ask(server: HostPort, timeout_s: float, tls: ssl.SSLContext | None) -> str 
 
 class SharedReadiness:
     """A readiness check run at most once at a time, and its result given again for
-    ``max_age_s``: requests that arrive while it runs wait for it and share its result."""
+    ``max_age_s``: requests that arrive while it runs wait for it and share its result, for
+    ``max_wait_s`` at most (a probe of several unreachable brokers takes 5 s each): then they
+    are answered not ready, and give their connection back."""
 
     def __init__(
         self,
         readiness: Callable[[], Readiness],
         max_age_s: float = READINESS_MAX_AGE_S,
         clock: Callable[[], float] = time.monotonic,
+        max_wait_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
         self._readiness = readiness
         self._max_age_s = max_age_s
+        self._max_wait_s = max_wait_s
         self._clock = clock
         self._done = threading.Condition()
         self._running = False
@@ -163,6 +167,7 @@ class SharedReadiness:
         """Readiness checks run (each one a probe of the brokers)."""
 
     def __call__(self) -> Readiness:
+        give_up = time.monotonic() + self._max_wait_s
         with self._done:
             while True:
                 last = self._last
@@ -172,7 +177,14 @@ class SharedReadiness:
                     self._running = True
                     self.checks += 1
                     break
-                self._done.wait()
+                waited = give_up - time.monotonic()
+                if waited <= 0:
+                    return Readiness(
+                        ready=False,
+                        reason=f"not ready: a probe of the upstream has run over "
+                        f"{self._max_wait_s:g} s",
+                    )
+                self._done.wait(waited)
         readiness = Readiness(ready=False, reason="not ready: the readiness check did not end")
         try:
             readiness = self._check()
@@ -415,7 +427,9 @@ class MetricsEndpoint:
         accepts_per_sec: float = ACCEPTS_PER_SEC,
     ) -> None:
         self._registry = registry
-        self.readiness = SharedReadiness(readiness, readiness_max_age_s)
+        self.readiness = SharedReadiness(
+            readiness, readiness_max_age_s, max_wait_s=request_timeout_s
+        )
         self.max_connections = max_connections
         self.max_connections_per_address = max_connections_per_address
         self.request_timeout_s = request_timeout_s

@@ -12,6 +12,7 @@ import resource
 import signal
 import socket
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.metrics_core import Metric
 
 from gateway.health import (
@@ -30,6 +31,8 @@ from gateway.health import (
     MAX_CONNECTIONS_PER_ADDRESS,
     MAX_FORMATS,
     REQUEST_TIMEOUT_S,
+    MetricsEndpoint,
+    Readiness,
 )
 from tests.e2e.test_gateway_process import kpg_config, start_kpg
 from tests.e2e.test_workers import write_config
@@ -339,6 +342,37 @@ def test_a_scrape_sees_what_happened_before_it_asked(gw: GatewayThread) -> None:
     for expected in range(1, 6):
         counter.inc()
         assert f"kpg_test_scraped_total {expected}.0" in get(address, "/metrics")[1]
+
+
+def test_readyz_waits_for_a_long_probe_only_so_long() -> None:
+    """Requests that share a probe wait for it within the request timeout, then are answered
+    not ready: a probe of unreachable brokers (5 s each) held every /readyz waiting on it,
+    and the connection slots with them. The probe here is one the test holds."""
+    held = threading.Event()
+    probing = threading.Event()
+
+    def readiness() -> Readiness:
+        probing.set()
+        held.wait(60)
+        return Readiness(ready=True, reason="ready")
+
+    endpoint = MetricsEndpoint(CollectorRegistry(), readiness, request_timeout_s=1)
+    address = ("127.0.0.1", endpoint.serve("127.0.0.1", 0))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            first = pool.submit(get, address, "/readyz")
+            assert probing.wait(30)
+            status, body = get(address, "/readyz")
+            assert (status, body.startswith("not ready: a probe of the upstream has run")) == (
+                503,
+                True,
+            )
+            assert not first.done()  # the probe still runs
+            held.set()
+            assert first.result(30) == (200, "ready\n")
+    finally:
+        held.set()
+        endpoint.stop()
 
 
 # --- kpg run --workers N: the supervisor serves the port -----------------------------------
