@@ -329,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # first: max.connections' default is derived from it
+    try:
+        # Reads KPG_RECORD_SCANNER on import: a value it refuses stops kpg run here, before
+        # an embedded broker or a worker starts, not as a traceback in every worker.
+        importlib.import_module("protocol.records")
+    except ImportError as exc:
+        print(f"kpg: {exc}", file=sys.stderr)
+        return 2
     overrides = {
         "upstream.bootstrap_servers": args.upstream,
         "listen": args.listen,
