@@ -107,6 +107,8 @@ class Gateway:
         self._reload_lock = asyncio.Lock()
         self.metrics.set_policy_version(config.policy_version)
         self._bootstrap: Listener | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
+        """Client TLS handshakes under way (over TLS, see :meth:`_accept_tls`)."""
         self._connections: set[ClientConnection] = set()
         self._connection_limits = ConnectionLimits(config.limits, self.metrics)
         self._request_memory = RequestMemory(config.limits.queued_max_request_bytes, self.metrics)
@@ -443,9 +445,11 @@ class Gateway:
         if not self._connection_limits.admit(host):
             sock.close()  # closed at once, before a byte is read or a handshake begun
             return
-        self.tasks.spawn(
+        task = self.tasks.spawn(
             self._handshake(sock, context, listener, targets, host), name=f"tls-{host}"
         )
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
 
     async def _handshake(
         self,
@@ -513,6 +517,8 @@ class Gateway:
         if self._bootstrap is not None:
             self._bootstrap.close()
         self.nodes.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()  # no request in flight to wait for
         for connection in list(self._connections):
             connection.stop_reading()
         if not await self.tasks.wait(self.config.shutdown_timeout_s):

@@ -316,6 +316,24 @@ def test_a_stalled_tls_handshake_is_closed_as_an_idle_connection(tap: BrokerTap,
         assert served_over_tls(gw.bootstrap, pki)  # the one place was given back both times
 
 
+def test_a_stalled_tls_handshake_does_not_hold_the_shutdown(
+    tap: BrokerTap, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handshake has no request in flight to finish: stopping the gateway cancels it at
+    once instead of waiting the shutdown timeout out for it."""
+    with caplog.at_level(logging.WARNING, logger="gateway.server"):
+        gw = GatewayThread(gateway_config(tap.address, tls=tls_listener(pki))).start()
+        try:
+            stalled = RawClient(gw.bootstrap)
+            # accepted in order: once this one is served, the stalled one has been accepted
+            assert served_over_tls(gw.bootstrap, pki)
+        finally:
+            gw.stop()
+    assert stalled.is_closed(5)
+    waits = [r.getMessage() for r in caplog.records if "shutdown timeout" in r.getMessage()]
+    assert not waits, waits
+
+
 # --- queued.max.request.bytes ------------------------------------------------------------
 
 
