@@ -111,11 +111,13 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     run.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     run.set_defaults(func=_cmd_run)
     run.epilog = (
-        "Reload: SIGHUP (or kpg reload) reads the config file again and puts policies, rules, "
-        "record validation, limits and client_configs in force for the next request, connections "
-        "kept; a bad file is refused with start-up's messages and the running configuration "
-        "stays. listen, advertised_host, node_port_base, upstream.bootstrap_servers, "
-        "upstream.tls, upstream.sasl, metrics, tls, sasl, state and audit need a restart. On "
+        "Reload: SIGHUP (or kpg reload) reads the config file again and puts policies (rules, "
+        "plug-ins, record validation), limits, client_configs, upstream.auto_create, "
+        "upstream.broker_defaults and shutdown_timeout_s in force for the next request, "
+        "connections kept; a bad file is refused with start-up's messages and the running "
+        "configuration stays. listen, advertised_host, node_port_base, "
+        "upstream.bootstrap_servers, upstream.tls, upstream.sasl, metrics, tls, sasl, state and "
+        "audit need a restart (a reload that changes them names them). On "
         "the metrics listener: /metrics, /healthz, "
         "/readyz (a broker probe at most once a second; 32 connections, 8 per address, 50 "
         "accepted a second, 5 s and 16 KiB per request). At start the soft open-file limit "
@@ -129,8 +131,9 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="make a running gateway read its config file again (SIGHUP)",
         description=(
             "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid. It reads "
-            "its config file again: policies, rules, record validation, limits and "
-            "client_configs apply to the next request, connections stay open; a bad file is "
+            "its config file again: policies (rules, plug-ins, record validation), limits, "
+            "client_configs, upstream.auto_create, upstream.broker_defaults and "
+            "shutdown_timeout_s apply to the next request, connections stay open; a bad file is "
             "refused with start-up's messages and the running configuration stays. With "
             "--pid-file, kpg reload waits for the outcome (which kpg run --pid-file PATH "
             "writes to PATH.reload), prints it and exits 0 when applied, 1 when refused (a file "
@@ -328,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # first: max.connections' default is derived from it
+    try:
+        # Reads KPG_RECORD_SCANNER on import: a value it refuses stops kpg run here, before
+        # an embedded broker or a worker starts, not as a traceback in every worker.
+        importlib.import_module("protocol.records")
+    except ImportError as exc:
+        print(f"kpg: {exc}", file=sys.stderr)
+        return 2
     overrides = {
         "upstream.bootstrap_servers": args.upstream,
         "listen": args.listen,

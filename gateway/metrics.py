@@ -61,6 +61,13 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.tls_handshakes_failed = Counter(
+            "kpg_tls_handshakes_failed",
+            "Client TLS handshakes that failed (reason failed) or did not finish in time "
+            "(reason timeout); the connection is closed and its place given back",
+            ["reason"],
+            registry=r,
+        )
         self.connections_idle_closed = Counter(
             "kpg_connections_idle_closed",
             "Connections closed after connections.max.idle.ms with no request in flight",

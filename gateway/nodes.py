@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from protocol.addresses import BrokerEndpoint
 
 from .config import HostPort
+from .listeners import Listener
 
 log = logging.getLogger(__name__)
 
-StartListener = Callable[[int, str, int], Awaitable[asyncio.Server]]
+StartListener = Callable[[int, str, int], Awaitable[Listener]]
 """(node_id, bind host, port) -> a listening server whose connections go to that node."""
 
 
@@ -40,7 +41,7 @@ class Node:
     upstream: HostPort | None
     """Where its clients are connected; None once it has left the cluster."""
     advertised: tuple[str, int]
-    server: asyncio.Server
+    server: Listener
 
 
 class NodeListeners:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from prometheus_client import Counter
 
@@ -18,7 +20,7 @@ from policies.rules import ProtectedTopicsRule
 from protocol.records import record_scanner
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
-from .config import ConfigError, GatewayConfig, HostPort, live_part
+from .config import UNLIMITED, ConfigError, GatewayConfig, HostPort, live_part
 from .connection import ClientConnection
 from .decisions import DecisionRecorder
 from .engine import Engine
@@ -27,6 +29,7 @@ from .handlers import build_table
 from .handlers.base import Registration
 from .health import Readiness, probe_upstream
 from .limits import AuditPace, ConnectionLimits, RequestMemory, peer_host
+from .listeners import Listener, start_tls_stream, tls_listener
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
 from .policy_runner import PolicyRunner
@@ -37,6 +40,12 @@ from .tasks import TaskSet
 from .upstream_security import UpstreamAuthenticationError, UpstreamSecurity
 
 log = logging.getLogger(__name__)
+
+STREAM_LIMIT: Final = 2**20
+"""The stream reader's buffer limit for client connections."""
+TLS_HANDSHAKE_TIMEOUT_S: Final = 60.0
+"""The longest a client's TLS handshake may take (asyncio's own default), shorter when
+connections.max.idle.ms is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +106,9 @@ class Gateway:
         self._replaced: list[Generation] = []
         self._reload_lock = asyncio.Lock()
         self.metrics.set_policy_version(config.policy_version)
-        self._bootstrap: asyncio.Server | None = None
+        self._bootstrap: Listener | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
+        """Client TLS handshakes under way (over TLS, see :meth:`_accept_tls`)."""
         self._connections: set[ClientConnection] = set()
         self._connection_limits = ConnectionLimits(config.limits, self.metrics)
         self._request_memory = RequestMemory(config.limits.queued_max_request_bytes, self.metrics)
@@ -305,13 +316,8 @@ class Gateway:
                 ) from exc
         self._ssl = _ssl_context(self.config)
         listen = self.config.listen
-        self._bootstrap = await asyncio.start_server(
-            lambda r, w: self._accept(r, w, "bootstrap", self._bootstrap_targets),
-            listen.host,
-            listen.port,
-            limit=2**20,
-            ssl=self._ssl,
-            reuse_port=self._reuse_port or None,
+        self._bootstrap = await self._listen(
+            "bootstrap", self._bootstrap_targets, listen.host, listen.port
         )
         self._bootstrap_port = int(self._bootstrap.sockets[0].getsockname()[1])
         if self.audit is not None:
@@ -389,18 +395,30 @@ class Gateway:
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers
 
-    async def _start_node(self, node_id: int, host: str, port: int) -> asyncio.Server:
+    async def _start_node(self, node_id: int, host: str, port: int) -> Listener:
         def targets() -> Sequence[HostPort]:
             upstream = self.nodes.upstream_of(node_id)
             return () if upstream is None else (upstream,)  # none: the node has left
 
-        return await asyncio.start_server(
-            lambda r, w: self._accept(r, w, f"node-{node_id}", targets),
+        return await self._listen(f"node-{node_id}", targets, host, port)
+
+    async def _listen(self, listener: str, targets: object, host: str, port: int) -> Listener:
+        """Bind a client listener. Over TLS, a connection is admitted (counted against the
+        connection limits) before its handshake: see :mod:`gateway.listeners`."""
+        context = self._ssl
+        if context is None:
+            return await asyncio.start_server(
+                lambda r, w: self._accept(r, w, listener, targets),
+                host,
+                port,
+                limit=STREAM_LIMIT,
+                reuse_port=self._reuse_port or None,
+            )
+        return await tls_listener(
             host,
             port,
-            limit=2**20,
-            ssl=self._ssl,
-            reuse_port=self._reuse_port or None,
+            reuse_port=self._reuse_port,
+            accepted=lambda sock: self._accept_tls(sock, context, listener, targets),
         )
 
     def _accept(
@@ -414,6 +432,66 @@ class Gateway:
         if not self._connection_limits.admit(host):
             writer.transport.abort()  # closed at once, before a byte is read
             return
+        self._serve(reader, writer, listener, targets, host)
+
+    def _accept_tls(
+        self, sock: socket.socket, context: ssl.SSLContext, listener: str, targets: object
+    ) -> None:
+        try:
+            host = peer_host(sock.getpeername())
+        except OSError:  # gone already
+            sock.close()
+            return
+        if not self._connection_limits.admit(host):
+            sock.close()  # closed at once, before a byte is read or a handshake begun
+            return
+        task = self.tasks.spawn(
+            self._handshake(sock, context, listener, targets, host), name=f"tls-{host}"
+        )
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(
+        self,
+        sock: socket.socket,
+        context: ssl.SSLContext,
+        listener: str,
+        targets: object,
+        host: str,
+    ) -> None:
+        """The server side of a TLS handshake within :meth:`_handshake_timeout_s`; the
+        connection is served once it is done, its place given back if it fails."""
+        served = False
+        try:
+            reader, writer = await start_tls_stream(
+                sock, context, timeout_s=self._handshake_timeout_s(), limit=STREAM_LIMIT
+            )
+            self._serve(reader, writer, listener, targets, host)
+            served = True
+        except OSError as exc:  # ssl.SSLError; ConnectionAbortedError at the timeout; ...
+            timed_out = isinstance(exc, ConnectionAbortedError | TimeoutError)
+            self.metrics.tls_handshakes_failed.labels("timeout" if timed_out else "failed").inc()
+            log.debug("%s: TLS handshake failed: %s", host, exc)
+        finally:
+            if not served:
+                self._connection_limits.release(host)
+
+    def _handshake_timeout_s(self) -> float:
+        """A handshake is idle time: at most connections.max.idle.ms, and never more than
+        :data:`TLS_HANDSHAKE_TIMEOUT_S`."""
+        idle_ms = self._generation.config.limits.connections_max_idle_ms
+        if idle_ms == UNLIMITED:
+            return TLS_HANDSHAKE_TIMEOUT_S
+        return min(TLS_HANDSHAKE_TIMEOUT_S, idle_ms / 1000)
+
+    def _serve(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: str,
+        targets: object,
+        host: str,
+    ) -> None:
         connection = ClientConnection(
             generation=lambda: self._generation,
             metrics=self.metrics,
@@ -439,6 +517,8 @@ class Gateway:
         if self._bootstrap is not None:
             self._bootstrap.close()
         self.nodes.close()
+        for handshake in list(self._handshakes):
+            handshake.cancel()  # no request in flight to wait for
         for connection in list(self._connections):
             connection.stop_reading()
         if not await self.tasks.wait(self.config.shutdown_timeout_s):

@@ -62,11 +62,12 @@ class Services:
         writes.update(dict.fromkeys(map(_claim_key, changes)))
         await self.state.put_all(STATE_NAMESPACE, writes)
 
-    async def claim_validation_policies(self, values: Mapping[str, str], claim: str) -> None:
-        """Write the record.validation.policy of topics a CreateTopics is about to create,
-        each with ``claim`` (unique to the request) beside it, all or none: the create puts
-        back a topic's previous value (:meth:`release_validation_policy`) only while its
-        claim stands, that is while no one has written the topic's value since.
+    async def claim_validation_policies(self, values: Mapping[str, str | None], claim: str) -> None:
+        """Write the record.validation.policy of topics a CreateTopics is about to create
+        (None removes an earlier topic's), each with ``claim`` (unique to the request) beside
+        it, all or none: the create puts back a topic's previous value
+        (:meth:`release_validation_policy`) only while its claim stands, that is while no one
+        has written the topic's value since.
 
         :raises StateStoreError: when the store cannot write them.
         """

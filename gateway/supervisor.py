@@ -155,7 +155,7 @@ class Supervisor:
 
         :raises ConfigError: with start-up's messages; no worker is started then.
         """
-        self.config = self._adopt(None)
+        self.config, _ = self._adopt(None)
 
     def close(self) -> None:
         """Remove the run directory (after :meth:`run`, or instead of it)."""
@@ -324,10 +324,13 @@ class Supervisor:
 
     # --- reload ------------------------------------------------------------------------
 
-    def _adopt(self, running: GatewayConfig | None) -> GatewayConfig:
+    def _adopt(self, running: GatewayConfig | None) -> tuple[GatewayConfig, tuple[str, ...]]:
         """Read the operator's file once, check those bytes as start-up does (with the
         settings a reload cannot change kept as ``running`` has them, when reloading) and only
-        then make them the workers' copy; returns the configuration they will run.
+        then make them the workers' copy; returns the configuration they will run and the
+        settings the file changes that need a restart. Only the supervisor can name those:
+        a worker is given the listen address, node ports and upstream on its command line,
+        and no metrics listener, so its reload never sees them change.
 
         :raises ConfigError: with start-up's messages; the copy is left as it was.
         """
@@ -341,17 +344,18 @@ class Supervisor:
             except OSError as exc:
                 raise ConfigError(f"{self._config_file}: cannot read: {exc.strerror}") from None
         _write_atomically(self._candidate, text)
+        needs_restart: tuple[str, ...] = ()
         try:
             config = self._load(self._candidate)
             if running is not None:
-                config = live_part(running, config)[0]
+                config, needs_restart = live_part(running, config)
             check_policies(config)
         except BaseException:
             self._candidate.unlink(missing_ok=True)
             raise
         os.replace(self._candidate, self.config_copy)
         self._copy = next(self._copies)
-        return config
+        return config, needs_restart
 
     async def reload(self) -> None:
         """SIGHUP: check the file as it is now, then have every worker reload it (see the
@@ -366,7 +370,7 @@ class Supervisor:
         """One reload: its result (:data:`RELOAD_RESULTS`) and what happened."""
         previous, previous_copy = self.config_copy.read_bytes(), self._copy
         try:
-            config = await asyncio.to_thread(self._adopt, self.config)
+            config, needs_restart = await asyncio.to_thread(self._adopt, self.config)
         except ConfigError as exc:
             self._refuse(str(exc))
             return "refused", str(exc)
@@ -395,9 +399,15 @@ class Supervisor:
             refusals = [message for verdict, _, message in said if verdict == "refused"]
             why = refusals[0] if refusals else "a worker did not say how its reload went"
             return await self._roll_back(previous, previous_copy, took, len(running), why)
-        versions = f"policy version {self.config.policy_version} -> {config.policy_version}"
+        message = f"policy version {self.config.policy_version} -> {config.policy_version}"
+        for key in needs_restart:
+            log.warning(
+                "supervisor: reload: %s changed: it needs a restart and was not applied", key
+            )
+        if needs_restart:
+            message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
         self.config = config
-        return "applied", applied[0] if applied else versions  # none ready: nothing to say
+        return "applied", message
 
     async def _roll_back(
         self, previous: bytes, previous_copy: int, took: list[Worker], asked: int, why: str

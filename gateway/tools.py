@@ -72,7 +72,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "Send CreateTopics with validate_only=true through the gateway for the topics "
             "given with --topic or in a manifest and print every rule each topic breaks, one "
             "row per rule: DENIED (enforced) or would-deny (dry-run); allowed when none. "
-            "Exits 1 when any topic is refused. Nothing is created."
+            "Exits 1 when any topic is refused (would-deny alone: 0), 2 on bad input or no "
+            "answer. Nothing is created."
         ),
     )
     dry.add_argument(
@@ -109,7 +110,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "Evaluate the manifest's topics against the policies of the gateway config, with no "
             "cluster. Prints every rule each topic breaks, one row per rule, as kpg dry-run "
             "does: DENIED (enforced) or would-deny (dry-run); allowed when none. Exits 1 when "
-            "any topic is denied."
+            "any topic is denied (would-deny alone: 0), 2 on bad input."
         ),
     )
     check.add_argument("--config", required=True, type=Path, help="gateway YAML config")

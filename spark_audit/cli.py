@@ -87,8 +87,9 @@ def add_audit_commands(
     replay = commands.add_parser(
         "replay",
         help="re-judge recorded requests with candidate policies; list what would change",
-        description="Re-judge the recorded requests (topic creations and config changes, from "
-        "their schema v2 details) with the policies of a candidate gateway configuration, on "
+        description="Re-judge the recorded requests (topic creations, config changes, and "
+        "changes of client quotas and SCRAM credentials, from their schema v2 details) with "
+        "the policies of a candidate gateway configuration, on "
         "Spark, and list the requests it would deny that were allowed, and the reverse, per "
         "rule, principal and topic. Produce, deletes and partition increases are counted as "
         "not replayable (their records or topic state are not recorded).",

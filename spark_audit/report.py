@@ -308,9 +308,11 @@ def load_events(spark: SparkSession, input_path: str) -> DataFrame:
     base = input_path.rstrip("/")
     if not path_exists(spark, base):
         raise FileNotFoundError(f"audit report input {input_path} does not exist")
-    segments = spool_glob(base)
-    if glob_paths(spark, segments):
+    segments = glob_paths(spark, spool_glob(base))
+    if segments:
         logger.info("report input %s is a spool directory", input_path)
+        # The segments by name, not the glob: given one path, Spark first looks for a file
+        # sink's log under it, and a glob is no file: it logged a stack trace on every report.
         events = with_date(normalize_events(parse_lines(spark.read.text(segments))))
         return events.select(*table_schema().names)
     logger.info("report input %s is a Parquet table", input_path)

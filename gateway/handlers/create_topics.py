@@ -54,7 +54,8 @@ stores its topics' policies with a claim of its own beside them (one write), and
 previous policy back only while its claim stands. Of two creates of one topic at once, the
 one the broker refuses thus leaves the policy the other stored after it (the broker may have
 let that one win) instead of putting back what it read before: that left the created topic
-unvalidated.
+unvalidated. A topic created without the key whose name still has a value (an earlier topic
+of the name deleted where the gateway did not see it) has that value removed the same way.
 """
 
 from __future__ import annotations
@@ -185,7 +186,12 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 local=await self._dry_run(cluster, request, allowed), reencode_answer=translate
             )
         names_key = any(k == VALIDATION_POLICY_KEY for t in request.topics for k, _ in t.configs)
-        kept = _validation_policies(request, allowed)
+        kept: dict[str, str | None] = dict(_validation_policies(request, allowed))
+        # A value left by an earlier topic of the name that was deleted without the gateway
+        # seeing it (at the broker directly; an embedded broker's topics on its restart):
+        # the new topic sets none, so it is removed as a value would be stored.
+        services = self._services
+        kept |= {n: None for n in allowed if n not in kept and services.validation_policy_of(n)}
         if not kept or request.validate_only:
             return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
         return await self._store_first(cluster, request, kept)
@@ -212,7 +218,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         return local
 
     async def _store_first(
-        self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str]
+        self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str | None]
     ) -> Settlement[str]:
         """Store the new topics' record.validation.policy before the broker creates them;
         topics that exist (or may) are answered here and keep theirs."""

@@ -45,6 +45,8 @@ the gateway's addresses in place of the brokers'.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,8 +71,11 @@ from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Rulin
 from ..outcomes import Answer, Close, Outcome
 from ..policy_runner import PolicyRunner
 from ..services import Services
+from ..state import StateStoreError
 from ._addresses import rewrite_addresses, with_gateway_addresses
 from .base import Handler
+
+log = logging.getLogger(__name__)
 
 API_KEY = METADATA
 VERSIONS = md.VERSIONS
@@ -203,16 +208,30 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
         creation = request.creation
         if not allowed or creation.num_partitions is None or creation.replication_factor is None:
             return Settlement()  # nothing allowed: denied topics are answered already
+        services = self._services
+        claim = uuid.uuid4().hex
+        stale = await _drop_stale_policies(services, allowed, claim)
+        if isinstance(stale, ItemError):
+            return Settlement(local=dict.fromkeys(allowed, stale))
         answer = await cluster.send(
             md.create_topics(
                 allowed,
                 num_partitions=creation.num_partitions,
                 replication_factor=creation.replication_factor,
-                timeout_ms=int(self._services.upstream.request_timeout_s * 1000),
+                timeout_ms=int(services.upstream.request_timeout_s * 1000),
                 client_id=ctx.client_id,
             )
         )
         results = md.created(answer)
+        for name, previous in stale.items():
+            result = results.get(name)
+            failed = result is None or not result.ok
+            try:
+                await services.release_validation_policy(
+                    name, claim, restore=failed, previous=previous
+                )
+            except StateStoreError as exc:
+                log.warning("auto-created topic %r: claim not released: %s", name, exc)
         return Settlement(
             local={name: _after_creation(name, results.get(name)) for name in allowed}
         )
@@ -324,6 +343,28 @@ def _count(value: str | None) -> int | None:
     if value is None or not value.strip().isdigit():
         return None
     return int(value) if int(value) >= 1 else None
+
+
+async def _drop_stale_policies(
+    services: Services, topics: Sequence[str], claim: str
+) -> dict[str, str] | ItemError:
+    """Remove, under ``claim``, the record.validation.policy an earlier topic of each name left
+    (deleted without the gateway seeing it: at the broker, or with an embedded broker's
+    restart): an auto-created topic sets none. Returns the values removed, for a create that
+    fails to put back; an entry to answer when the store cannot write (the client asks
+    again)."""
+    stale = {n: v for n in topics if (v := services.validation_policy_of(n)) is not None}
+    if not stale:
+        return {}
+    try:
+        await services.claim_validation_policies(dict.fromkeys(stale), claim)
+    except StateStoreError as exc:
+        return ItemError(
+            error_code=int(UNKNOWN_TOPIC_OR_PARTITION),
+            error_message=f"The gateway could not remove an earlier topic's "
+            f"record.validation.policy, so the topic was not created: {exc}",
+        )
+    return stale
 
 
 def _after_creation(name: str, result: ItemError | None) -> ItemError:

@@ -36,6 +36,9 @@ from tests.support import (
     RawClient,
     fetch_request,
     gateway_config,
+    make_pki,
+    tls_context,
+    tls_listener,
     unique_name,
 )
 
@@ -235,6 +238,100 @@ def test_a_flood_of_refused_connections_does_not_flood_the_log(
         refusals = [r for r in caplog.records if "refused a connection" in r.getMessage()]
         assert 1 <= len(refusals) <= 1 + elapsed // 10, [r.getMessage() for r in refusals]
         assert served(holder)
+
+
+# --- TLS handshakes ---------------------------------------------------------------------
+
+
+@contextmanager
+def tls_gateway_with(tap: BrokerTap, pki: Path, **limits: Any) -> Iterator[GatewayThread]:
+    """The real gateway with a TLS listener (client certificates required) in front of the
+    tapped broker, with these ``limits:``."""
+    gw = GatewayThread(gateway_config(tap.address, tls=tls_listener(pki), limits=limits)).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pki(tmp_path_factory.mktemp("pki"), {"alice": "/CN=alice"})
+
+
+def wait_for_metric(gw: GatewayThread, name: str, value: float, **labels: str) -> None:
+    """The metric reaches ``value`` (the gateway counts a failed handshake just after the
+    client sees its connection closed)."""
+    deadline = time.monotonic() + 10
+    while gw.metric(name, **labels) != value:
+        assert time.monotonic() < deadline, f"{name}{labels}: {gw.metric(name, **labels)}"
+        time.sleep(0.05)
+
+
+def served_over_tls(address: str, pki: Path, source: str | None = None) -> bool:
+    client = RawClient(address, tls=tls_context(pki, "alice"), source=source)
+    try:
+        return served(client)
+    finally:
+        client.close()
+
+
+def test_pending_tls_handshakes_count_against_the_connection_limits(
+    tap: BrokerTap, pki: Path
+) -> None:
+    """A client that opens TLS connections and never sends its ClientHello holds a socket
+    each: such a connection counts against max.connections.per.ip from its accept, as
+    Kafka counts it, not from the end of a handshake that never comes."""
+    with tls_gateway_with(tap, pki, **{"max.connections.per.ip": 2}) as gw:
+        stalled = [RawClient(gw.bootstrap) for _ in range(2)]  # TCP only: no handshake
+        extra = RawClient(gw.bootstrap)
+        assert extra.is_closed(2), "a third pending handshake was let in"
+        assert gw.metric("kpg_connections_refused_total", reason="max.connections.per.ip") == 1
+        assert served_over_tls(gw.bootstrap, pki, source="127.0.0.2")  # others still served
+        for sock in stalled:
+            sock.close()
+        deadline = time.monotonic() + 10
+        while True:  # the stalled handshakes' places are given back once they are closed
+            try:
+                assert served_over_tls(gw.bootstrap, pki)
+                break
+            except (ConnectionError, OSError):
+                assert time.monotonic() < deadline, "a failed handshake kept its place"
+                time.sleep(0.1)
+
+
+def test_a_stalled_tls_handshake_is_closed_as_an_idle_connection(tap: BrokerTap, pki: Path) -> None:
+    """A handshake is idle time: one that does not finish within connections.max.idle.ms
+    is closed and its place given back; one that fails is closed at once."""
+    with tls_gateway_with(
+        tap, pki, **{"connections.max.idle.ms": IDLE_MS, "max.connections": 1}
+    ) as gw:
+        stalled = RawClient(gw.bootstrap)
+        assert stalled.is_closed(5), f"a stalled handshake still open {IDLE_MS} ms on"
+        wait_for_metric(gw, "kpg_tls_handshakes_failed_total", 1, reason="timeout")
+        garbage = RawClient(gw.bootstrap)
+        garbage.send_bytes(b"GET / HTTP/1.1\r\n\r\n")  # not a ClientHello
+        assert garbage.is_closed(5)
+        wait_for_metric(gw, "kpg_tls_handshakes_failed_total", 1, reason="failed")
+        assert served_over_tls(gw.bootstrap, pki)  # the one place was given back both times
+
+
+def test_a_stalled_tls_handshake_does_not_hold_the_shutdown(
+    tap: BrokerTap, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handshake has no request in flight to finish: stopping the gateway cancels it at
+    once instead of waiting the shutdown timeout out for it."""
+    with caplog.at_level(logging.WARNING, logger="gateway.server"):
+        gw = GatewayThread(gateway_config(tap.address, tls=tls_listener(pki))).start()
+        try:
+            stalled = RawClient(gw.bootstrap)
+            # accepted in order: once this one is served, the stalled one has been accepted
+            assert served_over_tls(gw.bootstrap, pki)
+        finally:
+            gw.stop()
+    assert stalled.is_closed(5)
+    waits = [r.getMessage() for r in caplog.records if "shutdown timeout" in r.getMessage()]
+    assert not waits, waits
 
 
 # --- queued.max.request.bytes ------------------------------------------------------------

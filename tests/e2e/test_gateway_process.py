@@ -183,6 +183,24 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     assert "limits.max_in_flight" in result.stderr and str(config) in result.stderr
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_record_scanner_it_does_not_know_stops_kpg_run_with_one_line(workers: str) -> None:
+    """README: any KPG_RECORD_SCANNER other than native or python is refused. kpg run says so
+    in one line and exits 2, before it starts an embedded broker or a worker (it was a
+    traceback, and under a supervisor each worker's, until the supervisor gave up)."""
+    ports = ["--listen", f"127.0.0.1:{free_port()}", "--node-port-base", str(free_port())]
+    result = subprocess.run(
+        [KPG, "run", "--upstream", "127.0.0.1:1", *ports, "--workers", workers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(kpg_env(), KPG_RECORD_SCANNER="c"),
+    )
+    assert result.returncode == 2, result.stderr
+    assert "kpg: KPG_RECORD_SCANNER='c': expected native or python" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_embedded_broker_by_default_and_sigterm_stops_cleanly() -> None:
     process, bootstrap = start_kpg("--listen", f"127.0.0.1:{free_port()}", "--node-port-base", "0")
     try:

@@ -800,6 +800,32 @@ def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Runnin
     assert running.stop() == 0
 
 
+def test_a_reload_under_workers_names_the_settings_that_need_a_restart(
+    two_workers: Running,
+) -> None:
+    """The workers are given the listen address and node ports on their command line, and no
+    metrics listener, so only the supervisor sees these change in the file: it names them, as
+    one process does, and keeps serving where it was."""
+    running = two_workers
+    raw = yaml.safe_load(running.config.read_text())
+    raw["listen"] = f"127.0.0.1:{free_port()}"
+    raw["node_port_base"] = free_port() - TANSU_NODE_ID
+    raw["metrics"] = f"127.0.0.1:{free_port()}"
+    running.config.write_text(yaml.safe_dump(raw))
+    said = running.reload()
+    assert "not applied, needs a restart: listen, node_port_base, metrics" in said, said
+    for key in ("listen", "node_port_base", "metrics"):
+        assert wait_for(
+            lambda key=key: (
+                f"supervisor: reload: {key} changed: it needs a restart" in running.stderr()
+            ),
+            30,
+        ), running.stderr()
+    assert running.metric("kpg_config_reloads_total", result="applied") == 1
+    admin = AdminClient({"bootstrap.servers": running.bootstrap})
+    assert admin.list_topics(timeout=15).brokers
+
+
 def test_kpg_reload_of_one_process_says_how_the_reload_went(
     broker: HostPort, tmp_path: Path
 ) -> None:

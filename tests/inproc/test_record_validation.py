@@ -346,3 +346,53 @@ def test_policy_survives_restart_and_is_seen_by_a_second_instance(
         assert answer.responses[0].partition_responses[0].error_code == 87
     finally:
         restarted.stop()
+
+
+def test_a_topic_created_again_after_a_delete_the_gateway_did_not_see_has_no_old_policy(
+    broker: HostPort,
+) -> None:
+    """A topic deleted at the broker directly (or lost with `make run`'s embedded broker)
+    leaves its record.validation.policy in the state store; a topic of that name created
+    again through the gateway without one is not validated with the old value."""
+    gw = GatewayThread(gateway_config(broker)).start()
+    try:
+        topic = create_validated_topic(gw.bootstrap)
+        behind = AdminClient({"bootstrap.servers": str(broker)})
+        behind.delete_topics([topic])[topic].result(15)
+        admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+        deadline = time.monotonic() + 30
+        while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = admin.describe_configs([resource])[resource].result(15)
+        assert "record.validation.policy" not in configs
+        reports: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": gw.bootstrap, "retries": 0})
+        producer.produce(topic, b"no header", on_delivery=lambda e, m: reports.append(e))
+        producer.flush(15)
+        assert reports == [None]
+    finally:
+        gw.stop()
+
+
+def test_a_topic_auto_created_after_a_delete_the_gateway_did_not_see_has_no_old_policy(
+    broker: HostPort,
+) -> None:
+    """The same through auto-creation: a producer's Metadata request makes the gateway create
+    the topic, which sets no record.validation.policy, so the old one is removed."""
+    gw = GatewayThread(gateway_config(broker)).start()
+    try:
+        topic = create_validated_topic(gw.bootstrap)
+        behind = AdminClient({"bootstrap.servers": str(broker)})
+        behind.delete_topics([topic])[topic].result(15)
+        deadline = time.monotonic() + 30
+        while topic in behind.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.2)
+        reports: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": gw.bootstrap, "message.timeout.ms": 20000})
+        producer.produce(topic, b"no header", on_delivery=lambda e, m: reports.append(e))
+        producer.flush(30)
+        assert reports == [None]
+    finally:
+        gw.stop()

@@ -9,6 +9,7 @@ import html
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange
 from spark_audit.report import build_report
 from spark_audit.transforms import table_schema
+from tests.e2e.test_gateway_process import KPG
 from tests.spark.support import (
     EXPECTED_TOTALS,
     event,
@@ -598,3 +600,23 @@ def test_report_page_shows_the_start_of_a_long_value(
     assert f"{'u' * 1000}… (100,000 characters; the CSV file has them all)" in page
     with (dirs["report"] / "refused_authentications.csv").open(newline="") as file:
         assert {row["user"] for row in csv.DictReader(file)} == set(users)
+
+
+def test_kpg_audit_report_of_a_workers_spool_logs_no_stack_trace(tmp_path: Path) -> None:
+    """`kpg audit report --input var/audit`, as the example config suggests, on the spool of
+    `kpg run --workers 2`: a report, and nothing on stderr that reads as a failure (Spark
+    logged a FileNotFoundException for the segments' glob on every such report)."""
+    spool = tmp_path / "audit"
+    for worker in ("worker-0", "worker-1"):
+        (spool / worker).mkdir(parents=True)
+        write_segment(spool / worker, [event()])
+    out = tmp_path / "report"
+    result = subprocess.run(
+        [KPG, "audit", "report", "--input", str(spool), "--out", str(out), "--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 requests (2 denied" in result.stdout, result.stdout
+    assert "Exception" not in result.stderr, result.stderr[-3000:]
