@@ -119,7 +119,9 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "upstream.bootstrap_servers, upstream.tls, upstream.sasl, metrics, tls, sasl, state and "
         "audit need a restart (a reload that changes them names them). On "
         "the metrics listener: /metrics, /healthz, "
-        "/readyz. At start the soft open-file limit is raised to the hard one."
+        "/readyz (a broker probe at most once a second; 32 connections, 8 per address, 50 "
+        "accepted a second, 5 s and 16 KiB per request). At start the soft open-file limit "
+        "is raised to the hard one."
     )
 
 

@@ -267,6 +267,13 @@ DEFAULT_CLIENT_AUDIT_EVENTS_PER_SEC: Final = 500
 """``client.audit.events.per.sec``: a denial's event is about 900 bytes, so one client gets
 about 450 KB/s of audit (1.6 GB an hour) at most, while a ``kpg dry-run`` of a 5,000-topic
 manifest (one event per topic) goes through unpaced (:data:`gateway.limits.AUDIT_BURST_S`)."""
+DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST: Final = 32
+"""``schema.registry.lookups.per.request``: a producer may put a made-up schema id in every
+record; each was one blocking registry request (a 372 KB Produce of 20,000 records made
+20,000, holding a validation thread 10 s past the request's refusal)."""
+DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_SEC: Final = 100
+"""``schema.registry.lookups.per.sec``: a found id is remembered for good, so steady traffic
+asks for none; this is for cold starts and new schemas."""
 DEFAULT_PRODUCE_MAX_PARTITIONS: Final = 20_000
 """``produce.max.partitions``: each partition entry of a Produce request the gateway reads
 costs it 10 to 17 us on the event loop whatever it holds (6 bytes with no records): 2,000,000
@@ -337,6 +344,13 @@ class LimitsConfig:
     """``client.audit.events.per.sec``: how fast one client (a principal, or an
     unauthenticated client's address) may have the gateway write audit events; a client
     over it has its next requests wait (:class:`gateway.limits.AuditPace`); -1 no cap."""
+    schema_registry_lookups_per_request: int = DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST
+    """``schema.registry.lookups.per.request``: the schema ids one Produce request may have
+    the gateway ask the registry about (ids it does not remember yet); a record past it is
+    rejected, never written unchecked."""
+    schema_registry_lookups_per_sec: int = DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_SEC
+    """``schema.registry.lookups.per.sec``: the registry requests one gateway process makes
+    a second, over every client; a record that would need one more is rejected."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -446,6 +460,8 @@ _LIMIT_KEYS = frozenset(
         "judged.request.max.items",
         "client.configs.max.entities",
         "client.audit.events.per.sec",
+        "schema.registry.lookups.per.request",
+        "schema.registry.lookups.per.sec",
     }
 )
 
@@ -999,6 +1015,25 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
             "client.audit.events.per.sec",
             source,
             1,
+        ),
+        schema_registry_lookups_per_request=int(
+            _number(
+                lim.get(
+                    "schema.registry.lookups.per.request",
+                    DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST,
+                ),
+                "limits.schema.registry.lookups.per.request",
+                source,
+                minimum=1,
+            )
+        ),
+        schema_registry_lookups_per_sec=int(
+            _number(
+                lim.get("schema.registry.lookups.per.sec", DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_SEC),
+                "limits.schema.registry.lookups.per.sec",
+                source,
+                minimum=1,
+            )
         ),
     )
 

@@ -298,6 +298,16 @@ class ClientConnection:
     def _reject(self, reason: str, metric_reason: str) -> None:
         self._metrics.rejected_frames.labels(metric_reason).inc()
         log.warning("%s: closing connection: %s", self.peer, reason)
+        if metric_reason not in _AUDITED_REASONS:
+            self._charge_unaudited_line()
+
+    def _charge_unaudited_line(self) -> None:
+        """A warning logged for the client, with no audit event (which would be charged):
+        it counts against the client's audit pace, or a client opening connection after
+        connection only to leave each one half-way (or fail SASL, or reach the gateway while
+        the brokers cannot be) had one line written for each, unpaced."""
+        if self._audit_pace is not None:
+            self._audit_pace.charge(self._host_key, 1)
 
     def _slots_put_end(self) -> None:
         try:
@@ -371,6 +381,7 @@ class ClientConnection:
             )
         except UpstreamClosed as exc:
             log.warning("%s: closing client connection: %s", self.peer, exc)
+            self._charge_unaudited_line()
             return None
         cluster = UpstreamCluster(link, upstream_config.request_timeout_s)
         self._upstream = _Upstream(link=link, cluster=cluster)
@@ -589,6 +600,9 @@ _AUDITED_FRAME_REFUSALS: Final[Mapping[str, str]] = {
     "bad_header": "protocol",
     "unknown_api_key": "protocol",
 }
+
+_AUDITED_REASONS: Final = frozenset(_AUDITED_CLOSES) | frozenset(_AUDITED_FRAME_REFUSALS)
+"""The refusals whose audit event is charged to the client's audit pace already."""
 
 _KEY_VERSION: Final = struct.Struct(">hh")
 

@@ -25,7 +25,7 @@ from spark_audit.event import AuditEvent, ConfigChange, TopicSpec, new_request_i
 
 from .audit import AuditEmitter, recorded_client_id
 from .limits import AuditPace, client_key
-from .metrics import GatewayMetrics
+from .metrics import GatewayMetrics, api_label
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,9 @@ class DecisionRecorder:
         api = api_name(subject.api_key)
         events = []
         for verdict in decision.verdicts:
-            self._metrics.policy_decisions.labels(api, verdict.policy, verdict.outcome).inc()
+            self._metrics.policy_decisions.labels(
+                api_label(subject.api_key), verdict.policy, verdict.outcome
+            ).inc()
             if verdict.outcome == "allowed":
                 continue
             text = (
@@ -141,7 +143,7 @@ class DecisionRecorder:
         connection logs and closes it); ``error_code``: what the client was answered, None
         when the connection closed unanswered. One denied event, a request of its own."""
         api = api_name(subject.api_key)
-        self._metrics.policy_decisions.labels(api, policy, "denied").inc()
+        self._metrics.policy_decisions.labels(api_label(subject.api_key), policy, "denied").inc()
         self._charge(subject, 1)
         if self._emitter is None:
             return

@@ -43,7 +43,8 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Final, Generic, TypeAlias, TypeVar
@@ -294,6 +295,9 @@ class RecordValidator:
         # The built-in policies do bounded work per record and never block: they run on the
         # event loop. A plug-in runs on a worker thread, where a hang can be timed out.
         self.inline = type(policy).__module__.split(".")[0] == "policies"
+        self.request_scope: Callable[[], AbstractContextManager[object]] = nullcontext
+        """Entered around each request's validation (the schema registry's look-ups of one
+        request are counted in it)."""
 
     def hints(self, validation_policy: str) -> RecordIntrospectionHints:
         hints = self._hints.get(validation_policy)
@@ -329,26 +333,28 @@ class RecordValidator:
         """Check every record of one request's partitions, under one budget, in one go.
         CPU-bound: on a worker thread, or for tests."""
         steps = self._request(partitions, _Run(self.budget, slice_ends=math.inf))
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                outcomes: list[PartitionOutcome] = done.value
-                return outcomes
+        with self.request_scope():
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    outcomes: list[PartitionOutcome] = done.value
+                    return outcomes
 
     async def validate_sliced(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
         """The same answers as :meth:`validate`, on the event loop: the work goes in slices of
         about _SLICE_SECONDS, and the loop runs its other work between them."""
         run = _Run(self.budget, slice_ends=perf_counter() + _SLICE_SECONDS)
         steps = self._request(partitions, run)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                outcomes: list[PartitionOutcome] = done.value
-                return outcomes
-            await asyncio.sleep(0)
-            run.slice_ends = perf_counter() + _SLICE_SECONDS
+        with self.request_scope():  # a context of this task's own
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    outcomes: list[PartitionOutcome] = done.value
+                    return outcomes
+                await asyncio.sleep(0)
+                run.slice_ends = perf_counter() + _SLICE_SECONDS
 
     def validate_partition(
         self, topic: str, partition: int, validation_policy: str, records: bytes | memoryview | None
@@ -567,18 +573,40 @@ def load_record_validator(
         raise ConfigError(
             f"{source}: policies.{_CLASS_KEY}: {class_name}: {type(exc).__name__}: {exc}"
         ) from None
-    registry_url = section.get(_REGISTRY_KEY)
-    set_lookup = getattr(policy, "set_schema_lookup", None)
-    if registry_url is not None and set_lookup is not None:
-        if not isinstance(registry_url, str) or not registry_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ConfigError(
-                f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
-            )
-        set_lookup(SchemaRegistryClient(registry_url).exists)
+    registry = _schema_registry(section, policy, source, limits)
     budget = ValidationBudget() if limits is None else ValidationBudget.of(limits)
     validator = RecordValidator(policy, dry_run=mode == "dry-run", budget=budget)
-    if registry_url is not None:
+    if registry is not None:
+        validator.request_scope = registry.request
+    if section.get(_REGISTRY_KEY) is not None:
         validator.inline = False  # registry lookups block on HTTP: keep them off the loop
     return validator
+
+
+def _schema_registry(
+    section: Mapping[str, object],
+    policy: RecordValidationPolicy,
+    source: str,
+    limits: LimitsConfig | None,
+) -> SchemaRegistryClient | None:
+    """The registry client given to a policy that takes one, with ``limits:``'s bounds on
+    its look-ups.
+
+    :raises ConfigError: when the URL is not an http(s) one.
+    """
+    registry_url = section.get(_REGISTRY_KEY)
+    set_lookup = getattr(policy, "set_schema_lookup", None)
+    if registry_url is None or set_lookup is None:
+        return None
+    if not isinstance(registry_url, str) or not registry_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
+        )
+    limits = limits or LimitsConfig()
+    registry = SchemaRegistryClient(
+        registry_url,
+        lookups_per_request=limits.schema_registry_lookups_per_request,
+        lookups_per_sec=limits.schema_registry_lookups_per_sec,
+    )
+    set_lookup(registry.exists)
+    return registry

@@ -59,7 +59,8 @@ What the gateway calls
 * ``set_schema_lookup(lookup)`` after ``configure``, when a schema registry is configured:
   ``lookup(schema_id) -> bool`` answers from the gateway's client and cache. The policy does
   no I/O itself. The lookup runs on the threads ``validate`` runs on; whatever it raises
-  propagates, and the gateway denies (see :mod:`policies.api`).
+  propagates, and the gateway denies (see :mod:`policies.api`): so does a lookup the gateway
+  may not make (past its bounds on registry requests per Produce and per second).
 * ``hints_for(validation_policy)`` per topic (:class:`PerTopicHints`): only headers for header
   rules, the first byte of the key for ``key-required``, the whole value for the JSON rules,
   5 value bytes for ``schema-id`` alone, everything for ``max-bytes``. A policy that does not

@@ -6,36 +6,47 @@ it answers the one endpoint the gateway asks, GET /schemas/ids/{id}, as Confluen
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.server
+import socket
 import struct
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.config import HostPort
+from gateway.config import DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST, HostPort
 from gateway.schema_registry import SchemaRegistryClient, SchemaRegistryError
-from tests.support import GatewayThread, gateway_config, unique_name
+from tests.batches import produce_v9, record, uncompressed_batch
+from tests.support import GatewayThread, RawClient, gateway_config, unique_name, wait_for
 
 pytestmark = pytest.mark.inproc
 
+PRODUCE = 0
+INVALID_RECORD = 87
 KNOWN = {1, 7}
+REGISTERED = range(10_000, 11_000)  # known too: a registry of many schemas
 BROKEN = 500  # the registry fails on this id
 
 
 class Registry(http.server.BaseHTTPRequestHandler):
     asked: list[int] = []
+    hold: threading.Event | None = None
+    """Set: each answer waits for it."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         schema_id = int(self.path.rsplit("/", 1)[1])
         Registry.asked.append(schema_id)
+        if Registry.hold is not None:
+            Registry.hold.wait(30)
         if schema_id == BROKEN:
             self.send_response(500)
             self.send_header("Content-Length", "0")
             self.end_headers()
-        elif schema_id in KNOWN:
+        elif schema_id in KNOWN or schema_id in REGISTERED:
             body = b'{"schema": "{\\"type\\": \\"string\\"}"}'
             self.send_response(200)
             self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -141,3 +152,117 @@ def test_records_are_rejected_while_the_registry_cannot_answer(
         assert gw.metric("kpg_records_rejected_total", topic=topic, policy=policy) >= 1
     finally:
         gw.stop()
+
+
+# --- what a producer can make the gateway ask the registry -----------------------------------
+
+
+def produce_batch(bootstrap: str, topic: str, values: list[bytes]) -> Any:
+    """One Produce v9 of one batch holding a record per value; the partition's answer."""
+    records = tuple(record(i, None, value) for i, value in enumerate(values))
+    batch = uncompressed_batch(records, idempotent=False)
+    answer = RawClient(bootstrap, timeout=60).request(PRODUCE, 9, produce_v9({topic: {0: batch}}))
+    return answer.responses[0].partition_responses[0]
+
+
+def test_made_up_schema_ids_cost_a_bounded_number_of_registry_requests(
+    broker: HostPort, registry: str
+) -> None:
+    """Each record with an id the gateway did not know was one registry request: a 36 KB
+    Produce of 2,000 records with made-up ids made 2,000 (20,000 records, 20,000, the
+    validation thread asking on for 10 s after the request was refused). Now one request asks
+    about 32 ids at most; the records past that are rejected, never written unchecked."""
+    gw = GatewayThread(
+        gateway_config(broker, policies={"record.validation.schema.registry.url": registry})
+    ).start()
+    try:
+        topic = registry_topic(gw.bootstrap)
+        Registry.asked.clear()
+        answer = produce_batch(gw.bootstrap, topic, [framed(20_000 + i) for i in range(2000)])
+        assert answer.error_code == INVALID_RECORD
+        assert len(Registry.asked) == DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST
+        messages = [e.batch_index_error_message for e in answer.record_errors]
+        assert "limits: schema.registry.lookups.per.request" in messages[-1]
+        # ids the registry has are still taken, over as many requests as the bound needs:
+        # the ids looked up are remembered
+        registered = [framed(schema_id) for schema_id in REGISTERED[:40]]
+        first = produce_batch(gw.bootstrap, topic, registered)
+        assert first.error_code == INVALID_RECORD
+        assert produce_batch(gw.bootstrap, topic, registered).error_code == 0
+    finally:
+        gw.stop()
+
+
+def test_the_registry_is_asked_at_most_so_often_a_second() -> None:
+    now = [0.0]
+    client = SchemaRegistryClient(
+        "http://127.0.0.1:9", lookups_per_sec=5, failure_backoff_s=0, clock=lambda: now[0]
+    )
+    for schema_id in range(5):
+        with pytest.raises(SchemaRegistryError, match="unreachable"):
+            client.exists(schema_id)
+    with pytest.raises(SchemaRegistryError, match="schema.registry.lookups.per.sec"):
+        client.exists(5)
+    assert client.requests == 5
+    now[0] = 1.0
+    with pytest.raises(SchemaRegistryError, match="unreachable"):
+        client.exists(5)
+
+
+def test_a_registry_that_fails_is_not_asked_again_at_once() -> None:
+    """A registry that does not answer held a validation thread for its timeout once per
+    record: 2 s each. After a failure, the ids asked about within failure_backoff_s are
+    refused without a request."""
+    now = [0.0]
+    with socket.socket() as silent:  # accepts (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        client = SchemaRegistryClient(url, timeout_s=0.5, clock=lambda: now[0])
+        with pytest.raises(SchemaRegistryError, match="unreachable"):
+            client.exists(1)
+        for schema_id in range(2, 100):
+            with pytest.raises(SchemaRegistryError, match="not looked up: .*unreachable"):
+                client.exists(schema_id)
+        assert client.requests == 1
+        now[0] = 1.5
+        with pytest.raises(SchemaRegistryError, match="unreachable"):
+            client.exists(2)
+        assert client.requests == 2
+
+
+def test_one_id_asked_by_many_threads_at_once_is_asked_once(registry: str) -> None:
+    """The registry holds its first answer until eight threads have asked about the id (or
+    5 s): they share the one request."""
+    Registry.hold = threading.Event()
+    client = SchemaRegistryClient(registry, timeout_s=30)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            found = [pool.submit(client.exists, 10_001) for _ in range(8)]
+            wait_for(lambda: len(Registry.asked) == 8, 5)
+            Registry.hold.set()
+            assert all(f.result(30) for f in found)
+    finally:
+        Registry.hold.set()
+        Registry.hold = None
+    assert Registry.asked == [10_001]
+
+
+def test_missing_ids_are_remembered_within_a_bound() -> None:
+    """Every id ever missed stayed in memory (expired ones too): 1,000,000 made-up ids, some
+    100 MB. Now the expired ones go first, and at most max_missing are kept."""
+    now = [0.0]
+    client = SchemaRegistryClient(
+        "http://127.0.0.1:9",
+        max_missing=100,
+        negative_ttl_s=10,
+        lookups_per_sec=10**6,
+        clock=lambda: now[0],
+    )
+    client._ask = lambda schema_id: False  # type: ignore[method-assign]  # a registry of none
+    for schema_id in range(1000):
+        assert not client.exists(schema_id)
+    assert client.missing_cached == 100
+    now[0] = 11.0
+    assert not client.exists(5000)
+    assert client.missing_cached == 1

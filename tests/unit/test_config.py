@@ -152,6 +152,14 @@ LIMITS = {
         "judged.request.max.items: 5000\n",
         {"judged_request_max_items": 5_000},
     ),
+    "schema registry look-ups: 32 a request, 100 a second, unless set": (
+        "",
+        {"schema_registry_lookups_per_request": 32, "schema_registry_lookups_per_sec": 100},
+    ),
+    "schema registry look-ups set": (
+        "schema.registry.lookups.per.request: 500\nschema.registry.lookups.per.sec: 20\n",
+        {"schema_registry_lookups_per_request": 500, "schema_registry_lookups_per_sec": 20},
+    ),
     "the inflated bytes follow a smaller frame size when unset": (
         "max_frame_bytes: 8388608\n",
         {"record_validation_max_inflated_bytes": 8388608},
@@ -171,6 +179,14 @@ LIMITS = {
             "client.audit.events.per.sec: must be -1 (no limit) or at least 1",
         ),
         ("connections.max.idle.ms: 1.5", "connections.max.idle.ms: expected a whole number"),
+        (
+            "schema.registry.lookups.per.request: -1",
+            "schema.registry.lookups.per.request: must be at least 1",
+        ),
+        (
+            "schema.registry.lookups.per.sec: 0",
+            "schema.registry.lookups.per.sec: must be at least 1",
+        ),
         ("max.connections: 0", "max.connections: must be at least 1"),
         ("max.connections: -1", "max.connections: must be at least 1"),
         ("max.connections.per.ip: many", "max.connections.per.ip: expected a number"),

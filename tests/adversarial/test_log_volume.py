@@ -1,0 +1,123 @@
+"""Routes to fill the gateway's log: lines a client can have written at will, outside the
+audit (whose events ``client.audit.events.per.sec`` paces per client). Each case runs the
+real gateway in front of the tapped real broker."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from gateway.config import HostPort
+from protocol.codec import encode_request
+from protocol.framing import SIZE
+from tests.support import BrokerTap, GatewayThread, gateway_config, wait_for
+
+pytestmark = pytest.mark.adversarial
+
+API_VERSIONS = 18
+RATE = 2
+"""client.audit.events.per.sec in these cases: a client may have 10 s of it written at once."""
+
+
+def half_a_frame(sock: socket.socket) -> None:
+    sock.sendall(SIZE.pack(100) + b"x" * 10)
+
+
+def half_a_size(sock: socket.socket) -> None:
+    sock.sendall(b"\x00\x00")
+
+
+LEAVING = {
+    # name: what each connection sends before it closes
+    "half a frame": half_a_frame,
+    "half a size prefix": half_a_size,
+}
+
+
+@pytest.mark.parametrize("name", list(LEAVING))
+def test_connections_left_half_way_are_logged_at_the_clients_pace(
+    tap: BrokerTap, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    """Each connection a client leaves half-way through a frame logs a warning, and is not
+    audited: 5,000 such connections wrote 5,000 lines (350 KB), unpaced. The line now counts
+    against the client's client.audit.events.per.sec, as an audited refusal does: past its
+    burst the client's next connections wait."""
+    config = gateway_config(tap.address, limits={"client.audit.events.per.sec": RATE})
+    gw = GatewayThread(config).start()
+    host, _, port = gw.bootstrap.rpartition(":")
+    send: Callable[[socket.socket], None] = LEAVING[name]
+
+    def flood() -> None:
+        for _ in range(200):
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                send(sock)
+
+    def lines() -> int:
+        return sum("closing connection: truncated" in r.getMessage() for r in caplog.records)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="gateway.connection"):
+            started = time.monotonic()
+            attacker = threading.Thread(target=flood, daemon=True)
+            attacker.start()
+            assert wait_for(lambda: lines() >= 40, 60)
+            elapsed = time.monotonic() - started
+            logged = lines()
+        burst = RATE * 10
+        assert logged <= burst + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        assert gw.metric("kpg_audit_paced_total") >= 1
+        attacker.join(60)
+    finally:
+        gw.stop()
+
+
+def test_connections_while_no_broker_answers_are_logged_at_the_clients_pace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the brokers cannot be reached, each connection's first request makes the
+    gateway try them and log a warning, with no audit event: a client reconnecting in a loop
+    had a line written (and a broker connect tried) for each, unpaced."""
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        nowhere = HostPort(host="127.0.0.1", port=gone.getsockname()[1])
+    config = gateway_config(nowhere, limits={"client.audit.events.per.sec": RATE})
+    gw = GatewayThread(config).start()
+    host, _, port = gw.bootstrap.rpartition(":")
+    request = encode_request(
+        API_VERSIONS,
+        3,
+        1,
+        "t",
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+    )
+
+    def flood() -> None:
+        for _ in range(200):
+            try:
+                with socket.create_connection((host, int(port)), timeout=30) as sock:
+                    sock.sendall(request)
+                    sock.recv(64)  # closed unanswered: reconnect, as a client does
+            except OSError:
+                return  # the gateway has stopped
+
+    def lines() -> int:
+        return sum("closing client connection" in r.getMessage() for r in caplog.records)
+
+    attacker = threading.Thread(target=flood, daemon=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gateway.connection"):
+            started = time.monotonic()
+            attacker.start()
+            assert wait_for(lambda: lines() >= 40, 60)
+            elapsed = time.monotonic() - started
+            logged = lines()
+        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+    finally:
+        gw.stop()
+    attacker.join(30)
