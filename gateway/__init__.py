@@ -10,7 +10,9 @@ Contracts, stated once:
   their answer; the connection stops reading until one leaves. Writers are drained before
   more is read. A frame's size is checked before its body is read.
 - Limits over all connections, Kafka's (:mod:`gateway.limits`): past ``max.connections`` or
-  ``max.connections.per.ip`` a new connection is closed at accept, before a byte is read.
+  ``max.connections.per.ip``, or past ``max.connection.creation.rate`` (or its per-address
+  form) new connections in the current second, a new connection is closed at accept, before
+  a byte is read (over TLS, before its handshake).
   ``queued.max.request.bytes`` caps the bytes of requests being received and handed on: a
   frame's size is taken from it before its body is read and given back once the request
   has been forwarded, answered or refused; a frame that does not fit waits, its connection

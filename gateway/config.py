@@ -311,6 +311,12 @@ class LimitsConfig:
     accept."""
     max_connections_per_ip: int = KAFKA_UNLIMITED
     """Kafka's ``max.connections.per.ip``."""
+    max_connection_creation_rate: int = KAFKA_UNLIMITED
+    """Kafka's ``max.connection.creation.rate``: connections admitted per second over every
+    listener; one past it is closed at accept (Kafka delays the accept instead)."""
+    max_connection_creation_rate_per_ip: int = KAFKA_UNLIMITED
+    """The same per client address (in Kafka, the ``connection_creation_rate`` quota of an
+    ``ips`` entity)."""
     queued_max_request_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES
     """Kafka's ``queued.max.request.bytes``: the bytes of requests being received (and
     handed on) that the gateway holds over every connection; -1 no cap."""
@@ -451,6 +457,8 @@ _LIMIT_KEYS = frozenset(
         "connections.max.idle.ms",
         "max.connections",
         "max.connections.per.ip",
+        "max.connection.creation.rate",
+        "max.connection.creation.rate.per.ip",
         "queued.max.request.bytes",
         "record.validation.max.records",
         "record.validation.max.inflated.bytes",
@@ -949,6 +957,22 @@ def _limits(raw: Mapping[str, Any], source: str) -> LimitsConfig:
             _number(
                 lim.get("max.connections.per.ip", KAFKA_UNLIMITED),
                 "limits.max.connections.per.ip",
+                source,
+                minimum=1,
+            )
+        ),
+        max_connection_creation_rate=int(
+            _number(
+                lim.get("max.connection.creation.rate", KAFKA_UNLIMITED),
+                "limits.max.connection.creation.rate",
+                source,
+                minimum=1,
+            )
+        ),
+        max_connection_creation_rate_per_ip=int(
+            _number(
+                lim.get("max.connection.creation.rate.per.ip", KAFKA_UNLIMITED),
+                "limits.max.connection.creation.rate.per.ip",
                 source,
                 minimum=1,
             )

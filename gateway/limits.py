@@ -1,8 +1,9 @@
 """What the gateway allows over all its connections, with Kafka's names: how many connections
-(``max.connections``, ``max.connections.per.ip``) and how many bytes of requests it holds
-while it receives and hands them on (``queued.max.request.bytes``), and how fast one client
-may have it write audit events (``client.audit.events.per.sec``, the gateway's own). See the
-package docstring for the contracts."""
+(``max.connections``, ``max.connections.per.ip``), how many new ones a second
+(``max.connection.creation.rate``, ``max.connection.creation.rate.per.ip``), how many bytes
+of requests it holds while it receives and hands them on (``queued.max.request.bytes``), and
+how fast one client may have it write audit events (``client.audit.events.per.sec``, the
+gateway's own). See the package docstring for the contracts."""
 
 from __future__ import annotations
 
@@ -104,13 +105,22 @@ class RequestMemory:
 
 class ConnectionLimits:
     """``max.connections`` and ``max.connections.per.ip``, counted over every listener from
-    accept until the connection is closed."""
+    accept until the connection is closed; ``max.connection.creation.rate`` and
+    ``max.connection.creation.rate.per.ip``, the connections admitted in each second."""
 
-    def __init__(self, limits: LimitsConfig, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        limits: LimitsConfig,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._max = limits.max_connections
         self._max_per_ip = limits.max_connections_per_ip
+        self._rate = limits.max_connection_creation_rate
+        self._rate_per_ip = limits.max_connection_creation_rate_per_ip
         self._open = 0
         self._per_ip: collections.Counter[str] = collections.Counter()
+        self._created = _CreationWindow(clock)
         self._refused = metrics.connections_refused
         self._log = _RefusalLog()
 
@@ -118,6 +128,8 @@ class ConnectionLimits:
         """A reload's new limits, for connections accepted from now on (open ones stay)."""
         self._max = limits.max_connections
         self._max_per_ip = limits.max_connections_per_ip
+        self._rate = limits.max_connection_creation_rate
+        self._rate_per_ip = limits.max_connection_creation_rate_per_ip
 
     def admit(self, host: str) -> bool:
         """Count a new connection from ``host``; False when it is over a limit (counted and
@@ -128,6 +140,14 @@ class ConnectionLimits:
         if self._per_ip[host] >= self._max_per_ip:
             self._refuse(host, "max.connections.per.ip", self._max_per_ip)
             return False
+        total, from_host = self._created.counts(host)
+        if total >= self._rate:
+            self._refuse(host, "max.connection.creation.rate", self._rate)
+            return False
+        if from_host >= self._rate_per_ip:
+            self._refuse(host, "max.connection.creation.rate.per.ip", self._rate_per_ip)
+            return False
+        self._created.add(host)
         self._open += 1
         self._per_ip[host] += 1
         return True
@@ -142,6 +162,32 @@ class ConnectionLimits:
     def _refuse(self, host: str, key: str, limit: int) -> None:
         self._refused.labels(key).inc()
         self._log.refused(f"refused a connection from {host}: {key} ({limit}) reached")
+
+
+class _CreationWindow:
+    """The connections admitted in the current one-second window, in all and per address.
+    A fixed window: a burst across the edge of two windows may reach twice the rate. The
+    per-address counts last one window, so they hold no more addresses than a second's
+    admitted connections came from."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._start = float("-inf")
+        self._total = 0
+        self._per_ip: collections.Counter[str] = collections.Counter()
+
+    def counts(self, host: str) -> tuple[int, int]:
+        """(all, from ``host``) admitted in the window that is current now."""
+        now = self._clock()
+        if now - self._start >= 1.0:
+            self._start = now
+            self._total = 0
+            self._per_ip.clear()
+        return self._total, self._per_ip[host]
+
+    def add(self, host: str) -> None:
+        self._total += 1
+        self._per_ip[host] += 1
 
 
 class _RefusalLog:

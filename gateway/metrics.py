@@ -57,7 +57,8 @@ class GatewayMetrics:
         self.connections_refused = Counter(
             "kpg_connections_refused",
             "Connections closed at accept, by the limit they were over "
-            "(max.connections, max.connections.per.ip)",
+            "(max.connections, max.connections.per.ip, max.connection.creation.rate, "
+            "max.connection.creation.rate.per.ip)",
             ["reason"],
             registry=r,
         )

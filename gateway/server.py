@@ -356,10 +356,13 @@ class Gateway:
             )
         limits = self.config.limits
         log.info(
-            "limits: max.connections %d, max.connections.per.ip %d, connections.max.idle.ms %d, "
-            "queued.max.request.bytes %d",
+            "limits: max.connections %d, max.connections.per.ip %d, "
+            "max.connection.creation.rate %d, max.connection.creation.rate.per.ip %d, "
+            "connections.max.idle.ms %d, queued.max.request.bytes %d",
             limits.max_connections,
             limits.max_connections_per_ip,
+            limits.max_connection_creation_rate,
+            limits.max_connection_creation_rate_per_ip,
             limits.connections_max_idle_ms,
             limits.queued_max_request_bytes,
         )

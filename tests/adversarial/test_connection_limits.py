@@ -223,6 +223,37 @@ def test_connections_over_the_limit_are_refused(tap: BrokerTap, name: str) -> No
                 time.sleep(0.1)
 
 
+def test_a_client_opening_connections_in_a_loop_is_held_to_its_rate(tap: BrokerTap) -> None:
+    """Connection churn: each new connection costs the gateway an accept and a link to the
+    broker (a TLS handshake there, with upstream.tls), and a client that opens them in a
+    loop slowed every other client. Past max.connection.creation.rate.per.ip new
+    connections in a second, an address's next ones are closed at accept; another address
+    is served meanwhile, and the address itself again in the next second."""
+    rate = 5
+    with gateway_with(tap, **{"max.connection.creation.rate.per.ip": rate}) as gw:
+        before = tap.connections
+        burst = [RawClient(gw.bootstrap) for _ in range(4 * rate)]  # well within a second
+        admitted = sum(not client.is_closed(0.3) for client in burst)
+        for client in burst:
+            client.close()
+        # a fixed one-second window: a loop across the edge of two may get twice the rate
+        assert rate <= admitted <= 2 * rate
+        assert (
+            gw.metric("kpg_connections_refused_total", reason="max.connection.creation.rate.per.ip")
+            >= 1
+        )
+        assert tap.connections == before  # none of them sent a request: no broker link
+        assert served(ClientFrom(gw.bootstrap, "127.0.0.2")), "another address refused"
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                assert served(RawClient(gw.bootstrap))
+                break
+            except (ConnectionError, OSError):
+                assert time.monotonic() < deadline, "the address was not let in again"
+                time.sleep(0.2)
+
+
 def test_a_flood_of_refused_connections_does_not_flood_the_log(
     tap: BrokerTap, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -82,8 +82,14 @@ LIMITS = {
         {
             "connections_max_idle_ms": 600_000,
             "max_connections_per_ip": 2_147_483_647,
+            "max_connection_creation_rate": 2_147_483_647,
+            "max_connection_creation_rate_per_ip": 2_147_483_647,
             "queued_max_request_bytes": 256 * 1024 * 1024,
         },
+    ),
+    "connection creation rates": (
+        "max.connection.creation.rate: 200\nmax.connection.creation.rate.per.ip: 20\n",
+        {"max_connection_creation_rate": 200, "max_connection_creation_rate_per_ip": 20},
     ),
     "set": (
         "connections.max.idle.ms: 500\nmax.connections: 10\nmax.connections.per.ip: 2\n"
@@ -188,6 +194,10 @@ LIMITS = {
             "schema.registry.lookups.per.sec: must be at least 1",
         ),
         ("max.connections: 0", "max.connections: must be at least 1"),
+        (
+            "max.connection.creation.rate.per.ip: 0",
+            "max.connection.creation.rate.per.ip: must be at least 1",
+        ),
         ("max.connections: -1", "max.connections: must be at least 1"),
         ("max.connections.per.ip: many", "max.connections.per.ip: expected a number"),
         (
