@@ -95,3 +95,23 @@ def scripted_cluster() -> Iterator[ScriptedCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def two_gateways(broker: HostPort) -> Iterator[tuple[GatewayThread, GatewayThread]]:
+    """Two gateways sharing one Kafka state topic: A reads it every 0.2 s, B every 5 s."""
+    state_topic = f"kpg-state-{uuid.uuid4().hex[:10]}"
+
+    def shared(refresh_interval_s: float) -> GatewayThread:
+        state = {"store": "kafka", "topic": state_topic, "refresh_interval_s": refresh_interval_s}
+        return GatewayThread(gateway_config(broker, state=state)).start()
+
+    a = shared(0.2)
+    try:
+        b = shared(5.0)
+        try:
+            yield a, b
+        finally:
+            b.stop()
+    finally:
+        a.stop()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kio.schema.create_topics.v7.request import (
     CreatableReplicaAssignment,
@@ -440,6 +440,16 @@ def outcome(future: Any) -> tuple[int, str] | None:
         error: KafkaError = exc.args[0]
         return error.code(), error.str()
     return None
+
+
+def records_at(broker: HostPort, topic: str) -> int:
+    """How many records partition 0 of ``topic`` holds, asked of the broker itself."""
+    consumer = Consumer({"bootstrap.servers": str(broker), "group.id": uuid.uuid4().hex})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return int(high - low)
+    finally:
+        consumer.close()
 
 
 def existing_topics(bootstrap: str) -> set[str]:

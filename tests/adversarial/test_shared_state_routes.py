@@ -16,11 +16,7 @@ Each case produces raw through B and asks the broker itself what its topic holds
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -38,7 +34,7 @@ from tests.support import (
     GatewayThread,
     RawClient,
     existing_topics,
-    gateway_config,
+    records_at,
     unique_name,
     wait_for,
 )
@@ -48,36 +44,6 @@ pytestmark = pytest.mark.adversarial
 PRODUCE = 0
 POLICY = "trace-id"
 """A record without a ``trace-id`` header is refused: :func:`one_record_batch` has none."""
-
-
-@pytest.fixture
-def two_gateways(broker: HostPort) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    """A (state read every 0.2 s) and B (every 5 s) sharing one state topic."""
-    state_topic = f"kpg-state-{uuid.uuid4().hex[:10]}"
-
-    def shared(refresh_interval_s: float) -> GatewayThread:
-        state = {"store": "kafka", "topic": state_topic, "refresh_interval_s": refresh_interval_s}
-        return GatewayThread(gateway_config(broker, state=state)).start()
-
-    a = shared(0.2)
-    try:
-        b = shared(5.0)
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
-
-
-def records_at(broker: HostPort, topic: str) -> int:
-    """How many records partition 0 of ``topic`` holds, asked of the broker itself."""
-    consumer = Consumer({"bootstrap.servers": str(broker), "group.id": uuid.uuid4().hex})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        return int(high - low)
-    finally:
-        consumer.close()
 
 
 def produce_error(client: RawClient, topic: str) -> ErrorCode:

@@ -12,46 +12,14 @@ was written unvalidated. B now catches up with the store before every Produce (s
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.config import HostPort
-from tests.support import GatewayThread, gateway_config, unique_name
+from tests.support import GatewayThread, records_at, unique_name
 
 pytestmark = pytest.mark.inproc
-
-
-@pytest.fixture
-def two_gateways(broker: HostPort) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    state_topic = f"kpg-state-{uuid.uuid4().hex[:10]}"
-
-    def shared(refresh_interval_s: float) -> GatewayThread:
-        state = {"store": "kafka", "topic": state_topic, "refresh_interval_s": refresh_interval_s}
-        return GatewayThread(gateway_config(broker, state=state)).start()
-
-    a = shared(0.2)
-    try:
-        b = shared(5.0)
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
-
-
-def records_at(broker: HostPort, topic: str) -> int:
-    """How many records partition 0 of ``topic`` holds, asked of the broker itself."""
-    consumer = Consumer({"bootstrap.servers": str(broker), "group.id": uuid.uuid4().hex})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        return int(high - low)
-    finally:
-        consumer.close()
 
 
 def test_a_topic_created_through_one_gateway_is_validated_through_the_other_at_once(
