@@ -47,7 +47,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Final, Generic, TypeAlias, TypeVar
+from typing import Final, Generic, TypeAlias, TypeVar, cast
 
 from policies.api import (
     InvalidRecord,
@@ -300,34 +300,24 @@ class RecordValidator:
         request are counted in it)."""
 
     def hints(self, validation_policy: str) -> RecordIntrospectionHints:
-        hints = self._hints.get(validation_policy)
-        if hints is None:
-            hints_for = getattr(self.policy, "hints_for", None)
-            hints = hints_for(validation_policy) if hints_for else self.policy.get_hints()
-            self._hints.put(validation_policy, hints)
-        return hints
+        hints_for = getattr(self.policy, "hints_for", None)
+        return self._hints.learn(
+            validation_policy, hints_for or (lambda _: self.policy.get_hints())
+        )
 
     def required_headers(self, validation_policy: str) -> tuple[str, ...] | None:
         """The header keys that are all the policy checks for this topic, if it says so."""
-        if not self._headers_only:
+        if not self._headers_only:  # (isinstance of a runtime protocol is slow per call)
             return None
-        if validation_policy in self._required_headers:
-            return self._required_headers.get(validation_policy)
-        assert isinstance(self.policy, RequiredHeadersOnly)
-        headers = self.policy.required_headers_for(validation_policy)
-        self._required_headers.put(validation_policy, headers)
-        return headers
+        policy = cast(RequiredHeadersOnly, self.policy)
+        return self._required_headers.learn(validation_policy, policy.required_headers_for)
 
     def value_check(self, validation_policy: str) -> ValueCheck | None:
         """The check of one value, when the policy says it is all this topic's rules read."""
         if not self._values_only:
             return None
-        if validation_policy in self._value_checks:
-            return self._value_checks.get(validation_policy)
-        assert isinstance(self.policy, ValueRulesOnly)
-        check = self.policy.value_check_for(validation_policy)
-        self._value_checks.put(validation_policy, check)
-        return check
+        policy = cast(ValueRulesOnly, self.policy)
+        return self._value_checks.learn(validation_policy, policy.value_check_for)
 
     def validate(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
         """Check every record of one request's partitions, under one budget, in one go.
@@ -479,11 +469,7 @@ class RecordValidator:
         return rejected
 
     def _plan(self, validation_policy: str) -> _Plan:
-        plan = self._plans.get(validation_policy)
-        if plan is None:
-            plan = self._make_plan(validation_policy)
-            self._plans.put(validation_policy, plan)
-        return plan
+        return self._plans.learn(validation_policy, self._make_plan)
 
     def _make_plan(self, validation_policy: str) -> _Plan:
         hints = self.hints(validation_policy)
@@ -524,19 +510,18 @@ class _Kept(Generic[_V]):
     def __init__(self) -> None:
         self._items: dict[str, _V] = {}
 
-    def __contains__(self, value: str) -> bool:
-        return value in self._items
-
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, value: str) -> _V | None:
-        return self._items.get(value)
-
-    def put(self, value: str, learnt: _V) -> None:
-        self._items[value] = learnt
+    def learn(self, value: str, learn: Callable[[str], _V]) -> _V:
+        """What was learnt of ``value``, learnt now if it is not kept (the oldest kept value
+        forgotten past the bound)."""
+        if value in self._items:
+            return self._items[value]
+        learnt = self._items[value] = learn(value)
         while len(self._items) > _CACHED_VALUES:
             del self._items[next(iter(self._items))]
+        return learnt
 
 
 def load_record_validator(
