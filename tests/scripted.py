@@ -10,8 +10,8 @@ import asyncio
 import importlib
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -131,6 +131,25 @@ def metadata_response(
         cluster_id="scripted",
         controller_id=BrokerId(brokers[0]),
         topics=tuple(_metadata_topic(name, replicas) for name, replicas in topics),
+    )
+
+
+def cluster_metadata_response(
+    me: ScriptedBroker,
+    topics: Iterable[tuple[str, Sequence[tuple[int, ...]] | None]],
+    nodes: Mapping[int, ScriptedBroker],
+) -> MetadataResponse:
+    """As :func:`metadata_response`, naming each of ``nodes`` at its own broker's address
+    (node 1 the controller), for a cluster of several scripted brokers."""
+    return replace(
+        metadata_response(me, topics, brokers=(1,)),
+        brokers=tuple(
+            MetadataResponseBroker(
+                node_id=BrokerId(n), host=b.address.host, port=i32(b.address.port)
+            )
+            for n, b in sorted(nodes.items())
+            if b.address is not None
+        ),
     )
 
 

@@ -24,17 +24,16 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.metadata.v12.response import MetadataResponseBroker
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32
 
 from protocol.framing import RequestHeader
 from tests.scripted import (
     ScriptedBroker,
     ScriptedCluster,
+    cluster_metadata_response,
     describe_configs_response,
     describe_configs_result,
-    metadata_response,
 )
 from tests.support import (
     KAFKA_LIKE_UPSTREAM,
@@ -69,20 +68,7 @@ class KafkaNode:
     async def respond(self, me: ScriptedBroker, header: RequestHeader, request: Any) -> Any:
         if header.api_key == METADATA:
             names = [str(t.name) for t in request.topics or ()]
-            answer = metadata_response(me, [(n, None) for n in names], brokers=(1,))
-            return answer.__class__(
-                throttle_time=answer.throttle_time,
-                brokers=tuple(
-                    MetadataResponseBroker(
-                        node_id=BrokerId(n), host=b.address.host, port=i32(b.address.port)
-                    )
-                    for n, b in sorted(self.cluster.items())
-                    if b.address is not None
-                ),
-                cluster_id=answer.cluster_id,
-                controller_id=answer.controller_id,
-                topics=answer.topics,
-            )
+            return cluster_metadata_response(me, [(n, None) for n in names], self.cluster)
         if header.api_key == DESCRIBE_CONFIGS:
             return describe_configs_response(self._described(r) for r in request.resources)
         assert header.api_key == CREATE_TOPICS, f"unscripted API key {header.api_key}"

@@ -41,7 +41,13 @@ from kio.static.primitive import i8, i32
 
 from protocol.codec import decode_response
 from protocol.framing import RequestHeader
-from tests.scripted import ZERO, ScriptedBroker, ScriptedCluster, metadata_response
+from tests.scripted import (
+    ZERO,
+    ScriptedBroker,
+    ScriptedCluster,
+    cluster_metadata_response,
+    metadata_response,
+)
 from tests.support import GatewayThread, RawClient, gateway_config
 
 pytestmark = pytest.mark.adversarial
@@ -279,20 +285,8 @@ class Departing:
 
     async def respond(self, me: ScriptedBroker, header: RequestHeader, request: Any) -> Any:
         assert header.api_key == METADATA, f"unscripted API key {header.api_key}"
-        answer = metadata_response(me, [], brokers=(1,))
-        return answer.__class__(
-            throttle_time=answer.throttle_time,
-            brokers=tuple(
-                MetadataResponseBroker(
-                    node_id=BrokerId(n), host=b.address.host, port=i32(b.address.port)
-                )
-                for n, b in sorted(self.brokers.items())
-                if n in self.present and b.address is not None
-            ),
-            cluster_id=answer.cluster_id,
-            controller_id=answer.controller_id,
-            topics=(),
-        )
+        present = {n: b for n, b in self.brokers.items() if n in self.present}
+        return cluster_metadata_response(me, [], present)
 
 
 def _reaches(address: str) -> bool:

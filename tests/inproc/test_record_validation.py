@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -348,6 +349,25 @@ def test_policy_survives_restart_and_is_seen_by_a_second_instance(
         restarted.stop()
 
 
+def delete_behind_the_gateway(broker: HostPort, topic: str) -> None:
+    """Delete ``topic`` on the broker directly, and wait until the broker no longer lists it."""
+    behind = AdminClient({"bootstrap.servers": str(broker)})
+    behind.delete_topics([topic])[topic].result(15)
+    deadline = time.monotonic() + 30
+    while topic in behind.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} still listed 30 s after its delete"
+        time.sleep(0.2)
+
+
+def produce_without_header(bootstrap: str, topic: str, **config: Any) -> list[KafkaError | None]:
+    """Produce one record without headers to ``topic``; its delivery report."""
+    reports: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, **config})
+    producer.produce(topic, b"no header", on_delivery=lambda e, m: reports.append(e))
+    producer.flush(30)
+    return reports
+
+
 def test_a_topic_created_again_after_a_delete_the_gateway_did_not_see_has_no_old_policy(
     broker: HostPort,
 ) -> None:
@@ -357,21 +377,13 @@ def test_a_topic_created_again_after_a_delete_the_gateway_did_not_see_has_no_old
     gw = GatewayThread(gateway_config(broker)).start()
     try:
         topic = create_validated_topic(gw.bootstrap)
-        behind = AdminClient({"bootstrap.servers": str(broker)})
-        behind.delete_topics([topic])[topic].result(15)
+        delete_behind_the_gateway(broker, topic)
         admin = AdminClient({"bootstrap.servers": gw.bootstrap})
-        deadline = time.monotonic() + 30
-        while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
-            time.sleep(0.2)
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         configs = admin.describe_configs([resource])[resource].result(15)
         assert "record.validation.policy" not in configs
-        reports: list[KafkaError | None] = []
-        producer = Producer({"bootstrap.servers": gw.bootstrap, "retries": 0})
-        producer.produce(topic, b"no header", on_delivery=lambda e, m: reports.append(e))
-        producer.flush(15)
-        assert reports == [None]
+        assert produce_without_header(gw.bootstrap, topic, retries=0) == [None]
     finally:
         gw.stop()
 
@@ -384,15 +396,8 @@ def test_a_topic_auto_created_after_a_delete_the_gateway_did_not_see_has_no_old_
     gw = GatewayThread(gateway_config(broker)).start()
     try:
         topic = create_validated_topic(gw.bootstrap)
-        behind = AdminClient({"bootstrap.servers": str(broker)})
-        behind.delete_topics([topic])[topic].result(15)
-        deadline = time.monotonic() + 30
-        while topic in behind.list_topics(timeout=10).topics and time.monotonic() < deadline:
-            time.sleep(0.2)
-        reports: list[KafkaError | None] = []
-        producer = Producer({"bootstrap.servers": gw.bootstrap, "message.timeout.ms": 20000})
-        producer.produce(topic, b"no header", on_delivery=lambda e, m: reports.append(e))
-        producer.flush(30)
-        assert reports == [None]
+        delete_behind_the_gateway(broker, topic)
+        reports = produce_without_header(gw.bootstrap, topic, **{"message.timeout.ms": 20000})
+        assert reports == [None]  # auto-created by the producer's Metadata request
     finally:
         gw.stop()
