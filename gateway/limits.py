@@ -122,7 +122,7 @@ class ConnectionLimits:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._created = _CreationWindow(clock)
         self._refused = metrics.connections_refused
-        self._log = _RefusalLog()
+        self._log = ThrottledWarning(log)
 
     def update(self, limits: LimitsConfig) -> None:
         """A reload's new limits, for connections accepted from now on (open ones stay)."""
@@ -161,7 +161,7 @@ class ConnectionLimits:
 
     def _refuse(self, host: str, key: str, limit: int) -> None:
         self._refused.labels(key).inc()
-        self._log.refused(f"refused a connection from {host}: {key} ({limit}) reached")
+        self._log.warn(f"refused a connection from {host}: {key} ({limit}) reached")
 
 
 class _CreationWindow:
@@ -190,22 +190,23 @@ class _CreationWindow:
         self._per_ip[host] += 1
 
 
-class _RefusalLog:
+class ThrottledWarning:
     """One warning per :data:`REFUSAL_LOG_INTERVAL_S` at most, saying how many were not
     logged since the last: a flood of connections does not flood the log."""
 
-    def __init__(self) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
         self._quiet_until = float("-inf")
         self._unlogged = 0
 
-    def refused(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         now = time.monotonic()
         if now < self._quiet_until:
             self._unlogged += 1
             return
         if self._unlogged:
-            message += f" ({self._unlogged} more refused since the last such message)"
-        log.warning("%s", message)
+            message += f" ({self._unlogged} more since the last such message)"
+        self._logger.warning("%s", message)
         self._unlogged = 0
         self._quiet_until = now + REFUSAL_LOG_INTERVAL_S
 

@@ -28,7 +28,7 @@ from .generation import Generation
 from .handlers import build_table
 from .handlers.base import Registration
 from .health import Readiness, probe_upstream
-from .limits import AuditPace, ConnectionLimits, RequestMemory, peer_host
+from .limits import AuditPace, ConnectionLimits, RequestMemory, ThrottledWarning, peer_host
 from .listeners import Listener, start_tls_stream, tls_listener
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
@@ -108,6 +108,7 @@ class Gateway:
         self.metrics.set_policy_version(config.policy_version)
         self._bootstrap: Listener | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._handshake_log = ThrottledWarning(log)
         """Client TLS handshakes under way (over TLS, see :meth:`_accept_tls`)."""
         self._connections: set[ClientConnection] = set()
         self._connection_limits = ConnectionLimits(config.limits, self.metrics)
@@ -474,7 +475,10 @@ class Gateway:
         except OSError as exc:  # ssl.SSLError; ConnectionAbortedError at the timeout; ...
             timed_out = isinstance(exc, ConnectionAbortedError | TimeoutError)
             self.metrics.tls_handshakes_failed.labels("timeout" if timed_out else "failed").inc()
-            log.debug("%s: TLS handshake failed: %s", host, exc)
+            # what a client's operator needs to fix its certificates; at most every 10 s
+            self._handshake_log.warn(
+                f"{host}: TLS handshake failed, connection closed: {str(exc) or type(exc).__name__}"
+            )
         finally:
             if not served:
                 self._connection_limits.release(host)

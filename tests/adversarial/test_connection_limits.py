@@ -5,12 +5,14 @@ broker."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import re
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -345,6 +347,25 @@ def test_a_stalled_tls_handshake_is_closed_as_an_idle_connection(tap: BrokerTap,
         assert garbage.is_closed(5)
         wait_for_metric(gw, "kpg_tls_handshakes_failed_total", 1, reason="failed")
         assert served_over_tls(gw.bootstrap, pki)  # the one place was given back both times
+
+
+def test_a_failed_tls_handshake_says_why_in_the_log(
+    tap: BrokerTap, pki: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client without the certificate the listener requires is told nothing by TLS; the
+    gateway's log says which client failed and why, so that its operator can fix it."""
+    anonymous = ssl.create_default_context(cafile=str(pki / "ca.pem"))  # no certificate
+    with (
+        caplog.at_level(logging.WARNING, logger="gateway.server"),
+        tls_gateway_with(tap, pki) as gw,
+    ):
+        with contextlib.suppress(OSError):  # TLS 1.3: the refusal may come after
+            client = RawClient(gw.bootstrap, tls=anonymous)
+            assert client.is_closed(5)
+        wait_for_metric(gw, "kpg_tls_handshakes_failed_total", 1, reason="failed")
+    failures = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+    assert len(failures) == 1, failures
+    assert "127.0.0.1" in failures[0] and "certificate" in failures[0].lower(), failures
 
 
 def test_a_stalled_tls_handshake_does_not_hold_the_shutdown(
