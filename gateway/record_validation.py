@@ -581,7 +581,8 @@ def _schema_registry(
     """
     registry_url = section.get(_REGISTRY_KEY)
     set_lookup = getattr(policy, "set_schema_lookup", None)
-    if registry_url is None or set_lookup is None:
+    set_subject_lookup = getattr(policy, "set_schema_subject_lookup", None)
+    if registry_url is None or (set_lookup is None and set_subject_lookup is None):
         return None
     if not isinstance(registry_url, str) or not registry_url.startswith(("http://", "https://")):
         raise ConfigError(
@@ -593,5 +594,8 @@ def _schema_registry(
         lookups_per_request=limits.schema_registry_lookups_per_request,
         lookups_per_sec=limits.schema_registry_lookups_per_sec,
     )
-    set_lookup(registry.exists)
+    if set_lookup is not None:
+        set_lookup(registry.exists)
+    if set_subject_lookup is not None:
+        set_subject_lookup(registry.registered_under)
     return registry

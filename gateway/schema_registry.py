@@ -1,12 +1,16 @@
-"""A small client for a Confluent-compatible schema registry: does schema id N exist?
+"""A small client for a Confluent-compatible schema registry: does schema id N exist, and is
+it registered under subject S?
 
 Used by record policies that check a record's schema id against the registry (the built-in
-``schema-id:registry`` rule). Calls come from the record-validation worker thread, so they
-block (urllib) with a timeout. Schema ids never change meaning, so a found id is cached for
-good; a missing id is cached for ``negative_ttl_s`` (it may be registered soon), at most
-``max_missing`` of them (the oldest forgotten first). Anything other than 200 or 404, or no
-answer in time, raises :class:`SchemaRegistryError`, which the policy passes on (and a policy
-that raises denies: see :mod:`policies`).
+``schema-id:registry`` and ``schema-id:subject:<subject>`` rules). Calls come from the
+record-validation worker thread, so they block (urllib) with a timeout. Schema ids never
+change meaning, so a found id is cached for good, an id found under a subject for
+``subject_ttl_s`` (a subject's version may be deleted); a missing one is cached for
+``negative_ttl_s`` (it may be registered soon), at most ``max_missing`` of them (the oldest
+forgotten first). Anything other than 200 or 404, a list of subjects that does
+not parse or runs past ``MAX_ANSWER_BYTES``, or no answer in time, raises
+:class:`SchemaRegistryError`, which the policy passes on (and a policy that raises denies:
+see :mod:`policies`).
 
 A producer chooses the ids its records carry, so what it can make the gateway ask is bounded;
 an id the bounds keep the client from asking about raises :class:`SchemaRegistryError`
@@ -24,6 +28,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
+import math
 import threading
 import time
 import urllib.error
@@ -35,6 +41,11 @@ from typing import Final
 DEFAULT_MAX_MISSING: Final = 10_000
 """Missing ids remembered (some 100 bytes each)."""
 DEFAULT_FAILURE_BACKOFF_S: Final = 1.0
+MAX_ANSWER_BYTES: Final = 1024 * 1024
+"""The most of a registry's answer read (the subjects and versions of one id)."""
+
+_Key = int | tuple[int, str]
+"""What a look-up asks: an id, or an id and a subject."""
 
 
 class SchemaRegistryError(Exception):
@@ -62,6 +73,7 @@ class SchemaRegistryClient:
         *,
         timeout_s: float = 2.0,
         negative_ttl_s: float = 30.0,
+        subject_ttl_s: float = 60.0,
         lookups_per_request: int = 32,
         lookups_per_sec: float = 100.0,
         max_missing: int = DEFAULT_MAX_MISSING,
@@ -71,15 +83,18 @@ class SchemaRegistryClient:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.negative_ttl_s = negative_ttl_s
+        self.subject_ttl_s = subject_ttl_s
         self.lookups_per_request = lookups_per_request
         self.lookups_per_sec = lookups_per_sec
         self.max_missing = max_missing
         self.failure_backoff_s = failure_backoff_s
         self._clock = clock
-        self._known: set[int] = set()
-        self._missing: collections.OrderedDict[int, float] = collections.OrderedDict()
-        """Missing id -> until when; in the order cached, so also in the order they expire."""
-        self._asking: dict[int, threading.Event] = {}
+        self._known: dict[_Key, float] = {}
+        """Found id (or id and subject) -> until when."""
+        self._missing: collections.OrderedDict[_Key, float] = collections.OrderedDict()
+        """Missing id (or id and subject) -> until when; in the order cached, so also in the
+        order they expire."""
+        self._asking: dict[_Key, threading.Event] = {}
         self._tokens = float(lookups_per_sec)
         self._refilled = clock()
         self._failed: tuple[float, str] | None = None
@@ -101,47 +116,69 @@ class SchemaRegistryClient:
 
     def exists(self, schema_id: int) -> bool:
         """:raises SchemaRegistryError: when the registry cannot say, or may not be asked."""
+        return self._answer(schema_id, schema_id, lambda: self._ask(schema_id) is not None)
+
+    def registered_under(self, schema_id: int, subject: str) -> bool:
+        """Whether the registry lists ``schema_id`` under ``subject`` (in any version it has
+        not deleted), by ``GET /schemas/ids/{id}/versions``. A yes is remembered for
+        ``subject_ttl_s`` (the version may be deleted), a no as a missing id is (the same
+        schema may be registered under the subject later).
+
+        :raises SchemaRegistryError: when the registry cannot say, or may not be asked.
+        """
+        return self._answer(
+            (schema_id, subject),
+            schema_id,
+            lambda: subject in self._subjects_of(schema_id),
+        )
+
+    def _answer(self, key: _Key, schema_id: int, ask: Callable[[], bool]) -> bool:
         while True:
             with self._lock:
-                cached = self._cached(schema_id)
+                cached = self._cached(key)
                 if cached is not None:
                     return cached
-                asking = self._asking.get(schema_id)
+                asking = self._asking.get(key)
                 if asking is None:
                     self._take_lookup(schema_id)
-                    done = self._asking[schema_id] = threading.Event()
+                    done = self._asking[key] = threading.Event()
                     break
             asking.wait(self.timeout_s + 1)  # then look again: cached, or ask
         try:
-            found = self._ask(schema_id)
+            found = ask()
         except SchemaRegistryError as exc:
             with self._lock:
                 if isinstance(exc, _NoAnswer):
                     self._failed = (self._clock(), str(exc))
-                del self._asking[schema_id]
+                del self._asking[key]
             done.set()
             raise
         with self._lock:
             if found:
-                self._known.add(schema_id)
+                self._known[key] = (
+                    math.inf if isinstance(key, int) else self._clock() + self.subject_ttl_s
+                )
             else:
-                self._remember_missing(schema_id)
-            del self._asking[schema_id]
+                self._remember_missing(key)
+            del self._asking[key]
         done.set()
         return found
 
-    def _cached(self, schema_id: int) -> bool | None:
-        if schema_id in self._known:
-            return True
-        missing_until = self._missing.get(schema_id)
+    def _cached(self, key: _Key) -> bool | None:
+        known_until = self._known.get(key)
+        if known_until is not None:
+            if known_until > self._clock():
+                return True
+            del self._known[key]
+        missing_until = self._missing.get(key)
         if missing_until is None:
             return None
         if missing_until > self._clock():
             return False
-        del self._missing[schema_id]
+        del self._missing[key]
         return None
 
-    def _remember_missing(self, schema_id: int) -> None:
+    def _remember_missing(self, key: _Key) -> None:
         now = self._clock()
         missing = self._missing
         while missing:  # the expired ones lead, then the oldest
@@ -149,7 +186,7 @@ class SchemaRegistryClient:
             if until > now and len(missing) < self.max_missing:
                 break
             missing.popitem(last=False)
-        missing[schema_id] = now + self.negative_ttl_s
+        missing[key] = now + self.negative_ttl_s
 
     def _take_lookup(self, schema_id: int) -> None:
         """Count one look-up against the bounds, or say which one it is over.
@@ -187,17 +224,40 @@ class SchemaRegistryClient:
             budget.left -= 1
         self.requests += 1
 
-    def _ask(self, schema_id: int) -> bool:
+    def _subjects_of(self, schema_id: int) -> frozenset[str]:
+        """The subjects the registry lists the id under (none for an id it does not have).
+
+        :raises SchemaRegistryError: for an answer that is not such a list.
+        """
+        body = self._ask(schema_id, "/versions")
+        if body is None:
+            return frozenset()
+        try:
+            versions = json.loads(body)
+            return frozenset(str(entry["subject"]) for entry in versions)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SchemaRegistryError(
+                f"schema registry {self.url} answered schema id {schema_id}'s versions with "
+                f"something other than a list of subjects and versions ({type(exc).__name__})"
+            ) from None
+
+    def _ask(self, schema_id: int, below: str = "") -> bytes | None:
+        """The answer's body to ``GET /schemas/ids/{schema_id}{below}`` (read only when
+        ``below`` asks for more than the id), or None when the registry has no such id."""
         request = urllib.request.Request(
-            f"{self.url}/schemas/ids/{schema_id}",
+            f"{self.url}/schemas/ids/{schema_id}{below}",
             headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return bool(response.status == 200)
+                if response.status != 200:
+                    return None
+                if not below:
+                    return b""
+                body: bytes = response.read(MAX_ANSWER_BYTES + 1)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
-                return False
+                return None
             raise SchemaRegistryError(
                 f"schema registry {self.url} answered {exc.code} for schema id {schema_id}"
             ) from None
@@ -205,3 +265,9 @@ class SchemaRegistryClient:
             raise _NoAnswer(
                 f"schema registry {self.url} is unreachable: {getattr(exc, 'reason', exc)}"
             ) from None
+        if len(body) > MAX_ANSWER_BYTES:
+            raise SchemaRegistryError(
+                f"schema registry {self.url} answered schema id {schema_id}{below} with more "
+                f"than {MAX_ANSWER_BYTES:,} bytes"
+            )
+        return body

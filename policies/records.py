@@ -34,17 +34,23 @@ rule                     a record passes when
 ``schema-id:registry``   as ``schema-id``, and the schema registry knows the id (asked through
                          the lookup the gateway gives :meth:`~BuiltinRecordValidationPolicy.
                          set_schema_lookup`; without one every record is rejected)
+``schema-id:subject:S``  as ``schema-id``, and the registry lists the id under subject
+                         ``S`` (e.g. ``orders-value``, the subject Confluent's serializers
+                         use for topic ``orders``): a record serialized with another topic's
+                         schema, which ``schema-id:registry`` lets through, is rejected. Asked
+                         through :meth:`~BuiltinRecordValidationPolicy.
+                         set_schema_subject_lookup`; without one every record is rejected
 ``max-bytes:<n>``        its key, value, header keys (UTF-8) and header values add up to at
                          most ``n`` bytes (1 to 2147483647)
 ``tombstones-allowed``   not a check: lets a null value (a tombstone) pass the value rules
                          (``json``, ``json-schema``, ``schema-id``), which otherwise reject it
 =======================  ==================================================================
 
-Every rule given must pass. A rule may appear once (``header:`` once per key), ``schema-id``
-and ``schema-id:registry`` count as one rule, and ``json`` may go with ``json-schema``
-(which implies it). Header keys and schema names cannot contain ``;`` or ``,``; for a header
-key with ``:`` write ``header:<key>``. To require a header key exactly as the whole value
-reads, use :class:`policies.builtin.RequireHeaderValidationPolicy`.
+Every rule given must pass. A rule may appear once (``header:`` once per key), ``schema-id``,
+``schema-id:registry`` and ``schema-id:subject:`` count as one rule, and ``json`` may go with
+``json-schema`` (which implies it). Header keys, schema names and subjects cannot contain ``;``
+or ``,``; for a header key with ``:`` write ``header:<key>``. To require a header key exactly
+as the whole value reads, use :class:`policies.builtin.RequireHeaderValidationPolicy`.
 
 A value that does not parse (an unknown rule such as ``jsn-schema:x``, a rule given twice,
 ``max-bytes:0``, a schema name with no file) rejects every record of the topic with a
@@ -61,6 +67,8 @@ What the gateway calls
   no I/O itself. The lookup runs on the threads ``validate`` runs on; whatever it raises
   propagates, and the gateway denies (see :mod:`policies.api`): so does a lookup the gateway
   may not make (past its bounds on registry requests per Produce and per second).
+* ``set_schema_subject_lookup(lookup)`` likewise (:class:`UsesSchemaSubjectLookup`):
+  ``lookup(schema_id, subject) -> bool``, for ``schema-id:subject:<subject>``.
 * ``hints_for(validation_policy)`` per topic (:class:`PerTopicHints`): only headers for header
   rules, the first byte of the key for ``key-required``, the whole value for the JSON rules,
   5 value bytes for ``schema-id`` alone, everything for ``max-bytes``. A policy that does not
@@ -126,7 +134,9 @@ __all__ = [
     "RequiredHeadersOnly",
     "SchemaIdCheck",
     "SchemaLookup",
+    "SchemaSubjectLookup",
     "UsesSchemaLookup",
+    "UsesSchemaSubjectLookup",
     "ValueCheck",
     "ValueRulesOnly",
     "parse_record_validation_policy",
@@ -137,6 +147,9 @@ JSON_SCHEMA_DIR: Final = "record.validation.json.schema.dir"
 
 SchemaLookup = Callable[[int], bool]
 """Whether the schema registry knows a schema id."""
+
+SchemaSubjectLookup = Callable[[int, str], bool]
+"""Whether the schema registry lists a schema id under a subject."""
 
 _SEPARATORS: Final = re.compile(r"[;,]")
 _MAX_BYTES: Final = re.compile(r"[0-9]{1,10}")
@@ -202,11 +215,20 @@ class UsesSchemaLookup(Protocol):
     def set_schema_lookup(self, lookup: SchemaLookup) -> None: ...
 
 
+@runtime_checkable
+class UsesSchemaSubjectLookup(Protocol):
+    """A record validation policy that may ask the gateway's schema registry client which
+    subjects list a schema id."""
+
+    def set_schema_subject_lookup(self, lookup: SchemaSubjectLookup) -> None: ...
+
+
 class SchemaIdCheck(enum.Enum):
     """How much the ``schema-id`` rule checks."""
 
     PRESENT = "schema-id"
     REGISTERED = "schema-id:registry"
+    IN_SUBJECT = "schema-id:subject"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,6 +243,8 @@ class RecordRules:
     value_json: bool = False
     value_json_schema: str | None = None
     value_schema_id: SchemaIdCheck | None = None
+    value_schema_subject: str | None = None
+    """The subject of ``schema-id:subject:<subject>``."""
     max_record_bytes: int | None = None
     tombstones_allowed: bool = False
 
@@ -339,17 +363,31 @@ def _rule_fields(rule: str, name: str, colon: str, argument: str) -> dict[str, A
     if name == "json-schema":
         return {"value_json": True, "value_json_schema": argument}
     if name == "schema-id":
-        if colon and argument != "registry":
-            raise ValueError(
-                f"rule {rule!r}: schema-id takes no argument or :registry, got {argument!r}"
-            )
-        return {"value_schema_id": SchemaIdCheck.REGISTERED if colon else SchemaIdCheck.PRESENT}
+        return _schema_id_fields(rule, colon, argument)
     if name == "max-bytes":
         if not _MAX_BYTES.fullmatch(argument) or not 1 <= int(argument) <= _INT_MAX:
             raise ValueError(f"rule {rule!r} needs a whole number of bytes from 1 to {_INT_MAX}")
         return {"max_record_bytes": int(argument)}
     assert name == "tombstones-allowed"
     return {"tombstones_allowed": True}
+
+
+def _schema_id_fields(rule: str, colon: str, argument: str) -> dict[str, Any]:
+    """:raises ValueError:"""
+    if not colon:
+        return {"value_schema_id": SchemaIdCheck.PRESENT}
+    if argument == "registry":
+        return {"value_schema_id": SchemaIdCheck.REGISTERED}
+    kind, sep, subject = argument.partition(":")
+    if kind.strip() == "subject" and sep and subject.strip():
+        return {
+            "value_schema_id": SchemaIdCheck.IN_SUBJECT,
+            "value_schema_subject": subject.strip(),
+        }
+    raise ValueError(
+        f"rule {rule!r}: schema-id takes no argument, :registry or :subject:<subject>, "
+        f"got {argument!r}"
+    )
 
 
 # --- the policy -------------------------------------------------------------------------------
@@ -481,14 +519,15 @@ class _Compiled:
 class BuiltinRecordValidationPolicy(RecordValidationPolicy):
     """Applies the rules a topic's ``record.validation.policy`` names (module docstring).
 
-    Also :class:`PerTopicHints`, :class:`RequiredHeadersOnly`, :class:`ValueRulesOnly` and
-    :class:`UsesSchemaLookup`.
+    Also :class:`PerTopicHints`, :class:`RequiredHeadersOnly`, :class:`ValueRulesOnly`,
+    :class:`UsesSchemaLookup` and :class:`UsesSchemaSubjectLookup`.
     """
 
     def __init__(self) -> None:
         self._schemas: Mapping[str, _JsonSchema] = {}
         self._schema_dir: str | None = None
         self._schema_lookup: SchemaLookup | None = None
+        self._subject_lookup: SchemaSubjectLookup | None = None
         self._compiled = functools.lru_cache(maxsize=_CACHED_VALUES)(self._compile)
 
     def configure(self, configs: Mapping[str, str]) -> None:
@@ -504,6 +543,11 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
     def set_schema_lookup(self, lookup: SchemaLookup) -> None:
         """Give the policy the gateway's schema registry lookup (for ``schema-id:registry``)."""
         self._schema_lookup = lookup
+
+    def set_schema_subject_lookup(self, lookup: SchemaSubjectLookup) -> None:
+        """Give the policy the gateway's lookup of the subjects that list a schema id (for
+        ``schema-id:subject:<subject>``)."""
+        self._subject_lookup = lookup
 
     @property
     def schema_names(self) -> frozenset[str]:
@@ -588,8 +632,9 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
         tombstones_allowed = rules.tombstones_allowed
         schema = rules.value_json_schema
         json_rule = "json" if schema is None else f"json-schema:{schema}"
-        first_rule = schema_id.value if schema_id is not None else json_rule
-        check_schema_id = None if schema_id is None else self._schema_id_check(schema_id, where)
+        id_rule = _schema_id_rule(rules)
+        first_rule = id_rule if id_rule is not None else json_rule
+        check_schema_id = None if schema_id is None else self._schema_id_check(rules, where)
         skip = 0 if schema_id is None else _SCHEMA_ID_BYTES
         check_json = _json_check(validator, json_rule, where) if rules.value_json else None
 
@@ -607,30 +652,57 @@ class BuiltinRecordValidationPolicy(RecordValidationPolicy):
             return _accepting_fast(validator.fast, check_value)
         return check_value
 
-    def _schema_id_check(self, schema_id: SchemaIdCheck, where: str) -> Callable[[bytes], None]:
+    def _schema_id_check(self, rules: RecordRules, where: str) -> Callable[[bytes], None]:
         """The check of a value's schema id prefix (and, for ``schema-id:registry``, that the
-        registry has the id; the lookup is the one set when a value is checked)."""
+        registry has the id, for ``schema-id:subject:<subject>`` that it lists the id under
+        the subject; the lookups are the ones set when a value is checked)."""
         policy = self
+        schema_id, subject = rules.value_schema_id, rules.value_schema_subject
+        rule = _schema_id_rule(rules)
+        assert schema_id is not None and rule is not None
 
         def check_schema_id(value: bytes) -> None:
             if len(value) < _SCHEMA_ID_BYTES or value[0] != _MAGIC_BYTE:
-                raise InvalidRecord(_no_schema_id(value, schema_id, where))
-            if schema_id is not SchemaIdCheck.REGISTERED:
+                raise InvalidRecord(_no_schema_id(value, rule, where))
+            if schema_id is SchemaIdCheck.PRESENT:
                 return
-            lookup = policy._schema_lookup
-            if lookup is None:
-                raise InvalidRecord(
-                    f"Record cannot be checked: rule {schema_id.value} needs a schema "
-                    f"registry, and the gateway has none configured{where}"
-                )
             number = int.from_bytes(value[1:_SCHEMA_ID_BYTES], "big", signed=True)
-            if not lookup(number):
+            if subject is None:
+                lookup = policy._schema_lookup
+                if lookup is None:
+                    raise _no_registry(rule, where)
+                if not lookup(number):
+                    raise InvalidRecord(
+                        f"Record value has schema id {number}, which the schema registry "
+                        f"does not have (rule {rule}){where}"
+                    )
+                return
+            in_subject = policy._subject_lookup
+            if in_subject is None:
+                raise _no_registry(rule, where)
+            if not in_subject(number, subject):
                 raise InvalidRecord(
-                    f"Record value has schema id {number}, which the schema registry "
-                    f"does not have (rule {schema_id.value}){where}"
+                    f"Record value has schema id {number}, which the schema registry does "
+                    f"not list under subject {subject} (rule {rule}){where}"
                 )
 
         return check_schema_id
+
+
+def _no_registry(rule: str, where: str) -> InvalidRecord:
+    return InvalidRecord(
+        f"Record cannot be checked: rule {rule} needs a schema registry, and the gateway "
+        f"has none configured{where}"
+    )
+
+
+def _schema_id_rule(rules: RecordRules) -> str | None:
+    """The ``schema-id`` rule as written (normalised), if there is one."""
+    if rules.value_schema_id is None:
+        return None
+    if rules.value_schema_subject is None:
+        return rules.value_schema_id.value
+    return f"{rules.value_schema_id.value}:{rules.value_schema_subject}"
 
 
 def _json_check(
@@ -734,14 +806,13 @@ def _check_size(record: RecordProxy, *, limit: int, where: str) -> None:
         )
 
 
-def _no_schema_id(value: bytes, check: SchemaIdCheck, where: str) -> str:
+def _no_schema_id(value: bytes, rule: str, where: str) -> str:
     if not value or value[0] != _MAGIC_BYTE:
         found = "is empty" if not value else f"starts with byte {value[0]}, not magic byte 0"
     else:
         found = f"is only {len(value)} bytes"
     return (
-        f"Record value {found}; rule {check.value} needs magic byte 0 and a 4-byte "
-        f"schema id first{where}"
+        f"Record value {found}; rule {rule} needs magic byte 0 and a 4-byte schema id first{where}"
     )
 
 

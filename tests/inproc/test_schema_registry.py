@@ -1,13 +1,16 @@
-"""schema-id:registry: record schema ids checked against a schema registry over HTTP.
+"""schema-id:registry and schema-id:subject: record schema ids checked against a schema
+registry over HTTP.
 
 The registry here is a small HTTP server the test runs (no registry package is available);
-it answers the one endpoint the gateway asks, GET /schemas/ids/{id}, as Confluent's does.
+it answers the two endpoints the gateway asks, GET /schemas/ids/{id} and
+GET /schemas/ids/{id}/versions, as Confluent's does.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import http.server
+import json
 import socket
 import struct
 import threading
@@ -30,6 +33,19 @@ INVALID_RECORD = 87
 KNOWN = {1, 7}
 REGISTERED = range(10_000, 11_000)  # known too: a registry of many schemas
 BROKEN = 500  # the registry fails on this id
+GARBLED = 600  # its versions are not a list of subjects
+HUGE = 601  # its versions run past what the client reads
+SUBJECTS = {1: ("orders-value",), 7: ("payments-value", "audit-value")}
+"""The subjects each id is registered under (REGISTERED: bulk-value)."""
+
+
+def _versions(schema_id: int) -> bytes:
+    if schema_id == GARBLED:
+        return b'{"subject": "orders-value"}'
+    if schema_id == HUGE:
+        return b"[" + b" " * (2 * 1024 * 1024) + b"]"
+    subjects = SUBJECTS.get(schema_id, ("bulk-value",))
+    return json.dumps([{"subject": s, "version": 1} for s in subjects]).encode()
 
 
 class Registry(http.server.BaseHTTPRequestHandler):
@@ -38,7 +54,8 @@ class Registry(http.server.BaseHTTPRequestHandler):
     """Set: each answer waits for it."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        schema_id = int(self.path.rsplit("/", 1)[1])
+        versions = self.path.endswith("/versions")
+        schema_id = int(self.path.removesuffix("/versions").rsplit("/", 1)[1])
         Registry.asked.append(schema_id)
         if Registry.hold is not None:
             Registry.hold.wait(30)
@@ -46,8 +63,8 @@ class Registry(http.server.BaseHTTPRequestHandler):
             self.send_response(500)
             self.send_header("Content-Length", "0")
             self.end_headers()
-        elif schema_id in KNOWN or schema_id in REGISTERED:
-            body = b'{"schema": "{\\"type\\": \\"string\\"}"}'
+        elif schema_id in KNOWN or schema_id in REGISTERED or schema_id in (GARBLED, HUGE):
+            body = _versions(schema_id) if versions else b'{"schema": "{\\"type\\": \\"string\\"}"}'
             self.send_response(200)
             self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
             self.send_header("Content-Length", str(len(body)))
@@ -81,12 +98,12 @@ def framed(schema_id: int, payload: bytes = b"hello") -> bytes:
     return b"\x00" + struct.pack(">i", schema_id) + payload
 
 
-def registry_topic(bootstrap: str) -> str:
+def registry_topic(bootstrap: str, policy: str = "schema-id:registry") -> str:
     topic = unique_name("sr")
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics(
-        [NewTopic(topic, 1, 1, config={"record.validation.policy": "schema-id:registry"})]
-    )[topic].result(15)
+    admin.create_topics([NewTopic(topic, 1, 1, config={"record.validation.policy": policy})])[
+        topic
+    ].result(15)
     return topic
 
 
@@ -130,6 +147,64 @@ def test_registry_client_caches_and_fails_closed(registry: str) -> None:
     down = SchemaRegistryClient("http://127.0.0.1:9", timeout_s=0.5)
     with pytest.raises(SchemaRegistryError, match="unreachable"):
         down.exists(1)
+
+
+def test_registry_client_asks_which_subjects_list_an_id(registry: str) -> None:
+    now = [0.0]
+    client = SchemaRegistryClient(
+        registry, negative_ttl_s=10, subject_ttl_s=60, clock=lambda: now[0]
+    )
+    assert client.registered_under(7, "payments-value")
+    assert client.registered_under(7, "payments-value")
+    assert not client.registered_under(7, "orders-value")
+    assert not client.registered_under(7, "orders-value")
+    assert not client.registered_under(3, "orders-value")  # an id the registry does not have
+    assert client.requests == 3
+    now[0] = 11.0  # the no's are asked again; the yes is still remembered
+    assert not client.registered_under(7, "orders-value")
+    assert client.registered_under(7, "payments-value")
+    assert client.requests == 4
+    now[0] = 61.0  # the version may have been deleted since: the yes is asked again
+    assert client.registered_under(7, "payments-value")
+    assert client.requests == 5
+    assert Registry.asked == [7, 7, 3, 7, 7]
+    with pytest.raises(SchemaRegistryError, match="something other than a list of subjects"):
+        client.registered_under(GARBLED, "orders-value")
+    with pytest.raises(SchemaRegistryError, match="more than 1,048,576 bytes"):
+        client.registered_under(HUGE, "orders-value")
+    with pytest.raises(SchemaRegistryError, match="answered 500 for schema id 500"):
+        client.registered_under(BROKEN, "orders-value")
+
+
+def test_records_serialized_with_another_subjects_schema_are_rejected(
+    broker: HostPort, registry: str
+) -> None:
+    """schema-id:registry takes any id the registry has: a producer serializing with another
+    topic's schema (id 7, registered under payments-value) passed it. schema-id:subject takes
+    only the ids the registry lists under the subject named."""
+    gw = GatewayThread(
+        gateway_config(broker, policies={"record.validation.schema.registry.url": registry})
+    ).start()
+    try:
+        loose = registry_topic(gw.bootstrap)
+        assert produce_each(gw.bootstrap, loose, [framed(7)]) == {framed(7): None}
+        topic = registry_topic(gw.bootstrap, "schema-id:subject:orders-value")
+        results = produce_each(gw.bootstrap, topic, [framed(1), framed(7), framed(2)])
+        assert results[framed(1)] is None
+        for refused in (framed(7), framed(2)):
+            assert results[refused].code() == KafkaError.INVALID_RECORD  # type: ignore[union-attr]
+        answer = produce_batch(gw.bootstrap, topic, [framed(1), framed(7, b"other")])
+        assert answer.error_code == INVALID_RECORD
+        assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [
+            (
+                1,
+                "Record value has schema id 7, which the schema registry does not list under "
+                "subject orders-value (rule schema-id:subject:orders-value) "
+                "(record.validation.policy=schema-id:subject:orders-value)",
+            )
+        ]
+    finally:
+        gw.stop()
 
 
 @pytest.mark.parametrize("answer", ["unreachable", "500"])
@@ -259,7 +334,7 @@ def test_missing_ids_are_remembered_within_a_bound() -> None:
         lookups_per_sec=10**6,
         clock=lambda: now[0],
     )
-    client._ask = lambda schema_id: False  # type: ignore[method-assign]  # a registry of none
+    client._ask = lambda schema_id, below="": None  # type: ignore[method-assign]  # a registry of none
     for schema_id in range(1000):
         assert not client.exists(schema_id)
     assert client.missing_cached == 100

@@ -29,6 +29,7 @@ from policies.records import (
     RequiredHeadersOnly,
     SchemaIdCheck,
     UsesSchemaLookup,
+    UsesSchemaSubjectLookup,
     ValueRulesOnly,
     parse_record_validation_policy,
 )
@@ -103,6 +104,18 @@ def policy(schema_dir: Path) -> BuiltinRecordValidationPolicy:
         ),
         ("schema-id", RecordRules(value_schema_id=SchemaIdCheck.PRESENT)),
         ("schema-id:registry", RecordRules(value_schema_id=SchemaIdCheck.REGISTERED)),
+        (
+            "schema-id:subject:orders-value",
+            RecordRules(
+                value_schema_id=SchemaIdCheck.IN_SUBJECT, value_schema_subject="orders-value"
+            ),
+        ),
+        (
+            " schema-id : subject : com.example.Order ",
+            RecordRules(
+                value_schema_id=SchemaIdCheck.IN_SUBJECT, value_schema_subject="com.example.Order"
+            ),
+        ),
         ("max-bytes:1048576", RecordRules(max_record_bytes=1048576)),
         ("max-bytes:2147483647", RecordRules(max_record_bytes=2**31 - 1)),
         ("tombstones-allowed", RecordRules(tombstones_allowed=True)),
@@ -146,8 +159,12 @@ def test_values_parse_into_rules(value: str, rules: RecordRules) -> None:
         ("key-required:yes", "rule key-required takes no argument"),
         ("json:strict", "rule json takes no argument"),
         ("tombstones-allowed:1", "rule tombstones-allowed takes no argument"),
-        ("schema-id:confluent", "schema-id takes no argument or :registry"),
-        ("schema-id:", "schema-id takes no argument or :registry"),
+        ("schema-id:confluent", "schema-id takes no argument, :registry or :subject:<subject>"),
+        ("schema-id:", "schema-id takes no argument, :registry or :subject:<subject>"),
+        ("schema-id:subject", "schema-id takes no argument, :registry or :subject:<subject>"),
+        ("schema-id:subject: ", "schema-id takes no argument, :registry or :subject:<subject>"),
+        ("schema-id:registry:x", "schema-id takes no argument, :registry or :subject:<subject>"),
+        ("schema-id:registry;schema-id:subject:a", "rule schema-id is given more than once"),
         ("json;json", "rule json is given more than once"),
         ("trace-id;header:trace-id", "rule header:trace-id is given more than once"),
         ("schema-id;schema-id:registry", "rule schema-id is given more than once"),
@@ -717,6 +734,50 @@ def test_registry_and_json_schema_combine(policy: BuiltinRecordValidationPolicy)
     with pytest.raises(InvalidRecord, match="'amount' is a required property"):
         policy.validate(topic(value), record(value=schema_id(7, b'{"id": "a"}')))
     assert asked == [7, 9, 7]
+
+
+def test_schema_id_subject_asks_whether_the_registry_lists_the_id_under_the_subject(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    asked: list[tuple[int, str]] = []
+    subjects = {7: {"orders-value"}, 8: {"payments-value"}}
+
+    def in_subject(number: int, subject: str) -> bool:
+        asked.append((number, subject))
+        return subject in subjects.get(number, set())
+
+    ids, asked_ids = registry(7, 8)
+    policy.set_schema_lookup(ids)
+    policy.set_schema_subject_lookup(in_subject)
+    value = "schema-id:subject:orders-value"
+    policy.validate(topic(value), record(value=schema_id(7, b"payload")))
+    # Another topic's schema: the registry has it, so schema-id:registry would let it through.
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic(value), record(value=schema_id(8)))
+    assert raised.value.message == (
+        "Record value has schema id 8, which the schema registry does not list under subject "
+        "orders-value (rule schema-id:subject:orders-value) "
+        "(record.validation.policy=schema-id:subject:orders-value)"
+    )
+    with pytest.raises(InvalidRecord, match="rule schema-id:subject:orders-value needs magic"):
+        policy.validate(topic(value), record(value=b"{}"))
+    with pytest.raises(InvalidRecord, match="rule schema-id:subject:orders-value needs a value"):
+        policy.validate(topic(value), record(value=None))
+    assert asked == [(7, "orders-value"), (8, "orders-value")]
+    assert asked_ids == []
+
+
+def test_schema_id_subject_fails_closed_without_a_lookup(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    lookup, _ = registry(7)
+    policy.set_schema_lookup(lookup)  # a plain lookup is not enough for a subject rule
+    with pytest.raises(InvalidRecord) as raised:
+        policy.validate(topic("schema-id:subject:orders-value"), record(value=schema_id(7)))
+    assert raised.value.message.startswith(
+        "Record cannot be checked: rule schema-id:subject:orders-value needs a schema registry"
+    )
+    assert isinstance(policy, UsesSchemaSubjectLookup)
 
 
 # --- the proposal's sample policy -------------------------------------------------------------
