@@ -732,7 +732,7 @@ def _upstream_tls(up: Mapping[str, Any], source: str) -> UpstreamTlsConfig | Non
 _PEM_KEYS: Final = ("ca_file", "cert_file", "key_file")
 
 
-def _secret(section: Mapping[str, Any], name: str, where: str, source: str) -> Secret | None:
+def read_secret(section: Mapping[str, Any], name: str, where: str, source: str) -> Secret | None:
     """``<name>_file`` or ``<name>_env``: never the secret itself in the config."""
     file_key, env_key = f"{name}_file", f"{name}_env"
     if file_key in section and env_key in section:
@@ -787,8 +787,8 @@ def _upstream_sasl(up: Mapping[str, Any], source: str) -> UpstreamSaslConfig | N
         key: _text(section, key, where, source)
         for key in ("username", "token_endpoint_url", "client_id", "scope")
     }
-    password = _secret(section, "password", where, source)
-    client_secret = _secret(section, "client_secret", where, source)
+    password = read_secret(section, "password", where, source)
+    client_secret = read_secret(section, "client_secret", where, source)
     if mechanism == "OAUTHBEARER":
         needed: dict[str, object] = {
             "token_endpoint_url": texts["token_endpoint_url"],

@@ -42,12 +42,14 @@ import asyncio
 import importlib
 import math
 import os
+import ssl
 import sys
+import urllib.parse
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Final, Generic, TypeAlias, TypeVar, cast
+from typing import Any, Final, Generic, TypeAlias, TypeVar, cast
 
 from policies.api import (
     InvalidRecord,
@@ -76,6 +78,7 @@ from .config import (
     DEFAULT_RECORD_VALIDATION_MAX_RECORDS,
     ConfigError,
     LimitsConfig,
+    read_secret,
 )
 from .schema_registry import SchemaRegistryClient
 
@@ -85,6 +88,12 @@ _CLASS_KEY: Final = "record.validation.policy.class.name"
 _PATH_KEY: Final = "record.validation.policy.class.path"
 _MODE_KEY: Final = "record.validation.policy.mode"
 _REGISTRY_KEY: Final = "record.validation.schema.registry.url"
+_REGISTRY_TIMEOUT_KEY: Final = "record.validation.schema.registry.timeout.ms"
+_DEFAULT_REGISTRY_TIMEOUT_MS: Final = 2000
+_REGISTRY_AUTH_KEY: Final = "record.validation.schema.registry.basic.auth.user.info"
+"""With ``_file`` or ``_env``, as every secret in the config: ``user:password``."""
+_REGISTRY_SSL_PREFIX: Final = "record.validation.schema.registry.ssl."
+_REGISTRY_SSL_KEYS: Final = ("ca.location", "certificate.location", "key.location")
 _DEFAULT_CLASS: Final = "policies.records.BuiltinRecordValidationPolicy"
 _SHOWN_ERRORS: Final = 3
 _SLICE_SECONDS: Final = 0.00025
@@ -568,6 +577,99 @@ def load_record_validator(
     return validator
 
 
+def _registry_url(url: object, source: str) -> str:
+    """:raises ConfigError: for anything but an http(s) URL without credentials."""
+    where = f"{source}: policies.{_REGISTRY_KEY}"
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: expected an http(s) URL, got {url!r}")
+    try:
+        has_credentials = urllib.parse.urlsplit(url).username is not None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: not a URL: {exc}") from None
+    if has_credentials:
+        # Not echoed: the URL holds a password.
+        raise ConfigError(
+            f"{where}: the URL holds a user name (and password?); give the credentials in "
+            f"policies.{_REGISTRY_AUTH_KEY}_file or _env instead, so that they never show in "
+            "a log line or the policy version's input"
+        )
+    return url
+
+
+def _registry_connection(section: Mapping[str, object], url: str, source: str) -> dict[str, Any]:
+    """The registry client's timeout, credentials and TLS settings from ``policies:``.
+
+    :raises ConfigError: naming the key.
+    """
+    auth = read_secret(section, _REGISTRY_AUTH_KEY, "policies", source)
+    if auth is not None and ":" not in auth.reveal():
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_AUTH_KEY}: the value read from {auth.source} is "
+            "not user:password"
+        )
+    https = url.startswith("https://")
+    if auth is not None and not https:
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_AUTH_KEY}: the registry URL is http://, which "
+            "would send the password in the clear; use https://"
+        )
+    context = _registry_tls(section, https=https, source=source)
+    return {
+        "timeout_s": _registry_timeout_s(section, source),
+        "basic_auth": auth,
+        "ssl_context": context,
+    }
+
+
+def _registry_timeout_s(section: Mapping[str, object], source: str) -> float:
+    """:raises ConfigError:"""
+    timeout_ms = section.get(_REGISTRY_TIMEOUT_KEY, _DEFAULT_REGISTRY_TIMEOUT_MS)
+    if (
+        isinstance(timeout_ms, bool)
+        or not isinstance(timeout_ms, int)
+        or not 1 <= timeout_ms <= 60_000
+    ):
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_TIMEOUT_KEY}: expected milliseconds from 1 to "
+            f"60000, got {timeout_ms!r}"
+        )
+    return timeout_ms / 1000
+
+
+def _registry_tls(
+    section: Mapping[str, object], *, https: bool, source: str
+) -> ssl.SSLContext | None:
+    """The TLS context for an https registry: its CA bundle (default: the system's trust
+    store) and the gateway's own certificate, if given.
+
+    :raises ConfigError: naming the key.
+    """
+    files = {key: section.get(f"{_REGISTRY_SSL_PREFIX}{key}") for key in _REGISTRY_SSL_KEYS}
+    for key, path in files.items():
+        name = f"policies.{_REGISTRY_SSL_PREFIX}{key}"
+        if path is not None and not https:
+            raise ConfigError(f"{source}: {name}: the registry URL is not https")
+        if path is not None and not (isinstance(path, str) and os.path.isfile(path)):
+            raise ConfigError(f"{source}: {name}: {path!r} is not a file")
+    if not https:
+        return None
+    ca_file, cert_file, key_file = (cast(str | None, files[k]) for k in _REGISTRY_SSL_KEYS)
+    if (cert_file is None) != (key_file is None):
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_SSL_PREFIX}certificate.location and "
+            "key.location go together"
+        )
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+        if cert_file is not None:
+            context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"{source}: policies.{_REGISTRY_SSL_PREFIX}*: cannot use the files: {exc}"
+        ) from None
+    return context
+
+
 def _schema_registry(
     section: Mapping[str, object],
     policy: RecordValidationPolicy,
@@ -584,15 +686,12 @@ def _schema_registry(
     set_subject_lookup = getattr(policy, "set_schema_subject_lookup", None)
     if registry_url is None or (set_lookup is None and set_subject_lookup is None):
         return None
-    if not isinstance(registry_url, str) or not registry_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"{source}: policies.{_REGISTRY_KEY}: expected an http(s) URL, got {registry_url!r}"
-        )
     limits = limits or LimitsConfig()
     registry = SchemaRegistryClient(
-        registry_url,
+        _registry_url(registry_url, source),
         lookups_per_request=limits.schema_registry_lookups_per_request,
         lookups_per_sec=limits.schema_registry_lookups_per_sec,
+        **_registry_connection(section, str(registry_url), source),
     )
     if set_lookup is not None:
         set_lookup(registry.exists)

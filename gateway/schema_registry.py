@@ -26,10 +26,12 @@ an id the bounds keep the client from asking about raises :class:`SchemaRegistry
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import json
 import math
+import ssl
 import threading
 import time
 import urllib.error
@@ -37,6 +39,8 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Final
+
+from .config import Secret
 
 DEFAULT_MAX_MISSING: Final = 10_000
 """Missing ids remembered (some 100 bytes each)."""
@@ -46,6 +50,13 @@ MAX_ANSWER_BYTES: Final = 1024 * 1024
 
 _Key = int | tuple[int, str]
 """What a look-up asks: an id, or an id and a subject."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx answer is an error (urllib raises HTTPError for its code), not followed."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
 
 
 class SchemaRegistryError(Exception):
@@ -78,9 +89,23 @@ class SchemaRegistryClient:
         lookups_per_sec: float = 100.0,
         max_missing: int = DEFAULT_MAX_MISSING,
         failure_backoff_s: float = DEFAULT_FAILURE_BACKOFF_S,
+        basic_auth: Secret | None = None,
+        ssl_context: ssl.SSLContext | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``basic_auth``: ``user:password`` for HTTP basic authentication (Confluent's
+        ``basic.auth.user.info``); ``ssl_context``: for an https registry (default: the
+        system's trust store)."""
         self.url = url.rstrip("/")
+        self._headers = {"Accept": "application/vnd.schemaregistry.v1+json, application/json"}
+        if basic_auth is not None:
+            token = base64.b64encode(basic_auth.reveal().encode()).decode("ascii")
+            self._headers["Authorization"] = f"Basic {token}"
+        # No redirects: urllib would send the Authorization header on to wherever one
+        # points, and a registry has no reason to send the gateway elsewhere.
+        self._opener = urllib.request.build_opener(
+            _NoRedirects(), urllib.request.HTTPSHandler(context=ssl_context)
+        )
         self.timeout_s = timeout_s
         self.negative_ttl_s = negative_ttl_s
         self.subject_ttl_s = subject_ttl_s
@@ -245,11 +270,10 @@ class SchemaRegistryClient:
         """The answer's body to ``GET /schemas/ids/{schema_id}{below}`` (read only when
         ``below`` asks for more than the id), or None when the registry has no such id."""
         request = urllib.request.Request(
-            f"{self.url}/schemas/ids/{schema_id}{below}",
-            headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"},
+            f"{self.url}/schemas/ids/{schema_id}{below}", headers=self._headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
                 if response.status != 200:
                     return None
                 if not below:

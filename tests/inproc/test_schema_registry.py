@@ -8,23 +8,40 @@ GET /schemas/ids/{id}/versions, as Confluent's does.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import http.server
 import json
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.config import DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST, HostPort
+from gateway.config import (
+    DEFAULT_SCHEMA_REGISTRY_LOOKUPS_PER_REQUEST,
+    ConfigError,
+    HostPort,
+    Secret,
+)
+from gateway.record_validation import load_record_validator
 from gateway.schema_registry import SchemaRegistryClient, SchemaRegistryError
+from policies.loader import flatten_configs
 from tests.batches import produce_v9, record, uncompressed_batch
-from tests.support import GatewayThread, RawClient, gateway_config, unique_name, wait_for
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    gateway_config,
+    make_pki,
+    unique_name,
+    wait_for,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -35,6 +52,7 @@ REGISTERED = range(10_000, 11_000)  # known too: a registry of many schemas
 BROKEN = 500  # the registry fails on this id
 GARBLED = 600  # its versions are not a list of subjects
 HUGE = 601  # its versions run past what the client reads
+MOVED = 302  # the registry redirects this id's look-up to another server
 SUBJECTS = {1: ("orders-value",), 7: ("payments-value", "audit-value")}
 """The subjects each id is registered under (REGISTERED: bulk-value)."""
 
@@ -52,6 +70,8 @@ class Registry(http.server.BaseHTTPRequestHandler):
     asked: list[int] = []
     hold: threading.Event | None = None
     """Set: each answer waits for it."""
+    elsewhere = 9
+    """The port MOVED redirects to."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         versions = self.path.endswith("/versions")
@@ -59,7 +79,12 @@ class Registry(http.server.BaseHTTPRequestHandler):
         Registry.asked.append(schema_id)
         if Registry.hold is not None:
             Registry.hold.wait(30)
-        if schema_id == BROKEN:
+        if schema_id == MOVED:
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{Registry.elsewhere}/schemas/ids/1")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif schema_id == BROKEN:
             self.send_response(500)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -147,6 +172,21 @@ def test_registry_client_caches_and_fails_closed(registry: str) -> None:
     down = SchemaRegistryClient("http://127.0.0.1:9", timeout_s=0.5)
     with pytest.raises(SchemaRegistryError, match="unreachable"):
         down.exists(1)
+
+
+def test_a_redirect_is_not_followed(registry: str) -> None:
+    """urllib followed a redirect anywhere, and would have sent the registry's credentials
+    (the Authorization header) along."""
+    with socket.socket() as elsewhere:
+        elsewhere.bind(("127.0.0.1", 0))
+        elsewhere.listen(1)
+        Registry.elsewhere = elsewhere.getsockname()[1]
+        client = SchemaRegistryClient(registry, timeout_s=1)
+        with pytest.raises(SchemaRegistryError, match="answered 302 for schema id 302"):
+            client.exists(MOVED)
+        elsewhere.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            elsewhere.accept()  # nobody came
 
 
 def test_registry_client_asks_which_subjects_list_an_id(registry: str) -> None:
@@ -341,3 +381,136 @@ def test_missing_ids_are_remembered_within_a_bound() -> None:
     now[0] = 11.0
     assert not client.exists(5000)
     assert client.missing_cached == 1
+
+
+# --- a registry behind TLS and basic authentication ----------------------------------------
+
+USER_INFO = "kpg:registry-pw-4Tq9zL"
+
+
+class SecuredRegistry(Registry):
+    """The registry above, answering 401 without the gateway's credentials."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        expected = "Basic " + base64.b64encode(USER_INFO.encode()).decode()
+        if self.headers.get("Authorization") != expected:
+            body = b'{"error_code": 401, "message": "Unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        super().do_GET()
+
+
+@pytest.fixture
+def secured_registry(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An https registry whose certificate ``make_pki``'s CA signs, which asks for a client
+    certificate from that CA (``gateway.pem``) and basic authentication as ``USER_INFO``."""
+    pki = make_pki(tmp_path, {"gateway": "/CN=gateway"})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SecuredRegistry)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(pki / "server.pem", pki / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Registry.asked.clear()
+    try:
+        yield f"https://localhost:{server.server_address[1]}", pki
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_client_authenticates_to_a_registry_behind_tls(
+    secured_registry: tuple[str, Path],
+) -> None:
+    url, pki = secured_registry
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    context.load_cert_chain(pki / "gateway.pem", pki / "gateway.key")
+    secret = Secret(USER_INFO, "test")
+    client = SchemaRegistryClient(url, basic_auth=secret, ssl_context=context)
+    assert client.exists(1) and client.registered_under(1, "orders-value")
+    anonymous = SchemaRegistryClient(url, ssl_context=context)
+    with pytest.raises(SchemaRegistryError, match="answered 401 for schema id 1"):
+        anonymous.exists(1)
+    untrusting = SchemaRegistryClient(url, basic_auth=secret)  # the system's trust store
+    with pytest.raises(SchemaRegistryError, match="(?i)certificate verify failed"):
+        untrusting.exists(1)
+
+
+def test_the_gateway_asks_a_registry_behind_tls_and_basic_auth(
+    broker: HostPort, secured_registry: tuple[str, Path], tmp_path: Path
+) -> None:
+    """A registry that asks for credentials (as Confluent's with basic auth, behind TLS)
+    answered every look-up 401: the gateway had no setting for them, so every record of a
+    schema-id:registry topic was rejected."""
+    url, pki = secured_registry
+    user_info = tmp_path / "registry-user-info"
+    user_info.write_text(USER_INFO + "\n")
+    prefix = "record.validation.schema.registry."
+    policies = {
+        f"{prefix}url": url,
+        f"{prefix}basic.auth.user.info_file": str(user_info),
+        f"{prefix}ssl.ca.location": str(pki / "ca.pem"),
+        f"{prefix}ssl.certificate.location": str(pki / "gateway.pem"),
+        f"{prefix}ssl.key.location": str(pki / "gateway.key"),
+        f"{prefix}timeout.ms": 5000,
+    }
+    gw = GatewayThread(gateway_config(broker, policies=policies)).start()
+    try:
+        topic = registry_topic(gw.bootstrap)
+        results = produce_each(gw.bootstrap, topic, [framed(1), framed(2)])
+        assert results[framed(1)] is None
+        assert results[framed(2)].code() == KafkaError.INVALID_RECORD  # type: ignore[union-attr]
+    finally:
+        gw.stop()
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        (
+            {"url": "https://kpg:hunter2@registry:8081"},
+            "the URL holds a user name (and password?); give the credentials in "
+            "policies.record.validation.schema.registry.basic.auth.user.info_file or _env",
+        ),
+        (
+            {"url": "http://registry:8081", "basic.auth.user.info_env": "KPG_TEST_USER_INFO"},
+            "is http://, which would send the password in the clear",
+        ),
+        (
+            {"url": "https://registry:8081", "basic.auth.user.info_env": "KPG_TEST_NO_COLON"},
+            "is not user:password",
+        ),
+        (
+            {"url": "http://registry:8081", "ssl.ca.location": __file__},
+            "ssl.ca.location: the registry URL is not https",
+        ),
+        (
+            {"url": "https://registry:8081", "ssl.ca.location": "/nonexistent/ca.pem"},
+            "'/nonexistent/ca.pem' is not a file",
+        ),
+        (
+            {"url": "https://registry:8081", "ssl.certificate.location": __file__},
+            "certificate.location and key.location go together",
+        ),
+        (
+            {"url": "https://registry:8081", "ssl.ca.location": __file__},
+            "cannot use the files",
+        ),
+        ({"url": "https://registry:8081", "timeout.ms": 0}, "milliseconds from 1 to 60000"),
+        ({"url": "https://registry:8081", "timeout.ms": "2s"}, "milliseconds from 1 to 60000"),
+    ],
+)
+def test_registry_settings_that_cannot_work_stop_start_up(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any], problem: str
+) -> None:
+    monkeypatch.setenv("KPG_TEST_USER_INFO", "kpg:pw")
+    monkeypatch.setenv("KPG_TEST_NO_COLON", "kpg-pw")
+    section = {f"record.validation.schema.registry.{k}": v for k, v in settings.items()}
+    with pytest.raises(ConfigError) as raised:
+        load_record_validator(section, flatten_configs(section), "gateway.yaml")
+    assert problem in str(raised.value)
+    assert "hunter2" not in str(raised.value)
