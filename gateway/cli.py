@@ -103,6 +103,15 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="text lines, or one JSON object per line (time, level, worker under --workers, "
         "logger, message, exception) for a log pipeline (default: text)",
     )
+    run.add_argument(
+        "--check",
+        action="store_true",
+        help="check the configuration and exit: 0 when the gateway would start with it, 2 "
+        "and start-up's message when not. Loads the file with the flags given, the policies "
+        "and record validation (plug-ins imported and configured), secrets, and the TLS "
+        "certificates of the listeners and the upstream; opens no port, writes no file and "
+        "reaches no broker or schema registry",
+    )
     # Set by the supervisor for its workers; not for people.
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
@@ -331,12 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # first: max.connections' default is derived from it
-    try:
-        # Reads KPG_RECORD_SCANNER on import: a value it refuses stops kpg run here, before
-        # an embedded broker or a worker starts, not as a traceback in every worker.
-        importlib.import_module("protocol.records")
-    except ImportError as exc:
-        print(f"kpg: {exc}", file=sys.stderr)
+    if not _record_scanner_known():
         return 2
     overrides = {
         "upstream.bootstrap_servers": args.upstream,
@@ -355,6 +359,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     workers = _workers(config, args)
     if workers is None:
         return 2
+    if args.check:
+        return _check(config)
+    return _start(config, workers, args, overrides)
+
+
+def _start(
+    config: GatewayConfig, workers: int, args: argparse.Namespace, overrides: dict[str, object]
+) -> int:
+    """Run the gateway (its supervisor, with more than one worker), with an embedded broker
+    when no upstream is configured."""
     embedded: EmbeddedBroker | None = None
     if not config.upstream.bootstrap_servers:
         embedded = EmbeddedBroker()
@@ -381,6 +395,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _record_scanner_known() -> bool:
+    try:
+        # Reads KPG_RECORD_SCANNER on import: a value it refuses stops kpg run here, before
+        # an embedded broker or a worker starts, not as a traceback in every worker.
+        importlib.import_module("protocol.records")
+    except ImportError as exc:
+        print(f"kpg: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _check(config: GatewayConfig) -> int:
+    from .server import check_startup  # the policy build: heavy, and only needed here
+
+    try:
+        check_startup(config)
+    except ConfigError as exc:
+        print(f"kpg: configuration error: {exc}", file=sys.stderr)
+        return 2
+    upstream = ",".join(map(str, config.upstream.bootstrap_servers)) or "an embedded broker"
+    print(
+        f"kpg: configuration OK ({config.source}): policy version {config.policy_version}, "
+        f"listen {config.listen}, upstream {upstream}",
+        flush=True,
+    )
+    return 0
 
 
 def _workers(config: GatewayConfig, args: argparse.Namespace) -> int | None:

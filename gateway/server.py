@@ -37,7 +37,11 @@ from .record_validation import RecordValidator, load_record_validator
 from .services import Services
 from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
-from .upstream_security import UpstreamAuthenticationError, UpstreamSecurity
+from .upstream_security import (
+    UpstreamAuthenticationError,
+    UpstreamSecurity,
+    client_ssl_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -565,6 +569,21 @@ def check_policies(config: GatewayConfig) -> None:
         ).close()
     finally:
         policies.close()
+
+
+def check_startup(config: GatewayConfig) -> None:
+    """What ``kpg run --check`` checks: everything start-up builds from ``config`` alone,
+    without opening a port, writing a file or reaching a broker: the policies and record
+    validation (:func:`check_policies`: plug-ins imported and configured, the schema
+    registry's settings), and the TLS contexts of the client listeners and of the upstream
+    (certificates, keys and CA bundles loaded).
+
+    :raises ConfigError: with the messages of a gateway's start-up.
+    """
+    check_policies(config)
+    _ssl_context(config)
+    if config.upstream.tls is not None:
+        client_ssl_context(config.upstream.tls, config.source)
 
 
 def _audit_emitter(

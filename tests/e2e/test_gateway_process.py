@@ -183,6 +183,50 @@ def test_bad_config_names_the_key(tmp_path: Path) -> None:
     assert "limits.max_in_flight" in result.stderr and str(config) in result.stderr
 
 
+def kpg_check(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [KPG, "run", "--config", str(config), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=kpg_env(),
+    )
+
+
+def test_check_says_whether_the_gateway_would_start(tmp_path: Path) -> None:
+    """kpg run --check: 0 and one line for a configuration the gateway would start with;
+    2 and start-up's message for one it would not, found without starting: a plug-in class
+    that is no record validation policy, a listener certificate file that is no certificate
+    (which loading the file alone lets through). The upstream is a closed port: nothing is
+    reached."""
+    closed = HostPort(host="127.0.0.1", port=1)
+    good = kpg_config(tmp_path, closed)
+    result = kpg_check(good)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"kpg: configuration OK ({good}): policy version sha256:")
+    assert "upstream 127.0.0.1:1" in result.stdout
+
+    failing = tmp_path / "plug-in"
+    failing.mkdir()
+    plugin = "tests.plugins.kafka_test_policies.RecordingAlterConfigV2Policy"
+    config = kpg_config(failing, closed, policies={"record.validation.policy.class.name": plugin})
+    result = kpg_check(config)
+    assert result.returncode == 2
+    assert "kpg: configuration error:" in result.stderr
+    assert f"policies.record.validation.policy.class.name: {plugin}" in result.stderr
+
+    no_certificate = tmp_path / "tls"
+    no_certificate.mkdir()
+    not_pem = no_certificate / "not.pem"
+    not_pem.write_text("not a certificate\n")
+    config = kpg_config(
+        no_certificate, closed, tls={"cert_file": str(not_pem), "key_file": str(not_pem)}
+    )
+    result = kpg_check(config)
+    assert result.returncode == 2
+    assert "tls: cannot load certificates" in result.stderr
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_record_scanner_it_does_not_know_stops_kpg_run_with_one_line(workers: str) -> None:
     """README: any KPG_RECORD_SCANNER other than native or python is refused. kpg run says so
