@@ -117,6 +117,7 @@ def decode_request(header: RequestHeader, frame: bytes) -> RequestPayload:
 # that remain (its generated readers: "Tried to allocate a collection of size ..."), so the
 # body is walked first by the same schema, lengths only, and such an array refused.
 
+
 def check_array_lengths(header: RequestHeader, frame: bytes) -> None:
     """Refuse a request body holding an array longer than the bytes behind its length, before
     kio reads it (see above); call it before any kio reader of a client's request.
@@ -129,7 +130,7 @@ def check_array_lengths(header: RequestHeader, frame: bytes) -> None:
         raise Undecodable(f"request body does not decode: {exc}") from None
 
 
-Step = Callable[[bytes | memoryview, int], int]
+Step = Callable[[bytes, int], int]
 """Steps over one field at an offset of the frame: the offset behind it."""
 
 _FIXED_SIZES: Final = {
@@ -185,23 +186,31 @@ def _walker(entity: type[Entity]) -> Step:
     if fixed:
         steps.append(partial(_fixed, fixed))
 
-    def walk(frame: bytes | memoryview, offset: int) -> int:
+    if flexible:
+        steps.append(partial(_tags, tagged))
+
+    def walk(frame: bytes, offset: int) -> int:
         for step in steps:
             offset = step(frame, offset)
-        if flexible:
-            if frame[offset] == 0:  # no tagged fields: nearly always
-                return offset + 1
-            count, offset = uvarint(frame, offset)
-            for _ in range(count):
-                tag, offset = uvarint(frame, offset)
-                size, offset = uvarint(frame, offset)
-                known = tagged.get(tag)
-                if known is not None:
-                    known(frame, offset)
-                offset += size
         return offset
 
     return walk
+
+
+def _tags(tagged: Mapping[int, Step], frame: bytes, offset: int) -> int:
+    """Steps over a flexible struct's tagged fields, walking those of ``tagged`` (kio reads
+    them) and skipping the others by their size."""
+    if frame[offset] == 0:  # no tagged fields: nearly always
+        return offset + 1
+    count, offset = uvarint(frame, offset)
+    for _ in range(count):
+        tag, offset = uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
+        known = tagged.get(tag)
+        if known is not None:
+            known(frame, offset)
+        offset += size
+    return offset
 
 
 def _fixed_size(entity_field: dataclasses.Field[Any]) -> int | None:
@@ -220,7 +229,7 @@ def _field_step(entity_field: dataclasses.Field[Any], flexible: bool) -> Step:
         if not is_optional(entity_field):
             return inner
 
-        def nullable_struct(frame: bytes | memoryview, offset: int) -> int:
+        def nullable_struct(frame: bytes, offset: int) -> int:
             if _I8.unpack_from(frame, offset)[0] < 0:
                 return offset + 1
             return inner(frame, offset + 1)
@@ -244,11 +253,11 @@ def _field_step(entity_field: dataclasses.Field[Any], flexible: bool) -> Step:
     return element
 
 
-def _fixed(size: int, frame: bytes | memoryview, offset: int) -> int:
+def _fixed(size: int, frame: bytes, offset: int) -> int:
     return offset + size
 
 
-def _compact_sized(frame: bytes | memoryview, offset: int) -> int:
+def _compact_sized(frame: bytes, offset: int) -> int:
     length = frame[offset]
     if length < 0x80:  # one byte: shorter than 127
         return offset + max(length, 1)
@@ -256,15 +265,15 @@ def _compact_sized(frame: bytes | memoryview, offset: int) -> int:
     return offset + max(length - 1, 0)
 
 
-def _legacy_sized(prefix: struct.Struct, frame: bytes | memoryview, offset: int) -> int:
-    length = prefix.unpack_from(frame, offset)[0]
+def _legacy_sized(prefix: struct.Struct, frame: bytes, offset: int) -> int:
+    length: int = prefix.unpack_from(frame, offset)[0]
     return offset + prefix.size + max(length, 0)
 
 
 def _array(element: Step, size: int | None, flexible: bool) -> Step:
     """Steps over an array of ``element`` (``size`` bytes each, where fixed)."""
 
-    def array(frame: bytes | memoryview, offset: int) -> int:
+    def array(frame: bytes, offset: int) -> int:
         if flexible:
             encoded, offset = uvarint(frame, offset)
             count = encoded - 1

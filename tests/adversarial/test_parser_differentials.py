@@ -27,7 +27,9 @@ import signal
 import struct
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -196,3 +198,77 @@ def test_an_array_longer_than_its_frame_does_not_bring_the_gateway_down(
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
+
+
+# --- one item named twice in one request ---------------------------------------------------
+#
+# Kafka refuses them before any policy (KafkaApis: a topic named twice in CreateTopics or
+# DeleteTopics gets INVALID_REQUEST; ConfigurationControlManager: "Error due to duplicate
+# config keys"); were the gateway to judge one entry and forward both, the broker would apply
+# an entry no policy saw. Pinned here end to end: answered INVALID_REQUEST, nothing reaches
+# the broker.
+
+INVALID_REQUEST = 42
+INCREMENTAL_ALTER_CONFIGS = 44
+DELETE_TOPICS = 20
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+TWICE = {
+    "set-then-delete": [("cleanup.policy", SET, "compact"), ("cleanup.policy", DELETE, None)],
+    "two-sets": [("retention.ms", SET, "1000"), ("retention.ms", SET, "-1")],
+    "append-then-subtract": [
+        ("cleanup.policy", APPEND, "compact"),
+        ("cleanup.policy", SUBTRACT, "delete"),
+    ],
+}
+
+
+@pytest.mark.parametrize("ops", TWICE.values(), ids=TWICE.keys())
+def test_a_config_key_given_twice_is_refused_and_never_reaches_the_broker(
+    fetch_setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, ops: list[Any]
+) -> None:
+    from tests.adversarial.test_topic_state import alter
+
+    gw, topic, _ = fetch_setup
+    code, message = alter(gw.bootstrap, topic, ops)
+    assert (code, message) == (INVALID_REQUEST, "Error due to duplicate config keys")
+    assert INCREMENTAL_ALTER_CONFIGS not in tap.api_keys()
+
+
+def test_a_topic_named_twice_is_neither_created_nor_deleted(
+    fetch_setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap
+) -> None:
+    from kio.schema.create_topics.v7 import request as ct
+    from kio.schema.delete_topics.v5 import request as dt
+    from kio.static.primitive import i16, i32, i32Timedelta
+
+    gw, topic, _ = fetch_setup
+    new = f"n-{uuid.uuid4().hex[:8]}"
+    created = RawClient(gw.bootstrap).request(
+        CREATE_TOPICS,
+        7,
+        ct.CreateTopicsRequest(
+            topics=tuple(
+                ct.CreatableTopic(
+                    name=TopicName(new),
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(ct.CreatableTopicConfig(name="cleanup.policy", value=policy),),
+                )
+                for policy in ("delete", "compact")
+            ),
+            validate_only=False,
+        ),
+    )
+    assert [int(t.error_code) for t in created.topics] == [INVALID_REQUEST]
+    deleted = RawClient(gw.bootstrap).request(
+        DELETE_TOPICS,
+        5,
+        dt.DeleteTopicsRequest(
+            topic_names=(TopicName(topic),) * 2,
+            timeout=i32Timedelta.parse(timedelta(seconds=5)),
+        ),
+    )
+    assert [int(r.error_code) for r in deleted.responses] == [INVALID_REQUEST]
+    assert {CREATE_TOPICS, DELETE_TOPICS}.isdisjoint(tap.api_keys())

@@ -89,9 +89,13 @@ def test_an_array_longer_than_the_bytes_left_is_refused(version: int, length: by
     from kio.schema.metadata import v4, v12
 
     module: Any = {4: v4, 12: v12}[version]
-    request = module.MetadataRequest(
-        topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
-    ) if version == 12 else module.MetadataRequest(topics=(), allow_auto_topic_creation=False)
+    request = (
+        module.MetadataRequest(
+            topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        if version == 12
+        else module.MetadataRequest(topics=(), allow_auto_topic_creation=False)
+    )
     frame = encode_request(3, version, 1, "c", request)[4:]
     header = parse_request_header(frame)
     empty = b"\x01" if version == 12 else b"\x00\x00\x00\x00"
