@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from functools import cache
+from functools import cache, partial
 from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from kio.index import load_request_schema, load_response_schema
@@ -21,12 +22,26 @@ from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
 from kio.serial.readers import Reader
 from kio.serial.writers import Writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from kio.static.protocol import Entity, RequestPayload, ResponsePayload
 
-from .framing import FrameRejected, RequestHeader, frame_bytes, response_header, split_response
+from .framing import (
+    FrameRejected,
+    RequestHeader,
+    frame_bytes,
+    response_header,
+    split_response,
+    uvarint,
+)
 from .versions import DECODABLE, is_flexible
 
 
@@ -89,8 +104,195 @@ def decode_request(header: RequestHeader, frame: bytes) -> RequestPayload:
     """
     if not can_decode(header.api_key, header.api_version):
         raise Undecodable(f"API key {header.api_key} version {header.api_version} is not decodable")
+    check_array_lengths(header, frame)
     reader = _request_reader(header.api_key, header.api_version)
     return _decode(reader, frame, header.size, "request body")
+
+
+# --- array lengths, checked before kio reads them ------------------------------------------
+#
+# kio's reader makes room for a whole array before it reads the first element: a compact
+# array length of 2^32 (five bytes) asks for 32 GiB at once, and the failed allocation aborts
+# the process, which no exception handler sees. Kafka refuses an array longer than the bytes
+# that remain (its generated readers: "Tried to allocate a collection of size ..."), so the
+# body is walked first by the same schema, lengths only, and such an array refused.
+
+
+def check_array_lengths(header: RequestHeader, frame: bytes) -> None:
+    """Refuse a request body holding an array longer than the bytes behind its length, before
+    kio reads it (see above); call it before any kio reader of a client's request.
+
+    :raises Undecodable: for such an array, or a body too malformed to walk.
+    """
+    try:
+        _request_walker(header.api_key, header.api_version)(frame, header.size)
+    except (IndexError, struct.error) as exc:
+        raise Undecodable(f"request body does not decode: {exc}") from None
+
+
+Step = Callable[[bytes, int], int]
+"""Steps over one field at an offset of the frame: the offset behind it."""
+
+_FIXED_SIZES: Final = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
+_I8: Final = struct.Struct(">b")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+
+
+@cache
+def _request_walker(api_key: int, api_version: int) -> Step:
+    return _walker(load_request_schema(api_key, api_version))
+
+
+@cache
+def _walker(entity: type[Entity]) -> Step:
+    """Steps over one ``entity`` (its fields, then its tagged fields when flexible).
+
+    :raises IndexError: for an array longer than the bytes behind its length, or a varint
+        that does not read.
+    """
+    flexible = bool(entity.__flexible__)
+    steps: list[Step] = []
+    tagged: dict[int, Step] = {}
+    fixed = 0  # fixed-size fields in a row are one step
+    for entity_field in dataclasses.fields(entity):
+        tag = entity_field.metadata.get("tag")
+        if tag is not None:
+            tagged[int(tag)] = _field_step(entity_field, flexible)
+            continue
+        size = _fixed_size(entity_field)
+        if size is not None:
+            fixed += size
+            continue
+        if fixed:
+            steps.append(partial(_fixed, fixed))
+            fixed = 0
+        steps.append(_field_step(entity_field, flexible))
+    if fixed:
+        steps.append(partial(_fixed, fixed))
+
+    if flexible:
+        steps.append(partial(_tags, tagged))
+
+    def walk(frame: bytes, offset: int) -> int:
+        for step in steps:
+            offset = step(frame, offset)
+        return offset
+
+    return walk
+
+
+def _tags(tagged: Mapping[int, Step], frame: bytes, offset: int) -> int:
+    """Steps over a flexible struct's tagged fields, walking those of ``tagged`` (kio reads
+    them) and skipping the others by their size."""
+    if frame[offset] == 0:  # no tagged fields: nearly always
+        return offset + 1
+    count, offset = uvarint(frame, offset)
+    for _ in range(count):
+        tag, offset = uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
+        known = tagged.get(tag)
+        if known is not None:
+            known(frame, offset)
+        offset += size
+    return offset
+
+
+def _fixed_size(entity_field: dataclasses.Field[Any]) -> int | None:
+    """The bytes a field of a fixed-size type (not an array of them) always takes."""
+    if "kafka_type" not in entity_field.metadata:
+        return None
+    if classify_field(entity_field).is_array:
+        return None
+    return _FIXED_SIZES.get(entity_field.metadata["kafka_type"])
+
+
+def _field_step(entity_field: dataclasses.Field[Any], flexible: bool) -> Step:
+    kind = classify_field(entity_field)
+    if isinstance(kind, EntityField):
+        inner = _walker(kind.type_)
+        if not is_optional(entity_field):
+            return inner
+
+        def nullable_struct(frame: bytes, offset: int) -> int:
+            if _I8.unpack_from(frame, offset)[0] < 0:
+                return offset + 1
+            return inner(frame, offset + 1)
+
+        return nullable_struct
+    if isinstance(kind, EntityTupleField):
+        return _array(_walker(kind.type_), None, flexible)
+    kafka_type = entity_field.metadata["kafka_type"]
+    size = _FIXED_SIZES.get(kafka_type)
+    element: Step
+    if size is not None:
+        element = partial(_fixed, size)
+    elif kafka_type == "string":
+        element = _compact_sized if flexible else partial(_legacy_sized, _I16)
+    elif kafka_type in ("bytes", "records"):
+        element = _compact_sized if flexible else partial(_legacy_sized, _I32)
+    else:
+        raise TypeError(f"no step over a {kafka_type} field ({entity_field.name})")
+    if isinstance(kind, PrimitiveTupleField):
+        return _array(element, size, flexible)
+    return element
+
+
+def _fixed(size: int, frame: bytes, offset: int) -> int:
+    return offset + size
+
+
+def _compact_sized(frame: bytes, offset: int) -> int:
+    length = frame[offset]
+    if length < 0x80:  # one byte: shorter than 127
+        return offset + max(length, 1)
+    length, offset = uvarint(frame, offset)
+    return offset + max(length - 1, 0)
+
+
+def _legacy_sized(prefix: struct.Struct, frame: bytes, offset: int) -> int:
+    length: int = prefix.unpack_from(frame, offset)[0]
+    return offset + prefix.size + max(length, 0)
+
+
+def _array(element: Step, size: int | None, flexible: bool) -> Step:
+    """Steps over an array of ``element`` (``size`` bytes each, where fixed)."""
+
+    def array(frame: bytes, offset: int) -> int:
+        if flexible:
+            encoded, offset = uvarint(frame, offset)
+            count = encoded - 1
+        else:
+            count = _I32.unpack_from(frame, offset)[0]
+            offset += _I32.size
+        if count < 0:
+            return offset  # null
+        if count > len(frame) - offset:
+            raise IndexError(
+                f"an array of {count} elements in the {len(frame) - offset} bytes left"
+            )
+        if size is not None:
+            return offset + count * size
+        for _ in range(count):
+            offset = element(frame, offset)
+        return offset
+
+    return array
 
 
 def decode_response(api_key: int, api_version: int, frame: bytes) -> ResponsePayload:

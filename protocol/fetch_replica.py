@@ -25,14 +25,18 @@ only DESCRIBE on the topic asked. Brokers send their id (a follower's
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from typing import Final
 
 from .codec import Undecodable
-from .framing import RequestHeader, skip_tags, uvarint
+from .framing import RequestHeader, uvarint
 
 FETCH: Final = 1
 REPLICA_STATE_SINCE: Final = 15
+_CLUSTER_ID_TAG: Final = 0
 _REPLICA_STATE_TAG: Final = 1
+_REPLICA_STATE: Final = 4 + 8
+"""replica_id, replica_epoch: the fixed part of ``replica_state``."""
 _INT32: Final = struct.Struct(">i")
 _FIXED_HEAD: Final = 4 + 4 + 4 + 1 + 4 + 4
 """max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch."""
@@ -74,7 +78,7 @@ def fetch_replica_ids(header: RequestHeader, frame: bytes) -> tuple[int, ...]:
     try:
         if header.api_version < REPLICA_STATE_SINCE:
             return (int(_INT32.unpack_from(frame, header.size)[0]),)
-        return _replica_state_ids(frame, _skip_body(frame, header.size))
+        return _replica_state_ids(frame, _skip_body(frame, header.size, header.api_version))
     except (IndexError, struct.error) as exc:
         raise Undecodable(f"Fetch v{header.api_version} body ends early: {exc}") from None
 
@@ -85,38 +89,76 @@ def _count(frame: bytes, offset: int) -> tuple[int, int]:
     return max(encoded - 1, 0), offset
 
 
-def _skip_body(frame: bytes, offset: int) -> int:
+_PARTITION_TAGS: Final = ((17, 0, 16), (18, 1, 8))
+"""(since version, tag, size): the tagged fields of a fetched partition Kafka knows
+(``replica_directory_id``, ``high_watermark``), which it reads by their type."""
+
+
+def _tags(frame: bytes, offset: int, known: Mapping[int, int]) -> int:
+    """The offset behind the tagged fields at ``offset``, whose ``known`` tags (tag -> size)
+    must be as long as their type.
+
+    Kafka's generated readers read a tag they know by its type and step over only the others
+    by their size: a known tag declared longer than its value would hide from the gateway
+    what Kafka reads next.
+
+    :raises IndexError: for a known tag of another size, or one that runs past the frame.
+    """
+    count, offset = uvarint(frame, offset)
+    for _ in range(count):
+        tag, offset = uvarint(frame, offset)
+        size, offset = uvarint(frame, offset)
+        if tag in known and size != known[tag]:
+            raise IndexError(f"tagged field {tag} of {size} bytes, not {known[tag]}")
+        offset += size
+    if offset > len(frame):
+        raise IndexError("tagged fields run past the frame")
+    return offset
+
+
+def _skip_body(frame: bytes, offset: int, version: int) -> int:
     """The offset of the request's own tagged fields, behind its last field (rack_id)."""
+    partition_tags = {tag: size for since, tag, size in _PARTITION_TAGS if version >= since}
     offset += _FIXED_HEAD
     topics, offset = _count(frame, offset)
     for _ in range(topics):
         partitions, offset = _count(frame, offset + _TOPIC_ID)
         for _ in range(partitions):
-            offset = skip_tags(frame, offset + _PARTITION)
-        offset = skip_tags(frame, offset)
+            offset = _tags(frame, offset + _PARTITION, partition_tags)
+        offset = _tags(frame, offset, {})
     forgotten, offset = _count(frame, offset)
     for _ in range(forgotten):
         partitions, offset = _count(frame, offset + _TOPIC_ID)
-        offset = skip_tags(frame, offset + 4 * partitions)
+        offset = _tags(frame, offset + 4 * partitions, {})
     rack_id, offset = _count(frame, offset)
     return offset + rack_id
 
 
 def _replica_state_ids(frame: bytes, offset: int) -> tuple[int, ...]:
     """The replica id of each ``replica_state`` among the tagged fields at ``offset``; a
-    consumer's when there is none."""
+    consumer's when there is none.
+
+    Kafka reads the two tags it knows here, ``cluster_id`` (0) and ``replica_state`` (1), by
+    their type, not by the size in front of them: each must end where its size says, or the
+    bytes behind its value would be Kafka's next tag and not the gateway's.
+    """
     count, offset = uvarint(frame, offset)
     ids: list[int] = []
     for _ in range(count):
         tag, offset = uvarint(frame, offset)
         size, offset = uvarint(frame, offset)
-        if offset + size > len(frame):
+        end = offset + size
+        if end > len(frame):
             raise IndexError(f"tagged field {tag} of {size} bytes runs past the frame")
-        if tag == _REPLICA_STATE_TAG:
-            if size < _INT32.size:
-                raise IndexError(f"replica_state of {size} bytes holds no replica id")
+        if tag == _CLUSTER_ID_TAG:
+            length, value = uvarint(frame, offset)
+            read = value + max(length - 1, 0)  # a compact nullable string
+        elif tag == _REPLICA_STATE_TAG:
+            read = _tags(frame, offset + _REPLICA_STATE, {})
             ids.append(int(_INT32.unpack_from(frame, offset)[0]))
-        offset += size
-    if offset > len(frame):
-        raise IndexError("the request's fields run past the frame")
+        else:
+            read = end
+        if read != end:
+            raise IndexError(f"tagged field {tag} holds {read - offset} bytes, not {size}")
+        offset = end
     return tuple(ids) or (_CONSUMER,)

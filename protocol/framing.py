@@ -144,7 +144,12 @@ def frame_bytes(*parts: bytes) -> bytes:
 def uvarint(frame: bytes, offset: int) -> tuple[int, int]:
     """The unsigned varint at ``offset``: its value and the offset behind it.
 
-    :raises IndexError: when the frame ends inside it, or it runs past five bytes.
+    Kafka reads one into an int, dropping whatever the fifth byte holds past bit 32
+    (``ByteUtils.readUnsignedVarint``: ``81 80 80 80 10`` is 1 to Kafka); such a varint is
+    refused here, so that no value is read one way here and another by the broker.
+
+    :raises IndexError: when the frame ends inside it, it runs past five bytes, or its value
+        does not fit 32 bits.
     """
     value = shift = 0
     while True:
@@ -152,6 +157,8 @@ def uvarint(frame: bytes, offset: int) -> tuple[int, int]:
         offset += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
+            if value >> 32:
+                raise IndexError("varint wider than 32 bits")
             return value, offset
         shift += 7
         if shift > 28:

@@ -50,7 +50,15 @@ from kio.static.protocol import Entity
 
 from .addresses import METADATA, MetadataResponse
 from .admin import InternalRequest, ResponseT
-from .codec import Undecodable, built, encode_body, encode_request, replaced, schema_of
+from .codec import (
+    Undecodable,
+    built,
+    check_array_lengths,
+    encode_body,
+    encode_request,
+    replaced,
+    schema_of,
+)
 from .framing import RequestHeader, response_header
 from .results import ItemError
 from .versions import DECODABLE, VersionRange
@@ -154,6 +162,7 @@ def read_request(header: RequestHeader, frame: bytes) -> MetadataRequest:
     """
     if header.api_version not in VERSIONS:
         raise Undecodable(f"Metadata v{header.api_version} is not decodable")
+    check_array_lengths(header, frame)
     try:
         payload, _ = _request_reader(header.api_version)(frame, header.size)
     except Exception as exc:  # noqa: BLE001 - kio raises many types for malformed input
