@@ -10,7 +10,8 @@ change meaning, so a found id is cached for good, an id found under a subject fo
 forgotten first). Anything other than 200 or 404, a list of subjects that does
 not parse or runs past ``MAX_ANSWER_BYTES``, or no answer in time, raises
 :class:`SchemaRegistryError`, which the policy passes on (and a policy that raises denies:
-see :mod:`policies`).
+see :mod:`policies`). Its messages reach producers (an ``INVALID_RECORD`` answer's message), so
+they do not name the registry's address.
 
 A producer chooses the ids its records carry, so what it can make the gateway ask is bounded;
 an id the bounds keep the client from asking about raises :class:`SchemaRegistryError`
@@ -262,7 +263,7 @@ class SchemaRegistryClient:
             return frozenset(str(entry["subject"]) for entry in versions)
         except (ValueError, TypeError, KeyError) as exc:
             raise SchemaRegistryError(
-                f"schema registry {self.url} answered schema id {schema_id}'s versions with "
+                f"the schema registry answered schema id {schema_id}'s versions with "
                 f"something other than a list of subjects and versions ({type(exc).__name__})"
             ) from None
 
@@ -283,15 +284,15 @@ class SchemaRegistryClient:
             if exc.code == 404:
                 return None
             raise SchemaRegistryError(
-                f"schema registry {self.url} answered {exc.code} for schema id {schema_id}"
+                f"the schema registry answered {exc.code} for schema id {schema_id}"
             ) from None
         except (urllib.error.URLError, OSError) as exc:
             raise _NoAnswer(
-                f"schema registry {self.url} is unreachable: {getattr(exc, 'reason', exc)}"
+                f"the schema registry is unreachable: {getattr(exc, 'reason', exc)}"
             ) from None
         if len(body) > MAX_ANSWER_BYTES:
             raise SchemaRegistryError(
-                f"schema registry {self.url} answered schema id {schema_id}{below} with more "
+                f"the schema registry answered schema id {schema_id}{below} with more "
                 f"than {MAX_ANSWER_BYTES:,} bytes"
             )
         return body
