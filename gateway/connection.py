@@ -71,10 +71,14 @@ class ClientConnection:
         # A reload changes max_in_flight_requests for connections accepted after it.
         in_flight = generation().config.limits.max_in_flight_requests
         self._slots: asyncio.Queue[object] = asyncio.Queue(in_flight)
-        # Taken before a request goes upstream (or is answered here), given back once its
-        # answer is written: the queue alone let the answer the writer awaits and the request
-        # sent before the queue was found full come on top (the limit plus two at the broker).
+        # Taken before a request is read, given back once its answer is written (or at once
+        # when it gets none): the queue alone let the answer the writer awaits and the request
+        # sent before the queue was found full come on top (the limit plus two at the broker),
+        # and taking it only once the request had been read and judged held that request's
+        # memory for as long as the broker held the answers before it.
         self._in_flight = asyncio.Semaphore(in_flight)
+        self._slot_used = False
+        """Whether the request being served handed its in-flight slot to an answer."""
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
         self._memory = memory
@@ -85,6 +89,10 @@ class ClientConnection:
         self._answers_due = 0
         self._last_activity = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
+        # When the body of the frame being received began to be read (its memory taken), None
+        # between frames: a frame must arrive whole within connections.max.idle.ms of it,
+        # however it trickles in and whether or not an answer is due.
+        self._frame_started: float | None = None
         # The client id and each API's version the client last sent: what an authentication
         # refusal found in the writer (an answer's rewrite) is audited with.
         self._client_id: str | None = None
@@ -164,8 +172,23 @@ class ClientConnection:
         if self._limits.connections_max_idle_ms == UNLIMITED:  # a reload turned it off
             return
         idle_s = self._limits.connections_max_idle_ms / 1000
-        quiet = time.monotonic() - self._last_activity
+        now = time.monotonic()
+        quiet = now - self._last_activity
         idle = self._waiting_on_client and not self._answers_due
+        started = self._frame_started
+        receiving = 0.0 if started is None else now - started
+        if receiving >= idle_s:
+            # Each byte of a trickle resets the idle clock: the frame's memory (taken at its
+            # size prefix) stayed held for as long as a client kept it up.
+            self._metrics.connections_idle_closed.inc()
+            log.info(
+                "%s: closing connection: a frame not received whole %.1f s after its size "
+                "prefix (connections.max.idle.ms)",
+                self.peer,
+                receiving,
+            )
+            self.stop_reading()
+            return
         if idle and quiet >= idle_s:
             self._metrics.connections_idle_closed.inc()
             log.info(
@@ -176,6 +199,8 @@ class ClientConnection:
             self.stop_reading()
             return
         again = idle_s - quiet if quiet < idle_s else idle_s
+        if started is not None:
+            again = min(again, idle_s - receiving)
         self._idle_timer = asyncio.get_running_loop().call_later(again, self._check_idle)
 
     async def _client_took(self) -> bool:
@@ -326,20 +351,33 @@ class ClientConnection:
                 key = self._host_key if principal is None else client_key(principal, self.peer)
                 if pace.delay(key) > 0:
                     await pace.wait(key)
-            size = await self._read_size(session)
-            if size is None:
-                return
-            await self._memory.take(size)  # the connection is not read while this waits
+            # A slot for the next request's answer before any of it is read: at the limit
+            # the connection is not read at all, so it holds no request memory while the
+            # broker holds its answers (a Fetch, for its max wait).
+            await self._in_flight.acquire()
+            self._slot_used = False
             try:
-                if not await self._serve(size, session):
+                size = await self._read_size(session)
+                if size is None:
                     return
+                await self._memory.take(size)  # the connection is not read while this waits
+                try:
+                    if not await self._serve(size, session):
+                        return
+                finally:
+                    self._memory.give_back(size)
             finally:
-                self._memory.give_back(size)
+                if not self._slot_used:  # no answer took it (acks=0, refused, closed)
+                    self._in_flight.release()
 
     async def _serve(self, size: int, session: Session) -> bool:
         """Read a request of ``size`` bytes and carry out its outcome; False when the
         connection must stop reading."""
-        request = await self._read_request(size, session)
+        self._frame_started = time.monotonic()
+        try:
+            request = await self._read_request(size, session)
+        finally:
+            self._frame_started = None
         if request is None:
             return False
         upstream = self._upstream or await self._open_upstream()
@@ -498,13 +536,11 @@ class ClientConnection:
             self._reject(outcome.reason, outcome.metric_reason)
             return False
         if isinstance(outcome, Answer):
-            await self._in_flight.acquire()
+            self._slot_used = True
             done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             done.set_result(outcome.frame)
             await self._queue_answer(_Pending(answer=done, on_response=None))
             return True
-        if outcome.expect_response:
-            await self._in_flight.acquire()  # the connection is not read while this waits
         try:
             future = upstream.send(
                 header.api_key,
@@ -515,6 +551,7 @@ class ClientConnection:
         except UpstreamClosed:
             return False
         if future is not None:
+            self._slot_used = True
             await self._queue_answer(_Pending(answer=future, on_response=outcome.on_response))
         await upstream.drain()
         return True
