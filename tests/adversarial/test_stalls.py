@@ -15,6 +15,12 @@ from typing import Any
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.create_partitions.v3.request import (
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
+from kio.schema.types import TopicName
+from kio.static.primitive import i32, i32Timedelta
 
 from protocol.codec import encode_request
 from protocol.framing import SIZE
@@ -23,6 +29,7 @@ from tests.inproc.test_clients import create_topic
 from tests.support import (
     BrokerTap,
     GatewayThread,
+    create_topic_request,
     RawClient,
     fetch_request,
     gateway_config,
@@ -35,6 +42,7 @@ pytestmark = pytest.mark.adversarial
 API_VERSIONS, METADATA, FETCH, PRODUCE, CREATE_PARTITIONS = 18, 3, 1, 0, 37
 IDLE_MS = 400
 QUEUED_MAX = 1024 * 1024
+VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
 
 @contextmanager
@@ -183,3 +191,58 @@ def test_a_connection_at_its_in_flight_limit_holds_no_request_memory(tap: Broker
         tap.release_requests()
         assert client.recv_frame()[:4] == b"\x00\x00\x00\x01"  # the Fetch's answer
         assert client.recv_frame()[:4] == b"\x00\x00\x00\x02"  # then the Produce's
+
+
+# --- the gateway's own request, to judge one, left unanswered --------------------------------
+
+DESCRIBE_CONFIGS, CREATE_TOPICS = 32, 19
+TIMEOUT = i32Timedelta.parse(timedelta(seconds=10))
+
+
+def _create_partitions(topic: str) -> tuple[int, int, Any]:
+    topic_entry = CreatePartitionsTopic(name=TopicName(topic), count=i32(4), assignments=None)
+    request = CreatePartitionsRequest(topics=(topic_entry,), timeout=TIMEOUT, validate_only=False)
+    return CREATE_PARTITIONS, 3, request
+
+
+def _create_with_the_brokers_default_count(topic: str) -> tuple[int, int, Any]:
+    return CREATE_TOPICS, 7, create_topic_request(f"{topic}-new", partitions=-1)
+
+
+UNANSWERED = {
+    # name: (the gateway's own request the broker holds, the client's request it judges)
+    "Metadata, to judge a CreatePartitions": (METADATA, _create_partitions),
+    "DescribeConfigs, to judge a CreateTopics of -1 partitions": (
+        DESCRIBE_CONFIGS,
+        _create_with_the_brokers_default_count,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNANSWERED))
+def test_an_unanswered_request_of_the_gateways_own_fails_closed_in_time(
+    tap: BrokerTap, name: str
+) -> None:
+    """The broker holds the request the gateway sends to judge a client's (what a policy
+    needs to know): after upstream.request_timeout_s the client's connection is closed, its
+    request audited as refused (policy cluster_state) and never forwarded unjudged; the
+    connection's link is given up, and other clients are served meanwhile."""
+    held, build = UNANSWERED[name]
+    topic = unique_name("unanswered")
+    create_topic(str(tap.address), topic)
+    extra = {"upstream": {"request_timeout_s": 1, "broker_defaults": {}}}
+    with gateway_with(tap, **extra) as gw:
+        client = RawClient(gw.bootstrap)
+        assert client.request(API_VERSIONS, 3, VERSIONS).error_code == 0  # the link is open
+        tap.hold_requests(held)
+        api_key, version, request = build(topic)
+        before = len(tap.forwarded(api_key))  # the set-up's CreateTopics
+        client.send(api_key, version, request)
+        assert answered(gw.bootstrap)  # while the gateway waits
+        assert client.is_closed(10)
+        assert gw.metric("kpg_rejected_frames_total", reason="upstream_state") == 1
+        api = {CREATE_PARTITIONS: "CreatePartitions", CREATE_TOPICS: "CreateTopics"}[api_key]
+        refused = {"api": api, "policy": "cluster_state", "outcome": "denied"}
+        assert gw.metric("kpg_policy_decisions_total", **refused) == 1
+        assert len(tap.forwarded(api_key)) == before, "forwarded unjudged"
+        assert wait_for(lambda: gw.metric("kpg_connections_active") == 0)
