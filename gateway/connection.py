@@ -79,6 +79,8 @@ class ClientConnection:
         self._in_flight = asyncio.Semaphore(in_flight)
         self._slot_used = False
         """Whether the request being served handed its in-flight slot to an answer."""
+        self._serving = False
+        """Whether a request read whole is being judged and carried out."""
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
         self._memory = memory
@@ -158,11 +160,18 @@ class ClientConnection:
         """The limits in force now (a reload changes them for the next request)."""
         return self._generation().config.limits
 
-    def stop_reading(self) -> None:
-        """Stop taking requests; what is in flight is still answered (graceful shutdown)."""
+    def stop_reading(self, *, finish_request: bool = False) -> None:
+        """Stop taking requests; what is in flight is still answered. ``finish_request``
+        (graceful shutdown): a request already read whole is first judged, carried out and
+        answered (cancelled half-way, its client lost the answer, not knowing what had been
+        done, and a decision could be audited for a request never carried out)."""
         self._closing = True
-        if self._read_task is not None and not self._read_task.done():
-            self._read_task.cancel()
+        task = self._read_task
+        if task is None or task.done():
+            return
+        if finish_request and self._serving:
+            return  # the read loop stops after it: it looks at _closing before reading on
+        task.cancel()
 
     def _check_idle(self) -> None:
         """Close the connection once it has been idle for connections.max.idle.ms (Kafka's
@@ -380,6 +389,15 @@ class ClientConnection:
             self._frame_started = None
         if request is None:
             return False
+        self._serving = True
+        try:
+            return await self._carry_out(request, session)
+        finally:
+            self._serving = False
+
+    async def _carry_out(self, request: tuple[RequestHeader, bytes], session: Session) -> bool:
+        """Judge a request read whole and carry out its outcome; False when the connection
+        must stop reading."""
         upstream = self._upstream or await self._open_upstream()
         if upstream is None:
             return False
