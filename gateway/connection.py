@@ -439,8 +439,9 @@ class ClientConnection:
             log.warning("%s: closing client connection: %s", self.peer, exc)
             self._charge_unaudited_line()
             return None
-        cluster = UpstreamCluster(link, upstream_config.request_timeout_s)
-        self._upstream = _Upstream(link=link, cluster=cluster)
+        timeout_s = upstream_config.request_timeout_s
+        cluster = UpstreamCluster(link, timeout_s)
+        self._upstream = _Upstream(link=link, cluster=cluster, request_timeout_s=timeout_s)
         return self._upstream
 
     async def _read_size(self, session: Session) -> int | None:
@@ -571,7 +572,7 @@ class ClientConnection:
         if future is not None:
             self._slot_used = True
             await self._queue_answer(_Pending(answer=future, on_response=outcome.on_response))
-        await upstream.drain()
+        await upstream.drain(self._upstream.request_timeout_s if self._upstream else None)
         return True
 
     async def _queue_answer(self, pending: _Pending) -> None:
@@ -668,6 +669,9 @@ class _Upstream:
 
     link: UpstreamLink
     cluster: UpstreamCluster
+    request_timeout_s: float
+    """How long the broker may take to answer the gateway's own requests, and to take any
+    request written to it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -246,3 +246,30 @@ def test_an_unanswered_request_of_the_gateways_own_fails_closed_in_time(
         assert gw.metric("kpg_policy_decisions_total", **refused) == 1
         assert len(tap.forwarded(api_key)) == before, "forwarded unjudged"
         assert wait_for(lambda: gw.metric("kpg_connections_active") == 0)
+
+
+# --- a broker that stops reading the link ----------------------------------------------------
+
+LARGE = 16 * 1024 * 1024
+
+
+def test_a_request_the_broker_does_not_take_gives_its_memory_back_in_time(tap: BrokerTap) -> None:
+    """Kafka reads nothing more on a connection while it holds a request (a Fetch, for the max
+    wait the client asks, up to 24 days); the tap does the same. A client sends such a Fetch
+    and then a Produce of all of queued.max.request.bytes: the gateway read the Produce, wrote
+    what the sockets took and waited for the broker to take the rest, holding the frame's
+    memory for as long as the broker held the Fetch, and every other client's request waited.
+    A request the broker does not take within upstream.request_timeout_s now ends the link
+    and the client's connection (as a broker gone does), and the memory is given back."""
+    topic = unique_name("not-taken")
+    create_topic(str(tap.address), topic)
+    limits = {"queued.max.request.bytes": LARGE}
+    with gateway_with(tap, limits=limits, upstream={"request_timeout_s": 1}) as gw:
+        client = RawClient(gw.bootstrap)
+        tap.hold_requests(FETCH)
+        client.send(FETCH, 12, fetch_request(topic, max_wait=timedelta(0)))
+        assert wait_for(lambda: FETCH in tap.api_keys())
+        client.send_bytes(produce_frame_of(LARGE, topic))
+        assert answered(gw.bootstrap), "another client's request waited for memory"
+        assert gw.metric("kpg_queued_request_bytes") == 0
+        assert client.is_closed(10)
