@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import socket
 import time
-from datetime import timedelta
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -29,8 +29,8 @@ from tests.inproc.test_clients import create_topic
 from tests.support import (
     BrokerTap,
     GatewayThread,
-    create_topic_request,
     RawClient,
+    create_topic_request,
     fetch_request,
     gateway_config,
     unique_name,
