@@ -71,10 +71,16 @@ class ClientConnection:
         # A reload changes max_in_flight_requests for connections accepted after it.
         in_flight = generation().config.limits.max_in_flight_requests
         self._slots: asyncio.Queue[object] = asyncio.Queue(in_flight)
-        # Taken before a request goes upstream (or is answered here), given back once its
-        # answer is written: the queue alone let the answer the writer awaits and the request
-        # sent before the queue was found full come on top (the limit plus two at the broker).
+        # Taken before a request is read, given back once its answer is written (or at once
+        # when it gets none): the queue alone let the answer the writer awaits and the request
+        # sent before the queue was found full come on top (the limit plus two at the broker),
+        # and taking it only once the request had been read and judged held that request's
+        # memory for as long as the broker held the answers before it.
         self._in_flight = asyncio.Semaphore(in_flight)
+        self._slot_used = False
+        """Whether the request being served handed its in-flight slot to an answer."""
+        self._serving = False
+        """Whether a request read whole is being judged and carried out."""
         self._closing = False
         self._read_task: asyncio.Task[None] | None = None
         self._memory = memory
@@ -85,6 +91,10 @@ class ClientConnection:
         self._answers_due = 0
         self._last_activity = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
+        # When the body of the frame being received began to be read (its memory taken), None
+        # between frames: a frame must arrive whole within connections.max.idle.ms of it,
+        # however it trickles in and whether or not an answer is due.
+        self._frame_started: float | None = None
         # The client id and each API's version the client last sent: what an authentication
         # refusal found in the writer (an answer's rewrite) is audited with.
         self._client_id: str | None = None
@@ -150,11 +160,18 @@ class ClientConnection:
         """The limits in force now (a reload changes them for the next request)."""
         return self._generation().config.limits
 
-    def stop_reading(self) -> None:
-        """Stop taking requests; what is in flight is still answered (graceful shutdown)."""
+    def stop_reading(self, *, finish_request: bool = False) -> None:
+        """Stop taking requests; what is in flight is still answered. ``finish_request``
+        (graceful shutdown): a request already read whole is first judged, carried out and
+        answered (cancelled half-way, its client lost the answer, not knowing what had been
+        done, and a decision could be audited for a request never carried out)."""
         self._closing = True
-        if self._read_task is not None and not self._read_task.done():
-            self._read_task.cancel()
+        task = self._read_task
+        if task is None or task.done():
+            return
+        if finish_request and self._serving:
+            return  # the read loop stops after it: it looks at _closing before reading on
+        task.cancel()
 
     def _check_idle(self) -> None:
         """Close the connection once it has been idle for connections.max.idle.ms (Kafka's
@@ -164,8 +181,23 @@ class ClientConnection:
         if self._limits.connections_max_idle_ms == UNLIMITED:  # a reload turned it off
             return
         idle_s = self._limits.connections_max_idle_ms / 1000
-        quiet = time.monotonic() - self._last_activity
+        now = time.monotonic()
+        quiet = now - self._last_activity
         idle = self._waiting_on_client and not self._answers_due
+        started = self._frame_started
+        receiving = 0.0 if started is None else now - started
+        if receiving >= idle_s:
+            # Each byte of a trickle resets the idle clock: the frame's memory (taken at its
+            # size prefix) stayed held for as long as a client kept it up.
+            self._metrics.connections_idle_closed.inc()
+            log.info(
+                "%s: closing connection: a frame not received whole %.1f s after its size "
+                "prefix (connections.max.idle.ms)",
+                self.peer,
+                receiving,
+            )
+            self.stop_reading()
+            return
         if idle and quiet >= idle_s:
             self._metrics.connections_idle_closed.inc()
             log.info(
@@ -176,6 +208,8 @@ class ClientConnection:
             self.stop_reading()
             return
         again = idle_s - quiet if quiet < idle_s else idle_s
+        if started is not None:
+            again = min(again, idle_s - receiving)
         self._idle_timer = asyncio.get_running_loop().call_later(again, self._check_idle)
 
     async def _client_took(self) -> bool:
@@ -326,22 +360,44 @@ class ClientConnection:
                 key = self._host_key if principal is None else client_key(principal, self.peer)
                 if pace.delay(key) > 0:
                     await pace.wait(key)
-            size = await self._read_size(session)
-            if size is None:
-                return
-            await self._memory.take(size)  # the connection is not read while this waits
+            # A slot for the next request's answer before any of it is read: at the limit
+            # the connection is not read at all, so it holds no request memory while the
+            # broker holds its answers (a Fetch, for its max wait).
+            await self._in_flight.acquire()
+            self._slot_used = False
             try:
-                if not await self._serve(size, session):
+                size = await self._read_size(session)
+                if size is None:
                     return
+                await self._memory.take(size)  # the connection is not read while this waits
+                try:
+                    if not await self._serve(size, session):
+                        return
+                finally:
+                    self._memory.give_back(size)
             finally:
-                self._memory.give_back(size)
+                if not self._slot_used:  # no answer took it (acks=0, refused, closed)
+                    self._in_flight.release()
 
     async def _serve(self, size: int, session: Session) -> bool:
         """Read a request of ``size`` bytes and carry out its outcome; False when the
         connection must stop reading."""
-        request = await self._read_request(size, session)
+        self._frame_started = time.monotonic()
+        try:
+            request = await self._read_request(size, session)
+        finally:
+            self._frame_started = None
         if request is None:
             return False
+        self._serving = True
+        try:
+            return await self._carry_out(request, session)
+        finally:
+            self._serving = False
+
+    async def _carry_out(self, request: tuple[RequestHeader, bytes], session: Session) -> bool:
+        """Judge a request read whole and carry out its outcome; False when the connection
+        must stop reading."""
         upstream = self._upstream or await self._open_upstream()
         if upstream is None:
             return False
@@ -383,8 +439,9 @@ class ClientConnection:
             log.warning("%s: closing client connection: %s", self.peer, exc)
             self._charge_unaudited_line()
             return None
-        cluster = UpstreamCluster(link, upstream_config.request_timeout_s)
-        self._upstream = _Upstream(link=link, cluster=cluster)
+        timeout_s = upstream_config.request_timeout_s
+        cluster = UpstreamCluster(link, timeout_s)
+        self._upstream = _Upstream(link=link, cluster=cluster, request_timeout_s=timeout_s)
         return self._upstream
 
     async def _read_size(self, session: Session) -> int | None:
@@ -498,13 +555,11 @@ class ClientConnection:
             self._reject(outcome.reason, outcome.metric_reason)
             return False
         if isinstance(outcome, Answer):
-            await self._in_flight.acquire()
+            self._slot_used = True
             done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
             done.set_result(outcome.frame)
             await self._queue_answer(_Pending(answer=done, on_response=None))
             return True
-        if outcome.expect_response:
-            await self._in_flight.acquire()  # the connection is not read while this waits
         try:
             future = upstream.send(
                 header.api_key,
@@ -515,8 +570,9 @@ class ClientConnection:
         except UpstreamClosed:
             return False
         if future is not None:
+            self._slot_used = True
             await self._queue_answer(_Pending(answer=future, on_response=outcome.on_response))
-        await upstream.drain()
+        await upstream.drain(self._upstream.request_timeout_s if self._upstream else None)
         return True
 
     async def _queue_answer(self, pending: _Pending) -> None:
@@ -613,6 +669,9 @@ class _Upstream:
 
     link: UpstreamLink
     cluster: UpstreamCluster
+    request_timeout_s: float
+    """How long the broker may take to answer the gateway's own requests, and to take any
+    request written to it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -531,7 +531,7 @@ class Gateway:
         for handshake in list(self._handshakes):
             handshake.cancel()  # no request in flight to wait for
         for connection in list(self._connections):
-            connection.stop_reading()
+            connection.stop_reading(finish_request=True)
         if not await self.tasks.wait(self.config.shutdown_timeout_s):
             log.warning("shutdown timeout: cancelling %d remaining tasks", len(self.tasks))
         await self.tasks.cancel_all()

@@ -213,13 +213,27 @@ class UpstreamLink:
         self._next_correlation = (upstream_id + 1) % _ID_SPACE
         return upstream_id
 
-    async def drain(self) -> None:
-        """Wait while the socket's write buffer is above its high-water mark."""
-        if self._closed is None:
-            try:
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait while the socket's write buffer is above its high-water mark; for at most
+        ``timeout_s``, after which the link is closed: a broker that takes none of a request
+        for that long (Kafka reads nothing more on a connection while it holds a request, a
+        Fetch for its max wait) would otherwise have the request, and the request memory it
+        holds, kept for as long as it pleases."""
+        if self._closed is not None:
+            return
+        transport = self._writer.transport
+        try:
+            if timeout_s is None or (
+                transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[0]
+            ):
+                await self._writer.drain()  # the common case: nothing to wait for, no timer
+                return
+            async with asyncio.timeout(timeout_s):
                 await self._writer.drain()
-            except (ConnectionError, RuntimeError) as exc:
-                self._shut(f"write failed: {exc}")
+        except TimeoutError:
+            self._shut(f"the broker took none of a request for {timeout_s} s")
+        except (ConnectionError, RuntimeError) as exc:
+            self._shut(f"write failed: {exc}")
 
     def next_internal_correlation_id(self) -> int:
         """A correlation id for a request the gateway itself sends on this link: the id

@@ -10,6 +10,7 @@ against a slow machine; they are not performance measurements.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,14 @@ from tests.plugins.kafka_test_policies import (
     HangingAlterConfigPolicy,
     HangingRecordValidationPolicy,
 )
-from tests.support import GatewayThread, RawClient, existing_topics, gateway_config, outcome
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    existing_topics,
+    gateway_config,
+    outcome,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -113,3 +121,35 @@ def test_hung_plugins_deny_in_time_and_hold_nothing_else_up(
     futures = admin.create_topics([NewTopic(allowed, 1, 1)], request_timeout=1.0)
     assert futures[allowed].result(timeout=1.0) is None
     assert allowed in existing_topics(gw.bootstrap)
+
+
+def test_a_plugin_burning_cpu_denies_in_time_and_others_are_served(
+    broker: HostPort, topic_name: str
+) -> None:
+    """A plug-in that burns CPU in Python (a pattern gone quadratic, say) rather than waiting:
+    it runs on a policy thread, so the event loop still gets the interpreter's lock at every
+    switch interval; the call denies after policy.timeout.ms (the thread stays busy until the
+    call returns, which is why policy.threads bounds what hung calls can hold) and another
+    client's CreateTopics, which no plug-in holds, is decided and created meanwhile."""
+    spinning = "kafka_test_policies.SpinningCreateTopicPolicy"
+    policies = {
+        "create.topic.policy.class.name": spinning,
+        "create.topic.policy.class.path": PLUGINS,
+        "policy.timeout.ms": TIMEOUT_MS,
+        "policy.threads": THREADS,
+    }
+    gw = GatewayThread(gateway_config(broker, policies=policies)).start()
+    plugin = sys.modules["kafka_test_policies"].SpinningCreateTopicPolicy
+    plugin.release.clear()
+    try:
+        spun = RawClient(gw.bootstrap, timeout=TIMEOUT_MS / 1000 + 10)
+        answer = spun.request(19, 7, create_topic_request(f"spin-{topic_name}"))
+        (topic,) = answer.topics
+        assert int(topic.error_code) == POLICY_VIOLATION
+        assert "SpinningCreateTopicPolicy" in (topic.error_message or "")
+        allowed = f"ok-{topic_name}"
+        other = RawClient(gw.bootstrap, timeout=10).request(19, 7, create_topic_request(allowed))
+        assert int(other.topics[0].error_code) == 0
+    finally:
+        plugin.release.set()
+        gw.stop()

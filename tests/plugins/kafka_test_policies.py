@@ -76,6 +76,19 @@ class HangingCreateTopicPolicy(CreateTopicPolicy):
         time.sleep(0)
 
 
+class SpinningCreateTopicPolicy(CreateTopicPolicy):
+    """Burns CPU in Python (holding the interpreter's lock but for its switch interval) on a
+    topic named ``spin...`` until ``release``."""
+
+    release = threading.Event()
+
+    def validate(self, request_metadata: CreateTopicRequestMetadata) -> None:
+        if request_metadata.topic.startswith("spin"):
+            spins = 0
+            while not self.release.is_set():
+                spins += 1
+
+
 class MinInsyncAlterConfigPolicy(AlterConfigPolicy):
     """Kafka's AlterConfigPolicy test semantics: min.insync.replicas may not be changed."""
 
