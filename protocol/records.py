@@ -902,7 +902,12 @@ def _new_gzip_decompressor() -> "zlib._Decompress":
 
 
 class _Lz4Inflater(_Inflater):
-    """The LZ4 frame format, bounded by max_length; concatenated frames are read in turn."""
+    """The LZ4 frame format, bounded by max_length; concatenated frames are read in turn.
+
+    Kafka's Lz4BlockInputStream reads the first frame only and ignores (and stores) what
+    follows it. Reading every frame is the safe side of that difference: records behind the
+    first frame are bytes left after the batch's records, so the batch is refused rather
+    than stored with records no policy read (tests/unit/test_records_as_kafka_reads.py)."""
 
     codec = "lz4"
 
