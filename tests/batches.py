@@ -134,3 +134,13 @@ def produce_v9(
 def one_record_batch() -> bytes:
     """One uncompressed record, key ``k``, value ``v``, no headers (not idempotent)."""
     return batch_with("none", (record(0, b"k", b"v"),), idempotent=False)
+
+
+def varint(value: int) -> bytes:
+    """A zigzag varint, as records carry their sizes."""
+    raw, out = (value << 1) ^ (value >> 63), bytearray()
+    while raw >= 0x80:
+        out.append(raw & 0x7F | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)

@@ -31,7 +31,7 @@ from typing import Any
 
 import uvloop
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kio.schema.create_topics.v7.request import (
     CreatableReplicaAssignment,
     CreatableTopic,
@@ -39,6 +39,7 @@ from kio.schema.create_topics.v7.request import (
     CreateTopicsRequest,
 )
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
@@ -440,6 +441,21 @@ def outcome(future: Any) -> tuple[int, str] | None:
         error: KafkaError = exc.args[0]
         return error.code(), error.str()
     return None
+
+
+def topic_with_id(address: HostPort) -> tuple[str, uuid.UUID]:
+    """A new one-partition topic, created at ``address`` directly (the broker, or a tap in
+    front of it), with the topic id the broker's Metadata v12 gives it."""
+    topic = unique_name("t")
+    direct = AdminClient({"bootstrap.servers": str(address)})
+    assert outcome(direct.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
+    metadata = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    answer = RawClient(str(address)).request(3, 12, metadata)
+    return topic, answer.topics[0].topic_id
 
 
 def records_at(broker: HostPort, topic: str) -> int:

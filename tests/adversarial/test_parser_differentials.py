@@ -26,13 +26,11 @@ from __future__ import annotations
 import signal
 import struct
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
@@ -40,7 +38,7 @@ from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
 from tests.adversarial.test_replica_fetch import FETCH, TANSU_NODE, _fetch
 from tests.e2e.test_gateway_process import kpg_config, start_kpg
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, outcome
+from tests.support import BrokerTap, GatewayThread, RawClient
 
 pytestmark = pytest.mark.adversarial
 
@@ -83,25 +81,6 @@ TAGS = {
     + HIDDEN
     + b"\x7f\x00",
 }
-
-
-@pytest.fixture
-def fetch_setup(tap: BrokerTap) -> Iterator[tuple[GatewayThread, str, uuid.UUID]]:
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    direct = AdminClient({"bootstrap.servers": str(tap.address)})
-    assert outcome(direct.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
-    metadata = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    topic_id = RawClient(str(tap.address)).request(METADATA, 12, metadata).topics[0].topic_id
-    gw = GatewayThread(gateway_config(tap.address)).start()
-    tap.requests.clear()
-    try:
-        yield gw, topic, topic_id
-    finally:
-        gw.stop()
 
 
 @pytest.mark.parametrize("tags", TAGS.values(), ids=TAGS.keys())

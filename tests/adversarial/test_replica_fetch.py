@@ -15,42 +15,19 @@ from __future__ import annotations
 
 import importlib
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, outcome
+from tests.support import BrokerTap, GatewayThread, RawClient
 
 pytestmark = pytest.mark.adversarial
 
 FETCH = 1
 TANSU_NODE = 111
-
-
-@pytest.fixture
-def setup(tap: BrokerTap) -> Iterator[tuple[GatewayThread, str, uuid.UUID]]:
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    direct = AdminClient({"bootstrap.servers": str(tap.address)})
-    assert outcome(direct.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
-    metadata = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-    )
-    answer = RawClient(str(tap.address)).request(3, 12, metadata)
-    topic_id = answer.topics[0].topic_id
-    gw = GatewayThread(gateway_config(tap.address)).start()
-    tap.requests.clear()
-    try:
-        yield gw, topic, topic_id
-    finally:
-        gw.stop()
 
 
 def _fetch(version: int, topic: str, topic_id: uuid.UUID, replica: int | None) -> Any:
@@ -95,9 +72,9 @@ only READ on the topic (``FetchRequest.isConsumer`` is false for it)."""
 @pytest.mark.parametrize("replica", [TANSU_NODE, 0, FUTURE_LOCAL_REPLICA])
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_fetch_as_a_replica_never_reaches_the_broker(
-    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int, replica: int
+    fetch_setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int, replica: int
 ) -> None:
-    gw, topic, topic_id = setup
+    gw, topic, topic_id = fetch_setup
     client = RawClient(gw.bootstrap, timeout=5)
     client.send(FETCH, version, _fetch(version, topic, topic_id, replica))
     with pytest.raises((ConnectionError, OSError)):
@@ -110,9 +87,12 @@ def test_a_fetch_as_a_replica_never_reaches_the_broker(
 @pytest.mark.parametrize("replica", [None, -1, -2], ids=["unset", "consumer", "debug"])
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_consumers_fetch_still_reaches_the_broker(
-    setup: tuple[GatewayThread, str, uuid.UUID], tap: BrokerTap, version: int, replica: int | None
+    fetch_setup: tuple[GatewayThread, str, uuid.UUID],
+    tap: BrokerTap,
+    version: int,
+    replica: int | None,
 ) -> None:
-    gw, topic, topic_id = setup
+    gw, topic, topic_id = fetch_setup
     request = _fetch(version, topic, topic_id, replica)
     answer = RawClient(gw.bootstrap).request(FETCH, version, request)
     assert [int(p.error_code) for r in answer.responses for p in r.partitions] == [0]

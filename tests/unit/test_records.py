@@ -27,7 +27,7 @@ from protocol.records import (
     read_records,
 )
 from tests import batches
-from tests.batches import CODECS, HEADER_SIZE, Compress, record, reframe
+from tests.batches import CODECS, HEADER_SIZE, Compress, record, reframe, varint
 
 pytestmark = pytest.mark.unit
 
@@ -699,16 +699,6 @@ def test_the_fast_path_agrees_with_the_full_reader_on_random_damage() -> None:
             )
         buffer = reframe(plain, records_section=bytes(damaged))
         assert_the_fast_path_answers_as_the_full_reader(buffer, attempt)
-
-
-def varint(value: int) -> bytes:
-    """A zigzag varint, as records carry their sizes."""
-    raw, out = (value << 1) ^ (value >> 63), bytearray()
-    while raw >= 0x80:
-        out.append(raw & 0x7F | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
 
 
 def raw_record(body: bytes) -> bytes:

@@ -32,7 +32,7 @@ from protocol.records import (
     read_batches,
     read_records,
 )
-from tests.batches import HEADER_SIZE, record, reframe, uncompressed_batch, xerial
+from tests.batches import HEADER_SIZE, record, reframe, uncompressed_batch, varint, xerial
 
 pytestmark = pytest.mark.unit
 
@@ -147,15 +147,6 @@ def _section() -> tuple[bytes, bytes]:
     return plain, plain[HEADER_SIZE:]
 
 
-def _varint(value: int) -> bytes:
-    raw, out = (value << 1) ^ (value >> 63), bytearray()
-    while raw >= 0x80:
-        out.append(raw & 0x7F | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
-
-
 def _bodies(section: bytes) -> list[bytes]:
     """Each record's body (after its length), by the lengths."""
     pos, bodies = 0, []
@@ -188,7 +179,7 @@ def _damaged(rng: random.Random, bodies: list[bytes]) -> tuple[bytes, int]:
             count += rng.choice([-1, 1])
         if rng.random() < 0.7:
             lengths[i] = len(body)
-    section = b"".join(_varint(n) + bytes(body) for n, body in zip(lengths, changed, strict=True))
+    section = b"".join(varint(n) + bytes(body) for n, body in zip(lengths, changed, strict=True))
     return section, max(count, 0)
 
 
