@@ -169,6 +169,22 @@ def produce_frame_of(size: int, topic: str) -> bytes:
     raise AssertionError("no value length gives that size")
 
 
+def produce_behind_a_held_fetch(
+    tap: BrokerTap, gw: GatewayThread, topic: str, size: int
+) -> RawClient:
+    """A client whose Fetch the broker holds, with a Produce of ``size`` bytes sent behind it
+    on the same connection; meanwhile another client is answered and no request memory is
+    held."""
+    client = RawClient(gw.bootstrap)
+    tap.hold_requests(FETCH)
+    client.send(FETCH, 12, fetch_request(topic, max_wait=timedelta(0)))
+    assert wait_for(lambda: FETCH in tap.api_keys())
+    client.send_bytes(produce_frame_of(size, topic))
+    assert answered(gw.bootstrap), "another client's request waited for memory"
+    assert gw.metric("kpg_queued_request_bytes") == 0
+    return client
+
+
 def test_a_connection_at_its_in_flight_limit_holds_no_request_memory(tap: BrokerTap) -> None:
     """With max_in_flight_requests at 1, a client's Fetch is held by the broker and it sends a
     Produce of all of queued.max.request.bytes behind it. The gateway read that next request
@@ -181,13 +197,7 @@ def test_a_connection_at_its_in_flight_limit_holds_no_request_memory(tap: Broker
     create_topic(str(tap.address), topic)
     limits = {"max_in_flight_requests": 1, "queued.max.request.bytes": QUEUED_MAX}
     with gateway_with(tap, limits=limits) as gw:
-        client = RawClient(gw.bootstrap)
-        tap.hold_requests(FETCH)
-        client.send(FETCH, 12, fetch_request(topic, max_wait=timedelta(0)))
-        assert wait_for(lambda: FETCH in tap.api_keys())
-        client.send_bytes(produce_frame_of(QUEUED_MAX, topic))
-        assert answered(gw.bootstrap), "another client's request waited for memory"
-        assert gw.metric("kpg_queued_request_bytes") == 0
+        client = produce_behind_a_held_fetch(tap, gw, topic, QUEUED_MAX)
         tap.release_requests()
         assert client.recv_frame()[:4] == b"\x00\x00\x00\x01"  # the Fetch's answer
         assert client.recv_frame()[:4] == b"\x00\x00\x00\x02"  # then the Produce's
@@ -265,11 +275,5 @@ def test_a_request_the_broker_does_not_take_gives_its_memory_back_in_time(tap: B
     create_topic(str(tap.address), topic)
     limits = {"queued.max.request.bytes": LARGE}
     with gateway_with(tap, limits=limits, upstream={"request_timeout_s": 1}) as gw:
-        client = RawClient(gw.bootstrap)
-        tap.hold_requests(FETCH)
-        client.send(FETCH, 12, fetch_request(topic, max_wait=timedelta(0)))
-        assert wait_for(lambda: FETCH in tap.api_keys())
-        client.send_bytes(produce_frame_of(LARGE, topic))
-        assert answered(gw.bootstrap), "another client's request waited for memory"
-        assert gw.metric("kpg_queued_request_bytes") == 0
+        client = produce_behind_a_held_fetch(tap, gw, topic, LARGE)
         assert client.is_closed(10)
