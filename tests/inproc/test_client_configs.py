@@ -41,6 +41,7 @@ from protocol.codec import encode_request
 from protocol.framing import parse_request_header
 from protocol.join_group import session_timeout_ms
 from protocol.produce import read_produce
+from tests.batches import one_record_batch, produce_v9
 from tests.support import (
     BrokerTap,
     GatewayThread,
@@ -60,7 +61,7 @@ CODES = ClientConfigCodes()
 CLIENT, USER_CLIENT = CODES.client_type, CODES.user_client_type
 DYNAMIC, DEFAULT = CODES.dynamic_client_source, CODES.dynamic_default_client_source
 TOPIC = 2
-INVALID_REQUEST, POLICY_VIOLATION = 42, 44
+INVALID_REQUIRED_ACKS, INVALID_REQUEST, POLICY_VIOLATION = 21, 42, 44
 
 Op = tuple[str, int, str | None]
 
@@ -497,6 +498,31 @@ def test_acks_enforcement(relayed: BrokerTap, enforce: bool) -> None:
     assert set(seen["lenient-app"]) == {1}
     assert set(seen["fire-and-forget"]) == {0}
     assert enforced == (len(seen["durable-app"]) if enforce else 0)
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+def test_acks_kafka_refuses_never_carry_records_past_an_acks_config(
+    relayed: BrokerTap, acks: int
+) -> None:
+    """Kafka takes acks -1, 0 and 1 and answers any other with INVALID_REQUIRED_ACKS; a
+    broker that takes any (Tansu writes acks=2 as 1) let a producer whose acks config is all
+    write with one replica's acknowledgement, since only acks=1 was raised. The gateway
+    answers as Kafka does, and nothing reaches the broker."""
+    gw = enforcing(relayed, acks=True, session_timeout=False)
+    try:
+        topic = new_topic(gw.bootstrap, {})
+        set_configs(gw.bootstrap, {"ANONYMOUS:": {"acks": "all"}})
+        relayed.requests.clear()
+        client = RawClient(gw.bootstrap)
+        try:
+            answer = client.request(0, 9, produce_v9({topic: {0: one_record_batch()}}, acks=acks))
+        finally:
+            client.close()
+    finally:
+        gw.stop()
+    [(name, [partition])] = [(t.name, list(t.partition_responses)) for t in answer.responses]
+    assert (name, partition.index, partition.error_code) == (topic, 0, INVALID_REQUIRED_ACKS)
+    assert produce_acks(relayed, topic) == {}
 
 
 def test_an_acks_config_set_through_another_instance_decides_the_next_produce(
