@@ -10,6 +10,7 @@ tests/e2e/test_client_configs_cli.py.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import subprocess
@@ -26,8 +27,15 @@ from kio.schema.alter_configs.v1.request import (
     AlterConfigsRequest,
     AlterConfigsResource,
 )
+from kio.schema.consumer_group_heartbeat.v0.request import (
+    ConsumerGroupHeartbeatRequest as heartbeat_request_v0,
+)
+from kio.schema.consumer_group_heartbeat.v1.request import (
+    ConsumerGroupHeartbeatRequest as heartbeat_request_v1,
+)
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
-from kio.static.primitive import i8, i32Timedelta
+from kio.schema.types import GroupId
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from gateway import client_configs as cc
 from gateway.client_configs import ClientConfigCodes
@@ -37,7 +45,7 @@ from policies.api import AlterConfigV2Policy, AlterConfigV2RequestMetadata, Poli
 from protocol import client_configs as wire
 from protocol import list_config_resources as lcr
 from protocol.alter_configs import APPEND, DELETE, SET, SUBTRACT
-from protocol.codec import encode_request
+from protocol.codec import decode_response, encode_request
 from protocol.framing import parse_request_header
 from protocol.join_group import session_timeout_ms
 from protocol.produce import read_produce
@@ -61,7 +69,7 @@ CODES = ClientConfigCodes()
 CLIENT, USER_CLIENT = CODES.client_type, CODES.user_client_type
 DYNAMIC, DEFAULT = CODES.dynamic_client_source, CODES.dynamic_default_client_source
 TOPIC = 2
-INVALID_REQUIRED_ACKS, INVALID_REQUEST, POLICY_VIOLATION = 21, 42, 44
+INVALID_REQUIRED_ACKS, UNSUPPORTED_VERSION, INVALID_REQUEST, POLICY_VIOLATION = 21, 35, 42, 44
 
 Op = tuple[str, int, str | None]
 
@@ -585,6 +593,54 @@ def test_session_timeout_enforcement(relayed: BrokerTap, enforce: bool) -> None:
         gw.stop()
     assert joins == ([11000] if enforce else [45000])
     assert enforced == (1 if enforce else 0)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_a_consumer_group_heartbeat_cannot_escape_a_session_timeout_config(
+    relayed: BrokerTap, version: int
+) -> None:
+    """A KIP-848 consumer (ConsumerGroupHeartbeat) gets its session timeout from the broker's
+    group config, which no request carries: the gateway cannot set it, so a consumer whose
+    session.timeout.ms is configured escaped the config by choosing group.protocol=consumer.
+    Its heartbeats get UNSUPPORTED_VERSION, Kafka's answer where the consumer protocol is
+    off (the Java consumer then says to set group.protocol=classic, where JoinGroup carries
+    the timeout); one that leaves the group still goes, and other clients are untouched."""
+    gw = enforcing(relayed, acks=False, session_timeout=True)
+    group = unique_name("g")
+    try:
+        set_configs(gw.bootstrap, {"ANONYMOUS:bound-app": {"session.timeout.ms": "11000"}})
+        relayed.requests.clear()
+
+        def heartbeat(client_id: str, member_epoch: int) -> Any:
+            schema = heartbeat_request_v1 if version == 1 else heartbeat_request_v0
+            request = schema(
+                group_id=GroupId(group),
+                member_id="m-1",
+                member_epoch=i32(member_epoch),
+                instance_id=None,
+                rack_id=None,
+                rebalance_timeout=i32Timedelta.parse(timedelta(seconds=30)),
+                subscribed_topic_names=("t",),
+                server_assignor=None,
+                topic_partitions=(),
+            )
+            frame = encode_request(68, version, 4, client_id, request)
+            answer = exchange(gw.bootstrap, frame)
+            return decode_response(68, version, answer)
+
+        refused = heartbeat("bound-app", 0)
+        with contextlib.suppress(ConnectionError):  # the broker may not speak KIP-848
+            heartbeat("bound-app", -1)  # leaving
+        with contextlib.suppress(ConnectionError):
+            heartbeat("free-app", 0)  # no session.timeout.ms configured
+        reached = [(r.client_id, r.api_key) for r in relayed.requests if r.api_key == 68]
+        enforced = gw.metric("kpg_client_config_enforced_total", config="session.timeout.ms")
+    finally:
+        gw.stop()
+    assert refused.error_code == UNSUPPORTED_VERSION
+    assert refused.error_message is not None and "group.protocol=classic" in refused.error_message
+    assert reached == [("bound-app", 68), ("free-app", 68)]
+    assert enforced == 1
 
 
 # --- configuration ----------------------------------------------------------------------------
