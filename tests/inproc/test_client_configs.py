@@ -14,7 +14,9 @@ import contextlib
 import socket
 import ssl
 import subprocess
+import threading
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -386,6 +388,55 @@ def test_alter_config_policies_apply(broker: HostPort) -> None:
         ]
     finally:
         gw.stop()
+
+
+class JudgedTogether(AlterConfigV2Policy):
+    """Allows every change once four have reached it: requests judged at the same time."""
+
+    barrier = threading.Barrier(4)
+
+    def validate(self, request_metadata: AlterConfigV2RequestMetadata) -> None:
+        JudgedTogether.barrier.wait(timeout=15)
+
+
+def test_the_entity_limit_holds_for_requests_judged_at_the_same_time(broker: HostPort) -> None:
+    """``client.configs.max.entities`` was checked when a change was judged, against the store
+    as it was then: requests judged at the same time each saw room for their entity, and all
+    were written (limit 2, four stored; eight connections of four entities each stored 25). The
+    bound is checked again as each entity is written, with the write."""
+    JudgedTogether.barrier.reset()
+    policies = {
+        "alter.config.v2.policy.class.name": f"{__name__}.JudgedTogether",
+        "policy.timeout.ms": 20000,
+    }
+    gw = GatewayThread(
+        gateway_config(broker, policies=policies, limits={"client.configs.max.entities": 2})
+    ).start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(
+                pool.map(
+                    lambda i: alter(
+                        gw.bootstrap, [(USER_CLIENT, f"user-{i}:", [("acks", SET, "1")])]
+                    ),
+                    range(4),
+                )
+            )
+        entities = cc.entities(stored(gw))
+        audited = gw.metric(
+            "kpg_policy_decisions_total",
+            api="IncrementalAlterConfigs",
+            policy="limits",
+            outcome="denied",
+        )
+    finally:
+        gw.stop()
+    codes = sorted(code for [(_, _, code, _)] in answers)
+    assert audited == 2
+    assert codes == [0, 0, POLICY_VIOLATION, POLICY_VIOLATION]
+    assert len(entities) == 2
+    refused = [message for [(_, _, code, message)] in answers if code]
+    assert all(m is not None and "client.configs.max.entities" in m for m in refused)
 
 
 def test_configs_survive_a_restart(broker: HostPort, tmp_path: Path) -> None:
