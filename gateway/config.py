@@ -202,7 +202,8 @@ class ClientConfigsConfig:
     """Produce: raise acks=1 to -1 where acks=-1 (or all) is configured for the connection's
     user and client-id. acks=0 requests are never changed."""
     enforce_session_timeout: bool = False
-    """JoinGroup: set session_timeout_ms to the configured session.timeout.ms."""
+    """JoinGroup: set session_timeout_ms to the configured session.timeout.ms; a
+    ConsumerGroupHeartbeat (KIP-848, which carries none) from such a client is refused."""
     admin_principals: frozenset[str] | None = None
     """Who may alter dynamic client configs and describe other users' (seed 003 asks for
     CLUSTER authorization there). None: anyone who reaches the gateway (a warning at start)."""

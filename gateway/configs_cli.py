@@ -251,6 +251,12 @@ def target_of(entities: Sequence[tuple[str, str | None]], codes: ClientConfigCod
                 "--entity-type users needs --entity-name"
             )
         client_id = named.get("clients") or ""
+        if ":" in client_id:
+            raise UsageError(
+                f"client-id {client_id!r} holds a colon: the gateway splits user:client-id at "
+                f"the last colon, so {user}:{client_id} names another user's entity; a client "
+                "with that id reads its configs as CLIENT, through its own connection"
+            )
         return Target(
             resource_type=codes.user_client_type,
             resource_name=f"{user}:{client_id}",

@@ -321,6 +321,35 @@ class Engine:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
         return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
 
+    async def refused_late(
+        self,
+        ctx: RequestContext,
+        error: ItemError,
+        *,
+        policy: str,
+        resource_type: str,
+        resource_name: str,
+        action: str,
+    ) -> ItemError:
+        """Audit a refusal made after the item was judged and allowed (in ``settle``: a bound
+        the state store checks as the change is written) as a decision of its own, denied by
+        ``policy``; ``error`` for the client, with the audit request id."""
+        verdict = Verdict(
+            policy=policy, mode=Mode.ENFORCE, outcome="denied", message=error.error_message or ""
+        )
+        request_id = new_request_id()
+        subject = _subject(
+            ctx,
+            request_id,
+            resource_type=resource_type,
+            resource_name=resource_name,
+            action=action,
+        )
+        await self._decisions.record(
+            subject, Decision(allowed=False, verdicts=(verdict,)), error.error_code
+        )
+        return tagged(error, request_id)
+
     async def _too_many_items(
         self, enforcement: Enforcement[R, K], ctx: RequestContext, request: R, keys: Sequence[K]
     ) -> Answer | None:

@@ -93,10 +93,13 @@ class StateStore(Protocol):
         *,
         prefix: str,
         expected: Mapping[str, str],
+        admit: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> bool:
         """:meth:`put_all`, made only if the keys of ``namespace`` that start with ``prefix``
         are still exactly ``expected`` (key -> value) as the write is made: what a decision
-        was judged against. False, with nothing written, when they are not.
+        was judged against. False, with nothing written, when they are not, or when
+        ``admit`` (given the whole namespace as the write is made) says no: a bound on what
+        the namespace holds, which writes judged at the same time would each pass.
 
         :raises StateStoreError: as :meth:`put`.
         """
@@ -382,9 +385,10 @@ class SqliteStore(_Snapshot):
         *,
         prefix: str,
         expected: Mapping[str, str],
+        admit: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> bool:
-        """The comparison and the write are one transaction, so every process writing the
-        file (each worker of ``kpg run --workers``) is held to it."""
+        """The comparisons and the write are one transaction, so every process writing the
+        file (each worker of ``kpg run --workers``) is held to them."""
         for key in changes:
             _check_names(namespace, key)
         now = time.time()
@@ -399,6 +403,12 @@ class SqliteStore(_Snapshot):
             ).fetchall()
             if dict(rows) != wanted:
                 raise _Changed
+            if admit is not None:
+                held = conn.execute(
+                    "SELECT key, value FROM gateway_state WHERE namespace = ?", (namespace,)
+                ).fetchall()
+                if not admit(dict(held)):
+                    raise _Changed
             return self._upsert(conn, namespace, pending, now)
 
         try:
@@ -833,6 +843,7 @@ class KafkaTopicStore(_Snapshot):
         *,
         prefix: str,
         expected: Mapping[str, str],
+        admit: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> bool:
         """Compared after catching up to the end of the topic, and written with this
         instance's other conditional writes held back. A compacted topic has no compare-and-set,
@@ -844,6 +855,8 @@ class KafkaTopicStore(_Snapshot):
             await self.settle()
             held = self.items(namespace)
             if {k: v for k, v in held.items() if k.startswith(prefix)} != dict(expected):
+                return False
+            if admit is not None and not admit(held):
                 return False
             await self.put_all(namespace, changes)
         return True

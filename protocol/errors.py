@@ -24,6 +24,7 @@ KAFKA_STORAGE_ERROR = ErrorCode.kafka_storage_error
 NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
 OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 REQUEST_TIMED_OUT = ErrorCode.request_timed_out
+INVALID_REQUIRED_ACKS = ErrorCode.invalid_required_acks
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -31,6 +32,7 @@ __all__ = (
     "CORRUPT_MESSAGE",
     "INVALID_CONFIG",
     "INVALID_RECORD",
+    "INVALID_REQUIRED_ACKS",
     "INVALID_REQUEST",
     "KAFKA_STORAGE_ERROR",
     "INVALID_TOPIC_EXCEPTION",

@@ -140,6 +140,11 @@ class ClientWrite:
     prefix: str
     judged: Mapping[str, str]
     """The entity's store keys (under ``prefix``) and values the policies saw."""
+    resource_name: str
+    """The entity as USER_CLIENT names it (``user:client-id``)."""
+    new_entity: bool
+    """Whether the write makes an entity the store did not hold: held to
+    ``limits."client.configs.max.entities"`` again as it is written."""
 
 
 @dataclass(slots=True)
@@ -433,6 +438,8 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             writes=writes,
             prefix=prefix,
             judged={k: v for k, v in items.items() if k.startswith(prefix)},
+            resource_name=entity.resource_name,
+            new_entity=not before and bool(after),
         )
         request.gateway_only.add(resource.key)
         policies = self._services.policies
@@ -484,11 +491,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         if request.client_entities is None:
             request.client_entities = len(client_configs.entities(items))
         if request.client_entities >= limit:
-            return ItemError(
-                error_code=int(POLICY_VIOLATION),
-                error_message=f"The gateway keeps dynamic client configs for at most {limit} "
-                "entities (limits: client.configs.max.entities); delete some first.",
-            )
+            return _entity_limit(limit)
         request.client_entities += 1
         return None
 
@@ -502,7 +505,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
         for key in allowed:
             if key not in request.gateway_only:
                 continue
-            local[key] = OK if validate_only else await self._store_gateway_only(request, key)
+            local[key] = OK if validate_only else await self._store_gateway_only(ctx, request, key)
         forwarded = [key for key in allowed if key not in local]
         later = (
             {}
@@ -526,21 +529,44 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
 
         return Settlement(local=local, reencode_request=strip, after=store_changed)
 
-    async def _store_gateway_only(self, request: Alteration, key: Key) -> ItemError:
+    async def _store_gateway_only(
+        self, ctx: RequestContext, request: Alteration, key: Key
+    ) -> ItemError:
         if key in request.client_writes:
             change = request.client_writes[key]
+            limit = self._services.engine.limits.client_configs_max_entities
+            full: list[int] = []
+
+            def admit(items: Mapping[str, str]) -> bool:
+                # Judged against the store as it was then: requests judged at the same time
+                # each saw room for their new entity. Checked again with the write.
+                held = len(client_configs.entities(items))
+                if held >= limit:
+                    full.append(held)
+                return not full
+
             try:
                 written = await self._services.state.put_all_if(
                     client_configs.STATE_NAMESPACE,
                     change.writes,
                     prefix=change.prefix,
                     expected=change.judged,
+                    admit=admit if change.new_entity and limit != UNLIMITED else None,
                 )
             except StateStoreError as exc:
                 return ItemError(
                     error_code=int(UNKNOWN_SERVER_ERROR),
                     error_message=f"The gateway could not store the dynamic client configs of "
                     f"{key[1]!r}: {exc}",
+                )
+            if full:
+                return await self._services.engine.refused_late(
+                    ctx,
+                    _entity_limit(limit),
+                    policy="limits",
+                    resource_type="user_client",
+                    resource_name=change.resource_name,
+                    action="alter_config",
                 )
             if not written:
                 return ItemError(
@@ -751,6 +777,14 @@ _CLIENT_ENTITY_MAX_BYTES = 4096
 configs' names and values, in UTF-8 (a user, a client-id and eight configs fit in a few
 hundred bytes). As a record.validation.policy value, so that every write fits the state
 store's."""
+
+
+def _entity_limit(limit: int) -> ItemError:
+    return ItemError(
+        error_code=int(POLICY_VIOLATION),
+        error_message=f"The gateway keeps dynamic client configs for at most {limit} "
+        "entities (limits: client.configs.max.entities); delete some first.",
+    )
 
 
 def _entity_size(resource_name: str, configs: Mapping[str, str]) -> int:

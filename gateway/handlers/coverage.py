@@ -166,7 +166,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     65: _p(_READ),
     66: _p(_READ),
     67: _r(_INTERNAL),
-    68: _p(_GROUP),
+    68: _w(
+        "group membership; a consumer whose session.timeout.ms is a dynamic client config "
+        "refused (opt-in): the broker, not the request, sets a KIP-848 member's timeout"
+    ),
     69: _p(_READ),
     70: _r(_INTERNAL),
     71: _p("client telemetry subscription; changes nothing"),

@@ -6,7 +6,8 @@ client-id, the request goes to the broker with that ``session_timeout_ms``, writ
 (counted in ``kpg_client_config_enforced_total{config="session.timeout.ms"}``). The broker
 still checks it against group.min/max.session.timeout.ms. Only the classic group protocol
 has it in a request: KIP-848 consumer groups (ConsumerGroupHeartbeat) take the session
-timeout from the broker's group config, and are not touched. A request that already
+timeout from the broker's group config, so such a client's heartbeats are refused instead
+(:mod:`.consumer_group_heartbeat`). A request that already
 carries the configured value is not counted.
 """
 

@@ -35,6 +35,9 @@ whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the b
 acks=-1, written in place (counted in ``kpg_client_config_enforced_total{config="acks"}``).
 acks=0 requests are never changed: their client reads no answer, so an error in it (the one
 thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a request's acks.
+Any acks but -1, 0 and 1 gets INVALID_REQUIRED_ACKS for every partition, as Kafka answers it,
+and is never forwarded: a broker that takes it (Tansu writes acks=2 as 1) would otherwise
+carry records past an acks config of all, since only acks=1 is raised.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from policies.chain import Decision, Mode, Verdict
 from protocol.codec import Undecodable
 from protocol.errors import (
     INVALID_RECORD,
+    INVALID_REQUIRED_ACKS,
     KAFKA_STORAGE_ERROR,
     NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
@@ -88,6 +92,7 @@ log = logging.getLogger(__name__)
 API_KEY = 0
 Key = tuple[str, int]
 _ALL_REPLICAS = frozenset({"-1", "all"})
+_VALID_ACKS = frozenset({-1, 0, 1})
 
 
 class Produce(BaseEnforcement[ProduceView, Key]):
@@ -122,6 +127,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                     services.client_config_enforced.labels("acks").inc()
         except FrameRejected as exc:
             return Close(reason=str(exc), metric_reason=exc.reason)
+        if acks not in _VALID_ACKS:
+            return frame  # read whole: every partition is answered INVALID_REQUIRED_ACKS
         # A topic name stands verbatim in the request: no match, no write to the gateway's
         # topics under any name (an alias such as "state/" holds the name too). A request
         # to unvalidated topics is not read, so an illegal alias of one goes to the broker:
@@ -209,6 +216,10 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             refused = _UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)
             if refused is not None:
                 rulings[(p.topic, p.partition)] = refused
+        if request.acks not in _VALID_ACKS:
+            # Kafka's answer (ReplicaManager.appendRecords), which not every broker gives:
+            # Tansu writes acks=2 as acks=1, past a client's acks config of all
+            return {key: rulings.get(key, _INVALID_ACKS) for key in keys}
         # validated under their names (the audit and the policy see names), keyed back
         keys_of = {
             (names.get(p.topic, p.topic), p.partition): (p.topic, p.partition)
@@ -420,6 +431,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         return produce_answer(request, correlation_id, local, broker)
 
 
+_INVALID_ACKS = ItemError(error_code=int(INVALID_REQUIRED_ACKS), error_message=None)
 _UNKNOWN_ID = ItemError(
     error_code=int(UNKNOWN_TOPIC_ID), error_message="This server does not host this topic ID."
 )

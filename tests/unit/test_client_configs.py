@@ -623,6 +623,9 @@ def test_a_client_alone_is_the_client_resource() -> None:
         (("--user", "alice", "--user", "bob"), "--entity-type users is given twice"),
         (("--entity-type", "clients", "--entity-default"), "needs --entity-type users"),
         ((), "name the entity"),
+        # alice:x:y is user alice:x's client-id y: the write went to another user's entity,
+        # and the message said alice's was updated
+        (("--user", "alice", "--client", "x:y"), "client-id 'x:y' holds a colon"),
     ],
 )
 def test_entity_errors(entity_args: tuple[str, ...], message: str) -> None:
