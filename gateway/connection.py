@@ -571,7 +571,13 @@ class ClientConnection:
             return False
         if future is not None:
             self._slot_used = True
-            await self._queue_answer(_Pending(answer=future, on_response=outcome.on_response))
+            await self._queue_answer(
+                _Pending(
+                    answer=future,
+                    on_response=outcome.on_response,
+                    unanswered=outcome.unanswered,
+                )
+            )
         await upstream.drain(self._upstream.request_timeout_s if self._upstream else None)
         return True
 
@@ -579,27 +585,65 @@ class ClientConnection:
         self._answers_due += 1
         await self._slots.put(pending)
 
+    async def _response(self, slot: _Pending) -> bytes | None:
+        """The answer for the client, rewritten; None (the connection closed) when the broker
+        is gone or the rewrite fails."""
+        try:
+            response = await slot.answer
+            if slot.on_response is not None:
+                response = await slot.on_response(response)
+        except UpstreamClosed:
+            self._writer.transport.abort()  # as a dead broker's connection would end
+            return None
+        except Exception as exc:  # noqa: BLE001 - whatever broke a rewrite, the raw answer never leaves
+            log.error(
+                "%s: closing connection: cannot process the broker's answer: %r", self.peer, exc
+            )
+            self._metrics.rejected_frames.labels("bad_response").inc()
+            self._writer.transport.abort()
+            self.stop_reading()
+            return None
+        return response
+
+    async def _close_after_sasl_failure(self, sasl: SaslState) -> None:
+        """The refusal has reached the client; Kafka closes the connection after it."""
+        subject = self._subject(sasl.failure_api, None, _AUTHENTICATION, sasl.claimed_user or "")
+        await self._audit(
+            self._generation(),
+            subject,
+            BROKER if sasl.failed_by_broker else SASL_GATE,
+            f"SASL: {sasl.failure}",
+            sasl.failure_code,
+        )
+        self._reject(f"SASL: {sasl.failure}", "sasl_failed")
+        self.stop_reading()
+
+    def _unanswered(self, check: Callable[[bytes], str | None], response: bytes) -> bool:
+        """An answer the client does not want, read by ``check`` instead of written; False
+        (the connection closed) when it names a failure."""
+        failure = check(response)
+        if failure is not None:
+            self._reject(failure, "rejected_acks0_produce")
+            self._writer.transport.abort()
+            self.stop_reading()
+            return False
+        self._answers_due -= 1
+        self._in_flight.release()
+        return True
+
     async def _write_loop(self, session: Session) -> None:
         writer, metrics = self._writer, self._metrics
         while True:
             slot = await self._slots.get()
             if not isinstance(slot, _Pending):
                 return  # the end marker
-            try:
-                response = await slot.answer
-                if slot.on_response is not None:
-                    response = await slot.on_response(response)
-            except UpstreamClosed:
-                self._writer.transport.abort()  # as a dead broker's connection would end
+            response = await self._response(slot)
+            if response is None:
                 return
-            except Exception as exc:  # noqa: BLE001 - whatever broke a rewrite, the raw answer never leaves
-                log.error(
-                    "%s: closing connection: cannot process the broker's answer: %r", self.peer, exc
-                )
-                self._metrics.rejected_frames.labels("bad_response").inc()
-                self._writer.transport.abort()
-                self.stop_reading()
-                return
+            if slot.unanswered is not None:
+                if not self._unanswered(slot.unanswered, response):
+                    return
+                continue
             try:
                 writer.writelines((SIZE.pack(len(response)), response))
                 metrics.bytes_out.inc(len(response) + 4)
@@ -612,20 +656,7 @@ class ClientConnection:
             self._in_flight.release()
             self._last_activity = time.monotonic()
             if session.sasl.failed:
-                # The refusal has reached the client; Kafka closes the connection after it.
-                sasl = session.sasl
-                subject = self._subject(
-                    sasl.failure_api, None, _AUTHENTICATION, sasl.claimed_user or ""
-                )
-                await self._audit(
-                    self._generation(),
-                    subject,
-                    BROKER if sasl.failed_by_broker else SASL_GATE,
-                    f"SASL: {sasl.failure}",
-                    sasl.failure_code,
-                )
-                self._reject(f"SASL: {sasl.failure}", "sasl_failed")
-                self.stop_reading()
+                await self._close_after_sasl_failure(session.sasl)
                 return
 
 
@@ -682,3 +713,5 @@ class _Pending:
 
     answer: Awaitable[bytes]
     on_response: Callable[[bytes], Awaitable[bytes]] | None
+    unanswered: Callable[[bytes], str | None] | None = None
+    """Set for an answer the client does not want (see :class:`~gateway.outcomes.Forward`)."""

@@ -17,6 +17,11 @@ class Forward:
     frame: bytes
     expect_response: bool = True
     on_response: Callable[[bytes], Awaitable[bytes]] | None = None
+    unanswered: Callable[[bytes], str | None] | None = None
+    """Set when the client wants no answer though the broker gives one (an acks=0 Produce sent
+    on with acks=-1): the answer, once ``on_response`` has made it, is not written but read by
+    this, and a failure it names closes the connection, as Kafka closes an acks=0 producer's
+    on an error."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -48,6 +48,7 @@ from .codec import (
 )
 from .framing import DECODE_ERRORS, FrameRejected, RequestHeader, skip_tags, uvarint
 from .results import ItemError
+from .topic_admin import error_name
 from .versions import VersionRange, is_flexible
 
 PRODUCE: Final = 0
@@ -411,6 +412,22 @@ def produce_request_keeping(
     payload = replaced(view.payload, topic_data=tuple(topics))
     frame = encode_request(PRODUCE, view.version, header.correlation_id, header.client_id, payload)
     return frame[4:]
+
+
+def failed_partitions(version: int, response: bytes) -> list[str]:
+    """Each partition a Produce answer (response frame, header included) reports an error
+    for, as ``<topic>-<partition> (<ERROR>)``; the topic is its id's string form from v13.
+
+    :raises Undecodable: when ``response`` does not decode in ``version``.
+    """
+    answer = decode_response_as(_RESPONSES, PRODUCE, version, response)
+    return [
+        f"{_topic_key(version, topic)}-{int(partition.index)} "
+        f"({error_name(int(partition.error_code))})"
+        for topic in answer.responses
+        for partition in topic.partition_responses
+        if int(partition.error_code) != 0
+    ]
 
 
 def produce_answer(

@@ -30,11 +30,14 @@ policy. Remembering a topic once caught up for it was not enough: a Produce nami
 before it existed, or before it was deleted and created again, counted as meeting it, and the
 next records to the new topic passed unvalidated for as long as this instance's view lagged.
 
-Opt-in (``client_configs.enforce.acks``): a request with acks=1 from a user and client-id
-whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the broker with
-acks=-1, written in place (counted in ``kpg_client_config_enforced_total{config="acks"}``).
-acks=0 requests are never changed: their client reads no answer, so an error in it (the one
-thing acks=-1 adds) would reach nobody; a configured acks=0 or 1 never lowers a request's acks.
+Opt-in (``client_configs.enforce.acks``): a request with acks=1 or acks=0 from a user and
+client-id whose dynamic client config (seed 003) says ``acks=-1`` or ``all`` goes to the broker
+with acks=-1, written in place (counted in ``kpg_client_config_enforced_total{config="acks"}``).
+An acks=0 client reads no answer, so the broker's is read by the gateway and not passed on:
+a partition it reports an error for (NOT_ENOUGH_REPLICAS, where too few replicas are in sync
+to write with acks=all) closes the connection, as Kafka closes an acks=0 producer's on an
+error; left at acks=0 its records were written to the leader alone, past the config. A
+configured acks=0 or 1 never lowers a request's acks.
 Any acks but -1, 0 and 1 gets INVALID_REQUIRED_ACKS for every partition, as Kafka answers it,
 and is never forwarded: a broker that takes it (Tansu writes acks=2 as 1) would otherwise
 carry records past an acks config of all, since only acks=1 is raised.
@@ -64,6 +67,7 @@ from protocol.produce import (
     VERSIONS,
     PartitionRecords,
     ProduceView,
+    failed_partitions,
     produce_acks,
     produce_answer,
     produce_partition_count,
@@ -78,7 +82,7 @@ from protocol.topic_names import illegal_topic
 from .. import client_configs
 from ..config import UNLIMITED
 from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
-from ..outcomes import Close, Forward, Outcome
+from ..outcomes import Answer, Close, Forward, Outcome
 from ..policy_runner import PolicyUnavailable
 from ..record_validation import PartitionOutcome
 from ..services import Services
@@ -114,7 +118,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         header = ctx.header
         try:
             acks = produce_acks(header, frame)
-            if acks == 1 and services.client_configs.enforce_acks:
+            if acks in (0, 1) and services.client_configs.enforce_acks:
                 configured = client_configs.config_of(
                     services.state.items(client_configs.STATE_NAMESPACE),
                     ctx.principal,
@@ -468,4 +472,36 @@ def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
 
 
 def handler(services: Services) -> Handler:
-    return with_leader_endpoints(API_KEY, services, enforced(services, Produce(services)))
+    judge = with_leader_endpoints(API_KEY, services, enforced(services, Produce(services)))
+
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        try:
+            unanswered = produce_acks(ctx.header, frame) == 0
+        except FrameRejected:
+            unanswered = False  # the judge closes the connection for it
+        outcome = await judge(ctx, cluster, frame)
+        if not unanswered:
+            return outcome
+        # An acks=0 request the acks config sent on with acks=-1 (see the module docstring):
+        # its client reads no answer, so an answer with errors closes the connection.
+        if isinstance(outcome, Answer):
+            return Close(
+                reason="acks=0 produce refused (its acks config is all): nothing written, "
+                "closing the connection as Kafka does",
+                metric_reason="rejected_acks0_produce",
+            )
+        if isinstance(outcome, Forward) and outcome.expect_response:
+            return replace(outcome, unanswered=partial(_unanswered_failure, ctx.api_version))
+        return outcome
+
+    return handle
+
+
+def _unanswered_failure(version: int, response: bytes) -> str | None:
+    failed = failed_partitions(version, response)
+    if not failed:
+        return None
+    return (
+        f"acks=0 produce written with acks=all (its acks config) failed for "
+        f"{', '.join(failed)}; closing the connection as Kafka does"
+    )
