@@ -140,7 +140,9 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "reload",
         help="make a running gateway read its config file again (SIGHUP)",
         description=(
-            "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid. It reads "
+            "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid (with "
+            "--pid-file, only if that process's command line is kpg run --pid-file naming the "
+            "same file: a stale pid file exits 2, nothing signalled). It reads "
             "its config file again: policies (rules, plug-ins, record validation), limits, "
             "client_configs, upstream.auto_create, upstream.broker_defaults and "
             "shutdown_timeout_s apply to the next request, connections stay open; a bad file is "

@@ -6,8 +6,10 @@ by no other local user, as PostgreSQL refuses a data directory and sshd's ``Stri
 key file that others can write: such a file, or its directory, stops start-up with a message
 naming the path. "Others" are any user but the gateway's own (its effective uid) and root, and
 the group: a directory or file that is group- or world-writable, or owned by another user, is
-refused. An ancestor directory may be world-writable only with the sticky bit (``/tmp``),
-where no one else can rename or replace what the gateway created in it.
+refused. The directories above are not judged: a Kubernetes ``emptyDir`` is world-writable
+(0777) and private to its pod, and ``/tmp`` is sticky; the gateway creates its own directory
+in such a place (mode 0750), where only the state store's and the spool's own directories
+must be its own.
 
 What the gateway creates it creates narrowly (the mode given here, narrowed further by the
 umask, never widened): directories 0750, spool segments 0640, the state file 0600. Files it
@@ -39,7 +41,7 @@ def _writable_by_others(mode: int) -> str | None:
 
 
 def check_private(path: Path, what: str) -> None:
-    """``path`` (followed, if a symlink) and every directory above it, as the module says.
+    """``path`` (followed, if a symlink), as the module says.
 
     :raises UnsafePathError: naming the path, why, and what to do about it.
     :raises OSError: when ``path`` cannot be examined.
@@ -58,15 +60,6 @@ def check_private(path: Path, what: str) -> None:
             f"{what} {path} is writable by {writers} (mode {stat.S_IMODE(info.st_mode):04o}): "
             f"another local user could change what the gateway trusts; chmod go-w {resolved}"
         )
-    for parent in resolved.parents:
-        above = os.stat(parent)
-        writers = _writable_by_others(above.st_mode)
-        if writers is not None and not above.st_mode & stat.S_ISVTX:
-            raise UnsafePathError(
-                f"{what} {path}: the directory {parent} above it is writable by {writers} "
-                f"without the sticky bit (mode {stat.S_IMODE(above.st_mode):04o}), so another "
-                f"local user could replace {what}; chmod go-w (or +t) {parent}"
-            )
 
 
 def make_private_dirs(path: Path, what: str) -> None:

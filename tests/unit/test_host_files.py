@@ -19,6 +19,7 @@ import pytest
 
 from gateway import cli
 from gateway.audit import EventLine, SpoolSink
+from gateway.embedded import EmbeddedBroker, EmbeddedBrokerError
 from gateway.files import UnsafePathError
 from gateway.state import SqliteStore, StateStoreError
 from tests.support import audit_event
@@ -88,21 +89,15 @@ def test_a_spool_directory_of_another_user_is_refused(tmp_path: Path) -> None:
         SpoolSink(spool).open()
 
 
-def test_a_spool_under_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
-    """Whoever can write the directory above (no sticky bit) can rename the spool away and
-    put their own in its place."""
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
-    with pytest.raises(UnsafePathError, match=f"the directory {shared} above it is writable"):
-        SpoolSink(shared / "audit").open()
-
-
-def test_a_spool_in_a_sticky_shared_directory_is_accepted(tmp_path: Path) -> None:
-    """/tmp-like: others cannot rename or remove what the gateway created there."""
+@pytest.mark.parametrize("shared_mode", [0o1777, 0o777])
+def test_a_spool_of_its_own_in_a_shared_directory_is_accepted(
+    tmp_path: Path, shared_mode: int
+) -> None:
+    """/tmp (sticky) or a Kubernetes emptyDir (0777, the pod's alone): the gateway makes its
+    own directory there."""
     shared = tmp_path / "tmp"
     shared.mkdir()
-    shared.chmod(0o1777)
+    shared.chmod(shared_mode)
     sink = SpoolSink(shared / "audit")
     sink.open()
     write_one_event(sink)
@@ -299,3 +294,22 @@ def test_kpg_reload_ignores_an_outcome_another_user_wrote(
     finally:
         gateway.send_signal(signal.SIGKILL)
         gateway.wait()
+
+
+# --- the embedded broker's binary ------------------------------------------------------------
+
+
+def test_an_embedded_broker_binary_others_can_write_is_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kpg run` with no upstream runs it as the gateway's user: another user who could
+    write it would run their own program so."""
+    ran = tmp_path / "ran"
+    binary = tmp_path / "bin" / "tansu"
+    binary.parent.mkdir()
+    binary.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    binary.chmod(0o777)
+    monkeypatch.setenv("CALF_TANSU_BIN", str(binary))
+    with pytest.raises(EmbeddedBrokerError, match=f"binary {binary} is writable by group and"):
+        EmbeddedBroker().start(timeout_s=5)
+    assert not ran.exists()
