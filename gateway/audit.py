@@ -67,6 +67,8 @@ from spark_audit.event import (
     new_event_id,
 )
 
+from .files import make_private_dirs
+
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -76,6 +78,9 @@ FSYNC_MODES: Final[tuple[FsyncMode, ...]] = ("always", "segment", "interval")
 _OPEN_PREFIX: Final = "."
 _OPEN_SUFFIX: Final = ".open"
 _LOCK_NAME: Final = ".lock"
+SEGMENT_MODE: Final = 0o640
+"""Segments and the lock file: events name principals, clients and config values, so the
+group may read them (a reader such as the Spark job), other users may not."""
 _SEGMENT_RE: Final = re.compile(r"\.?events-\d{8}T\d{9}Z-(\d{8})\.jsonl(\.open)?")
 
 
@@ -146,6 +151,10 @@ class SpoolSink:
       hides it from Spark; completing it is an fsync and a rename to its final name.
     - ``.lock``: held (``flock``) while a sink has the directory open; one writer per spool.
 
+    The directory is created with mode 0750 and segments with 0640; a directory another
+    local user can write (:mod:`gateway.files`) is refused, since they could add or change
+    events.
+
     A segment is completed when the next line would take it past ``segment_max_bytes``, when
     it is ``segment_max_age_s`` old, and on :meth:`close`. ``fsync`` says when the open segment
     is fsynced: after every ``write`` (``always``), only when completed (``segment``), or at
@@ -195,9 +204,14 @@ class SpoolSink:
         """Create and lock the directory, and complete any segment a crash left open.
 
         :raises RuntimeError: if another sink holds the directory.
+        :raises UnsafePathError: if another local user can write it (gateway.files).
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        make_private_dirs(self.directory, "audit spool directory")
+        lock_fd = os.open(
+            self.directory / _LOCK_NAME,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            SEGMENT_MODE,
+        )
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -276,8 +290,8 @@ class SpoolSink:
         )
         self._next_seq += 1
         open_path = self.directory / f"{_OPEN_PREFIX}{name}{_OPEN_SUFFIX}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-        fd = os.open(open_path, flags, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(open_path, flags, SEGMENT_MODE)
         self._segment = _Segment(
             fd=fd, open_path=open_path, final_path=self.directory / name, opened_at=now
         )

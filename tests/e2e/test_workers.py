@@ -766,6 +766,32 @@ def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
     assert "gateway ready" not in process.stdout
 
 
+def test_a_spool_directory_others_can_write_stops_kpg_run_before_any_worker_starts(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """The workers' spools are its subdirectories, and kpg audit stream reads every one: in a
+    directory anyone may add to (sticky, as /tmp), another user could add a worker-7/ of
+    forged events beside the workers' own."""
+    config = write_config(tmp_path, broker)
+    spool = tmp_path / "audit"
+    spool.mkdir()
+    spool.chmod(0o1777)
+    process = subprocess.run(
+        [KPG, "run", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=kpg_env(),
+    )
+    assert process.returncode == 2, process.stderr
+    assert (
+        f"kpg: configuration error: {config}: audit: audit spool directory {spool} is "
+        "writable by group and others (mode 1777)" in process.stderr
+    ), process.stderr
+    assert "worker 0 started" not in process.stderr
+    assert list(spool.iterdir()) == []
+
+
 def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Running) -> None:
     """One scrape of the supervisor: a reload counts once, gauges add up over the live
     workers with no per-process series, the version in force is 1 and the old one 0."""
