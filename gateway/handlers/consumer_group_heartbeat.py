@@ -21,34 +21,26 @@ import logging
 from protocol import consumer_group_heartbeat as cgh
 from protocol.errors import UNSUPPORTED_VERSION
 
-from .. import client_configs
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Answer, Forward, Outcome
 from ..services import Services
+from ._session_timeout import CONFIG, configured_session_timeout
 from .base import Handler
 
 log = logging.getLogger(__name__)
 
 API_KEY = cgh.CONSUMER_GROUP_HEARTBEAT
 VERSIONS = cgh.VERSIONS
-_CONFIG = "session.timeout.ms"
 
 
 def handler(services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        if not services.client_configs.enforce_session_timeout:
-            return Forward(frame=frame)
-        configured = client_configs.config_of(
-            services.state.items(client_configs.STATE_NAMESPACE),
-            ctx.principal,
-            ctx.client_id,
-            _CONFIG,
-        )
+        configured = configured_session_timeout(services, ctx)
         if configured is None or cgh.leaves_group(ctx.header, frame):
             return Forward(frame=frame)
-        services.client_config_enforced.labels(_CONFIG).inc()
+        services.client_config_enforced.labels(CONFIG).inc()
         message = (
-            f"This client's {_CONFIG} is {configured}, set as a dynamic client config, and "
+            f"This client's {CONFIG} is {configured}, set as a dynamic client config, and "
             "the consumer group protocol takes the session timeout from the broker: set "
             "group.protocol=classic on the consumer configs."
         )

@@ -18,40 +18,32 @@ import logging
 from protocol import join_group as jg
 from protocol.framing import FrameRejected
 
-from .. import client_configs
 from ..engine import ClusterView, RequestContext
 from ..outcomes import Close, Forward, Outcome
 from ..services import Services
+from ._session_timeout import CONFIG, configured_session_timeout
 from .base import Handler
 
 log = logging.getLogger(__name__)
 
 API_KEY = jg.JOIN_GROUP
 VERSIONS = jg.VERSIONS
-_CONFIG = "session.timeout.ms"
 
 
 def handler(services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        if not services.client_configs.enforce_session_timeout:
-            return Forward(frame=frame)
-        configured = client_configs.config_of(
-            services.state.items(client_configs.STATE_NAMESPACE),
-            ctx.principal,
-            ctx.client_id,
-            _CONFIG,
-        )
+        configured = configured_session_timeout(services, ctx)
         if configured is None:
             return Forward(frame=frame)
         try:
             timeout_ms = int(configured)
         except ValueError:  # stored values are checked when written; this one was not
-            log.warning("ignoring %s=%r: not a number", _CONFIG, configured)
+            log.warning("ignoring %s=%r: not a number", CONFIG, configured)
             return Forward(frame=frame)
         try:
             if jg.session_timeout_ms(ctx.header, frame) != timeout_ms:
                 frame = jg.with_session_timeout(ctx.header, frame, timeout_ms)
-                services.client_config_enforced.labels(_CONFIG).inc()
+                services.client_config_enforced.labels(CONFIG).inc()
         except FrameRejected as exc:
             return Close(reason=str(exc), metric_reason=exc.reason)
         return Forward(frame=frame)
