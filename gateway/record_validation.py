@@ -333,12 +333,9 @@ class RecordValidator:
         CPU-bound: on a worker thread, or for tests."""
         steps = self._request(partitions, _Run(self.budget, slice_ends=math.inf))
         with self.request_scope():
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    outcomes: list[PartitionOutcome] = done.value
-                    return outcomes
+            while (outcomes := _step(steps)) is None:
+                pass
+            return outcomes
 
     async def validate_sliced(self, partitions: Sequence[PartitionData]) -> list[PartitionOutcome]:
         """The same answers as :meth:`validate`, on the event loop: the work goes in slices of
@@ -346,14 +343,10 @@ class RecordValidator:
         run = _Run(self.budget, slice_ends=perf_counter() + _SLICE_SECONDS)
         steps = self._request(partitions, run)
         with self.request_scope():  # a context of this task's own
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    outcomes: list[PartitionOutcome] = done.value
-                    return outcomes
+            while (outcomes := _step(steps)) is None:
                 await asyncio.sleep(0)
                 run.slice_ends = perf_counter() + _SLICE_SECONDS
+            return outcomes
 
     def validate_partition(
         self, topic: str, partition: int, validation_policy: str, records: bytes | memoryview | None
@@ -506,6 +499,16 @@ class RecordValidator:
 
     def close(self) -> None:
         self.policy.close()
+
+
+def _step(steps: Steps) -> list[PartitionOutcome] | None:
+    """Run one slice of a request's validation: its outcomes once it is done, else None."""
+    try:
+        next(steps)
+    except StopIteration as done:
+        outcomes: list[PartitionOutcome] = done.value
+        return outcomes
+    return None
 
 
 _V = TypeVar("_V")

@@ -233,6 +233,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def readyz_flood(address: tuple[str, int], tap: BrokerTap, count: int) -> tuple[int, float]:
+    """``count`` GET /readyz from four threads, every one answered 200: the broker
+    connections the probes behind them opened, and the seconds the flood took."""
+    before = tap.connections
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: get(address, "/readyz"), range(count)))
+    seconds = time.monotonic() - started
+    assert all(status == 200 for status, _ in answers)
+    return tap.connections - before, seconds
+
+
 # --- /readyz and the brokers ---------------------------------------------------------------
 
 
@@ -244,13 +256,7 @@ def test_a_flood_of_readyz_is_not_a_flood_of_broker_connections(
     second: the probes are bounded by the flood's length in seconds, not by its size."""
     address = metrics_address(gw)
     assert get(address, "/readyz")[0] == 200
-    before = tap.connections
-    started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda _: get(address, "/readyz"), range(200)))
-    seconds = time.monotonic() - started
-    assert all(status == 200 for status, _ in answers)
-    probes = tap.connections - before
+    probes, seconds = readyz_flood(address, tap, 200)
     assert probes <= seconds + 2, f"{probes} broker connections for 200 /readyz in {seconds:.1f} s"
 
 
@@ -394,13 +400,8 @@ def test_the_supervisors_listener_has_the_same_bounds(tap: BrokerTap, tmp_path: 
         text = get(address, "/metrics")[1]
         assert 'kpg_metrics_http_dropped_total{reason="max_connections_per_address"} 1.0' in text
         assert f'kpg_metrics_http_dropped_total{{reason="request_timeout"}} {len(held)}.0' in text
-        before = tap.connections
-        started = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(lambda _: get(address, "/readyz"), range(100)))
-        seconds = time.monotonic() - started
-        assert all(status == 200 for status, _ in answers)
-        assert tap.connections - before <= seconds + 2
+        probes, seconds = readyz_flood(address, tap, 100)
+        assert probes <= seconds + 2
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.config import HostPort
 from gateway.embedded import free_port
-from tests.e2e.test_gateway_process import KPG, start_kpg
+from tests.e2e.test_gateway_process import KPG, kpg_audit_report, start_kpg
 
 pytestmark = pytest.mark.e2e
 
@@ -163,12 +163,7 @@ def test_decisions_reach_the_table_and_the_reports(
     assert by_policy[f"Bad_{tag}"] == "topic-naming"
 
     out = tmp_path / "report"
-    result = subprocess.run(
-        [KPG, "audit", "report", "--input", str(table), "--out", str(out), "--master", "local[1]"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = kpg_audit_report(table, out)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     totals = summary["totals"]

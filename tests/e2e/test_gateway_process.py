@@ -30,6 +30,17 @@ KPG = str(Path(sys.executable).with_name("kpg"))
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def kpg_audit_report(input_path: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """``kpg audit report`` of ``input_path`` (a table or a spool) into ``out``, on one core."""
+    return subprocess.run(
+        [KPG, "audit", "report", "--input", str(input_path), "--out", str(out)]
+        + ["--master", "local[1]"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def kpg_env() -> dict[str, str]:
     """The environment for a ``kpg`` process: the checkout on PYTHONPATH, so that a config
     may name the test plug-ins (``tests.plugins...``), which the installed package lacks."""

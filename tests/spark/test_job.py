@@ -9,7 +9,6 @@ import html
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange
 from spark_audit.report import build_report
 from spark_audit.transforms import table_schema
-from tests.e2e.test_gateway_process import KPG
+from tests.e2e.test_gateway_process import kpg_audit_report
 from tests.spark.support import (
     EXPECTED_TOTALS,
     event,
@@ -611,12 +610,7 @@ def test_kpg_audit_report_of_a_workers_spool_logs_no_stack_trace(tmp_path: Path)
         (spool / worker).mkdir(parents=True)
         write_segment(spool / worker, [event()])
     out = tmp_path / "report"
-    result = subprocess.run(
-        [KPG, "audit", "report", "--input", str(spool), "--out", str(out), "--master", "local[1]"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = kpg_audit_report(spool, out)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 requests (2 denied" in result.stdout, result.stdout
     assert "Exception" not in result.stderr, result.stderr[-3000:]
