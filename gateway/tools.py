@@ -25,13 +25,14 @@ from typing import Any, TextIO
 import yaml
 
 from policies.api import CreateTopicRequestMetadata
-from policies.loader import PolicyConfigError, load_policy_chain
-from policies.manifest import ManifestError, check_manifest, parse_manifest
+from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
+from policies.manifest import ManifestError, parse_manifest
 from policies.violations import Violation, parse_message, split_request_id
 from protocol import create_topics as ct
 from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
 from protocol.results import ItemError
+from protocol.topic_names import illegal_topic
 
 from .client_security import (
     COMMAND_CONFIG_HELP,
@@ -42,6 +43,10 @@ from .client_security import (
 )
 from .config import ConfigError, load, parse_host_port
 from .exchange import exchange
+from .handlers._validation_policy import invalid_value
+from .handlers.create_topics import refusal
+from .record_validation import load_record_validator
+from .server import own_topics_rule
 
 POLICY_VIOLATION_CODE = 44
 _ERROR_NAMES = {
@@ -49,6 +54,7 @@ _ERROR_NAMES = {
     36: "TOPIC_ALREADY_EXISTS",
     37: "INVALID_PARTITIONS",
     38: "INVALID_REPLICATION_FACTOR",
+    17: "INVALID_TOPIC_EXCEPTION",
     40: "INVALID_CONFIG",
     42: "INVALID_REQUEST",
     44: "POLICY_VIOLATION",
@@ -243,16 +249,13 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if not requests:
         print("kpg dry-run: no topics: give --topic or a manifest", file=sys.stderr)
         return 2
-    specs = [
-        ct.TopicSpec(
-            name=r.topic,
-            num_partitions=r.num_partitions or -1,
-            replication_factor=r.replication_factor or -1,
-            assignments=(),
-            configs=tuple(r.configs.items()),
-        )
-        for r in requests
-    ]
+    names = [r.topic for r in requests]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # one CreateTopics naming a topic twice is refused whole for that name (INVALID_REQUEST)
+        print(f"kpg dry-run: topic {', '.join(twice)} given more than once", file=sys.stderr)
+        return 2
+    specs = [_spec(r) for r in requests]
     hint = unreachable_hint(security)
     results: dict[str, ItemError] = {}
     try:
@@ -292,37 +295,60 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0 if all(r.verdict in ("allowed", "would-deny") for r in rows) else 1
 
 
+def _spec(request: CreateTopicRequestMetadata) -> ct.TopicSpec:
+    """A manifest's or ``--topic``'s topic as CreateTopics carries it: the counts as given
+    (a 0 goes as 0, which Kafka refuses, never as -1, the broker's default)."""
+    assert request.num_partitions is not None and request.replication_factor is not None
+    return ct.TopicSpec(
+        name=request.topic,
+        num_partitions=request.num_partitions,
+        replication_factor=request.replication_factor,
+        assignments=(),
+        configs=tuple(request.configs.items()),
+    )
+
+
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         config = load(args.config)
-        chain = load_policy_chain(config.policies, source=config.source)
+        # judged as the gateway judges them: its own topics protected, and the
+        # record.validation.policy values its record validator could not apply refused
+        chain = load_policy_chain(
+            config.policies, source=config.source, extra_rules=own_topics_rule(config)
+        )
+        validator = load_record_validator(
+            config.policies, flatten_configs(config.policies), config.source, config.limits
+        )
     except (ConfigError, PolicyConfigError) as exc:
         print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
         return 2
     try:
         with chain:
-            checks = check_manifest(
-                chain,
-                _read_manifest(args.manifest),
-                source=str(args.manifest),
-                principal=args.principal,
-            )
-            requests = {
-                r.topic: r
-                for r in parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
-            }
+            requests = parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
+            rows = []
+            denied = False
+            for request in requests:
+                # what the gateway answers before any policy runs, as Kafka's controller does
+                spec = _spec(request)
+                refused = illegal_topic(spec.name) or refusal(
+                    spec, lambda value: invalid_value(value, validator.policy)
+                )
+                if refused is not None:
+                    rows += answer_rows(spec, refused)
+                    denied = True
+                    continue
+                decision = chain.check_create_topic(request, principal=args.principal)
+                denied = denied or not decision.allowed
+                rows += verdict_rows(
+                    request.topic,
+                    request.num_partitions,
+                    request.replication_factor,
+                    decision.violations,
+                )
     except ManifestError as exc:
         print(f"kpg policy check: {exc}", file=sys.stderr)
         return 2
-    rows = [
-        row
-        for check in checks
-        for row in verdict_rows(
-            check.topic,
-            requests[check.topic].num_partitions,
-            requests[check.topic].replication_factor,
-            check.decision.violations,
-        )
-    ]
+    finally:
+        validator.policy.close()
     _print_table(rows, out)
-    return 0 if all(c.decision.allowed for c in checks) else 1
+    return 1 if denied else 0
