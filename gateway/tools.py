@@ -114,9 +114,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="check a topic manifest against a gateway config's policies, offline",
         description=(
             "Evaluate the manifest's topics against the policies of the gateway config, with no "
-            "cluster. Prints every rule each topic breaks, one row per rule, as kpg dry-run "
-            "does: DENIED (enforced) or would-deny (dry-run); allowed when none. Exits 1 when "
-            "any topic is denied (would-deny alone: 0), 2 on bad input."
+            "cluster, after what the gateway refuses before any policy (a name Kafka refuses, "
+            "a record.validation.policy it cannot apply). Prints every rule each topic breaks, "
+            "one row per rule, as kpg dry-run does: DENIED (enforced) or would-deny (dry-run); "
+            "allowed when none; the error's name for a refused topic. Exits 1 when any topic "
+            "is denied or refused (would-deny alone: 0), 2 on bad input."
         ),
     )
     check.add_argument("--config", required=True, type=Path, help="gateway YAML config")

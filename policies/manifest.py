@@ -67,7 +67,7 @@ def parse_manifest(
     topics = manifest.get("topics")
     if not isinstance(topics, list):
         raise ManifestError(f"{source}: topics: expected a list of topics")
-    requests = []
+    requests: list[CreateTopicRequestMetadata] = []
     for index, entry in enumerate(topics):
         at = f"{source}: topics[{index}]"
         if not isinstance(entry, Mapping):

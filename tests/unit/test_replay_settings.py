@@ -4,6 +4,7 @@ recorded, so a candidate rule set can be tried on them like on topic creations."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,3 +53,49 @@ def test_a_recorded_cluster_setting_is_judged_by_who_asked(
     assert judged["denied_rules"] == denied
     if denied:
         assert "platform-admin" in judged["message"]
+
+
+# --- what the gateway itself decided, and what an event cannot tell ---------------------------
+
+PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
+
+
+def test_the_gateways_own_refusal_stays_whatever_the_candidate_says() -> None:
+    """The gateway refuses a change of its own sign-in user's credentials whoever asks
+    (policy own_principal); the replay judged the recorded refusal by broker.configs alone
+    and listed it newly allowed for a principal that rule allows."""
+    chain = load_policy_chain(CANDIDATE, source="<candidate>")
+    item = _item("alter_scram_credentials", "user", "kpg-gateway", "User:ops")
+    try:
+        judged = judge_item(chain, {**item, "recorded_denied_rules": ["own_principal"]})
+    finally:
+        chain.close()
+    assert (judged["replayable"], judged["denied_rules"]) == (True, ["own_principal"])
+
+
+def test_a_topic_config_change_is_not_judged_without_what_the_event_lacks() -> None:
+    """A candidate TopicActionPolicy needs the topic's state and a required.configs rule the
+    configs the request left as they were; neither is recorded, and the replay denied every
+    such change for their lack (newly denied, where the live gateway allowed it)."""
+    change = {
+        **_item("alter_config", "topic", "orders", "User:alice"),
+        "api": "IncrementalAlterConfigs",
+        "config_changes": [
+            {"name": "min.insync.replicas", "before": "1", "after": "2", "sensitive": False}
+        ],
+    }
+    candidates = [
+        {
+            "topic.action.policy.class.name": "kafka_test_policies.RecordingTopicActionPolicy",
+            "topic.action.policy.class.path": PLUGINS,
+        },
+        {"rules": [{"name": "retention", "type": "required.configs", "configs": ["retention.ms"]}]},
+    ]
+    for candidate in candidates:
+        chain = load_policy_chain(candidate, source="<candidate>")
+        try:
+            judged = judge_item(chain, change)
+        finally:
+            chain.close()
+        assert judged["replayable"] is False, candidate
+        assert "not recorded" in judged["reason"]
