@@ -18,8 +18,9 @@ What can be re-judged (an item is one topic or config resource of a request):
   state: a topic's change is not replayable when the candidate has a ``TopicActionPolicy``
   (it needs the state) or a ``required.configs`` rule naming a key the request did not
   change (the live gateway judged it on the topic's configs; judged without them, every such
-  change read as newly denied). A broker rule on a synonym the request did not change judges
-  without it;
+  change read as newly denied). Nor is a BROKER change a candidate ``config`` rule judges
+  when which synonym gives topics their default (``log.retention.ms`` over ``.minutes`` over
+  ``.hours``) depends on one the request did not change;
 - a change of client quotas (``alter_client_quotas``) or of a user's SCRAM credentials
   (``alter_scram_credentials``): the ``broker.configs`` rule judges them by who asked alone.
 
@@ -62,7 +63,7 @@ from pyspark.sql import types as T
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
-from policies.rules import RequiredConfigsRule
+from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
 from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
 from spark_audit.report import load_events
 from spark_audit.spreadsheet import safe_cell
@@ -241,6 +242,13 @@ def _judge_config_change(chain: PolicyChain, item: Mapping[str, Any]) -> dict[st
                     "topic config change: a required.configs rule reads configs the "
                     "request left unchanged (not recorded)"
                 )
+    if resource_type is ConfigResourceType.BROKER:
+        unknown = _unrecorded_synonym(chain, {c["name"]: c["after"] for c in known})
+        if unknown is not None:
+            return _not_replayable(
+                "broker config change: which broker config gives topics their default "
+                f"depends on {unknown}, which the request left unchanged (not recorded)"
+            )
     before = {c["name"]: c["before"] for c in known if c["before"] is not None}
     after = {c["name"]: c["after"] for c in known if c["after"] is not None}
     decision = chain.check_alter_config(
@@ -251,6 +259,28 @@ def _judge_config_change(chain: PolicyChain, item: Mapping[str, Any]) -> dict[st
         principal=item["principal"],
     )
     return _verdicts(decision)
+
+
+def _unrecorded_synonym(chain: PolicyChain, changed: Mapping[str, str | None]) -> str | None:
+    """For a BROKER resource: a broker config, not recorded, that decides which synonym a
+    candidate ``config`` rule judges. The gateway judges the first synonym set after the
+    change (``log.retention.ms`` over ``.minutes`` over ``.hours``), in the broker's whole
+    configs; the event holds only the keys the request changed, so a change of
+    ``log.retention.hours`` is judged only when ``log.retention.ms`` and ``.minutes`` were
+    changed too (a deleted key hands the default to the next one). None when every such
+    rule's synonym is known."""
+    for rule in chain.rules:
+        if not isinstance(rule, ConfigRule):
+            continue
+        synonyms = [s.name for s in BROKER_SYNONYMS.get(rule.config, ())]
+        if not any(name in changed for name in synonyms):
+            continue  # the rule does not judge this change, live or replayed
+        for name in synonyms:
+            if name not in changed:
+                return name
+            if changed[name] is not None:
+                break  # set by the request: the one the broker uses
+    return None
 
 
 def _judge_udf(section_json: str) -> Any:

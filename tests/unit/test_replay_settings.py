@@ -99,3 +99,43 @@ def test_a_topic_config_change_is_not_judged_without_what_the_event_lacks() -> N
             chain.close()
         assert judged["replayable"] is False, candidate
         assert "not recorded" in judged["reason"]
+
+
+def _broker_change(**changes: str | None) -> dict[str, Any]:
+    return {
+        **_item("alter_config", "broker", "", "User:ops"),
+        "api": "IncrementalAlterConfigs",
+        "config_changes": [
+            {"name": k, "before": None, "after": v, "sensitive": False} for k, v in changes.items()
+        ],
+    }
+
+
+def test_a_broker_default_is_judged_only_where_the_event_says_which_synonym_wins() -> None:
+    """The gateway judges the synonym the broker will use, in its whole configs: a change of
+    log.retention.hours under a log.retention.ms already set is not judged live (ms wins).
+    The event holds only log.retention.hours, and the replay judged it (newly denied)."""
+    candidate = {
+        "rules": [
+            {"name": "retention", "type": "config", "config": "retention.ms", "max": 3_600_000}
+        ]
+    }
+    chain = load_policy_chain(candidate, source="<candidate>")
+    try:
+        hours = judge_item(chain, _broker_change(**{"log.retention.hours": "1000"}))
+        ms = judge_item(chain, _broker_change(**{"log.retention.ms": "7200000"}))
+        all_three = judge_item(
+            chain,
+            _broker_change(
+                **{
+                    "log.retention.ms": None,
+                    "log.retention.minutes": None,
+                    "log.retention.hours": "2",
+                }
+            ),
+        )
+    finally:
+        chain.close()
+    assert hours["replayable"] is False and "log.retention.ms" in hours["reason"]
+    assert (ms["replayable"], ms["denied_rules"]) == (True, ["retention"])
+    assert (all_three["replayable"], all_three["denied_rules"]) == (True, ["retention"])
