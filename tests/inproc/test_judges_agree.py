@@ -21,24 +21,30 @@ import random
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from kio.schema.create_topics.v2 import request as v2
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway import tools
 from gateway.config import HostPort
 from gateway.exchange import exchange
 from policies.violations import split_request_id
 from protocol import create_topics as ct
+from protocol.create_topics import encode_legacy_request
 from protocol.results import ItemError
-from tests.support import TEST_BROKER_DEFAULTS, GatewayThread, gateway_config
+from tests.inproc.test_create_topics import _read_legacy
+from tests.support import TEST_BROKER_DEFAULTS, GatewayThread, RawClient, gateway_config
 
 pytestmark = pytest.mark.inproc
 
-SEEDS = (16, 1601, 42)
-CASES_PER_SEED = 12
+SEEDS = (16, 1601, 42, 7, 2026)
+CASES_PER_SEED = 16
 NAMING = r"[a-z]+\.[a-z0-9-]+\.v[0-9]+"
 
 
@@ -151,6 +157,45 @@ def live(gw: GatewayThread, spec: ct.TopicSpec, *, validate_only: bool) -> ItemE
     return ct.read_answer(4, exchange(host, int(port), frame, 10.0))[spec.name]
 
 
+def live_versions(gw: GatewayThread, spec: ct.TopicSpec) -> dict[int, tuple[int, str | None]]:
+    """The gateway's answer to a validate_only CreateTopics of ``spec`` in v1 (before -1 was
+    the broker's default for clients, KIP-464; the gateway and Kafka's controllers resolve it
+    in every version), v3 and v7: (code, message without the audit request id)."""
+    host, _, port = gw.bootstrap.rpartition(":")
+    payload = v2.CreateTopicsRequest(
+        topics=(
+            v2.CreatableTopic(
+                name=TopicName(spec.name),
+                num_partitions=i32(spec.num_partitions),
+                replication_factor=i16(spec.replication_factor),
+                assignments=(),
+                configs=tuple(v2.CreatableTopicConfig(name=k, value=v) for k, v in spec.configs),
+            ),
+        ),
+        timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        validate_only=True,
+    )
+    client = RawClient(gw.bootstrap)
+    try:
+        client.send_bytes(encode_legacy_request(1, 11, "judges", payload))
+        [(_, code, message)] = _read_legacy(client.recv_frame(), 1)
+    finally:
+        client.close()
+    found = {1: (code, split_request_id(message)[0])}
+    for version in (3, 7):
+        frame = ct.build_request(
+            [spec],
+            validate_only=True,
+            timeout_ms=10_000,
+            correlation_id=7,
+            client_id="judges",
+            version=version,
+        )
+        answer = ct.read_answer(version, exchange(host, int(port), frame, 10.0))[spec.name]
+        found[version] = (answer.error_code, split_request_id(answer.error_message)[0])
+    return found
+
+
 def live_rows(spec: ct.TopicSpec, answer: ItemError) -> Rows:
     return [(r.verdict, r.message) for r in tools.answer_rows(spec, answer)]
 
@@ -253,6 +298,12 @@ def test_live_gateway_dry_run_and_policy_check_agree(
         if any(v not in ("allowed", "would-deny") for rows in dry.values() for v, _ in rows)
         else 0
     )
+
+    # Every version the gateway takes judges alike.
+    for case in cases:
+        answer = answers[case.spec.name]
+        expected = (answer.error_code, split_request_id(answer.error_message)[0])
+        assert set(live_versions(gw, case.spec).values()) == {expected}, case.spec
 
     # A real CreateTopics gets the dry run's verdict; its message is the denial's, and a
     # success carries no dry-run notes.
