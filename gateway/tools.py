@@ -351,6 +351,9 @@ def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"kpg policy check: {exc}", file=sys.stderr)
         return 2
     finally:
-        validator.policy.close()
+        try:
+            validator.policy.close()
+        except Exception as exc:  # noqa: BLE001 - a plug-in's close: reported, not fatal
+            print(f"kpg policy check: closing {validator.name}: {exc!r}", file=sys.stderr)
     _print_table(rows, out)
     return 1 if denied else 0
