@@ -166,14 +166,21 @@ def judge_item(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
     """The candidate's judgement of one recorded item (a topic or config resource).
 
     ``item`` holds ``api``, ``action``, ``resource_type``, ``resource_name``, ``principal``
-    (null for ANONYMOUS), ``topic_spec``, ``config_changes`` and ``recorded_denied_rules``
-    as recorded.
+    (null for ANONYMOUS), ``topic_spec``, ``config_changes``, ``recorded_denied_rules`` and
+    ``schema_version`` as recorded.
     """
     action = item["action"]
     if action in _CLOSED_CONNECTIONS:
         return _not_replayable(f"{action}: a connection the gateway closed, no policy judged it")
     if item["api"] == "Produce":
         return _not_replayable("Produce: the records are not stored")
+    if item.get("schema_version") == 1 and action in ("create", "alter_config"):
+        what = (
+            "creation without a topic spec"
+            if action == "create"
+            else "config change without its keys"
+        )
+        return _not_replayable(f"{what} (v1 event)")
     recorded = item.get("recorded_denied_rules") or ()
     refused = sorted(set(recorded) & GATEWAY_REFUSALS)
     if refused:
@@ -312,6 +319,7 @@ def _items(events: DataFrame) -> DataFrame:
         F.first("topic").alias("topic"),
         F.first("topic_spec", ignorenulls=True).alias("topic_spec"),
         F.first("config_changes", ignorenulls=True).alias("config_changes"),
+        F.min("schema_version").alias("schema_version"),
         F.array_sort(F.collect_set(F.when(F.col("verdict") == "denied", F.col("policy")))).alias(
             "recorded_denied_rules"
         ),
@@ -338,6 +346,7 @@ def replay_requests(events: DataFrame, section: Mapping[str, Any]) -> DataFrame:
         "topic_spec",
         "config_changes",
         "recorded_denied_rules",
+        "schema_version",
     ]
     judged = _items(events).withColumn("judged", judge(F.struct(*item_columns)))
     replayable = F.col("judged.replayable")

@@ -139,3 +139,23 @@ def test_a_broker_default_is_judged_only_where_the_event_says_which_synonym_wins
     assert hours["replayable"] is False and "log.retention.ms" in hours["reason"]
     assert (ms["replayable"], ms["denied_rules"]) == (True, ["retention"])
     assert (all_three["replayable"], all_three["denied_rules"]) == (True, ["retention"])
+
+
+def test_a_v1_event_stays_not_replayable_whoever_refused_it() -> None:
+    """A v1 creation holds no topic spec: not replayable, even when the gateway refused it
+    (its own refusals are kept as recorded only for the events that say what was asked)."""
+    chain = load_policy_chain(CANDIDATE, source="<candidate>")
+    v1 = {
+        **_item("create", "topic", "orders", None),
+        "api": "CreateTopics",
+        "schema_version": 1,
+        "recorded_denied_rules": ["gateway"],
+    }
+    try:
+        judged = judge_item(chain, v1)
+    finally:
+        chain.close()
+    assert (judged["replayable"], judged["reason"]) == (
+        False,
+        "creation without a topic spec (v1 event)",
+    )
