@@ -16,8 +16,9 @@ their message). Both exit 1 when any topic is denied (would-deny alone is 0), 2 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,11 +38,12 @@ from protocol.topic_names import illegal_topic
 from .client_security import (
     COMMAND_CONFIG_HELP,
     AuthenticationFailed,
+    ClientSecurity,
     CommandConfigError,
     load_command_config,
     unreachable_hint,
 )
-from .config import ConfigError, load, parse_host_port
+from .config import ConfigError, HostPort, load, parse_host_port
 from .exchange import exchange
 from .handlers._validation_policy import invalid_value
 from .handlers.create_topics import refusal
@@ -237,6 +239,62 @@ def printable(text: str) -> str:
 DRY_RUN_BATCH = 1000
 """Topics per CreateTopics of ``kpg dry-run``: the default of ``judged.request.max.items``."""
 
+_ITEMS_LIMIT = re.compile(
+    r"more than the (\d+) the gateway judges in one request \(limits: judged\.request\.max\.items\)"
+)
+
+
+def _items_limit(answer: Mapping[str, ItemError]) -> int | None:
+    """The gateway's ``judged.request.max.items`` when it refused a request whole for
+    naming more topics (every topic refused with that message); else None."""
+    limits = {
+        int(found.group(1)) if (found := _ITEMS_LIMIT.search(r.error_message or "")) else None
+        for r in answer.values()
+    }
+    if len(limits) != 1:
+        return None
+    return limits.pop()
+
+
+def _ask(
+    address: HostPort, security: ClientSecurity, specs: Sequence[ct.TopicSpec], timeout: float
+) -> dict[str, ItemError]:
+    """The gateway's answer for each topic of a dry run.
+
+    :raises OSError, AuthenticationFailed, FrameRejected, Undecodable: as :func:`exchange`.
+    """
+    results: dict[str, ItemError] = {}
+    # in requests of at most DRY_RUN_BATCH topics: the gateway judges no more in one
+    # (limits: judged.request.max.items, 1,000 by default); a gateway set lower refuses
+    # the request whole, naming its limit, and the topics go again in requests that fit
+    batches = [specs[i : i + DRY_RUN_BATCH] for i in range(0, len(specs), DRY_RUN_BATCH)]
+    while batches:
+        batch = batches.pop(0)
+        frame = ct.build_request(
+            batch,
+            validate_only=True,
+            timeout_ms=int(timeout * 1000),
+            correlation_id=1,
+            client_id="kpg-dry-run",
+        )
+        answer = ct.read_answer(
+            4,
+            exchange(
+                address.host,
+                address.port,
+                frame,
+                timeout,
+                security,
+                client_id="kpg-dry-run",
+            ),
+        )
+        limit = _items_limit(answer)
+        if limit is not None and 0 < limit < len(batch):
+            batches[:0] = [batch[i : i + limit] for i in range(0, len(batch), limit)]
+            continue
+        results.update(answer)
+    return results
+
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
@@ -259,22 +317,8 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
     specs = [_spec(r) for r in requests]
     hint = unreachable_hint(security)
-    results: dict[str, ItemError] = {}
     try:
-        # in requests of at most DRY_RUN_BATCH topics: the gateway judges no more in one
-        # (limits: judged.request.max.items, 1,000 by default)
-        for start in range(0, len(specs), DRY_RUN_BATCH):
-            frame = ct.build_request(
-                specs[start : start + DRY_RUN_BATCH],
-                validate_only=True,
-                timeout_ms=int(args.timeout * 1000),
-                correlation_id=1,
-                client_id="kpg-dry-run",
-            )
-            answer = exchange(
-                address.host, address.port, frame, args.timeout, security, client_id="kpg-dry-run"
-            )
-            results.update(ct.read_answer(4, answer))
+        results = _ask(address, security, specs, args.timeout)
     except AuthenticationFailed as exc:
         print(f"kpg dry-run: {address}: {exc}", file=sys.stderr)
         return 2

@@ -408,3 +408,55 @@ def test_a_topic_listed_twice_is_bad_input_to_both_tools(tmp_path: Path) -> None
         command_config=None,
     )
     assert tools.cmd_dry_run(dry, io.StringIO()) == 2
+
+
+def test_dry_run_fits_its_requests_to_the_gateways_item_limit(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """A gateway whose ``judged.request.max.items`` is below ``kpg dry-run``'s 1,000 refuses
+    a larger manifest whole (every topic DENIED by the limit), where the offline check judged
+    each; the tool now sends the topics again in requests of the gateway's limit."""
+    policies = {"rules": [{"name": "partition-count", "type": "partitions", "max": 5}]}
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({"policies": policies}))
+    token = uuid.uuid4().hex[:6]
+    cases = [
+        Case(
+            spec=ct.TopicSpec(
+                name=f"lim{token}{i}",
+                num_partitions=partitions,
+                replication_factor=1,
+                assignments=(),
+                configs=(),
+            ),
+            offline_counts=(partitions, 1),
+        )
+        for i, partitions in enumerate([1, 9, 3, 12, 2])
+    ]
+    path = manifest(tmp_path / "m.yaml", cases)
+    gw = GatewayThread(
+        gateway_config(broker, policies=policies, limits={"judged.request.max.items": 2})
+    ).start()
+    try:
+        dry_code, dry = run_tool(
+            tools.cmd_dry_run,
+            bootstrap_server=gw.bootstrap,
+            topic=[],
+            manifest=path,
+            timeout=10.0,
+            command_config=None,
+        )
+    finally:
+        gw.stop()
+    offline_code, offline = run_tool(
+        tools.cmd_policy_check, config=config, manifest=path, principal=None
+    )
+    assert dry == offline
+    assert [v for rows in dry.values() for v, _ in rows] == [
+        "allowed",
+        "DENIED",
+        "allowed",
+        "DENIED",
+        "allowed",
+    ]
+    assert dry_code == offline_code == 1
