@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,11 +43,11 @@ from .client_security import (
     load_command_config,
     unreachable_hint,
 )
-from .config import ConfigError, HostPort, load, parse_host_port
+from .config import ConfigError, GatewayConfig, HostPort, load, parse_host_port
 from .exchange import exchange
 from .handlers._validation_policy import invalid_value
 from .handlers.create_topics import refusal
-from .record_validation import load_record_validator
+from .record_validation import VALIDATION_POLICY_KEY, load_record_validator
 from .server import own_topics_rule
 
 POLICY_VIOLATION_CODE = 44
@@ -357,47 +357,69 @@ def _spec(request: CreateTopicRequestMetadata) -> ct.TopicSpec:
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         config = load(args.config)
-        # judged as the gateway judges them: its own topics protected, and the
-        # record.validation.policy values its record validator could not apply refused
+        # judged as the gateway judges them: its own topics protected
         chain = load_policy_chain(
             config.policies, source=config.source, extra_rules=own_topics_rule(config)
-        )
-        validator = load_record_validator(
-            config.policies, flatten_configs(config.policies), config.source, config.limits
         )
     except (ConfigError, PolicyConfigError) as exc:
         print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
         return 2
-    try:
-        with chain:
-            requests = parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
-            rows = []
-            denied = False
-            for request in requests:
-                # what the gateway answers before any policy runs, as Kafka's controller does
-                spec = _spec(request)
-                refused = illegal_topic(spec.name) or refusal(
-                    spec, lambda value: invalid_value(value, validator.policy)
-                )
-                if refused is not None:
-                    rows += answer_rows(spec, refused)
-                    denied = True
-                    continue
-                decision = chain.check_create_topic(request, principal=args.principal)
-                denied = denied or not decision.allowed
-                rows += verdict_rows(
-                    request.topic,
-                    request.num_partitions,
-                    request.replication_factor,
-                    decision.violations,
-                )
-    except ManifestError as exc:
-        print(f"kpg policy check: {exc}", file=sys.stderr)
-        return 2
-    finally:
+    with chain:
         try:
-            validator.policy.close()
-        except Exception as exc:  # noqa: BLE001 - a plug-in's close: reported, not fatal
-            print(f"kpg policy check: closing {validator.name}: {exc!r}", file=sys.stderr)
+            requests = parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
+            invalid_policy = _validation_policy_check(config, requests)
+        except ManifestError as exc:
+            print(f"kpg policy check: {exc}", file=sys.stderr)
+            return 2
+        except ConfigError as exc:
+            print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
+            return 2
+        rows = []
+        denied = False
+        for request in requests:
+            # what the gateway answers before any policy runs, as Kafka's controller does
+            spec = _spec(request)
+            refused = illegal_topic(spec.name) or refusal(spec, invalid_policy)
+            if refused is not None:
+                rows += answer_rows(spec, refused)
+                denied = True
+                continue
+            decision = chain.check_create_topic(request, principal=args.principal)
+            denied = denied or not decision.allowed
+            rows += verdict_rows(
+                request.topic,
+                request.num_partitions,
+                request.replication_factor,
+                decision.violations,
+            )
     _print_table(rows, out)
     return 1 if denied else 0
+
+
+def _validation_policy_check(
+    config: GatewayConfig, requests: Sequence[CreateTopicRequestMetadata]
+) -> Callable[[str], ItemError | None]:
+    """How the gateway checks a topic's record.validation.policy value: with the record
+    validator ``config`` loads, loaded only when a topic sets the key (its plug-in or schema
+    registry settings may need what a CI job does not have).
+
+    :raises ConfigError: when the validator cannot be loaded (the gateway would not start).
+    """
+    if not any(VALIDATION_POLICY_KEY in r.configs for r in requests):
+        return lambda value: None
+    validator = load_record_validator(
+        config.policies, flatten_configs(config.policies), config.source, config.limits
+    )
+    policy = validator.policy
+    try:
+        checked = {
+            value: invalid_value(value, policy)
+            for r in requests
+            if (value := r.configs.get(VALIDATION_POLICY_KEY)) is not None
+        }
+    finally:
+        try:
+            policy.close()
+        except Exception as exc:  # noqa: BLE001 - a plug-in's close: reported, not fatal
+            print(f"kpg policy check: closing {validator.name}: {exc!r}", file=sys.stderr)
+    return lambda value: checked.get(value)

@@ -460,3 +460,39 @@ def test_dry_run_fits_its_requests_to_the_gateways_item_limit(
         "allowed",
     ]
     assert dry_code == offline_code == 1
+
+
+def test_policy_check_loads_the_record_validator_only_for_a_topic_that_names_it(
+    tmp_path: Path,
+) -> None:
+    """A record validator the check cannot load (here: a class that does not exist; in CI,
+    a schema registry password file that is not there) keeps the gateway from starting, so a
+    manifest setting record.validation.policy is bad configuration (exit 2); one that does
+    not set it is judged by the rules alone."""
+    config = tmp_path / "gateway.yaml"
+    policies = {"record.validation.policy.class.name": "nowhere.Validator", "rules": []}
+    config.write_text(yaml.safe_dump({"policies": policies}))
+    plain = ct.TopicSpec(
+        name="plain", num_partitions=1, replication_factor=1, assignments=(), configs=()
+    )
+    named = ct.TopicSpec(
+        name="named",
+        num_partitions=1,
+        replication_factor=1,
+        assignments=(),
+        configs=(("record.validation.policy", "key-required"),),
+    )
+    code, rows = run_tool(
+        tools.cmd_policy_check,
+        config=config,
+        manifest=manifest(tmp_path / "plain.yaml", [Case(spec=plain, offline_counts=(1, 1))]),
+        principal=None,
+    )
+    assert (code, rows) == (0, {"plain": [("allowed", "")]})
+    code, rows = run_tool(
+        tools.cmd_policy_check,
+        config=config,
+        manifest=manifest(tmp_path / "named.yaml", [Case(spec=named, offline_counts=(1, 1))]),
+        principal=None,
+    )
+    assert (code, rows) == (2, {})
