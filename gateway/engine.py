@@ -362,6 +362,7 @@ class Engine:
         count = enforcement.decided_items(request, keys)
         if count <= limit:
             return None
+        # kpg dry-run reads the limit back from this message (gateway/tools.py, _ITEMS_LIMIT)
         message = (
             f"This request has {count} items for the policies to judge, more than the "
             f"{limit} the gateway judges in one request (limits: judged.request.max.items); "

@@ -18,6 +18,7 @@ from policies.chain import PolicyChain
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from policies.rules import ProtectedTopicsRule
 from protocol.records import record_scanner
+from spark_audit.event import GATEWAY_TOPICS_RULE
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
 from .config import UNLIMITED, ConfigError, GatewayConfig, HostPort, live_part
@@ -130,7 +131,7 @@ class Gateway:
         """
         try:
             policies = load_policy_chain(
-                config.policies, source=config.source, extra_rules=_own_topics_rule(config)
+                config.policies, source=config.source, extra_rules=own_topics_rule(config)
             )
         except PolicyConfigError as exc:
             raise ConfigError(str(exc)) from None
@@ -559,7 +560,7 @@ def check_policies(config: GatewayConfig) -> None:
     """
     try:
         policies = load_policy_chain(
-            config.policies, source=config.source, extra_rules=_own_topics_rule(config)
+            config.policies, source=config.source, extra_rules=own_topics_rule(config)
         )
     except PolicyConfigError as exc:
         raise ConfigError(str(exc)) from None
@@ -672,13 +673,13 @@ def gateway_topics(config: GatewayConfig) -> tuple[str, ...]:
     return tuple(topics)
 
 
-def _own_topics_rule(config: GatewayConfig) -> tuple[ProtectedTopicsRule, ...]:
+def own_topics_rule(config: GatewayConfig) -> tuple[ProtectedTopicsRule, ...]:
     """No client deletes, reconfigures or adds partitions to the gateway's own topics."""
     topics = gateway_topics(config)
     if not topics:
         return ()
     return (
         ProtectedTopicsRule(
-            name="gateway-topics", topics=tuple(re.compile(re.escape(t)) for t in topics)
+            name=GATEWAY_TOPICS_RULE, topics=tuple(re.compile(re.escape(t)) for t in topics)
         ),
     )

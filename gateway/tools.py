@@ -16,8 +16,9 @@ their message). Both exit 1 when any topic is denied (would-deny alone is 0), 2 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,23 +26,29 @@ from typing import Any, TextIO
 import yaml
 
 from policies.api import CreateTopicRequestMetadata
-from policies.loader import PolicyConfigError, load_policy_chain
-from policies.manifest import ManifestError, check_manifest, parse_manifest
+from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
+from policies.manifest import ManifestError, parse_manifest
 from policies.violations import Violation, parse_message, split_request_id
 from protocol import create_topics as ct
 from protocol.codec import Undecodable
 from protocol.framing import FrameRejected
 from protocol.results import ItemError
+from protocol.topic_names import illegal_topic
 
 from .client_security import (
     COMMAND_CONFIG_HELP,
     AuthenticationFailed,
+    ClientSecurity,
     CommandConfigError,
     load_command_config,
     unreachable_hint,
 )
-from .config import ConfigError, load, parse_host_port
+from .config import ConfigError, GatewayConfig, HostPort, load, parse_host_port
 from .exchange import exchange
+from .handlers._validation_policy import invalid_value
+from .handlers.create_topics import refusal
+from .record_validation import VALIDATION_POLICY_KEY, load_record_validator
+from .server import own_topics_rule
 
 POLICY_VIOLATION_CODE = 44
 _ERROR_NAMES = {
@@ -49,6 +56,7 @@ _ERROR_NAMES = {
     36: "TOPIC_ALREADY_EXISTS",
     37: "INVALID_PARTITIONS",
     38: "INVALID_REPLICATION_FACTOR",
+    17: "INVALID_TOPIC_EXCEPTION",
     40: "INVALID_CONFIG",
     42: "INVALID_REQUEST",
     44: "POLICY_VIOLATION",
@@ -108,9 +116,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="check a topic manifest against a gateway config's policies, offline",
         description=(
             "Evaluate the manifest's topics against the policies of the gateway config, with no "
-            "cluster. Prints every rule each topic breaks, one row per rule, as kpg dry-run "
-            "does: DENIED (enforced) or would-deny (dry-run); allowed when none. Exits 1 when "
-            "any topic is denied (would-deny alone: 0), 2 on bad input."
+            "cluster, after what the gateway refuses before any policy (a name Kafka refuses, "
+            "a record.validation.policy it cannot apply). Prints every rule each topic breaks, "
+            "one row per rule, as kpg dry-run does: DENIED (enforced) or would-deny (dry-run); "
+            "allowed when none; the error's name for a refused topic. Exits 1 when any topic "
+            "is denied or refused (would-deny alone: 0), 2 on bad input."
         ),
     )
     check.add_argument("--config", required=True, type=Path, help="gateway YAML config")
@@ -229,6 +239,62 @@ def printable(text: str) -> str:
 DRY_RUN_BATCH = 1000
 """Topics per CreateTopics of ``kpg dry-run``: the default of ``judged.request.max.items``."""
 
+_ITEMS_LIMIT = re.compile(
+    r"more than the (\d+) the gateway judges in one request \(limits: judged\.request\.max\.items\)"
+)
+
+
+def _items_limit(answer: Mapping[str, ItemError]) -> int | None:
+    """The gateway's ``judged.request.max.items`` when it refused a request whole for
+    naming more topics (every topic refused with that message); else None."""
+    limits = {
+        int(found.group(1)) if (found := _ITEMS_LIMIT.search(r.error_message or "")) else None
+        for r in answer.values()
+    }
+    if len(limits) != 1:
+        return None
+    return limits.pop()
+
+
+def _ask(
+    address: HostPort, security: ClientSecurity, specs: Sequence[ct.TopicSpec], timeout: float
+) -> dict[str, ItemError]:
+    """The gateway's answer for each topic of a dry run.
+
+    :raises OSError, AuthenticationFailed, FrameRejected, Undecodable: as :func:`exchange`.
+    """
+    results: dict[str, ItemError] = {}
+    # in requests of at most DRY_RUN_BATCH topics: the gateway judges no more in one
+    # (limits: judged.request.max.items, 1,000 by default); a gateway set lower refuses
+    # the request whole, naming its limit, and the topics go again in requests that fit
+    batches = [specs[i : i + DRY_RUN_BATCH] for i in range(0, len(specs), DRY_RUN_BATCH)]
+    while batches:
+        batch = batches.pop(0)
+        frame = ct.build_request(
+            batch,
+            validate_only=True,
+            timeout_ms=int(timeout * 1000),
+            correlation_id=1,
+            client_id="kpg-dry-run",
+        )
+        answer = ct.read_answer(
+            4,
+            exchange(
+                address.host,
+                address.port,
+                frame,
+                timeout,
+                security,
+                client_id="kpg-dry-run",
+            ),
+        )
+        limit = _items_limit(answer)
+        if limit is not None and 0 < limit < len(batch):
+            batches[:0] = [batch[i : i + limit] for i in range(0, len(batch), limit)]
+            continue
+        results.update(answer)
+    return results
+
 
 def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
@@ -243,33 +309,16 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     if not requests:
         print("kpg dry-run: no topics: give --topic or a manifest", file=sys.stderr)
         return 2
-    specs = [
-        ct.TopicSpec(
-            name=r.topic,
-            num_partitions=r.num_partitions or -1,
-            replication_factor=r.replication_factor or -1,
-            assignments=(),
-            configs=tuple(r.configs.items()),
-        )
-        for r in requests
-    ]
+    names = [r.topic for r in requests]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # one CreateTopics naming a topic twice is refused whole for that name (INVALID_REQUEST)
+        print(f"kpg dry-run: topic {', '.join(twice)} given more than once", file=sys.stderr)
+        return 2
+    specs = [_spec(r) for r in requests]
     hint = unreachable_hint(security)
-    results: dict[str, ItemError] = {}
     try:
-        # in requests of at most DRY_RUN_BATCH topics: the gateway judges no more in one
-        # (limits: judged.request.max.items, 1,000 by default)
-        for start in range(0, len(specs), DRY_RUN_BATCH):
-            frame = ct.build_request(
-                specs[start : start + DRY_RUN_BATCH],
-                validate_only=True,
-                timeout_ms=int(args.timeout * 1000),
-                correlation_id=1,
-                client_id="kpg-dry-run",
-            )
-            answer = exchange(
-                address.host, address.port, frame, args.timeout, security, client_id="kpg-dry-run"
-            )
-            results.update(ct.read_answer(4, answer))
+        results = _ask(address, security, specs, args.timeout)
     except AuthenticationFailed as exc:
         print(f"kpg dry-run: {address}: {exc}", file=sys.stderr)
         return 2
@@ -292,37 +341,85 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0 if all(r.verdict in ("allowed", "would-deny") for r in rows) else 1
 
 
+def _spec(request: CreateTopicRequestMetadata) -> ct.TopicSpec:
+    """A manifest's or ``--topic``'s topic as CreateTopics carries it: the counts as given
+    (a 0 goes as 0, which Kafka refuses, never as -1, the broker's default)."""
+    assert request.num_partitions is not None and request.replication_factor is not None
+    return ct.TopicSpec(
+        name=request.topic,
+        num_partitions=request.num_partitions,
+        replication_factor=request.replication_factor,
+        assignments=(),
+        configs=tuple(request.configs.items()),
+    )
+
+
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         config = load(args.config)
-        chain = load_policy_chain(config.policies, source=config.source)
+        # judged as the gateway judges them: its own topics protected
+        chain = load_policy_chain(
+            config.policies, source=config.source, extra_rules=own_topics_rule(config)
+        )
     except (ConfigError, PolicyConfigError) as exc:
         print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
         return 2
-    try:
-        with chain:
-            checks = check_manifest(
-                chain,
-                _read_manifest(args.manifest),
-                source=str(args.manifest),
-                principal=args.principal,
+    with chain:
+        try:
+            requests = parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
+            invalid_policy = _validation_policy_check(config, requests)
+        except ManifestError as exc:
+            print(f"kpg policy check: {exc}", file=sys.stderr)
+            return 2
+        except ConfigError as exc:
+            print(f"kpg policy check: configuration error: {exc}", file=sys.stderr)
+            return 2
+        rows = []
+        denied = False
+        for request in requests:
+            # what the gateway answers before any policy runs, as Kafka's controller does
+            spec = _spec(request)
+            refused = illegal_topic(spec.name) or refusal(spec, invalid_policy)
+            if refused is not None:
+                rows += answer_rows(spec, refused)
+                denied = True
+                continue
+            decision = chain.check_create_topic(request, principal=args.principal)
+            denied = denied or not decision.allowed
+            rows += verdict_rows(
+                request.topic,
+                request.num_partitions,
+                request.replication_factor,
+                decision.violations,
             )
-            requests = {
-                r.topic: r
-                for r in parse_manifest(_read_manifest(args.manifest), source=str(args.manifest))
-            }
-    except ManifestError as exc:
-        print(f"kpg policy check: {exc}", file=sys.stderr)
-        return 2
-    rows = [
-        row
-        for check in checks
-        for row in verdict_rows(
-            check.topic,
-            requests[check.topic].num_partitions,
-            requests[check.topic].replication_factor,
-            check.decision.violations,
-        )
-    ]
     _print_table(rows, out)
-    return 0 if all(c.decision.allowed for c in checks) else 1
+    return 1 if denied else 0
+
+
+def _validation_policy_check(
+    config: GatewayConfig, requests: Sequence[CreateTopicRequestMetadata]
+) -> Callable[[str], ItemError | None]:
+    """How the gateway checks a topic's record.validation.policy value: with the record
+    validator ``config`` loads, loaded only when a topic sets the key (its plug-in or schema
+    registry settings may need what a CI job does not have).
+
+    :raises ConfigError: when the validator cannot be loaded (the gateway would not start).
+    """
+    if not any(VALIDATION_POLICY_KEY in r.configs for r in requests):
+        return lambda value: None
+    validator = load_record_validator(
+        config.policies, flatten_configs(config.policies), config.source, config.limits
+    )
+    policy = validator.policy
+    try:
+        checked = {
+            value: invalid_value(value, policy)
+            for r in requests
+            if (value := r.configs.get(VALIDATION_POLICY_KEY)) is not None
+        }
+    finally:
+        try:
+            policy.close()
+        except Exception as exc:  # noqa: BLE001 - a plug-in's close: reported, not fatal
+            print(f"kpg policy check: closing {validator.name}: {exc!r}", file=sys.stderr)
+    return lambda value: checked.get(value)

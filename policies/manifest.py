@@ -67,7 +67,7 @@ def parse_manifest(
     topics = manifest.get("topics")
     if not isinstance(topics, list):
         raise ManifestError(f"{source}: topics: expected a list of topics")
-    requests = []
+    requests: list[CreateTopicRequestMetadata] = []
     for index, entry in enumerate(topics):
         at = f"{source}: topics[{index}]"
         if not isinstance(entry, Mapping):
@@ -78,6 +78,9 @@ def parse_manifest(
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ManifestError(f"{at}.name: expected the topic's name")
+        if any(r.topic == name for r in requests):
+            # Kafka refuses a CreateTopics that names a topic twice (INVALID_REQUEST)
+            raise ManifestError(f"{at}.name: topic {name!r} is listed more than once")
         counts = []
         for key in ("partitions", "replication_factor"):
             value = entry.get(key)

@@ -71,6 +71,20 @@ def new_event_id() -> str:
     return str(uuid.uuid4())
 
 
+GATEWAY_TOPICS_RULE: Final = "gateway-topics"
+GATEWAY_RULES: Final = frozenset({GATEWAY_TOPICS_RULE})
+"""The ``policy`` of denials by rules the gateway adds to every policy chain (its own topics,
+which no client may create, change or delete), whatever the ``policies:`` section says."""
+
+GATEWAY_REFUSALS: Final = frozenset(
+    {"gateway", "limits", "client_configs", "client_configs.admin_principals", "own_principal"}
+)
+"""The ``policy`` of refusals the gateway makes before or instead of asking the policies (a
+broker default it cannot read, a limit, a dynamic client config it cannot take or a client
+not allowed to change it, the credentials and quotas of the user it signs in as): no
+``policies:`` section changes them, so ``kpg audit replay`` keeps them as recorded."""
+
+
 def new_request_id() -> str:
     """A fresh request id: 32 lower-case hex digits (a UUID4 without dashes), short enough to
     read in a client's error message and distinct from event ids at a glance."""

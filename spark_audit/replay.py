@@ -14,20 +14,34 @@ What can be re-judged (an item is one topic or config resource of a request):
   factor and configs as the policies judged them;
 - a config change (``alter_config``) with its ``config_changes``: the keys the request
   changed, before and after. A sensitive key's values are never recorded: the key is left out
-  of the replay. Configs the request did not change are not recorded either, so a candidate
-  rule reading them (a broker rule on a synonym, a ``TopicActionPolicy`` that needs the
-  topic's state) judges without them: a topic's state is not recorded, and a
-  ``TopicActionPolicy`` denies for lack of it;
+  of the replay. Configs the request did not change are not recorded either, nor is a topic's
+  state: a topic's change is not replayable when the candidate has a ``TopicActionPolicy``
+  (it needs the state) or a ``required.configs`` rule naming a key the request did not
+  change (the live gateway judged it on the topic's configs; judged without them, every such
+  change read as newly denied). Nor is a BROKER change a candidate ``config`` rule judges
+  when which synonym gives topics their default (``log.retention.ms`` over ``.minutes`` over
+  ``.hours``) depends on one the request did not change;
 - a change of client quotas (``alter_client_quotas``) or of a user's SCRAM credentials
   (``alter_scram_credentials``): the ``broker.configs`` rule judges them by who asked alone.
 
+A creation with an explicit replica assignment is replayed as its partition count and
+replica count (what the built-in rules judge of it; a ``CreateTopicPolicy`` plug-in sees
+counts, not the assignment).
+
+What the gateway decided whatever its ``policies:`` say is kept as recorded
+(:data:`spark_audit.event.GATEWAY_REFUSALS`: a refusal before or instead of the policies, such
+as a dynamic client config it cannot take; :data:`spark_audit.event.GATEWAY_RULES`: its own
+topics, denied beside the candidate's verdicts): a replay of the deciding configuration
+changes nothing.
+
 What cannot, and is counted apart, per reason: Produce (records are not stored), deletes,
 partition increases, data operations (their judgement needs the topic's state, not
-recorded), creations with an explicit replica assignment, v1 events (no topic spec or config
-changes), lifecycle events and summaries (nothing judged), and connections the gateway closed
-(refused authentications, requests refused unread: no rule judged them). The recorded outcome of an
-item is ``denied`` when one of its events is (SCHEMA.md, "Requests and their outcome"); a
-request is denied when one of its items is.
+recorded), creations whose broker default the gateway could not read, the topic config
+changes above, v1 events (no topic spec or config changes), lifecycle events and summaries
+(nothing judged), and connections the gateway closed (refused authentications, requests
+refused unread: no rule judged them). The recorded outcome of an item is ``denied`` when one
+of its events is (SCHEMA.md, "Requests and their outcome"); a request is denied when one of
+its items is.
 """
 
 from __future__ import annotations
@@ -49,6 +63,8 @@ from pyspark.sql import types as T
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
+from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
+from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
 from spark_audit.report import load_events
 from spark_audit.spreadsheet import safe_cell
 from spark_audit.transforms import event_kind, filter_events, principal_name, with_topic
@@ -150,19 +166,50 @@ def judge_item(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
     """The candidate's judgement of one recorded item (a topic or config resource).
 
     ``item`` holds ``api``, ``action``, ``resource_type``, ``resource_name``, ``principal``
-    (null for ANONYMOUS), ``topic_spec`` and ``config_changes`` as recorded.
+    (null for ANONYMOUS), ``topic_spec``, ``config_changes``, ``recorded_denied_rules`` and
+    ``schema_version`` as recorded.
     """
-    action, principal = item["action"], item["principal"]
+    action = item["action"]
     if action in _CLOSED_CONNECTIONS:
         return _not_replayable(f"{action}: a connection the gateway closed, no policy judged it")
     if item["api"] == "Produce":
         return _not_replayable("Produce: the records are not stored")
+    if item.get("schema_version") == 1 and action in ("create", "alter_config"):
+        what = (
+            "creation without a topic spec"
+            if action == "create"
+            else "config change without its keys"
+        )
+        return _not_replayable(f"{what} (v1 event)")
+    recorded = item.get("recorded_denied_rules") or ()
+    refused = sorted(set(recorded) & GATEWAY_REFUSALS)
+    if refused:
+        # the gateway refused it before (or instead of) the policies, whatever they say
+        return {
+            "replayable": True,
+            "reason": None,
+            "denied_rules": refused,
+            "would_deny_rules": [],
+            "message": None,
+        }
+    judged = _judge(chain, item)
+    carried = set(recorded) & GATEWAY_RULES
+    if judged["replayable"] and carried:
+        # the gateway's own rules stand beside every candidate's (its own topics)
+        judged["denied_rules"] = sorted(carried | set(judged["denied_rules"]))
+    return judged
+
+
+def _judge(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
+    action, principal = item["action"], item["principal"]
     if action == "create" and item["resource_type"] == "topic":
         spec = item["topic_spec"]
         if spec is None:
             return _not_replayable("creation without a topic spec (v1 event)")
         if spec["partitions"] is None or spec["replication_factor"] is None:
-            return _not_replayable("creation with a replica assignment (not recorded)")
+            return _not_replayable(
+                "creation with a broker default the gateway could not read (not recorded)"
+            )
         request = CreateTopicRequestMetadata(
             topic=item["resource_name"],
             num_partitions=spec["partitions"],
@@ -187,6 +234,28 @@ def _judge_config_change(chain: PolicyChain, item: Mapping[str, Any]) -> dict[st
     if resource_type is None:
         return _not_replayable(f"config change on a {item['resource_type']} resource")
     known = [c for c in changes if not c["sensitive"]]
+    if resource_type is ConfigResourceType.TOPIC:
+        # What the gateway judged a topic's change on that the event does not hold: the
+        # configs the request left as they were, and the topic's state.
+        if chain.needs_topic_state:
+            return _not_replayable(
+                "topic config change: the candidate's TopicActionPolicy needs the topic's "
+                "state (not recorded)"
+            )
+        recorded = {c["name"] for c in known}
+        for rule in chain.rules:
+            if isinstance(rule, RequiredConfigsRule) and not set(rule.configs) <= recorded:
+                return _not_replayable(
+                    "topic config change: a required.configs rule reads configs the "
+                    "request left unchanged (not recorded)"
+                )
+    if resource_type is ConfigResourceType.BROKER:
+        unknown = _unrecorded_synonym(chain, {c["name"]: c["after"] for c in known})
+        if unknown is not None:
+            return _not_replayable(
+                "broker config change: which broker config gives topics their default "
+                f"depends on {unknown}, which the request left unchanged (not recorded)"
+            )
     before = {c["name"]: c["before"] for c in known if c["before"] is not None}
     after = {c["name"]: c["after"] for c in known if c["after"] is not None}
     decision = chain.check_alter_config(
@@ -197,6 +266,28 @@ def _judge_config_change(chain: PolicyChain, item: Mapping[str, Any]) -> dict[st
         principal=item["principal"],
     )
     return _verdicts(decision)
+
+
+def _unrecorded_synonym(chain: PolicyChain, changed: Mapping[str, str | None]) -> str | None:
+    """For a BROKER resource: a broker config, not recorded, that decides which synonym a
+    candidate ``config`` rule judges. The gateway judges the first synonym set after the
+    change (``log.retention.ms`` over ``.minutes`` over ``.hours``), in the broker's whole
+    configs; the event holds only the keys the request changed, so a change of
+    ``log.retention.hours`` is judged only when ``log.retention.ms`` and ``.minutes`` were
+    changed too (a deleted key hands the default to the next one). None when every such
+    rule's synonym is known."""
+    for rule in chain.rules:
+        if not isinstance(rule, ConfigRule):
+            continue
+        synonyms = [s.name for s in BROKER_SYNONYMS.get(rule.config, ())]
+        if not any(name in changed for name in synonyms):
+            continue  # the rule does not judge this change, live or replayed
+        for name in synonyms:
+            if name not in changed:
+                return name
+            if changed[name] is not None:
+                break  # set by the request: the one the broker uses
+    return None
 
 
 def _judge_udf(section_json: str) -> Any:
@@ -228,6 +319,7 @@ def _items(events: DataFrame) -> DataFrame:
         F.first("topic").alias("topic"),
         F.first("topic_spec", ignorenulls=True).alias("topic_spec"),
         F.first("config_changes", ignorenulls=True).alias("config_changes"),
+        F.min("schema_version").alias("schema_version"),
         F.array_sort(F.collect_set(F.when(F.col("verdict") == "denied", F.col("policy")))).alias(
             "recorded_denied_rules"
         ),
@@ -253,6 +345,8 @@ def replay_requests(events: DataFrame, section: Mapping[str, Any]) -> DataFrame:
         "principal",
         "topic_spec",
         "config_changes",
+        "recorded_denied_rules",
+        "schema_version",
     ]
     judged = _items(events).withColumn("judged", judge(F.struct(*item_columns)))
     replayable = F.col("judged.replayable")
