@@ -1,4 +1,4 @@
-"""Checks a topic manifest against the policy chain, with no cluster (``kpg policy check``).
+"""Reads a topic manifest, the topics ``kpg policy check`` and ``kpg dry-run`` judge.
 
 A manifest lists topics as they would be created::
 
@@ -8,53 +8,25 @@ A manifest lists topics as they would be created::
         replication_factor: 3
         configs: {min.insync.replicas: 2, retention.ms: 604800000}
 
-Each topic goes through :meth:`PolicyChain.check_create_topic`; config values are turned into
-the strings Kafka would send (``true``/``false`` for booleans).
+Each topic becomes the :class:`CreateTopicRequestMetadata` the policies judge; config values
+are turned into the strings Kafka would send (``true``/``false`` for booleans). What a topic
+is judged by (the gateway's checks before any policy, then the chain) is ``gateway/tools.py``'s,
+so that the offline check and the gateway agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from policies.api import CreateTopicRequestMetadata
-from policies.chain import Decision, PolicyChain
 
-__all__ = ["ManifestError", "TopicCheck", "check_manifest", "parse_manifest"]
+__all__ = ["ManifestError", "parse_manifest"]
 
 _TOPIC_KEYS = ("name", "partitions", "replication_factor", "configs")
 
 
 class ManifestError(Exception):
     """A malformed manifest; the message names the file and the key."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TopicCheck:
-    topic: str
-    decision: Decision
-
-
-def check_manifest(
-    chain: PolicyChain,
-    manifest: Mapping[str, object],
-    *,
-    source: str,
-    principal: str | None = None,
-) -> tuple[TopicCheck, ...]:
-    """The chain's decision for each topic of the manifest, in manifest order.
-
-    ``principal`` is who the creation is checked for (``"User:alice"``), None for nobody.
-
-    :raises ManifestError: if the manifest is malformed.
-    """
-    return tuple(
-        TopicCheck(
-            topic=request.topic,
-            decision=chain.check_create_topic(request, principal=principal),
-        )
-        for request in parse_manifest(manifest, source=source)
-    )
 
 
 def parse_manifest(
@@ -68,6 +40,7 @@ def parse_manifest(
     if not isinstance(topics, list):
         raise ManifestError(f"{source}: topics: expected a list of topics")
     requests: list[CreateTopicRequestMetadata] = []
+    names: set[str] = set()
     for index, entry in enumerate(topics):
         at = f"{source}: topics[{index}]"
         if not isinstance(entry, Mapping):
@@ -78,9 +51,10 @@ def parse_manifest(
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ManifestError(f"{at}.name: expected the topic's name")
-        if any(r.topic == name for r in requests):
+        if name in names:
             # Kafka refuses a CreateTopics that names a topic twice (INVALID_REQUEST)
             raise ManifestError(f"{at}.name: topic {name!r} is listed more than once")
+        names.add(name)
         counts = []
         for key in ("partitions", "replication_factor"):
             value = entry.get(key)

@@ -1,4 +1,4 @@
-"""``kpg policy check``'s core: a topic manifest judged by the chain, with no cluster."""
+"""Topic manifests (``kpg policy check``, ``kpg dry-run``): read, then judged by the chain."""
 
 from __future__ import annotations
 
@@ -7,14 +7,24 @@ from collections.abc import Mapping
 
 import pytest
 
-from policies.chain import PolicyChain
-from policies.manifest import ManifestError, check_manifest, parse_manifest
+from policies.api import CreateTopicRequestMetadata
+from policies.chain import Decision, PolicyChain
+from policies.manifest import ManifestError, parse_manifest
 from policies.rules import ConfigRule, ProtectedTopicsRule, ReplicationFactorRule
 
 pytestmark = pytest.mark.unit
 
 SOURCE = "topics.yaml"
 T = {"name": "t", "partitions": 1, "replication_factor": 1}
+
+
+def _judged(
+    chain: PolicyChain, manifest: Mapping[str, object], principal: str | None = None
+) -> list[tuple[CreateTopicRequestMetadata, Decision]]:
+    return [
+        (request, chain.check_create_topic(request, principal=principal))
+        for request in parse_manifest(manifest, source=SOURCE)
+    ]
 
 
 def test_each_topic_gets_its_own_decision_in_manifest_order() -> None:
@@ -37,16 +47,16 @@ def test_each_topic_gets_its_own_decision_in_manifest_order() -> None:
         ),
     ]
     with PolicyChain(rules=rules) as chain:
-        checks = check_manifest(chain, manifest, source=SOURCE)
-    assert [(c.topic, c.decision.allowed) for c in checks] == [
+        checks = _judged(chain, manifest)
+    assert [(r.topic, d.allowed) for r, d in checks] == [
         ("orders", True),
         ("audit", False),
         ("clicks", False),
     ]
-    assert checks[1].decision.message == (
+    assert checks[1][1].message == (
         "topic audit: replication factor 1 is below the minimum of 3 (rule rf)"
     )
-    assert checks[2].decision.message == (
+    assert checks[2][1].message == (
         "topic clicks: unclean.leader.election.enable=true: 'true' is not one of false "
         "(rule unclean)"
     )
@@ -77,11 +87,11 @@ def test_the_principal_is_passed_on() -> None:
     manifest = {"topics": [{"name": "t", "partitions": 1, "replication_factor": 1}]}
     with PolicyChain(rules=[rule]) as chain:
         # protected topics may be created only by the allowed principals: User:ci is one
-        [check] = check_manifest(chain, manifest, source=SOURCE, principal="User:ci")
-        [refused] = check_manifest(chain, manifest, source=SOURCE, principal="User:bob")
-    assert check.decision.allowed
-    assert [v.outcome for v in check.decision.verdicts] == ["allowed"]
-    assert not refused.decision.allowed
+        [(_, check)] = _judged(chain, manifest, principal="User:ci")
+        [(_, refused)] = _judged(chain, manifest, principal="User:bob")
+    assert check.allowed
+    assert [v.outcome for v in check.verdicts] == ["allowed"]
+    assert not refused.allowed
 
 
 @pytest.mark.parametrize(
