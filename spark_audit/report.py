@@ -114,20 +114,22 @@ class Filters:
 class _Section:
     name: str
     title: str
-    build: Callable[[DataFrame, DataFrame], DataFrame]
-    """(requests, notable events) -> the section's rows (see :func:`_notable`)."""
+    build: Callable[[DataFrame], DataFrame]
+    """The section's rows from its frame: the requests, or the notable events (see
+    ``frames``)."""
     description: str
     events: str | None = None
     """Which ``events-<set>.csv`` holds the events behind the section's figures."""
     frames: str = "requests"
-    """Which frame the section is drawn from: ``requests`` or ``events`` (the notable)."""
+    """Which frame the section is drawn from: ``requests`` or ``events`` (the notable
+    events, :func:`_notable`)."""
     listing: bool = False
     """A list of requests or events, not a table of figures: its CSV file has every row,
     ``summary.json`` and the page the first ``_PAGE_ROWS``."""
 
 
-def _by(dimension: RequestDimension) -> Callable[[DataFrame, DataFrame], DataFrame]:
-    return lambda requests, _: denied_requests_by(requests, dimension)
+def _by(dimension: RequestDimension) -> Callable[[DataFrame], DataFrame]:
+    return lambda requests: denied_requests_by(requests, dimension)
 
 
 def _sections(top_n: int) -> tuple[_Section, ...]:
@@ -135,7 +137,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="requests_per_hour",
             title="Requests per hour",
-            build=lambda requests, _: requests_per_hour(requests),
+            build=lambda requests: requests_per_hour(requests),
             description="Requests per UTC hour: denied, allowed with a dry-run objection "
             "(would deny), and allowed. Each has its own chart and scale.",
             events="denied",
@@ -173,7 +175,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="denied_requests",
             title="Denied requests",
-            build=lambda requests, _: denied_requests(requests),
+            build=lambda requests: denied_requests(requests),
             description="Every denied request, newest first, with the rules it broke.",
             events="denied",
             listing=True,
@@ -181,7 +183,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="top_offenders",
             title=f"Top {top_n} offenders",
-            build=lambda requests, _: request_offenders(requests, top_n),
+            build=lambda requests: request_offenders(requests, top_n),
             description="Principal and client pairs with the most denied requests and "
             "dry-run objections; dry runs (validate_only, as kpg dry-run sends) are not counted "
             "here.",
@@ -190,7 +192,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="would_deny_by_policy",
             title="Dry-run rules: would deny",
-            build=lambda requests, _: would_deny_requests_by_policy(requests),
+            build=lambda requests: would_deny_requests_by_policy(requests),
             description="Requests each rule in dry-run mode objected to that no enforced rule "
             "denied: what enforcing it would refuse.",
             events="would_deny",
@@ -198,7 +200,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="dry_runs",
             title="Dry runs (validate_only)",
-            build=lambda requests, _: dry_run_requests(requests),
+            build=lambda requests: dry_run_requests(requests),
             description="Requests that only asked for a verdict (validate_only, as kpg dry-run "
             "sends), per API, client id and outcome; kept apart from offenders. A client id "
             "alone never makes a dry run.",
@@ -207,14 +209,14 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="principals",
             title="Principals",
-            build=lambda requests, _: principals(requests),
+            build=lambda requests: principals(requests),
             description="Requests per principal; ANONYMOUS is unauthenticated clients.",
             events="denied",
         ),
         _Section(
             name="config_changes",
             title="Config changes",
-            build=lambda _, events: config_changes(events),
+            build=lambda events: config_changes(events),
             frames="events",
             description="Every config key a judged request changed (or tried to), with its "
             "value before and after; sensitive values are never recorded.",
@@ -224,7 +226,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="refused_authentications",
             title="Refused authentications",
-            build=lambda _, events: refused_authentications(events),
+            build=lambda events: refused_authentications(events),
             frames="events",
             description="Connections closed for not authenticating, per user name claimed "
             "(empty: none was sent), client host and rule: sasl.client_auth where the gateway "
@@ -236,7 +238,7 @@ def _sections(top_n: int) -> tuple[_Section, ...]:
         _Section(
             name="lifecycle",
             title="Gateway starts, stops and reloads",
-            build=lambda _, events: lifecycle_events(events),
+            build=lambda events: lifecycle_events(events),
             frames="events",
             description="Lifecycle events of the gateways, with the policy version in force.",
         ),
@@ -433,27 +435,16 @@ class _Figures:
         """``deduplicated``: ``events`` has copies of an event id; count each once (the
         chains still see every row: a copy is a "duplicate" in its chain)."""
         every_row = events
-        cached: list[DataFrame] = []
         if deduplicated:
-            events = events.dropDuplicates(["event_id"]).cache()
-            cached.append(events)
-        requests = requests_of(events).drop("request_key").cache()
-        # The events the event sections and the events-*.csv files are drawn from (denied,
-        # dry-run objections, dry runs, config changes, lifecycle): read once, kept in memory.
-        notable = events.where(_notable()).cache()
-        cached.extend([requests, notable])
-        try:
-            with ThreadPoolExecutor(max_workers=_CONCURRENT_JOBS) as pool:
-                chains = pool.submit(self._chains, every_row)
-                request_totals_ = pool.submit(self._requests, requests, notable)
-                notable_done = pool.submit(self._notable, requests, notable)
-                event_totals = pool.submit(self._event_totals, events)
-                self.totals = event_totals.result() | request_totals_.result()
-                notable_done.result()
-                self.chains = chains.result()
-        finally:
-            for frame in cached:
-                frame.unpersist()
+            events = kept(events.dropDuplicates(["event_id"]))
+        with ThreadPoolExecutor(max_workers=_CONCURRENT_JOBS) as pool:
+            chains = pool.submit(self._chains, every_row)
+            request_totals_ = pool.submit(self._requests, events)
+            notable_done = pool.submit(self._notable, events)
+            event_totals = pool.submit(self._event_totals, events)
+            self.totals = event_totals.result() | request_totals_.result()
+            notable_done.result()
+            self.chains = chains.result()
 
     def _chains(self, events: DataFrame) -> list[Row]:
         self._progress.stage("chains")
@@ -463,24 +454,29 @@ class _Figures:
         self._progress.stage("totals")
         return _collect(totals(events))[0]
 
-    def _requests(self, requests: DataFrame, notable: DataFrame) -> Row:
+    def _requests(self, events: DataFrame) -> Row:
         self._progress.stage("requests")
+        requests = kept(requests_of(events).drop("request_key"))
         request_total = _collect(request_totals(requests))[0]
-        self._sections_of("requests", requests, notable)
+        self._sections_of("requests", requests)
         return request_total
 
-    def _notable(self, requests: DataFrame, notable: DataFrame) -> None:
+    def _notable(self, events: DataFrame) -> None:
         self._progress.stage("notable events")
-        self._sections_of("events", requests, notable)
+        # The events the event sections and the events-*.csv files are drawn from (denied,
+        # dry-run objections, dry runs, config changes, lifecycle): read once, kept.
+        notable = kept(events.where(_notable()))
+        self._sections_of("events", notable)
         self._progress.stage("events behind the figures")
         for name, frame in _event_sets(notable).items():
             _write_frame_csv(self._out / f"events-{name}.csv", frame)
 
-    def _sections_of(self, frames: str, requests: DataFrame, notable: DataFrame) -> None:
+    def _sections_of(self, frames: str, frame: DataFrame) -> None:
+        """The sections drawn from ``frames`` (``requests`` or ``events``), from ``frame``."""
         for section in self._sections:
             if section.frames == frames:
                 self._progress.stage(section.title.lower())
-                rows, total = _section_rows(section, requests, notable, self._out)
+                rows, total = _section_rows(section, frame, self._out)
                 self.reports[section.name] = rows
                 if total is not None:
                     self.listed[section.name] = total
@@ -489,6 +485,18 @@ class _Figures:
 _UNUSED_COLUMNS: Final = frozenset(
     {"schema_version", "api_version", "records_examined", "bytes_examined", "topic_spec", "date"}
 )
+
+
+def kept(frame: DataFrame) -> DataFrame:
+    """``frame`` computed once, now, and kept by the executors for the figures read from it.
+
+    A local checkpoint, not ``cache()``: the cache builds compressed in-memory columns,
+    which for a million requests cost three times the local checkpoint's stored rows
+    (10-23 s against 3-6 s on the 2-core bench machine, the same run), and more than
+    reading the table again. What a local checkpoint gives up is recomputing a lost block:
+    an executor lost during a report fails the report, which is run again.
+    """
+    return frame.localCheckpoint(eager=True)
 
 
 def _report_settings(spark: SparkSession) -> None:
@@ -504,21 +512,16 @@ def _report_settings(spark: SparkSession) -> None:
         spark.conf.set("spark.sql.adaptive.autoBroadcastJoinThreshold", "64MB")
 
 
-def _section_rows(
-    section: _Section, requests: DataFrame, events: DataFrame, out: Path
-) -> tuple[list[Row], int | None]:
-    """The section's rows; for a listing, its first ``_PAGE_ROWS`` and how many there are
-    (the CSV file, written here, has every row)."""
-    frame = section.build(requests, events)
+def _section_rows(section: _Section, source: DataFrame, out: Path) -> tuple[list[Row], int | None]:
+    """The section's rows, from its frame ``source``; for a listing, its first
+    ``_PAGE_ROWS`` and how many there are (the CSV file, written here, has every row)."""
+    frame = section.build(source)
     if not section.listing:
         return _collect(frame), None
-    frame = frame.cache()
-    try:
-        total = frame.count()
-        _write_frame_csv(out / f"{section.name}.csv", frame)
-        return _collect(frame.limit(_PAGE_ROWS)), total
-    finally:
-        frame.unpersist()
+    frame = kept(frame)
+    total = frame.count()
+    _write_frame_csv(out / f"{section.name}.csv", frame)
+    return _collect(frame.limit(_PAGE_ROWS)), total
 
 
 # --------------------------------------------------------------------------------------------
