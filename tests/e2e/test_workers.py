@@ -24,6 +24,8 @@ import pytest
 import yaml
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 
 from gateway.config import HostPort
 from gateway.embedded import EmbeddedBroker, free_port
@@ -153,8 +155,9 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def owners(port: int) -> dict[int, int]:
-    """Client port -> the pid that holds the gateway's end of that connection to ``port``."""
+def owners(port: int) -> dict[str, int]:
+    """Client ``host:port`` -> the pid that holds the gateway's end of that connection to
+    ``port``."""
     out = subprocess.run(
         ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"],
         capture_output=True,
@@ -166,8 +169,14 @@ def owners(port: int) -> dict[int, int]:
         fields = line.split()
         pid = re.search(r"pid=(\d+)", line)
         if pid:
-            found[int(fields[3].rpartition(":")[2])] = int(pid.group(1))
+            found[fields[3]] = int(pid.group(1))
     return found
+
+
+def local(client: RawClient) -> str:
+    """The client's end of its connection, as :func:`owners` names it."""
+    host, port = client.sock.getsockname()[:2]
+    return f"{host}:{port}"
 
 
 def get(url: str) -> tuple[int, str]:
@@ -227,15 +236,15 @@ def two_workers(broker: HostPort, tmp_path: Path) -> Iterator[Running]:
 
 
 def clients_on_each_worker(running: Running, workers: int = 2) -> dict[int, RawClient]:
-    """One open connection served by each worker: connections are opened until the kernel
-    has given each worker one (SO_REUSEPORT spreads them by a hash of the addresses)."""
+    """One open connection served by each worker: connections are opened, each from a
+    loopback address of its own (127.0.0.2, 127.0.0.3, ...), until the supervisor has
+    steered one to each worker (it steers by a hash of the client's address)."""
     chosen: dict[int, RawClient] = {}
     spare: list[RawClient] = []
-    for _ in range(200):
-        client = RawClient(running.bootstrap)
-        port = client.sock.getsockname()[1]
-        assert wait_for(lambda p=port: p in owners(running.port), timeout=10)
-        pid = owners(running.port)[port]
+    for n in range(2, 200):
+        client = RawClient(running.bootstrap, source=f"127.0.0.{n}")
+        assert wait_for(lambda c=client: local(c) in owners(running.port), timeout=10)
+        pid = owners(running.port)[local(client)]
         if pid in chosen:
             spare.append(client)
         else:
@@ -1092,3 +1101,83 @@ def test_workers_stop_when_the_supervisor_is_killed(two_workers: Running) -> Non
         return not any(Path(f"/proc/{pid}").exists() for pid in workers)
 
     assert wait_for(gone, 60), "a worker outlived its supervisor"
+
+
+# --- per-address limits: each client address is steered to one worker --------------------
+
+
+def answered(client: RawClient) -> bool:
+    """Whether the gateway serves the connection: an ApiVersions request gets its answer (a
+    connection refused at accept is closed unread)."""
+    hello = ApiVersionsRequest(client_software_name="kpg-test", client_software_version="1")
+    try:
+        client.request(18, 3, hello)
+    except OSError:
+        return False
+    return True
+
+
+def open_node_listener(running: Running) -> None:
+    """Have a worker open the node listener (a Metadata answer names the node), from an
+    address of its own (127.0.0.254), closed after."""
+    client = RawClient(running.bootstrap, source="127.0.0.254")
+    try:
+        client.request(
+            3,
+            12,
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+    finally:
+        client.close()
+
+
+def test_one_address_holds_max_connections_per_ip_over_the_whole_gateway(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """Before: each worker counted the address on its own, and the kernel spread its
+    connections over both workers, so it held up to twice the limit."""
+    limit = 3
+    running = start(write_config(tmp_path, broker, limits={"max.connections.per.ip": limit}))
+    clients: list[RawClient] = []
+    try:
+        open_node_listener(running)
+        # One address, over the bootstrap port and the node port alike.
+        for n in range(12):
+            port = running.port if n % 2 else running.node_port
+            clients.append(RawClient(f"127.0.0.1:{port}"))
+        served = [client for client in clients if answered(client)]
+        assert len(served) == limit
+        held = owners(running.port) | owners(running.node_port)
+        assert len({pid for peer, pid in held.items() if peer.startswith("127.0.0.1:")}) == 1
+        # Another address is counted apart.
+        assert answered(RawClient(running.bootstrap, source="127.0.0.2"))
+    finally:
+        for client in clients:
+            client.close()
+        running.stop()
+
+
+def test_each_address_keeps_to_one_worker_and_addresses_spread_over_both(
+    two_workers: Running,
+) -> None:
+    running = two_workers
+    open_node_listener(running)
+    clients = []
+    for n in range(2, 18):
+        for port in (running.port, running.node_port, running.port, running.node_port):
+            client = RawClient(f"127.0.0.1:{port}", source=f"127.0.0.{n}")
+            assert answered(client)
+            clients.append(client)
+    held = owners(running.port) | owners(running.node_port)
+    workers_of: dict[str, set[int]] = {}
+    for client in clients:
+        workers_of.setdefault(client.sock.getsockname()[0], set()).add(held[local(client)])
+    assert len(workers_of) == 16
+    assert all(len(pids) == 1 for pids in workers_of.values()), workers_of
+    assert set().union(*workers_of.values()) == running.workers()
+    for client in clients:
+        client.close()

@@ -1,0 +1,299 @@
+"""One worker per client address under ``kpg run --workers N``.
+
+Each worker's listeners share their ports with the others' (SO_REUSEPORT). Left to itself the
+kernel picks a worker for each new connection by a hash of both ends' addresses and ports, so
+one client address reached every worker, and the limits counted per address in each worker
+(``max.connections.per.ip``, ``max.connection.creation.rate.per.ip``, the audit pacing of a
+client not yet authenticated) let it have N times as much.
+
+So the supervisor opens every client listener itself, N sockets per address bound, in worker
+order (a socket's index in its reuseport group is the order it started listening in), and
+hands worker i its socket i over a Unix socket (SCM_RIGHTS). It keeps its own copies, so no
+socket leaves a group while the gateway runs and every group keeps the same order: index i is
+worker i on the bootstrap listener and on every node listener, and a worker started again
+takes back the sockets it had (the connections queued for it meanwhile wait for it). A
+classic BPF program attached to each group (SO_ATTACH_REUSEPORT_CBPF, no privilege needed)
+picks the socket from a hash of the client's source address alone (IPv4, IPv4-mapped ones on
+a dual-stack socket alike, or the four words of an IPv6 address folded): every connection
+from one address goes to one worker, whose counts are then the gateway's. The program maps a
+worker that is not ready (dead, being started again, given up) to a ready one: the addresses
+of the others stay where they are.
+
+Contracts, stated once:
+
+- Steering holds while the set of ready workers does not change; when it changes, the
+  addresses of the worker that left go to another, and an address's connections opened
+  before stay on the worker that accepted them (until they close, it may hold up to twice
+  its limit over the two).
+- Where the kernel refuses the program (not Linux, or a kernel before 4.5), the sockets are
+  shared as before, the kernel's hash of both ends spreads connections, and the supervisor
+  logs once that per-address limits count per worker.
+- Limits that are not per address (``max.connections``, ``max.connection.creation.rate``,
+  the audit pacing of an authenticated principal) stay counted per worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ctypes
+import json
+import logging
+import socket
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+SO_ATTACH_REUSEPORT_CBPF: Final = 51
+"""``<asm-generic/socket.h>``; Python's socket module does not name it."""
+BACKLOG: Final = 100
+"""asyncio's default for ``start_server``, which the workers used to bind with."""
+MAX_MESSAGE: Final = 65536
+MAX_FDS: Final = 64
+
+# Classic BPF (linux/filter.h, linux/bpf_common.h).
+_SKF_NET_OFF: Final = -0x100000
+"""Loads relative to the network header: a reuseport program for TCP sees the packet with its
+data pointer past the TCP header (a SYN has nothing there)."""
+_LD_B_ABS: Final = 0x30
+_LD_W_ABS: Final = 0x20
+_ALU_RSH_K: Final = 0x74
+_ALU_MUL_K: Final = 0x24
+_ALU_MOD_K: Final = 0x94
+_ALU_XOR_X: Final = 0xAC
+_JMP_JA: Final = 0x05
+_JMP_JEQ_K: Final = 0x15
+_MISC_TAX: Final = 0x07
+_MISC_TXA: Final = 0x87
+_RET_K: Final = 0x06
+_RET_A: Final = 0x16
+_BPF_MAXINSNS: Final = 4096
+_GOLDEN: Final = 0x9E3779B1
+"""Fibonacci hashing: consecutive addresses (a client's 10.0.0.1, 10.0.0.2, ...) fall on
+different workers."""
+
+
+def _insn(code: int, k: int = 0, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def steering_program(workers: int, ready: Sequence[int]) -> bytes:
+    """A classic BPF program for a reuseport group of ``workers`` sockets (worker i's at index
+    i): the source address's hash picks a worker, and a worker not in ``ready`` (when any is)
+    is replaced by a ready one. Returns the ``struct sock_filter`` array.
+
+    :raises ValueError: when the program would be longer than the kernel takes.
+    """
+    ready = sorted(set(ready)) or list(range(workers))
+    net = _SKF_NET_OFF
+    ipv6 = [_insn(_LD_W_ABS, net + 8), _insn(_MISC_TAX)]
+    for offset in (12, 16, 20):
+        ipv6 += [_insn(_LD_W_ABS, net + offset), _insn(_ALU_XOR_X), _insn(_MISC_TAX)]
+    ipv6.append(_insn(_MISC_TXA))
+    program = [
+        _insn(_LD_B_ABS, net),  # version and header length
+        _insn(_ALU_RSH_K, 4),
+        _insn(_JMP_JEQ_K, 4, jt=0, jf=2),  # IPv4: the source address at 12
+        _insn(_LD_W_ABS, net + 12),
+        _insn(_JMP_JA, len(ipv6)),
+        *ipv6,  # IPv6: the source address at 8, its four words folded
+        _insn(_ALU_MUL_K, _GOLDEN),
+        _insn(_ALU_RSH_K, 16),
+        _insn(_ALU_MOD_K, workers),
+    ]
+    for bucket in range(workers):
+        target = bucket if bucket in ready else ready[bucket % len(ready)]
+        program += [_insn(_JMP_JEQ_K, bucket, jt=0, jf=1), _insn(_RET_K, target)]
+    program.append(_insn(_RET_A))
+    if len(program) > _BPF_MAXINSNS:
+        raise ValueError(f"{workers} workers need a program longer than the kernel takes")
+    return b"".join(program)
+
+
+def attach_steering(sock: socket.socket, program: bytes) -> None:
+    """Attach ``program`` to the reuseport group of ``sock`` (replacing the group's).
+
+    :raises OSError: when the kernel refuses it.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    # struct sock_fprog { unsigned short len; struct sock_filter *filter; }, native alignment
+    fprog = struct.pack("HP", len(program) // 8, ctypes.addressof(buffer))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, fprog)
+
+
+# --- the supervisor's side -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Group:
+    """The sockets bound for one address of a listener, worker i's at index i."""
+
+    sockets: list[socket.socket]
+
+
+@dataclass(slots=True)
+class SharedListeners:
+    """The supervisor's copies of every client listener's sockets (see the module docstring)."""
+
+    workers: int
+    _listeners: dict[tuple[str | None, int], list[_Group]] = field(default_factory=dict)
+    _ready: tuple[int, ...] = ()
+    _closed: bool = False
+    steering: bool = True
+    """False once the kernel refused a program: the sockets are shared unsteered."""
+    nodes: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """Node id -> the broker address it forwards to, for every node listener opened: a worker
+    started (again) opens them all, so that every worker accepts on every node port."""
+
+    def sockets(self, host: str | None, port: int, index: int) -> list[socket.socket]:
+        """Worker ``index``'s sockets for ``host:port`` (one per address the host resolves
+        to), bound for every worker on the first call.
+
+        :raises OSError: when the address cannot be bound.
+        """
+        if self._closed:
+            raise OSError(errno.ESHUTDOWN, "the gateway is stopping")
+        groups = self._listeners.get((host, port))
+        if groups is None:
+            groups = self._listeners[(host, port)] = self._bind(host, port)
+        return [group.sockets[index] for group in groups]
+
+    def _bind(self, host: str | None, port: int) -> list[_Group]:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        groups: list[_Group] = []
+        try:
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                group = _Group(sockets=[])
+                groups.append(group)
+                for _ in range(self.workers):  # listen() in worker order: index i, worker i
+                    sock = socket.socket(family, kind, proto)
+                    group.sockets.append(sock)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    sock.bind(address)
+                    sock.listen(BACKLOG)
+                    sock.setblocking(False)
+                self._steer(group)
+        except OSError:
+            for group in groups:
+                for sock in group.sockets:
+                    sock.close()
+            raise
+        return groups
+
+    def set_ready(self, ready: Sequence[int]) -> None:
+        """The workers ready to accept now: the others' addresses go to them."""
+        ready = tuple(sorted(ready))
+        if ready == self._ready:
+            return
+        self._ready = ready
+        for groups in self._listeners.values():
+            for group in groups:
+                self._steer(group)
+
+    def _steer(self, group: _Group) -> None:
+        if not self.steering:
+            return
+        try:
+            attach_steering(group.sockets[0], steering_program(self.workers, self._ready))
+        except (OSError, ValueError) as exc:
+            self.steering = False
+            log.warning(
+                "supervisor: cannot steer each client address to one worker (%s): the kernel "
+                "spreads one address's connections over the workers, and the per-address "
+                "limits (max.connections.per.ip, max.connection.creation.rate.per.ip, the "
+                "audit pacing of unauthenticated clients) are counted per worker",
+                exc,
+            )
+
+    def drain(self, index: int) -> None:
+        """Close the connections queued for worker ``index`` (given up: nobody will take
+        them; its addresses are steered to the others by then)."""
+        for groups in self._listeners.values():
+            for group in groups:
+                with contextlib.suppress(OSError):
+                    while True:
+                        connection, _ = group.sockets[index].accept()
+                        connection.close()
+
+    def close(self) -> None:
+        """Drop the supervisor's copies (a worker's stay open until it closes them); no
+        listener is opened after."""
+        self._closed = True
+        for groups in self._listeners.values():
+            for group in groups:
+                for sock in group.sockets:
+                    sock.close()
+        self._listeners.clear()
+
+    def answer(self, channel: socket.socket, index: int, request: bytes) -> str | None:
+        """Answer one request of worker ``index`` on ``channel``; returns the node listener
+        the request opened for the first time, as a ``node`` command line for the workers."""
+        opened = None
+        try:
+            asked = json.loads(request)
+            host, port = asked["host"], int(asked["port"])
+            first = (host, port) not in self._listeners
+            sockets = self.sockets(host, port, index)
+        except OSError as exc:
+            reply = {"errno": exc.errno or 0, "error": exc.strerror or str(exc)}
+            channel.send(json.dumps(reply).encode())
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            channel.send(json.dumps({"errno": 0, "error": f"bad request: {exc}"}).encode())
+            return None
+        node, upstream = asked.get("node"), asked.get("upstream")
+        if isinstance(node, int) and isinstance(upstream, list) and len(upstream) == 2:
+            self.nodes[node] = (str(upstream[0]), int(upstream[1]))
+            if first:
+                opened = node_command(node, *self.nodes[node])
+        socket.send_fds(channel, [b"{}"], [s.fileno() for s in sockets])
+        return opened
+
+    def node_commands(self) -> list[str]:
+        return [node_command(node, *upstream) for node, upstream in self.nodes.items()]
+
+
+def node_command(node: int, host: str, port: int) -> str:
+    """The command line telling a worker to open node ``node``'s listener, forwarding to the
+    broker at ``host:port`` (see :func:`gateway.supervisor.worker_commands`)."""
+    return f"node {json.dumps({'node': node, 'host': host, 'port': port})}\n"
+
+
+# --- a worker's side -----------------------------------------------------------------------
+
+
+def request_sockets(
+    channel: socket.socket,
+    host: str | None,
+    port: int,
+    node: int | None = None,
+    upstream: tuple[str, int] | None = None,
+) -> list[socket.socket]:
+    """Ask the supervisor for this worker's sockets of ``host:port`` (blocking: run it off
+    the event loop, one request at a time).
+
+    :raises OSError: as the bind in the supervisor failed, or the supervisor is gone.
+    """
+    request = {"host": host, "port": port, "node": node, "upstream": upstream and list(upstream)}
+    channel.send(json.dumps(request).encode())
+    message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS)
+    sockets = [socket.socket(fileno=fd) for fd in fds]
+    if not message:
+        raise ConnectionResetError("the supervisor closed the listener channel")
+    reply = json.loads(message)
+    if "error" in reply:
+        for sock in sockets:
+            sock.close()
+        raise OSError(int(reply["errno"]), str(reply["error"]))
+    for sock in sockets:
+        sock.setblocking(False)
+    return sockets
+
