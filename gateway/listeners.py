@@ -101,14 +101,14 @@ class ListenerGroup:
 
 async def listener_group(
     sockets: list[socket.socket],
-    connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
+    connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], None],
     limit: int,
 ) -> ListenerGroup:
     """Serve ``connected`` on listening ``sockets``, as ``asyncio.start_server`` serves."""
     servers = []
     try:
         for sock in sockets:
-            servers.append(await asyncio.start_server(connected, sock=sock, limit=limit))  # type: ignore[arg-type]
+            servers.append(await asyncio.start_server(connected, sock=sock, limit=limit))
     except OSError:
         for server in servers:
             server.close()

@@ -35,8 +35,8 @@ Contracts, stated once:
 from __future__ import annotations
 
 import contextlib
-import errno
 import ctypes
+import errno
 import json
 import logging
 import socket
@@ -139,7 +139,8 @@ class SharedListeners:
     """The supervisor's copies of every client listener's sockets (see the module docstring)."""
 
     workers: int
-    _listeners: dict[tuple[str | None, int], list[_Group]] = field(default_factory=dict)
+    _listeners: dict[tuple[str | None, int], tuple[str, list[_Group]]] = field(default_factory=dict)
+    """(host, port) -> the listener's name and its groups (one per address bound)."""
     _ready: tuple[int, ...] = ()
     _closed: bool = False
     steering: bool = True
@@ -148,18 +149,23 @@ class SharedListeners:
     """Node id -> the broker address it forwards to, for every node listener opened: a worker
     started (again) opens them all, so that every worker accepts on every node port."""
 
-    def sockets(self, host: str | None, port: int, index: int) -> list[socket.socket]:
-        """Worker ``index``'s sockets for ``host:port`` (one per address the host resolves
-        to), bound for every worker on the first call.
+    def sockets(
+        self, listener: str, host: str | None, port: int, index: int
+    ) -> list[socket.socket]:
+        """Worker ``index``'s sockets of ``listener`` on ``host:port`` (one per address the
+        host resolves to), bound for every worker on the first call.
 
-        :raises OSError: when the address cannot be bound.
+        :raises OSError: when the address cannot be bound, or is another listener's (the
+            kernel would share the port between them).
         """
         if self._closed:
             raise OSError(errno.ESHUTDOWN, "the gateway is stopping")
-        groups = self._listeners.get((host, port))
-        if groups is None:
-            groups = self._listeners[(host, port)] = self._bind(host, port)
-        return [group.sockets[index] for group in groups]
+        found = self._listeners.get((host, port))
+        if found is None:
+            found = self._listeners[(host, port)] = (listener, self._bind(host, port))
+        if found[0] != listener:
+            raise OSError(errno.EADDRINUSE, f"the {found[0]} listener's address")
+        return [group.sockets[index] for group in found[1]]
 
     def _bind(self, host: str | None, port: int) -> list[_Group]:
         infos = socket.getaddrinfo(
@@ -194,7 +200,7 @@ class SharedListeners:
         if ready == self._ready:
             return
         self._ready = ready
-        for groups in self._listeners.values():
+        for _, groups in self._listeners.values():
             for group in groups:
                 self._steer(group)
 
@@ -216,7 +222,7 @@ class SharedListeners:
     def drain(self, index: int) -> None:
         """Close the connections queued for worker ``index`` (given up: nobody will take
         them; its addresses are steered to the others by then)."""
-        for groups in self._listeners.values():
+        for _, groups in self._listeners.values():
             for group in groups:
                 with contextlib.suppress(OSError):
                     while True:
@@ -227,7 +233,7 @@ class SharedListeners:
         """Drop the supervisor's copies (a worker's stay open until it closes them); no
         listener is opened after."""
         self._closed = True
-        for groups in self._listeners.values():
+        for _, groups in self._listeners.values():
             for group in groups:
                 for sock in group.sockets:
                     sock.close()
@@ -239,9 +245,9 @@ class SharedListeners:
         opened = None
         try:
             asked = json.loads(request)
-            host, port = asked["host"], int(asked["port"])
+            name, host, port = str(asked["listener"]), asked["host"], int(asked["port"])
             first = (host, port) not in self._listeners
-            sockets = self.sockets(host, port, index)
+            sockets = self.sockets(name, host, port, index)
         except OSError as exc:
             reply = {"errno": exc.errno or 0, "error": exc.strerror or str(exc)}
             channel.send(json.dumps(reply).encode())
@@ -272,17 +278,25 @@ def node_command(node: int, host: str, port: int) -> str:
 
 def request_sockets(
     channel: socket.socket,
+    listener: str,
     host: str | None,
     port: int,
     node: int | None = None,
     upstream: tuple[str, int] | None = None,
 ) -> list[socket.socket]:
-    """Ask the supervisor for this worker's sockets of ``host:port`` (blocking: run it off
-    the event loop, one request at a time).
+    """Ask the supervisor for this worker's sockets of ``listener`` (``bootstrap``,
+    ``node-<id>``) on ``host:port`` (blocking: run it off the event loop, one request at a
+    time).
 
     :raises OSError: as the bind in the supervisor failed, or the supervisor is gone.
     """
-    request = {"host": host, "port": port, "node": node, "upstream": upstream and list(upstream)}
+    request = {
+        "listener": listener,
+        "host": host,
+        "port": port,
+        "node": node,
+        "upstream": upstream and list(upstream),
+    }
     channel.send(json.dumps(request).encode())
     message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS)
     sockets = [socket.socket(fileno=fd) for fd in fds]
@@ -296,4 +310,3 @@ def request_sockets(
     for sock in sockets:
         sock.setblocking(False)
     return sockets
-

@@ -409,9 +409,7 @@ class Gateway:
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers
 
-    async def _start_node(
-        self, node_id: int, host: str, port: int, upstream: HostPort
-    ) -> Listener:
+    async def _start_node(self, node_id: int, host: str, port: int, upstream: HostPort) -> Listener:
         def targets() -> Sequence[HostPort]:
             upstream = self.nodes.upstream_of(node_id)
             return () if upstream is None else (upstream,)  # none: the node has left
@@ -438,7 +436,7 @@ class Gateway:
         connection limits) before its handshake: see :mod:`gateway.listeners`."""
         context = self._ssl
         if self._shared_listeners is not None:
-            sockets = await self._shared_sockets(host, port, node)
+            sockets = await self._shared_sockets(listener, host, port, node)
             if context is None:
                 return await listener_group(
                     sockets, lambda r, w: self._accept(r, w, listener, targets), STREAM_LIMIT
@@ -462,9 +460,9 @@ class Gateway:
         )
 
     async def _shared_sockets(
-        self, host: str, port: int, node: tuple[int, HostPort] | None
+        self, listener: str, host: str, port: int, node: tuple[int, HostPort] | None
     ) -> list[socket.socket]:
-        """This worker's sockets of ``host:port``, from the supervisor.
+        """This worker's sockets of ``listener`` on ``host:port``, from the supervisor.
 
         :raises OSError: as binding them failed.
         """
@@ -473,7 +471,13 @@ class Gateway:
         upstream = None if node is None else (node[1].host, node[1].port)
         async with self._shared_lock:  # one request at a time on the channel
             return await asyncio.to_thread(
-                request_sockets, channel, host, port, None if node is None else node[0], upstream
+                request_sockets,
+                channel,
+                listener,
+                host,
+                port,
+                None if node is None else node[0],
+                upstream,
             )
 
     def _accept(
