@@ -375,6 +375,14 @@ def test_a_killed_worker_loses_no_completed_segment_and_is_started_again(
     fresh = clients_on_each_worker(running)
     assert set(fresh) == {survivor, newcomer}
     assert raw_produce(fresh[newcomer], topic, ()) == INVALID_RECORD
+    # It listens on the node port too, with no Metadata answer of its own yet: the
+    # supervisor steers an address to it on every port, and had it open the node listener
+    # the other worker opened.
+    address = fresh[newcomer].sock.getsockname()[0]
+    node = RawClient(f"127.0.0.1:{running.node_port}", source=address)
+    assert answered(node)
+    assert owners(running.node_port)[local(node)] == newcomer
+    node.close()
     for client in fresh.values():
         client.close()
     assert "was killed by SIGKILL" in running.stderr()

@@ -1,0 +1,94 @@
+"""Steering each client address to one worker (gateway.reuseport), against this kernel: the
+supervisor's sockets of two listeners on loopback, connections from loopback addresses of
+their own, and which worker's socket each one queues on. No gateway: what the processes of
+``kpg run --workers 2`` then hold is shown in tests/e2e/test_workers.py."""
+
+from __future__ import annotations
+
+import select
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.reuseport import SharedListeners
+
+pytestmark = pytest.mark.unit
+
+WORKERS = 3
+SOURCES = [f"127.0.0.{n}" for n in range(2, 26)]
+
+
+@pytest.fixture
+def shared() -> Iterator[SharedListeners]:
+    listeners = SharedListeners(workers=WORKERS)
+    try:
+        yield listeners
+    finally:
+        listeners.close()
+
+
+def bound(shared: SharedListeners, name: str) -> tuple[int, list[socket.socket]]:
+    """A listener on a free loopback port: (port, worker i's socket at i)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    workers = [shared.sockets(name, "127.0.0.1", port, i)[0] for i in range(WORKERS)]
+    return port, workers
+
+
+def worker_of(source: str, port: int, workers: list[socket.socket]) -> int:
+    """The worker whose socket a connection from ``source`` queues on (accepted and closed)."""
+    with socket.create_connection(("127.0.0.1", port), source_address=(source, 0)):
+        ready, _, _ = select.select(workers, [], [], 10)
+        assert len(ready) == 1
+        connection, _ = ready[0].accept()
+        connection.close()
+        return workers.index(ready[0])
+
+
+def test_an_address_goes_to_one_worker_on_every_listener(shared: SharedListeners) -> None:
+    bootstrap, bootstrap_workers = bound(shared, "bootstrap")
+    node, node_workers = bound(shared, "node-1")
+    assert shared.steering
+    chosen = {}
+    for source in SOURCES:
+        seen = {worker_of(source, bootstrap, bootstrap_workers) for _ in range(3)}
+        seen |= {worker_of(source, node, node_workers) for _ in range(3)}
+        assert len(seen) == 1, f"{source} reached workers {seen}"
+        chosen[source] = seen.pop()
+    assert set(chosen.values()) == set(range(WORKERS)), chosen
+
+
+def test_the_addresses_of_a_worker_not_ready_go_to_the_others_and_no_one_else_moves(
+    shared: SharedListeners,
+) -> None:
+    port, workers = bound(shared, "bootstrap")
+    before = {source: worker_of(source, port, workers) for source in SOURCES}
+    shared.set_ready([0, 2])  # worker 1 died
+    after = {source: worker_of(source, port, workers) for source in SOURCES}
+    assert 1 not in after.values()
+    assert all(after[s] == before[s] for s in SOURCES if before[s] != 1)
+    shared.set_ready([0, 1, 2])  # started again
+    assert {source: worker_of(source, port, workers) for source in SOURCES} == before
+
+
+def test_a_second_listener_on_one_address_is_refused(shared: SharedListeners) -> None:
+    port, _ = bound(shared, "bootstrap")
+    with pytest.raises(OSError, match="bootstrap listener"):
+        shared.sockets("node-7", "127.0.0.1", port, 0)
+
+
+def test_a_given_up_worker_s_queued_connections_are_closed(shared: SharedListeners) -> None:
+    port, workers = bound(shared, "bootstrap")
+    source = next(s for s in SOURCES if worker_of(s, port, workers) == 1)
+    client = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
+    try:
+        assert select.select(workers, [], [], 10)[0] == [workers[1]]  # queued for worker 1
+        shared.set_ready([0, 2])
+        shared.drain(1)
+        assert select.select(workers, [], [], 0)[0] == []
+        client.settimeout(10)
+        assert client.recv(1) == b""  # closed, not left hanging
+    finally:
+        client.close()
