@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from .config import KAFKA_UNLIMITED, LimitsConfig
+
 log = logging.getLogger(__name__)
 
 SO_ATTACH_REUSEPORT_CBPF: Final = 51
@@ -60,6 +62,9 @@ _SKF_NET_OFF: Final = -0x100000
 data pointer past the TCP header (a SYN has nothing there)."""
 _LD_B_ABS: Final = 0x30
 _LD_W_ABS: Final = 0x20
+_LD_H_ABS: Final = 0x28
+_LD_H_IND: Final = 0x48
+_LDX_B_MSH: Final = 0xB1
 _ALU_RSH_K: Final = 0x74
 _ALU_MUL_K: Final = 0x24
 _ALU_MOD_K: Final = 0x94
@@ -80,26 +85,35 @@ def _insn(code: int, k: int = 0, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def steering_program(workers: int, ready: Sequence[int]) -> bytes:
+def steering_program(workers: int, ready: Sequence[int], *, by_address: bool) -> bytes:
     """A classic BPF program for a reuseport group of ``workers`` sockets (worker i's at index
-    i): the source address's hash picks a worker, and a worker not in ``ready`` (when any is)
-    is replaced by a ready one. Returns the ``struct sock_filter`` array.
+    i): a hash of the client's source address (``by_address``), else of its address and
+    port, picks a worker, and a worker not in ``ready`` (when any is) is replaced by a ready
+    one. Returns the ``struct sock_filter`` array.
 
     :raises ValueError: when the program would be longer than the kernel takes.
     """
     ready = sorted(set(ready)) or list(range(workers))
     net = _SKF_NET_OFF
-    ipv6 = [_insn(_LD_W_ABS, net + 8), _insn(_MISC_TAX)]
+    ipv4 = []
+    if not by_address:  # the source port, past the header's length: X
+        ipv4 += [_insn(_LDX_B_MSH, net), _insn(_LD_H_IND, net), _insn(_MISC_TAX)]
+    ipv4 += [_insn(_LD_W_ABS, net + 12)]  # the source address
+    if not by_address:
+        ipv4 += [_insn(_ALU_XOR_X)]
+    ipv6 = [_insn(_LD_W_ABS, net + 8), _insn(_MISC_TAX)]  # its four words folded
     for offset in (12, 16, 20):
         ipv6 += [_insn(_LD_W_ABS, net + offset), _insn(_ALU_XOR_X), _insn(_MISC_TAX)]
+    if not by_address:  # the source port, after the fixed header
+        ipv6 += [_insn(_LD_H_ABS, net + 40), _insn(_ALU_XOR_X), _insn(_MISC_TAX)]
     ipv6.append(_insn(_MISC_TXA))
     program = [
         _insn(_LD_B_ABS, net),  # version and header length
         _insn(_ALU_RSH_K, 4),
-        _insn(_JMP_JEQ_K, 4, jt=0, jf=2),  # IPv4: the source address at 12
-        _insn(_LD_W_ABS, net + 12),
+        _insn(_JMP_JEQ_K, 4, jt=0, jf=len(ipv4) + 1),
+        *ipv4,
         _insn(_JMP_JA, len(ipv6)),
-        *ipv6,  # IPv6: the source address at 8, its four words folded
+        *ipv6,
         _insn(_ALU_MUL_K, _GOLDEN),
         _insn(_ALU_RSH_K, 16),
         _insn(_ALU_MOD_K, workers),
@@ -141,6 +155,9 @@ class SharedListeners:
     workers: int
     _listeners: dict[tuple[str | None, int], tuple[str, list[_Group]]] = field(default_factory=dict)
     """(host, port) -> the listener's name and its groups (one per address bound)."""
+    by_address: bool = False
+    """Steer by the client's address (else by its address and port: spread, as the kernel
+    would); see :func:`steers_by_address`."""
     _ready: tuple[int, ...] = ()
     _closed: bool = False
     steering: bool = True
@@ -197,9 +214,17 @@ class SharedListeners:
     def set_ready(self, ready: Sequence[int]) -> None:
         """The workers ready to accept now: the others' addresses go to them."""
         ready = tuple(sorted(ready))
-        if ready == self._ready:
-            return
-        self._ready = ready
+        if ready != self._ready:
+            self._ready = ready
+            self._steer_all()
+
+    def steer_by_address(self, by_address: bool) -> None:
+        """Steer each client address to one worker, or spread its connections."""
+        if by_address != self.by_address:
+            self.by_address = by_address
+            self._steer_all()
+
+    def _steer_all(self) -> None:
         for _, groups in self._listeners.values():
             for group in groups:
                 self._steer(group)
@@ -208,14 +233,15 @@ class SharedListeners:
         if not self.steering:
             return
         try:
-            attach_steering(group.sockets[0], steering_program(self.workers, self._ready))
+            program = steering_program(self.workers, self._ready, by_address=self.by_address)
+            attach_steering(group.sockets[0], program)
         except (OSError, ValueError) as exc:
             self.steering = False
             log.warning(
-                "supervisor: cannot steer each client address to one worker (%s): the kernel "
-                "spreads one address's connections over the workers, and the per-address "
-                "limits (max.connections.per.ip, max.connection.creation.rate.per.ip, the "
-                "audit pacing of unauthenticated clients) are counted per worker",
+                "supervisor: cannot steer connections to workers (%s): the kernel spreads one "
+                "address's connections over the workers, and the per-address limits "
+                "(max.connections.per.ip, max.connection.creation.rate.per.ip, the audit "
+                "pacing of unauthenticated clients) are counted per worker",
                 exc,
             )
 
@@ -265,6 +291,17 @@ class SharedListeners:
 
     def node_commands(self) -> list[str]:
         return [node_command(node, *upstream) for node, upstream in self.nodes.items()]
+
+
+def steers_by_address(limits: LimitsConfig) -> bool:
+    """Whether connections are steered by client address: when a per-address connection
+    limit is set. Unset (the default, for clients behind one NAT or proxy, which share an
+    address), one address's connections are spread over the workers, so that such clients
+    still use every core."""
+    return any(
+        0 < limit < KAFKA_UNLIMITED
+        for limit in (limits.max_connections_per_ip, limits.max_connection_creation_rate_per_ip)
+    )
 
 
 def node_command(node: int, host: str, port: int) -> str:

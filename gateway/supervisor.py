@@ -69,7 +69,7 @@ from prometheus_client.registry import Collector
 
 from .config import ConfigError, GatewayConfig, live_part
 from .health import MetricsEndpoint, Readiness, probe_upstream
-from .reuseport import MAX_MESSAGE, SharedListeners
+from .reuseport import MAX_MESSAGE, SharedListeners, steers_by_address
 from .upstream_security import client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -184,6 +184,7 @@ class Supervisor:
             self.metrics_port = self._endpoint.serve(
                 self.config.metrics.host, self.config.metrics.port
             )
+        self._steer_by(self.config, initial=True)
         for worker in self._workers:
             await self._start(worker)
         self._spawn(self._announce_when_ready(on_ready), "announce")
@@ -288,6 +289,25 @@ class Supervisor:
             return
         with contextlib.suppress(OSError):  # a worker that died: it needs none
             process.stdin.write("".join(lines).encode())
+
+    def _steer_by(self, config: GatewayConfig, *, initial: bool = False) -> None:
+        """Steer by client address while a per-address connection limit is set (see
+        :func:`gateway.reuseport.steers_by_address`)."""
+        by_address = steers_by_address(config.limits)
+        if not initial and by_address == self._listeners.by_address:
+            return
+        self._listeners.steer_by_address(by_address)
+        if by_address:
+            log.info(
+                "supervisor: each client address is steered to one worker (a per-address "
+                "connection limit is set): the per-address limits hold for the whole gateway"
+            )
+        else:
+            log.info(
+                "supervisor: connections are spread over the workers (no per-address "
+                "connection limit is set): what is counted per client address, such as the "
+                "audit pacing of unauthenticated clients, is counted per worker"
+            )
 
     def _steer(self) -> None:
         """Client addresses go to the workers ready to accept (see :mod:`gateway.reuseport`)."""
@@ -453,6 +473,7 @@ class Supervisor:
         if needs_restart:
             message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
         self.config = config
+        self._steer_by(config)
         return "applied", message
 
     async def _roll_back(

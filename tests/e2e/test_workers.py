@@ -235,16 +235,20 @@ def two_workers(broker: HostPort, tmp_path: Path) -> Iterator[Running]:
             running.stop()
 
 
-def clients_on_each_worker(running: Running, workers: int = 2) -> dict[int, RawClient]:
-    """One open connection served by each worker: connections are opened, each from a
-    loopback address of its own (127.0.0.2, 127.0.0.3, ...), until the supervisor has
-    steered one to each worker (it steers by a hash of the client's address)."""
+def clients_on_each_worker(
+    running: Running, workers: int = 2, port: int | None = None
+) -> dict[int, RawClient]:
+    """One open connection served by each worker (to the bootstrap port, or ``port``):
+    connections are opened, each from a loopback address of its own (127.0.0.2, 127.0.0.3,
+    ...), until the supervisor has steered one to each worker (by a hash of the client's
+    address, and of its port unless a per-address limit is set)."""
+    port = running.port if port is None else port
     chosen: dict[int, RawClient] = {}
     spare: list[RawClient] = []
     for n in range(2, 200):
-        client = RawClient(running.bootstrap, source=f"127.0.0.{n}")
-        assert wait_for(lambda c=client: local(c) in owners(running.port), timeout=10)
-        pid = owners(running.port)[local(client)]
+        client = RawClient(f"127.0.0.1:{port}", source=f"127.0.0.{n}")
+        assert wait_for(lambda c=client: local(c) in owners(port), timeout=10)
+        pid = owners(port)[local(client)]
         if pid in chosen:
             spare.append(client)
         else:
@@ -375,15 +379,13 @@ def test_a_killed_worker_loses_no_completed_segment_and_is_started_again(
     fresh = clients_on_each_worker(running)
     assert set(fresh) == {survivor, newcomer}
     assert raw_produce(fresh[newcomer], topic, ()) == INVALID_RECORD
-    # It listens on the node port too, with no Metadata answer of its own yet: the
-    # supervisor steers an address to it on every port, and had it open the node listener
-    # the other worker opened.
-    address = fresh[newcomer].sock.getsockname()[0]
-    node = RawClient(f"127.0.0.1:{running.node_port}", source=address)
-    assert answered(node)
-    assert owners(running.node_port)[local(node)] == newcomer
-    node.close()
-    for client in fresh.values():
+    # It accepts on the node port too, with no Metadata answer of its own yet: the
+    # supervisor had it open the node listener the other worker opened (a connection
+    # steered to it would otherwise wait in the queue of its socket).
+    node = clients_on_each_worker(running, port=running.node_port)
+    assert set(node) == {survivor, newcomer}
+    assert answered(node[newcomer])
+    for client in [*fresh.values(), *node.values()]:
         client.close()
     assert "was killed by SIGKILL" in running.stderr()
     assert running.stop() == 0
@@ -1144,15 +1146,20 @@ def open_node_listener(running: Running) -> None:
 
 
 def test_one_address_holds_max_connections_per_ip_over_the_whole_gateway(
-    broker: HostPort, tmp_path: Path
+    two_workers: Running,
 ) -> None:
     """Before: each worker counted the address on its own, and the kernel spread its
-    connections over both workers, so it held up to twice the limit."""
+    connections over both workers, so it held up to twice the limit. The limit is set by a
+    reload: the supervisor steers by address from then on."""
+    running = two_workers
     limit = 3
-    running = start(write_config(tmp_path, broker, limits={"max.connections.per.ip": limit}))
+    raw = yaml.safe_load(running.config.read_text())
+    raw["limits"] = {"max.connections.per.ip": limit}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    open_node_listener(running)
     clients: list[RawClient] = []
     try:
-        open_node_listener(running)
         # One address, over the bootstrap port and the node port alike.
         for n in range(12):
             port = running.port if n % 2 else running.node_port
@@ -1166,13 +1173,12 @@ def test_one_address_holds_max_connections_per_ip_over_the_whole_gateway(
     finally:
         for client in clients:
             client.close()
-        running.stop()
 
 
 def test_each_address_keeps_to_one_worker_and_addresses_spread_over_both(
-    two_workers: Running,
+    broker: HostPort, tmp_path: Path
 ) -> None:
-    running = two_workers
+    running = start(write_config(tmp_path, broker, limits={"max.connections.per.ip": 100}))
     open_node_listener(running)
     clients = []
     for n in range(2, 18):
@@ -1189,3 +1195,4 @@ def test_each_address_keeps_to_one_worker_and_addresses_spread_over_both(
     assert set().union(*workers_of.values()) == running.workers()
     for client in clients:
         client.close()
+    assert running.stop() == 0

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.reuseport import SharedListeners
+from gateway.config import from_mapping
+from gateway.reuseport import SharedListeners, steers_by_address
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ SOURCES = [f"127.0.0.{n}" for n in range(2, 26)]
 
 @pytest.fixture
 def shared() -> Iterator[SharedListeners]:
-    listeners = SharedListeners(workers=WORKERS)
+    listeners = SharedListeners(workers=WORKERS, by_address=True)
     try:
         yield listeners
     finally:
@@ -92,3 +93,30 @@ def test_a_given_up_worker_s_queued_connections_are_closed(shared: SharedListene
         assert client.recv(1) == b""  # closed, not left hanging
     finally:
         client.close()
+
+
+def test_with_no_per_address_limit_one_address_is_spread_over_the_ready_workers(
+    shared: SharedListeners,
+) -> None:
+    """Clients behind one NAT or proxy share an address: they still use every core."""
+    shared.steer_by_address(False)
+    port, workers = bound(shared, "bootstrap")
+    assert {worker_of("127.0.0.2", port, workers) for _ in range(60)} == {0, 1, 2}
+    shared.set_ready([0, 2])
+    assert {worker_of("127.0.0.2", port, workers) for _ in range(60)} == {0, 2}
+
+
+@pytest.mark.parametrize(
+    ("limits", "by_address"),
+    [
+        ({}, False),
+        ({"max.connections.per.ip": 10}, True),
+        ({"max.connection.creation.rate.per.ip": 50}, True),
+        ({"max.connections.per.ip": 2_147_483_647}, False),
+    ],
+)
+def test_steering_by_address_follows_the_per_address_connection_limits(
+    limits: dict[str, int], by_address: bool
+) -> None:
+    config = from_mapping({"upstream": {"bootstrap_servers": ["b:9092"]}, "limits": limits}, "t")
+    assert steers_by_address(config.limits) is by_address
