@@ -548,6 +548,8 @@ class Supervisor:
                 process.pid,
                 result or "no answer",
             )
+            worker.ready = False
+            self._steer()  # new connections go to the others while it stops
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
 

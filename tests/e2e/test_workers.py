@@ -10,6 +10,7 @@ import re
 import resource
 import shutil
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -37,7 +38,7 @@ from tests.batches import record, uncompressed_batch
 from tests.e2e.test_gateway_process import KPG, kpg_env, start_kpg
 from tests.enforcement_support import produce as produce_request
 from tests.inproc.test_clients import consume_assigned, create_topic, produce
-from tests.support import RawClient, outcome, unique_name, wait_for
+from tests.support import RawClient, make_pki, outcome, unique_name, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -1196,3 +1197,35 @@ def test_each_address_keeps_to_one_worker_and_addresses_spread_over_both(
     for client in clients:
         client.close()
     assert running.stop() == 0
+
+
+def test_over_tls_too_one_address_holds_max_connections_per_ip(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """TLS listeners accept in Python, on the sockets the supervisor handed over: the limit
+    holds before the handshake, for the whole gateway."""
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki", {})
+    tls = {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "client_auth": "none",
+    }
+    limits = {"max.connections.per.ip": 2}
+    running = start(write_config(tmp_path, broker, tls=tls, limits=limits))
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    clients: list[RawClient] = []
+    served = 0
+    try:
+        for _ in range(8):
+            try:
+                client = RawClient(running.bootstrap, tls=context)
+            except OSError:  # closed at accept, before the handshake
+                continue
+            clients.append(client)
+            served += answered(client)
+        assert served == 2
+    finally:
+        for client in clients:
+            client.close()
+        running.stop()
