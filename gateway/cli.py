@@ -663,6 +663,16 @@ def _supervise(
     return asyncio.run(supervisor.run(ready))
 
 
+def _listener_channel(fd: int | None) -> socket.socket | None:
+    """A worker's channel to its supervisor for its listeners' sockets (``--listener-fd``),
+    held by no process it starts."""
+    if fd is None:
+        return None
+    channel = socket.socket(fileno=fd)
+    channel.set_inheritable(False)
+    return channel
+
+
 def _announce(address: HostPort, config: GatewayConfig, metrics_port: int | None) -> None:
     print(f"kpg: gateway ready: clients use bootstrap.servers={address}", flush=True)
     if metrics_port is not None and config.metrics is not None:
@@ -696,11 +706,11 @@ def _serve(
     async def main() -> int:
         try:
             # A worker counts no reload: its supervisor counts each of the gateway's once.
-            shared = (
-                socket.socket(fileno=args.listener_fd) if args.listener_fd is not None else None
-            )
             gateway = Gateway(
-                config, reuse_port=worker, count_reloads=not worker, shared_listeners=shared
+                config,
+                reuse_port=worker,
+                count_reloads=not worker,
+                shared_listeners=_listener_channel(args.listener_fd),
             )
             await gateway.start()
         except ConfigError as exc:

@@ -335,7 +335,8 @@ def request_sockets(
         "upstream": upstream and list(upstream),
     }
     channel.send(json.dumps(request).encode())
-    message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS)
+    # Close-on-exec: nothing the worker runs may hold its listeners.
+    message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
     sockets = [socket.socket(fileno=fd) for fd in fds]
     if not message:
         raise ConnectionResetError("the supervisor closed the listener channel")

@@ -279,6 +279,8 @@ class Supervisor:
                 if opened is not None:
                     for other in self._running():
                         self._command_worker(other, [opened])
+        except OSError:
+            pass  # it died between its request and the answer
         finally:
             channel.close()
 
