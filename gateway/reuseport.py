@@ -335,9 +335,12 @@ def request_sockets(
         "upstream": upstream and list(upstream),
     }
     channel.send(json.dumps(request).encode())
-    # Close-on-exec: nothing the worker runs may hold its listeners.
-    message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
+    message, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, MAX_FDS)
     sockets = [socket.socket(fileno=fd) for fd in fds]
+    for sock in sockets:
+        # Close-on-exec: nothing the worker runs may hold its listeners (recv_fds drops
+        # its flags argument, so MSG_CMSG_CLOEXEC cannot be asked for).
+        sock.set_inheritable(False)
     if not message:
         raise ConnectionResetError("the supervisor closed the listener channel")
     reply = json.loads(message)

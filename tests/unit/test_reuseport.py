@@ -5,14 +5,17 @@ their own, and which worker's socket each one queues on. No gateway: what the pr
 
 from __future__ import annotations
 
+import errno
+import json
 import select
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from gateway.config import from_mapping
-from gateway.reuseport import SharedListeners, steers_by_address
+from gateway.reuseport import MAX_MESSAGE, SharedListeners, request_sockets, steers_by_address
 
 pytestmark = pytest.mark.unit
 
@@ -120,3 +123,76 @@ def test_steering_by_address_follows_the_per_address_connection_limits(
 ) -> None:
     config = from_mapping({"upstream": {"bootstrap_servers": ["b:9092"]}, "limits": limits}, "t")
     assert steers_by_address(config.limits) is by_address
+
+
+def ask(
+    shared: SharedListeners, index: int, listener: str, port: int, node: int | None = None
+) -> tuple[list[socket.socket] | OSError, str | None]:
+    """A worker's request over a real channel, answered as the supervisor answers it: (its
+    sockets or the error it raised, the ``node`` command line the answer gave the others)."""
+    mine, supervisors = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    opened: list[str | None] = []
+
+    def answer() -> None:
+        opened.append(shared.answer(supervisors, index, supervisors.recv(MAX_MESSAGE)))
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    upstream = None if node is None else ("broker", 9092)
+    try:
+        got: list[socket.socket] | OSError = request_sockets(
+            mine, listener, "127.0.0.1", port, node, upstream
+        )
+    except OSError as exc:
+        got = exc
+    thread.join()
+    mine.close()
+    supervisors.close()
+    return got, opened[0]
+
+
+def test_a_worker_receives_its_own_listening_sockets_held_by_nothing_it_starts(
+    shared: SharedListeners,
+) -> None:
+    port, workers = bound(shared, "bootstrap")
+    got, opened = ask(shared, 1, "bootstrap", port)
+    assert isinstance(got, list) and opened is None
+    (sock,) = got
+    assert sock.getsockname() == workers[1].getsockname()
+    assert not sock.get_inheritable()
+    # The same socket as the supervisor's copy at index 1: a connection steered there is
+    # accepted on it.
+    source = next(s for s in SOURCES if worker_of(s, port, workers) == 1)
+    with socket.create_connection(("127.0.0.1", port), source_address=(source, 0)):
+        assert select.select([sock], [], [], 10)[0] == [sock]
+        sock.accept()[0].close()
+    sock.close()
+
+
+def test_a_node_listener_opened_first_is_announced_to_every_worker_once(
+    shared: SharedListeners,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    got, opened = ask(shared, 0, "node-7", port, node=7)
+    assert isinstance(got, list)
+    assert opened is not None and json.loads(opened.split(" ", 1)[1]) == {
+        "node": 7,
+        "host": "broker",
+        "port": 9092,
+    }
+    assert shared.node_commands() == [opened]
+    again, opened_again = ask(shared, 1, "node-7", port, node=7)
+    assert isinstance(again, list) and opened_again is None
+    for sock in [*got, *again]:
+        sock.close()
+
+
+def test_a_port_that_cannot_be_bound_is_the_worker_s_oserror(shared: SharedListeners) -> None:
+    with socket.socket() as taken:  # bound without SO_REUSEPORT: no one may share it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        got, _ = ask(shared, 0, "node-3", int(taken.getsockname()[1]), node=3)
+    assert isinstance(got, OSError) and got.errno == errno.EADDRINUSE
+    assert shared.node_commands() == []
