@@ -80,9 +80,9 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="N",
         help=(
             "worker processes, each a whole gateway on the same ports (SO_REUSEPORT) under one "
-            "supervisor that steers each client address to one worker (so the per-address "
-            "limits hold for the whole gateway), starts a dead one again and serves the metrics "
-            "of all (default: "
+            "supervisor that, while a per-address connection limit is set, steers each client "
+            "address to one worker (so the per-address limits hold for the whole gateway), "
+            "starts a dead one again and serves the metrics of all (default: "
             "the cores this process may use; 1 runs the gateway in this process, no supervisor). "
             "More than one needs fixed ports: a listen port and node_port_base other than 0"
         ),

@@ -1,4 +1,4 @@
-"""One worker per client address under ``kpg run --workers N``.
+"""Choosing the worker of each new connection under ``kpg run --workers N``.
 
 Each worker's listeners share their ports with the others' (SO_REUSEPORT). Left to itself the
 kernel picks a worker for each new connection by a hash of both ends' addresses and ports, so
@@ -13,18 +13,21 @@ socket leaves a group while the gateway runs and every group keeps the same orde
 worker i on the bootstrap listener and on every node listener, and a worker started again
 takes back the sockets it had (the connections queued for it meanwhile wait for it). A
 classic BPF program attached to each group (SO_ATTACH_REUSEPORT_CBPF, no privilege needed)
-picks the socket from a hash of the client's source address alone (IPv4, IPv4-mapped ones on
-a dual-stack socket alike, or the four words of an IPv6 address folded): every connection
-from one address goes to one worker, whose counts are then the gateway's. The program maps a
-worker that is not ready (dead, being started again, given up) to a ready one: the addresses
-of the others stay where they are.
+picks the socket. While a per-address connection limit is set (:func:`steers_by_address`) it
+hashes the client's source address alone (IPv4, IPv4-mapped ones on a dual-stack socket
+alike, or the four words of an IPv6 address folded): every connection from one address goes
+to one worker, whose counts are then the gateway's. Otherwise it hashes the address and the
+source port, spreading one address's connections as the kernel would (clients behind one NAT
+or proxy share an address, and must still use every core). Either way a worker that is not
+ready (dead, being started again, given up) is mapped to a ready one, and the addresses of the
+others stay where they are.
 
 Contracts, stated once:
 
-- Steering holds while the set of ready workers does not change; when it changes, the
-  addresses of the worker that left go to another, and an address's connections opened
+- Steering by address holds while the set of ready workers does not change; when it changes,
+  the addresses of the worker that left go to another, and an address's connections opened
   before stay on the worker that accepted them (until they close, it may hold up to twice
-  its limit over the two).
+  its limit over the two). The same holds when a reload sets a per-address limit.
 - Where the kernel refuses the program (not Linux, or a kernel before 4.5), the sockets are
   shared as before, the kernel's hash of both ends spreads connections, and the supervisor
   logs once that per-address limits count per worker.

@@ -5,8 +5,10 @@ Contracts, stated once:
 - Listeners: each worker is a whole gateway, serving the bootstrap listener and the node
   listeners on the same fixed ports (SO_REUSEPORT). The supervisor binds their sockets, one
   per worker in worker order, hands each worker its own (over a Unix socket given as
-  ``--listener-fd``) and keeps a copy, and steers every client address to one worker (see
-  :mod:`gateway.reuseport`): the per-address limits count for the whole gateway. A node
+  ``--listener-fd``) and keeps a copy, and chooses the worker of each new connection (see
+  :mod:`gateway.reuseport`): while a per-address connection limit is set, every connection
+  from one client address goes to one worker, so the per-address limits count for the whole
+  gateway; otherwise connections are spread by address and port. A node
   listener one worker opens is opened by every worker (a ``node`` command), so that every
   worker accepts on every port. A connection stays with the worker that accepted it (and so
   does its link to the broker).
