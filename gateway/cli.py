@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -79,7 +80,9 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="N",
         help=(
             "worker processes, each a whole gateway on the same ports (SO_REUSEPORT) under one "
-            "supervisor that starts a dead one again and serves the metrics of all (default: "
+            "supervisor that, while a per-address connection limit is set, steers each client "
+            "address to one worker (so the per-address limits hold for the whole gateway), "
+            "starts a dead one again and serves the metrics of all (default: "
             "the cores this process may use; 1 runs the gateway in this process, no supervisor). "
             "More than one needs fixed ports: a listen port and node_port_base other than 0"
         ),
@@ -116,6 +119,7 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     # Set by the supervisor for its workers; not for people.
     run.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)
     run.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--listener-fd", type=int, help=argparse.SUPPRESS)
     run.add_argument("--config-name", help=argparse.SUPPRESS)
     run.add_argument("--embedded-upstream", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
@@ -631,7 +635,9 @@ def _supervise(
         workers=workers,
         config=config,
         config_file=args.config,
-        command=lambda index, fd, copy: worker_command(base, index, fd, copy, config_name),
+        command=lambda index, fd, listener_fd, copy: worker_command(
+            base, index, fd, listener_fd, copy, config_name
+        ),
         load=load_copy,
         on_reload=ReloadVerdicts(args.pid_file),
     )
@@ -655,6 +661,16 @@ def _supervise(
             )
 
     return asyncio.run(supervisor.run(ready))
+
+
+def _listener_channel(fd: int | None) -> socket.socket | None:
+    """A worker's channel to its supervisor for its listeners' sockets (``--listener-fd``),
+    held by no process it starts."""
+    if fd is None:
+        return None
+    channel = socket.socket(fileno=fd)
+    channel.set_inheritable(False)
+    return channel
 
 
 def _announce(address: HostPort, config: GatewayConfig, metrics_port: int | None) -> None:
@@ -690,7 +706,12 @@ def _serve(
     async def main() -> int:
         try:
             # A worker counts no reload: its supervisor counts each of the gateway's once.
-            gateway = Gateway(config, reuse_port=worker, count_reloads=not worker)
+            gateway = Gateway(
+                config,
+                reuse_port=worker,
+                count_reloads=not worker,
+                shared_listeners=_listener_channel(args.listener_fd),
+            )
             await gateway.start()
         except ConfigError as exc:
             print(f"kpg: configuration error: {exc}", file=sys.stderr)
@@ -709,7 +730,8 @@ def _serve(
         supervised = TaskSet()
         if worker:
             supervised.spawn(watch_parent(args.parent_pid, stop.set), name="watch-parent")
-            supervised.spawn(worker_commands(gateway.reload_refused_by_supervisor), "commands")
+            commands = worker_commands(gateway.reload_refused_by_supervisor, gateway.open_node)
+            supervised.spawn(commands, "commands")
             log.info(
                 "worker %d (pid %d) serving %s",
                 args.worker_index,

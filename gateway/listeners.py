@@ -86,6 +86,38 @@ async def tls_listener(
     return TlsListener(sockets, accepted)
 
 
+class ListenerGroup:
+    """Plain listeners on sockets bound elsewhere (a worker's, by its supervisor), one
+    :class:`asyncio.Server` each, as one :class:`Listener`."""
+
+    def __init__(self, servers: list[asyncio.Server]) -> None:
+        self._servers = servers
+        self.sockets = tuple(sock for server in servers for sock in server.sockets)
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.close()
+
+
+async def listener_group(
+    sockets: list[socket.socket],
+    connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], None],
+    limit: int,
+) -> ListenerGroup:
+    """Serve ``connected`` on listening ``sockets``, as ``asyncio.start_server`` serves."""
+    servers = []
+    try:
+        for sock in sockets:
+            servers.append(await asyncio.start_server(connected, sock=sock, limit=limit))
+    except OSError:
+        for server in servers:
+            server.close()
+        for sock in sockets:
+            sock.close()
+        raise
+    return ListenerGroup(servers)
+
+
 async def _accept_forever(sock: socket.socket, accepted: Callable[[socket.socket], None]) -> None:
     loop = asyncio.get_running_loop()
     while True:

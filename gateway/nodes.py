@@ -27,8 +27,9 @@ from .listeners import Listener
 
 log = logging.getLogger(__name__)
 
-StartListener = Callable[[int, str, int], Awaitable[Listener]]
-"""(node_id, bind host, port) -> a listening server whose connections go to that node."""
+StartListener = Callable[[int, str, int, HostPort], Awaitable[Listener]]
+"""(node_id, bind host, port, the broker it forwards to) -> a listening server whose
+connections go to that node."""
 
 
 class NodeListenerError(Exception):
@@ -106,7 +107,7 @@ class NodeListeners:
                 return existing
             port = self._port_of_node(node_id)
             try:
-                server = await self._start(node_id, self._bind_host, port)
+                server = await self._start(node_id, self._bind_host, port, upstream)
             except OSError as exc:
                 raise NodeListenerError(
                     f"node {node_id}: cannot listen on {self._bind_host}:{port}: {exc.strerror}"
@@ -127,6 +128,16 @@ class NodeListeners:
                 upstream,
             )
             return node
+
+    async def open_known(self, node_id: int, upstream: HostPort) -> None:
+        """Open node ``node_id``'s listener, forwarding to ``upstream``, if not open yet:
+        another worker of the gateway opened it (see :mod:`gateway.supervisor`)."""
+        if node_id in self._nodes:
+            return
+        try:
+            await self._open(node_id, upstream)
+        except NodeListenerError as exc:
+            log.warning("%s", exc)
 
     def _leave_all_but(self, listed: Collection[int]) -> None:
         for node in self._nodes.values():

@@ -30,11 +30,12 @@ from .handlers import build_table
 from .handlers.base import Registration
 from .health import Readiness, probe_upstream
 from .limits import AuditPace, ConnectionLimits, RequestMemory, ThrottledWarning, peer_host
-from .listeners import Listener, start_tls_stream, tls_listener
+from .listeners import Listener, TlsListener, listener_group, start_tls_stream, tls_listener
 from .metrics import GatewayMetrics
 from .nodes import NodeListeners
 from .policy_runner import PolicyRunner
 from .record_validation import RecordValidator, load_record_validator
+from .reuseport import request_sockets
 from .services import Services
 from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
 from .tasks import TaskSet
@@ -72,15 +73,20 @@ class Gateway:
         *,
         reuse_port: bool = False,
         count_reloads: bool = True,
+        shared_listeners: socket.socket | None = None,
     ) -> None:
         """``reuse_port``: open every client listener with SO_REUSEPORT, to share its port
         with the other workers of ``kpg run --workers N``. ``count_reloads`` False: leave
-        ``kpg_config_reloads_total`` alone (a worker's supervisor counts the gateway's)."""
+        ``kpg_config_reloads_total`` alone (a worker's supervisor counts the gateway's).
+        ``shared_listeners``: a worker's channel to its supervisor, which binds every client
+        listener's sockets instead (see :mod:`gateway.reuseport`)."""
         if not config.upstream.bootstrap_servers:
             raise ValueError("the gateway needs at least one upstream bootstrap server")
         self.metrics = metrics or GatewayMetrics()
         self._reuse_port = reuse_port
         self._count_reloads = count_reloads
+        self._shared_listeners = shared_listeners
+        self._shared_lock = asyncio.Lock()
         self.own_topics = frozenset(gateway_topics(config))
         if config.client_configs.admin_principals is None:
             log.warning(
@@ -404,17 +410,41 @@ class Gateway:
     def _bootstrap_targets(self) -> Sequence[HostPort]:
         return self.config.upstream.bootstrap_servers
 
-    async def _start_node(self, node_id: int, host: str, port: int) -> Listener:
+    async def _start_node(self, node_id: int, host: str, port: int, upstream: HostPort) -> Listener:
         def targets() -> Sequence[HostPort]:
             upstream = self.nodes.upstream_of(node_id)
             return () if upstream is None else (upstream,)  # none: the node has left
 
-        return await self._listen(f"node-{node_id}", targets, host, port)
+        return await self._listen(f"node-{node_id}", targets, host, port, (node_id, upstream))
 
-    async def _listen(self, listener: str, targets: object, host: str, port: int) -> Listener:
-        """Bind a client listener. Over TLS, a connection is admitted (counted against the
+    def open_node(self, node_id: int, host: str, port: int) -> None:
+        """A worker: another worker opened node ``node_id``'s listener (forwarding to broker
+        ``host:port``), so this one opens it too: the supervisor may steer any client
+        address to this worker, on every port."""
+        upstream = HostPort(host=host, port=port)
+        self.tasks.spawn(self.nodes.open_known(node_id, upstream), name=f"node-{node_id}")
+
+    async def _listen(
+        self,
+        listener: str,
+        targets: object,
+        host: str,
+        port: int,
+        node: tuple[int, HostPort] | None = None,
+    ) -> Listener:
+        """Bind a client listener (a worker: have the supervisor bind it, ``node`` saying
+        which node's it is). Over TLS, a connection is admitted (counted against the
         connection limits) before its handshake: see :mod:`gateway.listeners`."""
         context = self._ssl
+        if self._shared_listeners is not None:
+            sockets = await self._shared_sockets(listener, host, port, node)
+            if context is None:
+                return await listener_group(
+                    sockets, lambda r, w: self._accept(r, w, listener, targets), STREAM_LIMIT
+                )
+            return TlsListener(
+                sockets, lambda sock: self._accept_tls(sock, context, listener, targets)
+            )
         if context is None:
             return await asyncio.start_server(
                 lambda r, w: self._accept(r, w, listener, targets),
@@ -429,6 +459,27 @@ class Gateway:
             reuse_port=self._reuse_port,
             accepted=lambda sock: self._accept_tls(sock, context, listener, targets),
         )
+
+    async def _shared_sockets(
+        self, listener: str, host: str, port: int, node: tuple[int, HostPort] | None
+    ) -> list[socket.socket]:
+        """This worker's sockets of ``listener`` on ``host:port``, from the supervisor.
+
+        :raises OSError: as binding them failed.
+        """
+        assert self._shared_listeners is not None
+        channel = self._shared_listeners
+        upstream = None if node is None else (node[1].host, node[1].port)
+        async with self._shared_lock:  # one request at a time on the channel
+            return await asyncio.to_thread(
+                request_sockets,
+                channel,
+                listener,
+                host,
+                port,
+                None if node is None else node[0],
+                upstream,
+            )
 
     def _accept(
         self,

@@ -2,10 +2,16 @@
 
 Contracts, stated once:
 
-- Listeners: the supervisor binds nothing for clients. Each worker is a whole gateway that
-  opens the bootstrap listener and its node listeners with SO_REUSEPORT on the same fixed
-  ports, and the kernel spreads new connections over the workers listening. A connection
-  stays with the worker that accepted it (and so does its link to the broker).
+- Listeners: each worker is a whole gateway, serving the bootstrap listener and the node
+  listeners on the same fixed ports (SO_REUSEPORT). The supervisor binds their sockets, one
+  per worker in worker order, hands each worker its own (over a Unix socket given as
+  ``--listener-fd``) and keeps a copy, and chooses the worker of each new connection (see
+  :mod:`gateway.reuseport`): while a per-address connection limit is set, every connection
+  from one client address goes to one worker, so the per-address limits count for the whole
+  gateway; otherwise connections are spread by address and port. A node
+  listener one worker opens is opened by every worker (a ``node`` command), so that every
+  worker accepts on every port. A connection stays with the worker that accepted it (and so
+  does its link to the broker).
 - State: the workers share the state store (the SQLite file is read again on the next read
   after any worker writes it; see :mod:`gateway.state`), so a policy set through one worker
   decides the next request on every other.
@@ -49,6 +55,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -64,6 +71,7 @@ from prometheus_client.registry import Collector
 
 from .config import ConfigError, GatewayConfig, live_part
 from .health import MetricsEndpoint, Readiness, probe_upstream
+from .reuseport import MAX_MESSAGE, SharedListeners, steers_by_address
 from .upstream_security import client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -96,8 +104,9 @@ class Worker:
     """Which of the supervisor's copies of the file it runs (see ``Supervisor._copy``)."""
 
 
-WorkerCommand = Callable[[int, int, Path], list[str]]
-"""(worker index, status pipe's write end, config copy) -> the worker's command line."""
+WorkerCommand = Callable[[int, int, int, Path], list[str]]
+"""(worker index, status pipe's write end, listener channel's end, config copy) -> the
+worker's command line."""
 
 ConfigLoader = Callable[[Path], GatewayConfig]
 """Reads a copy of the operator's file as a worker will (start-up's loader, the overrides of
@@ -127,6 +136,7 @@ class Supervisor:
         tls = config.upstream.tls
         self._upstream_tls = client_ssl_context(tls, config.source) if tls is not None else None
         self._workers = [Worker(index=i) for i in range(workers)]
+        self._listeners = SharedListeners(workers=workers)
         self._run_dir = Path(tempfile.mkdtemp(prefix="kpg-run-"))
         self._metrics_dir = self._run_dir / "metrics"
         self._metrics_dir.mkdir()
@@ -176,6 +186,7 @@ class Supervisor:
             self.metrics_port = self._endpoint.serve(
                 self.config.metrics.host, self.config.metrics.port
             )
+        self._steer_by(self.config, initial=True)
         for worker in self._workers:
             await self._start(worker)
         self._spawn(self._announce_when_ready(on_ready), "announce")
@@ -190,6 +201,7 @@ class Supervisor:
         if not self._stopping:
             log.info("supervisor: stopping %d workers", len(self._running()))
         self._stopping = True
+        self._listeners.close()  # the workers' copies stay open until each stops listening
         self._done.set()
 
     async def _announce_when_ready(self, on_ready: Callable[[], None]) -> None:
@@ -229,19 +241,24 @@ class Supervisor:
 
     async def _start(self, worker: Worker) -> None:
         read_fd, write_fd = os.pipe()
+        channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(self._metrics_dir))
         try:
             process = await asyncio.create_subprocess_exec(
-                *self._command(worker.index, write_fd, self.config_copy),
-                pass_fds=(write_fd,),
+                *self._command(worker.index, write_fd, theirs.fileno(), self.config_copy),
+                pass_fds=(write_fd, theirs.fileno()),
                 env=env,
                 stdin=asyncio.subprocess.PIPE,  # the command pipe (see worker_commands)
                 # A terminal's Ctrl-C reaches the supervisor alone, which stops the workers
                 # in order; a worker whose supervisor is gone stops itself (watch_parent).
                 start_new_session=True,
             )
+        except BaseException:
+            channel.close()
+            raise
         finally:
             os.close(write_fd)
+            theirs.close()
         worker.process = process
         worker.ready = False
         worker.started_at = time.monotonic()
@@ -249,6 +266,56 @@ class Supervisor:
         worker.copy = self._copy
         log.info("supervisor: worker %d started (pid %d)", worker.index, process.pid)
         self._spawn(self._watch(worker, process, read_fd), f"worker-{worker.index}")
+        self._spawn(self._serve_listeners(worker, channel), f"listeners-{worker.index}")
+        # Every node listener the others have: read once it serves (the pipe keeps them).
+        self._command_worker(worker, self._listeners.node_commands())
+
+    async def _serve_listeners(self, worker: Worker, channel: socket.socket) -> None:
+        """Answer the worker's requests for its sockets until it closes its end (it died);
+        a node listener opened for the first time is opened by every worker."""
+        channel.setblocking(False)
+        loop = asyncio.get_running_loop()
+        try:
+            while request := await loop.sock_recv(channel, MAX_MESSAGE):
+                opened = self._listeners.answer(channel, worker.index, request)
+                if opened is not None:
+                    for other in self._running():
+                        self._command_worker(other, [opened])
+        except OSError:
+            pass  # it died between its request and the answer
+        finally:
+            channel.close()
+
+    def _command_worker(self, worker: Worker, lines: Sequence[str]) -> None:
+        """Write command lines to the worker's command pipe (see :func:`worker_commands`)."""
+        process = worker.process
+        if process is None or process.stdin is None or not lines:
+            return
+        with contextlib.suppress(OSError):  # a worker that died: it needs none
+            process.stdin.write("".join(lines).encode())
+
+    def _steer_by(self, config: GatewayConfig, *, initial: bool = False) -> None:
+        """Steer by client address while a per-address connection limit is set (see
+        :func:`gateway.reuseport.steers_by_address`)."""
+        by_address = steers_by_address(config.limits)
+        if not initial and by_address == self._listeners.by_address:
+            return
+        self._listeners.steer_by_address(by_address)
+        if by_address:
+            log.info(
+                "supervisor: each client address is steered to one worker (a per-address "
+                "connection limit is set): the per-address limits hold for the whole gateway"
+            )
+        else:
+            log.info(
+                "supervisor: connections are spread over the workers (no per-address "
+                "connection limit is set): what is counted per client address, such as the "
+                "audit pacing of unauthenticated clients, is counted per worker"
+            )
+
+    def _steer(self) -> None:
+        """Client addresses go to the workers ready to accept (see :mod:`gateway.reuseport`)."""
+        self._listeners.set_ready([w.index for w in self._workers if w.ready])
 
     async def _watch(self, worker: Worker, process: asyncio.subprocess.Process, fd: int) -> None:
         reader = asyncio.StreamReader()
@@ -263,6 +330,7 @@ class Supervisor:
             transport.close()
         status = await process.wait()
         worker.ready = False
+        self._steer()
         mark_process_dead(process.pid, str(self._metrics_dir))  # type: ignore[no-untyped-call]
         if self._stopping:
             log.info("supervisor: worker %d (pid %d) %s", worker.index, process.pid, _exit(status))
@@ -273,6 +341,7 @@ class Supervisor:
         word, _, rest = line.partition(" ")
         if word == "ready":
             worker.ready = True
+            self._steer()
             if worker.copy != self._copy:
                 self._spawn(self._catch_up(worker), f"catch-up-{worker.index}")
         elif word == "reload":
@@ -283,6 +352,7 @@ class Supervisor:
         worker.quick_deaths = worker.quick_deaths + 1 if lived < QUICK_DEATH_S else 0
         if worker.quick_deaths >= CRASH_LOOP:
             worker.given_up = True
+            self._listeners.drain(worker.index)  # steered to the others since it died
             log.error(
                 "supervisor: worker %d (pid %d) %s, dying within %.0f s of starting %d times "
                 "in a row: crashing in a loop, not started again (see its log lines above)",
@@ -407,6 +477,7 @@ class Supervisor:
         if needs_restart:
             message += f"; not applied, needs a restart: {', '.join(needs_restart)}"
         self.config = config
+        self._steer_by(config)
         return "applied", message
 
     async def _roll_back(
@@ -481,6 +552,8 @@ class Supervisor:
                 process.pid,
                 result or "no answer",
             )
+            worker.ready = False
+            self._steer()  # new connections go to the others while it stops
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
 
@@ -492,13 +565,9 @@ class Supervisor:
             self.config.policy_version,
             problem,
         )
-        line = f"reload_refused {json.dumps(problem)}\n".encode()
+        line = f"reload_refused {json.dumps(problem)}\n"
         for worker in self._running():
-            assert worker.process is not None
-            if worker.process.stdin is None:
-                continue
-            with contextlib.suppress(OSError):  # a worker that died: it has nothing to record
-                worker.process.stdin.write(line)
+            self._command_worker(worker, [line])
 
     async def _reload_result(self, worker: Worker) -> str | None:
         """What ``worker`` said of the reload it was sent (``applied ...`` or ``refused
@@ -600,10 +669,16 @@ def worker_spool_dir(spool_dir: str, index: int) -> str:
 
 
 def worker_command(
-    base: Sequence[str], index: int, status_fd: int, config_copy: Path, config_name: str | None
+    base: Sequence[str],
+    index: int,
+    status_fd: int,
+    listener_fd: int,
+    config_copy: Path,
+    config_name: str | None,
 ) -> list[str]:
     command = [sys.executable, "-m", "gateway.cli", "run", *base]
     command += ["--worker-index", str(index), "--status-fd", str(status_fd)]
+    command += ["--listener-fd", str(listener_fd)]
     command += ["--parent-pid", str(os.getpid())]
     command += ["--config", str(config_copy)]
     if config_name is not None:
@@ -611,10 +686,13 @@ def worker_command(
     return command
 
 
-async def worker_commands(on_reload_refused: Callable[[str], None]) -> None:
+async def worker_commands(
+    on_reload_refused: Callable[[str], None], on_node: Callable[[int, str, int], None]
+) -> None:
     """In a worker: read the supervisor's commands from stdin, one a line, until it closes.
     ``reload_refused <JSON string>``: the supervisor refused a reload (the string says why)
-    before this worker saw the file."""
+    before this worker saw the file. ``node {"node": id, "host": h, "port": p}``: a worker
+    opened node ``id``'s listener, forwarding to broker ``h:p``; open it too."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
@@ -625,6 +703,9 @@ async def worker_commands(on_reload_refused: Callable[[str], None]) -> None:
             word, _, rest = raw.decode(errors="replace").rstrip("\n").partition(" ")
             if word == "reload_refused":
                 on_reload_refused(str(json.loads(rest)))
+            elif word == "node":
+                node = json.loads(rest)
+                on_node(int(node["node"]), str(node["host"]), int(node["port"]))
             else:
                 log.error("unknown command from the supervisor: %r", word)
     finally:

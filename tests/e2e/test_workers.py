@@ -10,6 +10,7 @@ import re
 import resource
 import shutil
 import signal
+import ssl
 import subprocess
 import threading
 import time
@@ -24,6 +25,8 @@ import pytest
 import yaml
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
 
 from gateway.config import HostPort
 from gateway.embedded import EmbeddedBroker, free_port
@@ -35,7 +38,7 @@ from tests.batches import record, uncompressed_batch
 from tests.e2e.test_gateway_process import KPG, kpg_env, start_kpg
 from tests.enforcement_support import produce as produce_request
 from tests.inproc.test_clients import consume_assigned, create_topic, produce
-from tests.support import RawClient, outcome, unique_name, wait_for
+from tests.support import RawClient, make_pki, outcome, unique_name, wait_for
 
 pytestmark = [
     pytest.mark.e2e,
@@ -153,8 +156,9 @@ def children(pid: int) -> set[int]:
     return found
 
 
-def owners(port: int) -> dict[int, int]:
-    """Client port -> the pid that holds the gateway's end of that connection to ``port``."""
+def owners(port: int) -> dict[str, int]:
+    """Client ``host:port`` -> the pid that holds the gateway's end of that connection to
+    ``port``."""
     out = subprocess.run(
         ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"],
         capture_output=True,
@@ -166,8 +170,14 @@ def owners(port: int) -> dict[int, int]:
         fields = line.split()
         pid = re.search(r"pid=(\d+)", line)
         if pid:
-            found[int(fields[3].rpartition(":")[2])] = int(pid.group(1))
+            found[fields[3]] = int(pid.group(1))
     return found
+
+
+def local(client: RawClient) -> str:
+    """The client's end of its connection, as :func:`owners` names it."""
+    host, port = client.sock.getsockname()[:2]
+    return f"{host}:{port}"
 
 
 def get(url: str) -> tuple[int, str]:
@@ -226,16 +236,20 @@ def two_workers(broker: HostPort, tmp_path: Path) -> Iterator[Running]:
             running.stop()
 
 
-def clients_on_each_worker(running: Running, workers: int = 2) -> dict[int, RawClient]:
-    """One open connection served by each worker: connections are opened until the kernel
-    has given each worker one (SO_REUSEPORT spreads them by a hash of the addresses)."""
+def clients_on_each_worker(
+    running: Running, workers: int = 2, port: int | None = None
+) -> dict[int, RawClient]:
+    """One open connection served by each worker (to the bootstrap port, or ``port``):
+    connections are opened, each from a loopback address of its own (127.0.0.2, 127.0.0.3,
+    ...), until the supervisor has steered one to each worker (by a hash of the client's
+    address, and of its port unless a per-address limit is set)."""
+    port = running.port if port is None else port
     chosen: dict[int, RawClient] = {}
     spare: list[RawClient] = []
-    for _ in range(200):
-        client = RawClient(running.bootstrap)
-        port = client.sock.getsockname()[1]
-        assert wait_for(lambda p=port: p in owners(running.port), timeout=10)
-        pid = owners(running.port)[port]
+    for n in range(2, 200):
+        client = RawClient(f"127.0.0.1:{port}", source=f"127.0.0.{n}")
+        assert wait_for(lambda c=client: local(c) in owners(port), timeout=10)
+        pid = owners(port)[local(client)]
         if pid in chosen:
             spare.append(client)
         else:
@@ -366,7 +380,13 @@ def test_a_killed_worker_loses_no_completed_segment_and_is_started_again(
     fresh = clients_on_each_worker(running)
     assert set(fresh) == {survivor, newcomer}
     assert raw_produce(fresh[newcomer], topic, ()) == INVALID_RECORD
-    for client in fresh.values():
+    # It accepts on the node port too, with no Metadata answer of its own yet: the
+    # supervisor had it open the node listener the other worker opened (a connection
+    # steered to it would otherwise wait in the queue of its socket).
+    node = clients_on_each_worker(running, port=running.node_port)
+    assert set(node) == {survivor, newcomer}
+    assert answered(node[newcomer])
+    for client in [*fresh.values(), *node.values()]:
         client.close()
     assert "was killed by SIGKILL" in running.stderr()
     assert running.stop() == 0
@@ -1092,3 +1112,120 @@ def test_workers_stop_when_the_supervisor_is_killed(two_workers: Running) -> Non
         return not any(Path(f"/proc/{pid}").exists() for pid in workers)
 
     assert wait_for(gone, 60), "a worker outlived its supervisor"
+
+
+# --- per-address limits: each client address is steered to one worker --------------------
+
+
+def answered(client: RawClient) -> bool:
+    """Whether the gateway serves the connection: an ApiVersions request gets its answer (a
+    connection refused at accept is closed unread)."""
+    hello = ApiVersionsRequest(client_software_name="kpg-test", client_software_version="1")
+    try:
+        client.request(18, 3, hello)
+    except OSError:
+        return False
+    return True
+
+
+def open_node_listener(running: Running) -> None:
+    """Have a worker open the node listener (a Metadata answer names the node), from an
+    address of its own (127.0.0.254), closed after."""
+    client = RawClient(running.bootstrap, source="127.0.0.254")
+    try:
+        client.request(
+            3,
+            12,
+            MetadataRequest(
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+    finally:
+        client.close()
+
+
+def test_one_address_holds_max_connections_per_ip_over_the_whole_gateway(
+    two_workers: Running,
+) -> None:
+    """Before: each worker counted the address on its own, and the kernel spread its
+    connections over both workers, so it held up to twice the limit. The limit is set by a
+    reload: the supervisor steers by address from then on."""
+    running = two_workers
+    limit = 3
+    raw = yaml.safe_load(running.config.read_text())
+    raw["limits"] = {"max.connections.per.ip": limit}
+    running.config.write_text(yaml.safe_dump(raw))
+    running.reload()
+    open_node_listener(running)
+    clients: list[RawClient] = []
+    try:
+        # One address, over the bootstrap port and the node port alike.
+        for n in range(12):
+            port = running.port if n % 2 else running.node_port
+            clients.append(RawClient(f"127.0.0.1:{port}"))
+        served = [client for client in clients if answered(client)]
+        assert len(served) == limit
+        held = owners(running.port) | owners(running.node_port)
+        assert len({pid for peer, pid in held.items() if peer.startswith("127.0.0.1:")}) == 1
+        # Another address is counted apart.
+        assert answered(RawClient(running.bootstrap, source="127.0.0.2"))
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_each_address_keeps_to_one_worker_and_addresses_spread_over_both(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    running = start(write_config(tmp_path, broker, limits={"max.connections.per.ip": 100}))
+    open_node_listener(running)
+    clients = []
+    for n in range(2, 18):
+        for port in (running.port, running.node_port, running.port, running.node_port):
+            client = RawClient(f"127.0.0.1:{port}", source=f"127.0.0.{n}")
+            assert answered(client)
+            clients.append(client)
+    held = owners(running.port) | owners(running.node_port)
+    workers_of: dict[str, set[int]] = {}
+    for client in clients:
+        workers_of.setdefault(client.sock.getsockname()[0], set()).add(held[local(client)])
+    assert len(workers_of) == 16
+    assert all(len(pids) == 1 for pids in workers_of.values()), workers_of
+    assert set().union(*workers_of.values()) == running.workers()
+    for client in clients:
+        client.close()
+    assert running.stop() == 0
+
+
+def test_over_tls_too_one_address_holds_max_connections_per_ip(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """TLS listeners accept in Python, on the sockets the supervisor handed over: the limit
+    holds before the handshake, for the whole gateway."""
+    (tmp_path / "pki").mkdir()
+    pki = make_pki(tmp_path / "pki", {})
+    tls = {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server.key"),
+        "client_auth": "none",
+    }
+    limits = {"max.connections.per.ip": 2}
+    running = start(write_config(tmp_path, broker, tls=tls, limits=limits))
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    clients: list[RawClient] = []
+    served = 0
+    try:
+        for _ in range(8):
+            try:
+                client = RawClient(running.bootstrap, tls=context)
+            except OSError:  # closed at accept, before the handshake
+                continue
+            clients.append(client)
+            served += answered(client)
+        assert served == 2
+    finally:
+        for client in clients:
+            client.close()
+        running.stop()
