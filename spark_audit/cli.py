@@ -101,10 +101,12 @@ def add_audit_commands(
     return audit
 
 
-def _session(app_name: str, master: str | None, *, web_ui: bool = False) -> SparkSession:
+def _session(
+    app_name: str, master: str | None, *, web_ui: bool = False, java_options: str | None = None
+) -> SparkSession:
     """Logging set up, and the session every ``kpg audit`` command runs on: a local JVM of
-    2 GB with :data:`~spark_audit.session.LOCAL_DRIVER_JAVA_OPTIONS` when this call starts
-    it (``master`` unset: local[*], or spark-submit's)."""
+    2 GB with ``java_options`` (default :data:`~spark_audit.session.LOCAL_DRIVER_JAVA_OPTIONS`)
+    when this call starts it (``master`` unset: local[*], or spark-submit's)."""
     from spark_audit.session import LOCAL_DRIVER_JAVA_OPTIONS, build_spark_session
 
     configure_logging()
@@ -112,7 +114,7 @@ def _session(app_name: str, master: str | None, *, web_ui: bool = False) -> Spar
         app_name,
         master=master,
         driver_memory="2g",
-        driver_java_options=LOCAL_DRIVER_JAVA_OPTIONS,
+        driver_java_options=java_options or LOCAL_DRIVER_JAVA_OPTIONS,
         web_ui=web_ui,
     )
 
@@ -120,8 +122,9 @@ def _session(app_name: str, master: str | None, *, web_ui: bool = False) -> Spar
 def report_command(args: argparse.Namespace) -> int:
     """``kpg audit report --input DIR --out DIR``."""
     from spark_audit.report import Filters, build_report
+    from spark_audit.session import REPORT_DRIVER_JAVA_OPTIONS
 
-    spark = _session("kpg-audit-report", args.master)
+    spark = _session("kpg-audit-report", args.master, java_options=REPORT_DRIVER_JAVA_OPTIONS)
     filters = Filters(
         since=args.since, until=args.until, principal=args.principal, topic=args.topic
     )

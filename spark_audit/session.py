@@ -16,6 +16,14 @@ collector takes less CPU than G1's concurrent threads, which on a machine of few
 compete with the tasks (a report of a million events: about 15% less CPU time; the stream
 no slower). spark-submit's own settings decide on a cluster."""
 
+REPORT_DRIVER_JAVA_OPTIONS: Final = f"{LOCAL_DRIVER_JAVA_OPTIONS} -XX:TieredStopAtLevel=1"
+"""For ``kpg audit report``'s local JVM: compiled by the JIT's first tier only. A report is a
+few dozen short Spark jobs, each run once, and the optimizing tier's compiler threads took
+the cores from the tasks before their code paid back: a report of a million events took
+60.0-63.9 s of JVM CPU against 81.7-88.4 s (the same table, runs alternated). The stream
+job runs the same code over every row and is the reverse (89.0-92.3 s against 70.9-73.9 s),
+so it keeps :data:`LOCAL_DRIVER_JAVA_OPTIONS`."""
+
 
 def build_spark_session(
     app_name: str = "kpg-audit",
