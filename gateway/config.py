@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import yaml
 
+from policies import strict_yaml
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 from .client_configs import ClientConfigCodes
@@ -487,6 +488,9 @@ def _number(
 ) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{source}: {key}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        # .nan compares false with every bound, so it passed the minimum check
+        raise ConfigError(f"{source}: {key}: expected a finite number, got {value!r}")
     if integer and not isinstance(value, int):
         raise ConfigError(f"{source}: {key}: expected a whole number, got {value!r}")
     if value < minimum:
@@ -604,6 +608,12 @@ def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     admins = section.get("admin_principals")
+    if "admin_principals" in section and admins is None:
+        raise ConfigError(
+            f"{source}: client_configs.admin_principals: no value, which would read as unset "
+            "(anyone may alter client configs); list the principals, [] for no one, or leave "
+            "the key out"
+        )
     if admins is not None and (
         not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins)
     ):
@@ -1224,7 +1234,7 @@ def load(
     source = source or (str(path) if path is not None else "<defaults>")
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = strict_yaml.load(path.read_text(), name=source)
         except OSError as exc:
             raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:

@@ -23,7 +23,9 @@ message names the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import math
 import os
 import re
 import sys
@@ -42,6 +44,8 @@ from policies.api import (
 )
 from policies.chain import Policy, PolicyChain, PolicyPlugin
 from policies.rules import (
+    BROKER_SYNONYMS,
+    TOPIC_CONFIGS,
     BrokerConfigsRule,
     ConfigRule,
     ForbiddenConfigsRule,
@@ -81,6 +85,8 @@ _PLUGIN_KINDS: Final[Mapping[str, type[Policy]]] = {
 _PLUGIN_SUFFIXES: Final = ("class.name", "class.path", "mode")
 _TIMEOUT_KEY: Final = "policy.timeout.ms"
 _THREADS_KEY: Final = "policy.threads"
+_EXTRA_CONFIGS_KEY: Final = "policy.extra.topic.configs"
+"""Topic config names the brokers take beyond Kafka's (a vendor's own), for the rules."""
 _RULES_KEY: Final = "rules"
 
 # KIP-201: the new policy covers what these old ones did, so they cannot be used together.
@@ -162,26 +168,34 @@ def parse_policy_config(section: Mapping[str, object], *, source: str) -> Policy
                 )
     timeout_ms = _positive_int(section, _TIMEOUT_KEY, 5000, errors)
     threads = _positive_int(section, _THREADS_KEY, 8, errors)
+    own_keys = (_TIMEOUT_KEY, _THREADS_KEY, _EXTRA_CONFIGS_KEY)
     for key in section:
-        if key.startswith("policy.") and key not in (_TIMEOUT_KEY, _THREADS_KEY):
-            raise errors.at(key, f"unknown key; expected {_TIMEOUT_KEY} or {_THREADS_KEY}")
-        _check_plugin_kind(key, errors)
+        if key.startswith("policy.") and key not in own_keys:
+            raise errors.at(key, f"unknown key; expected one of {', '.join(own_keys)}")
+        _check_plugin_kind(key, section[key], errors)
+    extra = _strings(section.get(_EXTRA_CONFIGS_KEY, []), _EXTRA_CONFIGS_KEY, errors, empty=True)
+    topic_configs = TOPIC_CONFIGS | {RECORD_VALIDATION_POLICY, *extra}
     return PolicyConfig(
         source=source,
         plugins=tuple(plugins),
-        rules=_parse_rules(section.get(_RULES_KEY), errors),
+        rules=_parse_rules(section.get(_RULES_KEY), topic_configs, errors),
         timeout_s=timeout_ms / 1000,
         threads=threads,
         configs=FrozenMap(flatten_configs(section)),
     )
 
 
-def _check_plugin_kind(key: str, errors: _Errors) -> None:
+def _check_plugin_kind(key: str, value: object, errors: _Errors) -> None:
     """Other keys go to the plug-ins' configure(), as Kafka passes its configs; but a
     ``<kind>.class.name`` of no kind the gateway knows (a misspelt one) would name a policy
-    that never runs, so it is refused."""
+    that never runs, so it is refused, and so is one with no value (read as unset, it
+    configured no plug-in, or the built-in record validation, silently)."""
     if not key.endswith(".class.name"):
         return
+    if value is None or value == "":
+        raise errors.at(
+            key, "no value: name the class (module.Class), or leave the key out for none"
+        )
     kind = key.removesuffix(".class.name")
     known = (*_PLUGIN_KINDS, RECORD_VALIDATION_POLICY)
     if kind not in known:
@@ -367,7 +381,7 @@ _RULE_KEYS: Final[Mapping[str, frozenset[str]]] = {
 _COMMON_RULE_KEYS: Final = frozenset({"name", "type", "mode"})
 
 
-def _parse_rules(value: object, errors: _Errors) -> tuple[Rule, ...]:
+def _parse_rules(value: object, topic_configs: frozenset[str], errors: _Errors) -> tuple[Rule, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -395,12 +409,18 @@ def _parse_rules(value: object, errors: _Errors) -> tuple[Rule, ...]:
                 allowed = ", ".join(sorted(_COMMON_RULE_KEYS | _RULE_KEYS[rule_type]))
                 raise errors.at(f"{at}.{key}", f"unknown key for a {rule_type} rule ({allowed})")
         mode = _mode(entry.get("mode"), f"{at}.mode", errors)
-        rules.append(_parse_rule(rule_type, entry, at, name, mode, errors))
+        rules.append(_parse_rule(rule_type, entry, at, name, mode, topic_configs, errors))
     return tuple(rules)
 
 
 def _parse_rule(
-    rule_type: str, entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+    rule_type: str,
+    entry: Mapping[str, object],
+    at: str,
+    name: str,
+    mode: Mode,
+    topic_configs: frozenset[str],
+    errors: _Errors,
 ) -> Rule:
     if rule_type in ("partitions", "replication.factor"):
         low, high = _bounds(entry, at, errors, whole=True)
@@ -412,9 +432,11 @@ def _parse_rule(
             max=None if high is None else int(high),
         )
     if rule_type == "config":
-        return _config_rule(entry, at, name, mode, errors)
+        return _config_rule(entry, at, name, mode, topic_configs, errors)
     if rule_type in ("required.configs", "forbidden.configs"):
         configs = _strings(entry.get("configs"), f"{at}.configs", errors)
+        for config in configs:
+            _check_topic_config(config, topic_configs, f"{at}.configs", errors)
         if rule_type == "required.configs":
             return RequiredConfigsRule(name=name, mode=mode, configs=configs)
         return ForbiddenConfigsRule(name=name, mode=mode, configs=configs)
@@ -431,11 +453,17 @@ def _parse_rule(
 
 
 def _config_rule(
-    entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+    entry: Mapping[str, object],
+    at: str,
+    name: str,
+    mode: Mode,
+    topic_configs: frozenset[str],
+    errors: _Errors,
 ) -> ConfigRule:
     config = entry.get("config")
     if not isinstance(config, str) or not config:
         raise errors.at(f"{at}.config", "expected the config's name, such as retention.ms")
+    _check_topic_config(config, topic_configs, f"{at}.config", errors)
     has_bounds = "min" in entry or "max" in entry
     if has_bounds == ("allowed" in entry):
         raise errors.at(at, "a config rule sets min and/or max, or allowed (not both)")
@@ -458,6 +486,39 @@ def _protected_topics_rule(
     )
 
 
+_BROKER_CONFIG_OF: Final = {
+    synonym.name: topic_config
+    for topic_config, synonyms in BROKER_SYNONYMS.items()
+    for synonym in synonyms
+    if synonym.name != topic_config
+}
+
+
+def _check_topic_config(name: str, known: frozenset[str], key: str, errors: _Errors) -> None:
+    """A rule's config name must be a topic config the brokers have (:data:`TOPIC_CONFIGS`,
+    ``record.validation.policy``, ``policy.extra.topic.configs``): a rule on another name
+    (``retention.msec``, ``Retention.ms``, a broker config) matches nothing a broker takes,
+    so it would never deny anything."""
+    if name in known:
+        return
+    if name in _BROKER_CONFIG_OF:
+        hint = (
+            f"it is a broker config: a rule on the topic config {_BROKER_CONFIG_OF[name]} "
+            "judges it too"
+        )
+    else:
+        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(
+            name, sorted(known), n=1, cutoff=0.8
+        )
+        hint = f"did you mean {close[0]}?" if close else ""
+    raise errors.at(
+        key,
+        f"{name!r} is not a Kafka topic config, so this rule would never apply"
+        f"{f' ({hint})' if hint else ''}; a broker's own topic configs (a vendor's) can be "
+        f"listed in policies.{_EXTRA_CONFIGS_KEY}",
+    )
+
+
 def _principals(entry: Mapping[str, object], at: str, errors: _Errors) -> frozenset[str]:
     """``allowed.principals``: Kafka principals (``User:alice``); none when left out."""
     key = f"{at}.allowed.principals"
@@ -475,9 +536,15 @@ def _bounds(
     for key in ("min", "max"):
         value = entry.get(key)
         number_types = (int,) if whole else (int, float)
+        kind = "a whole number" if whole else "a number"
+        if key in entry and value is None:
+            # read as unset, `min:` with its value forgotten judged nothing
+            raise errors.at(f"{at}.{key}", f"no value: expected {kind}, or leave the key out")
         if value is not None and (not isinstance(value, number_types) or isinstance(value, bool)):
-            kind = "a whole number" if whole else "a number"
             raise errors.at(f"{at}.{key}", f"expected {kind}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            # .nan compares false with everything: a bound that never denies
+            raise errors.at(f"{at}.{key}", f"expected a finite number, got {value!r}")
         bounds.append(value)
     low, high = bounds
     if low is None and high is None:
@@ -509,11 +576,23 @@ def _regex(pattern: str, key: str, errors: _Errors) -> NamePattern:
     """``pattern`` compiled by RE2, which matches in time linear in the name: the names are
     the clients', and Python's ``re`` can take hours on a name made to backtrack a pattern an
     operator wrote in good faith (``([a-z]+-?)+``), all of it on the event loop. RE2 lacks
-    only what needs backtracking (lookarounds, backreferences): such a pattern is refused."""
+    only what needs backtracking (lookarounds, backreferences): such a pattern is refused.
+    So is one that ends like a wildcard (``payments-*``), which as a regular expression
+    matches ``payments``, ``payments-``, ``payments--``: nothing the operator meant."""
     try:
         re.compile(pattern)  # Python's words for what is not a regular expression at all
     except re.error as exc:
         raise errors.at(key, f"invalid regular expression {pattern!r}: {exc}") from None
+    glob = re.fullmatch(r"(.*[^\\])([-_])\*", pattern)
+    if glob is not None:
+        stem, dash = glob.groups()
+        raise errors.at(
+            key,
+            f"{pattern!r} reads as a wildcard but is a regular expression matched against the "
+            f"whole name: it matches {stem!r} followed by any number of {dash!r}, not "
+            f"{stem + dash + 'orders'!r}; write {stem + dash + '.*'!r} for every name that "
+            f"starts with {stem + dash!r} ({stem + '[' + dash + ']*'!r} if you mean it)",
+        )
     try:
         compiled: NamePattern = re2.compile(pattern)
     except re2.error as exc:

@@ -57,6 +57,7 @@ __all__ = [
     "ResourceConfigChange",
     "SHOWN_VALUE_CHARS",
     "Rule",
+    "TOPIC_CONFIGS",
     "TopicChange",
     "TopicNameRule",
     "TopicOperation",
@@ -279,6 +280,20 @@ Kafka's table (``ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS``, apache/k
 broker uses the first (``log.retention.ms`` over ``.minutes`` over ``.hours``), with the same
 conversions (a whole number of hours or minutes, times 3,600,000 or 60,000), plus the two
 entries brokers before 4.0 have."""
+
+TOPIC_CONFIGS: Final = frozenset(
+    {
+        *BROKER_SYNONYMS,
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+        "remote.storage.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+    }
+)
+"""Kafka's topic config names (``TopicConfig``, and the throttled replica lists): the topic
+configs with a broker default, and those without one. A broker refuses any other name on a
+topic ("Unknown topic config name"), so a rule on another name can never apply there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

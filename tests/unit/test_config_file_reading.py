@@ -1,0 +1,315 @@
+"""The configuration file and a topic manifest as an operator (or a reviewer of a GitOps
+repository) writes them: what reads one way to a person and another to the gateway is
+refused at start-up, on reload, by ``kpg run --check`` and by ``kpg policy check``, naming
+the file and the place, or is read as written."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load
+from gateway.supervisor import Supervisor
+from gateway.tools import _read_manifest
+from policies.loader import PolicyConfigError, parse_policy_config
+from policies.manifest import ManifestError
+from policies.rules import ConfigRule, ForbiddenConfigsRule
+
+pytestmark = pytest.mark.unit
+
+HEAD = "advertised_host: 127.0.0.1\n"
+
+
+def written(tmp_path: Path, text: str, name: str = "gateway.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def bomb(levels: int) -> str:
+    """A "billion laughs": each level a list of ten aliases of the one before."""
+    lines = ["policies:", "  acme.l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for level in range(1, levels):
+        lines.append(f"  acme.l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 10)}]")
+    return HEAD + "\n".join(lines) + "\n"
+
+
+# --- YAML that safe_load reads otherwise than a reader does -----------------------------------
+
+REFUSED_YAML = [
+    pytest.param(
+        "policies:\n"
+        "  rules:\n"
+        "    - {name: partition-count, type: partitions, max: 50}\n"
+        "limits:\n"
+        "  max_in_flight_requests: 100\n"
+        "policies:\n"  # the last one silently replaced the rules above
+        "  policy.timeout.ms: 2000\n",
+        "line 7",
+        "'policies' a second time (first on line 2)",
+        id="second-policies-section",
+    ),
+    pytest.param(
+        "policies:\n"
+        "  rules:\n"
+        "    - name: partition-count\n"
+        "      type: partitions\n"
+        "      max: 50\n"
+        "      max: 5000\n",
+        "line 7",
+        "'max' a second time",
+        id="rule-key-twice",
+    ),
+    pytest.param(
+        "policies:\n"
+        "  create.topic.policy.class.name: acme.Strict\n"
+        "  create.topic.policy.class.name: acme.Lax\n",
+        "line 4",
+        "'create.topic.policy.class.name' a second time",
+        id="plugin-twice",
+    ),
+    pytest.param(
+        "policies:\n"
+        "  rules:\n"
+        "    - &limit {name: partition-count, type: partitions, max: 50}\n"
+        "    - {<<: *limit, name: partition-count-2, max: 5000}\n",
+        "line 5",
+        "merge keys (<<) are not accepted",
+        id="merge-key-override",
+    ),
+    pytest.param(
+        "upstream:\n  tls:\n    check_hostname: off\n",
+        "line 4",
+        "'off' is a boolean to YAML 1.1",
+        id="yaml11-off",
+    ),
+    pytest.param(
+        "policies:\n  rules:\n    - {name: p, type: partitions, max: 0100}\n",
+        "line 4",
+        "'0100': a leading zero makes it octal to YAML 1.1 (this reader: 64)",
+        id="yaml11-octal",
+    ),
+    pytest.param(
+        "shutdown_timeout_s: 1:30\n",
+        "line 2",
+        "'1:30' is a base-60 number to YAML 1.1 (90)",
+        id="yaml11-base-60",
+    ),
+    pytest.param(
+        "policies:\n  acme.settings: &a [*a]\n",
+        "line 3",
+        "an alias inside the collection it names",
+        id="recursive-alias",
+    ),
+    pytest.param(bomb(6), "line 1", "aliases stand for", id="alias-bomb"),
+    pytest.param(
+        "policies: {acme.x: " + "[" * 3000 + "]" * 3000 + "}\n",
+        "line 2",
+        "nested too deeply",
+        id="deep-nesting",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "problem"), REFUSED_YAML)
+def test_yaml_that_reads_otherwise_is_refused_naming_the_place(
+    tmp_path: Path, text: str, line: str, problem: str
+) -> None:
+    path = written(tmp_path, HEAD + text if not text.startswith(HEAD) else text)
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: not valid YAML: ")
+    assert problem in message
+    assert f'in "{path}", {line},' in message
+
+
+def test_a_workers_copy_is_refused_naming_the_operators_file(tmp_path: Path) -> None:
+    copy = written(tmp_path, HEAD + "policies: {}\npolicies: {}\n", "copy.yaml")
+    with pytest.raises(ConfigError) as caught:
+        load(copy, source="/etc/kpg/gateway.yaml")
+    assert 'in "/etc/kpg/gateway.yaml", line 3' in str(caught.value)
+
+
+def test_what_every_reader_reads_alike_still_loads(tmp_path: Path) -> None:
+    path = written(
+        tmp_path,
+        HEAD + "upstream:\n  tls: false\n"
+        "policies:\n"
+        "  acme.principals: &admins ['User:ops']\n"
+        "  acme.more: *admins\n"
+        "  rules:\n"
+        "    - {name: r, type: config, config: retention.ms, min: 60_000, max: 0x7fffffff}\n"
+        "    - {name: u, type: config, config: unclean.leader.election.enable,"
+        " allowed: [false]}\n",
+    )
+    config = load(path)
+    assert config.upstream.tls is None
+    rules = parse_policy_config(config.policies, source=str(path)).rules
+    assert rules[0] == ConfigRule(name="r", config="retention.ms", min=60_000, max=2**31 - 1)
+    assert rules[1] == ConfigRule(
+        name="u", config="unclean.leader.election.enable", allowed=frozenset({"false"})
+    )
+
+
+def test_a_manifest_is_read_as_strictly(tmp_path: Path) -> None:
+    path = written(
+        tmp_path,
+        "topics:\n"
+        "  - name: payments.orders.v1\n"
+        "    partitions: 12\n"
+        "    replication_factor: 3\n"
+        "    partitions: 1200\n",
+        "topics.yaml",
+    )
+    with pytest.raises(ManifestError, match=r"'partitions' a second time"):
+        _read_manifest(path)
+
+
+# --- values that silently meant nothing ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # .nan compares false with every bound: accepted as a timeout, and as a rule's min
+        ("upstream:\n  request_timeout_s: .nan\n", "upstream.request_timeout_s: expected a finite"),
+        ("shutdown_timeout_s: .inf\n", "shutdown_timeout_s: expected a finite number"),
+        (
+            "client_configs:\n  admin_principals:\n",
+            "client_configs.admin_principals: no value",
+        ),
+    ],
+)
+def test_a_setting_that_would_mean_nothing_is_refused(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = written(tmp_path, HEAD + text)
+    with pytest.raises(ConfigError, match=rf"^{path}: {message}"):
+        load(path)
+
+
+RETENTION = {"name": "retention", "type": "config", "config": "retention.ms"}
+
+REFUSED_POLICIES = [
+    pytest.param({"rules": [{**RETENTION, "min": float("nan")}]}, "rules[0].min", id="nan-min"),
+    # `min:` with its value forgotten read as no minimum at all
+    pytest.param({"rules": [{**RETENTION, "min": None, "max": 10}]}, "rules[0].min", id="null"),
+    pytest.param({"create.topic.policy.class.name": None}, "create.topic.policy.class.name"),
+    pytest.param(
+        {"record.validation.policy.class.name": ""}, "record.validation.policy.class.name"
+    ),
+]
+
+
+@pytest.mark.parametrize(("section", "key"), REFUSED_POLICIES)
+def test_a_policy_setting_that_would_mean_nothing_is_refused(
+    section: dict[str, object], key: str
+) -> None:
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy_config(section, source="gw.yaml")
+    assert str(caught.value).startswith(f"gw.yaml: policies.{key}: ")
+
+
+@pytest.mark.parametrize(
+    ("rule", "key", "hint"),
+    [
+        (
+            {**RETENTION, "config": "retention.msec", "max": 1},
+            "config",
+            "did you mean retention.ms",
+        ),
+        ({**RETENTION, "config": "Retention.ms", "max": 1}, "config", "did you mean retention.ms"),
+        (
+            {**RETENTION, "config": "log.retention.hours", "max": 168},
+            "config",
+            "it is a broker config: a rule on the topic config retention.ms judges it too",
+        ),
+        (
+            {"name": "f", "type": "forbidden.configs", "configs": ["unclean.leader.elect.enable"]},
+            "configs",
+            "did you mean unclean.leader.election.enable",
+        ),
+        (
+            {"name": "q", "type": "required.configs", "configs": ["retention.ms", "owner"]},
+            "configs",
+            "'owner' is not a Kafka topic config",
+        ),
+    ],
+)
+def test_a_rule_on_a_config_no_broker_has_is_refused(
+    rule: dict[str, object], key: str, hint: str
+) -> None:
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy_config({"rules": [rule]}, source="gw.yaml")
+    message = str(caught.value)
+    assert message.startswith(f"gw.yaml: policies.rules[0].{key}: ")
+    assert "this rule would never apply" in message
+    assert hint in message
+
+
+def test_a_brokers_own_topic_configs_can_be_named() -> None:
+    rules = parse_policy_config(
+        {
+            "policy.extra.topic.configs": ["confluent.placement.constraints"],
+            "rules": [
+                {
+                    "name": "f",
+                    "type": "forbidden.configs",
+                    "configs": ["confluent.placement.constraints", "record.validation.policy"],
+                }
+            ],
+        },
+        source="gw.yaml",
+    ).rules
+    assert rules == (
+        ForbiddenConfigsRule(
+            name="f", configs=("confluent.placement.constraints", "record.validation.policy")
+        ),
+    )
+
+
+@pytest.mark.parametrize("pattern", ["payments-*", "team_a_*"])
+def test_a_wildcard_written_as_a_pattern_is_refused(pattern: str) -> None:
+    rule = {"name": "p", "type": "protected.topics", "topics": ["__.*", pattern]}
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy_config({"rules": [rule]}, source="gw.yaml")
+    message = str(caught.value)
+    assert message.startswith("gw.yaml: policies.rules[0].topics: ")
+    assert f"write '{pattern[:-1]}.*'" in message
+
+
+@pytest.mark.parametrize("pattern", ["payments-.*", "payments[-]*", "payments\\-*"])
+def test_a_pattern_that_means_it_is_taken(pattern: str) -> None:
+    rule = {"name": "p", "type": "protected.topics", "topics": [pattern]}
+    assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
+
+
+# --- one file, one reading, on every path -------------------------------------------------
+
+
+def test_a_reload_refuses_a_file_with_a_key_twice(tmp_path: Path) -> None:
+    """The supervisor's check of a reloaded file: the second ``policies:`` that undid the
+    first is refused, and the workers' copy stays as it was."""
+    path = written(tmp_path, HEAD + "policies:\n  rules: [{name: p, type: partitions, max: 50}]\n")
+    outcomes: list[tuple[str, str]] = []
+    supervisor = Supervisor(
+        workers=0,
+        config=load(path),
+        config_file=path,
+        command=lambda index, fd, copy: [],
+        load=lambda copy: load(copy, source=str(path)),
+        on_reload=lambda result, message: outcomes.append((result, message)),
+    )
+    try:
+        supervisor.adopt()
+        running = supervisor.config_copy.read_text()
+        path.write_text(path.read_text() + "policies: {}\n")
+        asyncio.run(supervisor.reload())
+        assert supervisor.config_copy.read_text() == running
+    finally:
+        supervisor.close()
+    assert [result for result, _ in outcomes] == ["refused"]
+    assert "'policies' a second time" in outcomes[0][1]
