@@ -524,9 +524,17 @@ def _servers(value: object, key: str, source: str) -> tuple[HostPort, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple):
         raise ConfigError(f"{source}: {key}: expected a list of HOST:PORT, got {value!r}")
-    return tuple(
+    servers = tuple(
         parse_host_port(str(item).strip(), key, source) for item in items if str(item).strip()
     )
+    if not servers and value not in ([], ()):
+        # what an unset variable in a template or a script (--upstream "$KAFKA") gives: read
+        # as no brokers, it started the embedded in-memory broker in place of the cluster
+        raise ConfigError(
+            f"{source}: {key}: empty ({value!r}): list the brokers as HOST:PORT, or leave the "
+            "key out (or write []) to start the embedded broker"
+        )
+    return servers
 
 
 def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:

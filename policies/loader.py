@@ -173,6 +173,7 @@ def parse_policy_config(section: Mapping[str, object], *, source: str) -> Policy
         if key.startswith("policy.") and key not in own_keys:
             raise errors.at(key, f"unknown key; expected one of {', '.join(own_keys)}")
         _check_plugin_kind(key, section[key], errors)
+        _check_not_rules(key, section[key], errors)
     extra = _strings(section.get(_EXTRA_CONFIGS_KEY, []), _EXTRA_CONFIGS_KEY, errors, empty=True)
     topic_configs = TOPIC_CONFIGS | {RECORD_VALIDATION_POLICY, *extra}
     return PolicyConfig(
@@ -203,6 +204,25 @@ def _check_plugin_kind(key: str, value: object, errors: _Errors) -> None:
             key,
             "no such policy kind, so this class would never run; expected one of: "
             + ", ".join(f"{k}.class.name" for k in known),
+        )
+
+
+def _check_not_rules(key: str, value: object, errors: _Errors) -> None:
+    """The built-in rules are read from ``rules`` alone; a key that was meant to be it
+    (``Rules``, ``rule``, or any key holding a list of rules, such as a misspelt ``rulse``)
+    would only reach the plug-ins' configure(), and no rule of it would run."""
+    if key == _RULES_KEY:
+        return
+    looks_like_rules = (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(entry, Mapping) and {"name", "type"} <= entry.keys() for entry in value)
+    )
+    if key.lower() in ("rule", "rules") or looks_like_rules:
+        raise errors.at(
+            key,
+            f"looks like the rules, which are read from policies.{_RULES_KEY} alone: under "
+            "this key they would only reach the plug-ins, and no rule of it would run",
         )
 
 
@@ -572,6 +592,51 @@ def _strings(
     return tuple(items)
 
 
+_TOPIC_CHARACTERS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+"""What Kafka's topic names are made of (``Topic.validate``)."""
+
+
+def _check_topic_characters(pattern: str, key: str, errors: _Errors) -> None:
+    """A pattern matched against topic names may hold no character a topic name cannot:
+    none outside ASCII (a Cyrillic ``о`` in ``__cоnsumer_offsets`` looks like the Latin
+    one and protected nothing), and no literal one outside Kafka's letters, digits, ``.``,
+    ``_`` and ``-`` (``payments/orders``, ``orders:*``): the part that holds it can never
+    match."""
+    for index, char in enumerate(pattern):
+        if not char.isascii():
+            raise errors.at(
+                key,
+                f"{pattern!r} holds {char!r} (U+{ord(char):04X}) at {index}: topic names are "
+                "ASCII, so this pattern can never match where it does; a character that "
+                "looks like an ASCII one is not it",
+            )
+    for char in _literals(re._parser.parse(pattern)):  # type: ignore[attr-defined]
+        if char not in _TOPIC_CHARACTERS:
+            raise errors.at(
+                key,
+                f"{pattern!r} requires the character {char!r}, which no topic name holds "
+                "(Kafka's are letters, digits, '.', '_' and '-'), so that part of it can "
+                "never match",
+            )
+
+
+def _literals(parsed: object) -> list[str]:
+    """The characters a parsed pattern requires literally (outside character classes)."""
+    found: list[str] = []
+    stack: list[object] = [parsed]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple) and len(item) == 2 and str(item[0]) == "LITERAL":
+            found.append(chr(item[1]))
+        elif isinstance(item, tuple) and len(item) == 2 and str(item[0]) in ("IN", "NOT_LITERAL"):
+            continue
+        elif isinstance(item, list | tuple) or type(item).__name__ == "SubPattern":
+            stack.extend(item)  # type: ignore[arg-type]
+    return found
+
+
 def _regex(pattern: str, key: str, errors: _Errors) -> NamePattern:
     """``pattern`` compiled by RE2, which matches in time linear in the name: the names are
     the clients', and Python's ``re`` can take hours on a name made to backtrack a pattern an
@@ -583,6 +648,7 @@ def _regex(pattern: str, key: str, errors: _Errors) -> NamePattern:
         re.compile(pattern)  # Python's words for what is not a regular expression at all
     except re.error as exc:
         raise errors.at(key, f"invalid regular expression {pattern!r}: {exc}") from None
+    _check_topic_characters(pattern, key, errors)
     glob = re.fullmatch(r"(.*[^\\])([-_])\*", pattern)
     if glob is not None:
         stem, dash = glob.groups()

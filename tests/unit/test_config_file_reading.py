@@ -281,10 +281,78 @@ def test_a_wildcard_written_as_a_pattern_is_refused(pattern: str) -> None:
     assert f"write '{pattern[:-1]}.*'" in message
 
 
-@pytest.mark.parametrize("pattern", ["payments-.*", "payments[-]*", "payments\\-*"])
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        # a Cyrillic о (U+043E) where the Latin o is: protected nothing, looked the same
+        ("__c\u043ensumer_offsets", "holds '\u043e' (U+043E)"),
+        ("payments/orders", "requires the character '/'"),
+        ("(orders|payments):.*", "requires the character ':'"),
+        ("team a\\..*", "requires the character ' '"),
+    ],
+)
+def test_a_pattern_no_topic_name_can_match_is_refused(pattern: str, problem: str) -> None:
+    for rule in (
+        {"name": "p", "type": "protected.topics", "topics": [pattern]},
+        {"name": "n", "type": "topic.name", "pattern": pattern},
+    ):
+        with pytest.raises(PolicyConfigError) as caught:
+            parse_policy_config({"rules": [rule]}, source="gw.yaml")
+        assert problem in str(caught.value)
+        assert "can never match" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "payments-.*",
+        "payments[-]*",
+        "payments\\-*",
+        "[^/]+",
+        "(?i)Orders\\.v[0-9]+",
+        "connect-(configs|offsets|status)",
+    ],
+)
 def test_a_pattern_that_means_it_is_taken(pattern: str) -> None:
     rule = {"name": "p", "type": "protected.topics", "topics": [pattern]}
     assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"Rules": [{"name": "p", "type": "partitions", "max": 5}]},
+        {"rule": [{"name": "p", "type": "partitions", "max": 5}]},
+        {"rulse": [{"name": "p", "type": "partitions", "max": 5}]},
+        {"rules": [], "acme.rules": [{"name": "p", "type": "partitions", "max": 5}]},
+    ],
+)
+def test_rules_under_another_key_are_refused(section: dict[str, object]) -> None:
+    """Any key but ``rules`` only reached the plug-ins: no rule of it ran."""
+    key = next(k for k in section if k != "rules")
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy_config(section, source="gw.yaml")
+    assert str(caught.value).startswith(f"gw.yaml: policies.{key}: looks like the rules")
+
+
+def test_plug_in_settings_are_still_free() -> None:
+    config = parse_policy_config(
+        {"acme.roles": ["admin"], "acme.limits": [{"name": "x"}], "roles": "a"}, source="gw.yaml"
+    )
+    assert config.configs["acme.roles"] == "admin"
+
+
+@pytest.mark.parametrize("value", ["", " , ", [""]])
+def test_an_empty_upstream_is_refused_not_read_as_the_embedded_broker(
+    tmp_path: Path, value: object
+) -> None:
+    """``bootstrap_servers: ""`` (a template's unset variable) or ``--upstream "$KAFKA"`` with
+    KAFKA unset started the embedded in-memory broker in place of the cluster."""
+    path = written(tmp_path, HEAD)
+    with pytest.raises(ConfigError, match=r"upstream.bootstrap_servers: empty"):
+        load(path, {"upstream.bootstrap_servers": value})
+    assert load(path, {"upstream.bootstrap_servers": []}).upstream.bootstrap_servers == ()
+    assert load(path).upstream.bootstrap_servers == ()
 
 
 # --- one file, one reading, on every path -------------------------------------------------
