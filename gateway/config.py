@@ -1242,7 +1242,7 @@ def load(
     source = source or (str(path) if path is not None else "<defaults>")
     if path is not None:
         try:
-            loaded = strict_yaml.load(path.read_text(), name=source)
+            loaded = strict_yaml.load(path.read_bytes(), name=source)
         except OSError as exc:
             raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:

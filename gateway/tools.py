@@ -132,7 +132,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        loaded = strict_yaml.load(path.read_text(), name=str(path))
+        loaded = strict_yaml.load(path.read_bytes(), name=str(path))
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

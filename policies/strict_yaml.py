@@ -175,13 +175,18 @@ def _check_aliases(root: Node) -> None:
         )
 
 
-def load(text: str, *, name: str) -> Any:
+def load(text: str | bytes, *, name: str) -> Any:
     """The one YAML document in ``text`` (None when empty), read by ``yaml.safe_load``'s rules
-    with the refusals above; ``name`` (the file's) is what the messages say it is.
+    with the refusals above; ``name`` (the file's) is what the messages say it is. Bytes are
+    decoded as YAML says (UTF-8, or UTF-16 with its byte order mark), whatever the locale.
 
     :raises yaml.YAMLError: for bad YAML and for everything refused here.
     """
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)
+    except yaml.reader.ReaderError as exc:  # not text, or a control character in it
+        exc.name = name
+        raise
     loader.name = name
     try:
         return loader.get_single_data()
@@ -189,5 +194,8 @@ def load(text: str, *, name: str) -> Any:
         raise StrictYamlError(
             None, None, "nested too deeply to be read", loader.get_mark()
         ) from None
+    except yaml.reader.ReaderError as exc:
+        exc.name = name
+        raise
     finally:
         loader.dispose()

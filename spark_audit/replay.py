@@ -104,7 +104,7 @@ def load_candidate(path: str) -> dict[str, Any]:
     :raises OSError: if the file cannot be read.
     """
     try:
-        raw = strict_yaml.load(Path(path).read_text(encoding="utf-8"), name=path) or {}
+        raw = strict_yaml.load(Path(path).read_bytes(), name=path) or {}
     except yaml.YAMLError as exc:
         raise CandidateError(f"{path}: not YAML: {exc}") from exc
     section = raw.get("policies") if isinstance(raw, Mapping) else None

@@ -126,6 +126,20 @@ def test_yaml_that_reads_otherwise_is_refused_naming_the_place(
     assert f'in "{path}", {line},' in message
 
 
+def test_a_file_that_is_not_utf8_is_refused_not_a_traceback(tmp_path: Path) -> None:
+    """Latin-1 bytes raised UnicodeDecodeError out of kpg run and kpg policy check."""
+    path = tmp_path / "gateway.yaml"
+    path.write_bytes(HEAD.encode() + b'policies:\n  acme.owner: "Ren\xe9"\n')
+    with pytest.raises(ConfigError) as caught:
+        load(path)
+    assert str(caught.value).startswith(f"{path}: not valid YAML: ")
+    assert f'in "{path}", position 55' in str(caught.value)
+    manifest = tmp_path / "topics.yaml"
+    manifest.write_bytes(b"topics: [{name: caf\xe9, partitions: 1, replication_factor: 1}]\n")
+    with pytest.raises(ManifestError, match="not valid YAML"):
+        _read_manifest(manifest)
+
+
 def test_a_workers_copy_is_refused_naming_the_operators_file(tmp_path: Path) -> None:
     copy = written(tmp_path, HEAD + "policies: {}\npolicies: {}\n", "copy.yaml")
     with pytest.raises(ConfigError) as caught:
