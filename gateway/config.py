@@ -1247,9 +1247,17 @@ def load(
             raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
+        if loaded is None:
+            # what a reload reads while the file is being written in place (truncated, not
+            # yet written): it read as no policies at all and every default
+            raise ConfigError(
+                f"{source}: holds no settings (empty, or only comments); write {{}} for every "
+                "default. A file being written in place reads so: replace it by renaming a "
+                "complete one over it"
+            )
+        if not isinstance(loaded, dict):
             raise ConfigError(f"{source}: expected a mapping at the top level")
-        raw = loaded or {}
+        raw = loaded
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -126,6 +126,16 @@ def test_yaml_that_reads_otherwise_is_refused_naming_the_place(
     assert f'in "{path}", {line},' in message
 
 
+@pytest.mark.parametrize("text", ["", "# policies:\n#   rules: []\n", "---\n"])
+def test_a_file_with_no_settings_is_refused(tmp_path: Path, text: str) -> None:
+    """An empty file is what a reload reads while the file is written in place (truncated,
+    not yet written): it was read as no policies at all, every default in force."""
+    path = written(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"^{path}: holds no settings"):
+        load(path)
+    assert load(written(tmp_path, "{}\n")).policies == {}
+
+
 def test_a_file_that_is_not_utf8_is_refused_not_a_traceback(tmp_path: Path) -> None:
     """Latin-1 bytes raised UnicodeDecodeError out of kpg run and kpg policy check."""
     path = tmp_path / "gateway.yaml"
