@@ -464,7 +464,9 @@ def _parse_rule(
         pattern = entry.get("pattern")
         if not isinstance(pattern, str):
             raise errors.at(f"{at}.pattern", "expected a regular expression")
-        return TopicNameRule(name=name, mode=mode, pattern=_regex(pattern, f"{at}.pattern", errors))
+        compiled = _regex(pattern, f"{at}.pattern", errors)
+        _check_no_lone_dot(pattern, f"{at}.pattern", errors)
+        return TopicNameRule(name=name, mode=mode, pattern=compiled)
     if rule_type == "broker.configs":
         principals = _principals(entry, at, errors)
         return BrokerConfigsRule(name=name, mode=mode, allowed_principals=principals)
@@ -620,6 +622,42 @@ def _check_topic_characters(pattern: str, key: str, errors: _Errors) -> None:
                 "(Kafka's are letters, digits, '.', '_' and '-'), so that part of it can "
                 "never match",
             )
+
+
+def _check_no_lone_dot(pattern: str, key: str, errors: _Errors) -> None:
+    """A naming rule's unescaped ``.`` that stands alone (not ``.*``, ``.+``, ``.?``) is the
+    dot of ``team.orders.v1`` written without its backslash: it matches any character, so
+    ``[a-z]+.[a-z]+.v[0-9]+`` let ``team_orders-v1`` through. A protected.topics pattern may
+    keep one (it only protects more)."""
+    if _has_lone_any(re._parser.parse(pattern)):  # type: ignore[attr-defined]
+        raise errors.at(
+            key,
+            f"{pattern!r} has a '.' on its own, which matches any character, not only a dot "
+            "(team_orders-v1 passes where team.orders.v1 was meant): write \\. for a dot, or "
+            "a class such as [a-z0-9_-] for the characters meant",
+        )
+
+
+def _has_lone_any(parsed: object) -> bool:
+    """Whether a parsed pattern holds ``.`` other than as the whole body of a repeat."""
+    stack: list[object] = [parsed]
+    while stack:
+        items = stack.pop()
+        for op, av in items:  # type: ignore[attr-defined]
+            name = str(op)
+            if name == "ANY":
+                return True
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                body = av[2]
+                if not (len(body) == 1 and str(body[0][0]) == "ANY"):
+                    stack.append(body)
+            elif name == "SUBPATTERN":
+                stack.append(av[3])
+            elif name == "BRANCH":
+                stack.extend(av[1])
+            elif name == "ATOMIC_GROUP":
+                stack.append(av)
+    return False
 
 
 def _literals(parsed: object) -> list[str]:

@@ -342,6 +342,31 @@ def test_a_pattern_that_means_it_is_taken(pattern: str) -> None:
     assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
 
 
+@pytest.mark.parametrize("pattern", ["[a-z]+.[a-z0-9-]+.v[0-9]+", "(orders|payments).v1"])
+def test_a_naming_rule_with_a_lone_dot_is_refused(pattern: str) -> None:
+    """The dot of team.orders.v1 written without its backslash matches any character:
+    team_orders-v1 passed the naming rule."""
+    rule = {"name": "n", "type": "topic.name", "pattern": pattern}
+    with pytest.raises(PolicyConfigError) as caught:
+        parse_policy_config({"rules": [rule]}, source="gw.yaml")
+    assert str(caught.value).startswith("gw.yaml: policies.rules[0].pattern: ")
+    assert "has a '.' on its own" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "pattern", ["[a-z]+\\.[a-z0-9-]+\\.v[0-9]+", "orders.*", "a.?b", "[.a-z]+"]
+)
+def test_a_naming_rule_with_an_escaped_or_repeated_dot_is_taken(pattern: str) -> None:
+    rule = {"name": "n", "type": "topic.name", "pattern": pattern}
+    assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
+
+
+def test_a_protected_topics_pattern_may_keep_a_lone_dot() -> None:
+    """It protects more names, never fewer."""
+    rule = {"name": "p", "type": "protected.topics", "topics": ["payments.orders"]}
+    assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
+
+
 @pytest.mark.parametrize(
     "section",
     [
