@@ -466,6 +466,13 @@ def _parse_rule(
             raise errors.at(f"{at}.pattern", "expected a regular expression")
         compiled = _regex(pattern, f"{at}.pattern", errors)
         _check_no_lone_dot(pattern, f"{at}.pattern", errors)
+        if all(compiled.fullmatch(probe) for probe in _UNLIKE_NAMES):
+            # a stray alternative (`[a-z]+\.v[0-9]+|.*`) made the rule a no-op
+            raise errors.at(
+                f"{at}.pattern",
+                f"{pattern!r} matches every topic name (even {', '.join(_UNLIKE_NAMES)}), so "
+                "this rule would never deny anything",
+            )
         return TopicNameRule(name=name, mode=mode, pattern=compiled)
     if rule_type == "broker.configs":
         principals = _principals(entry, at, errors)
@@ -622,6 +629,10 @@ def _check_topic_characters(pattern: str, key: str, errors: _Errors) -> None:
                 "(Kafka's are letters, digits, '.', '_' and '-'), so that part of it can "
                 "never match",
             )
+
+
+_UNLIKE_NAMES: Final = ("A", "_", "-", "9", "x-Y_9.Z", "__consumer_offsets")
+"""Topic names no naming convention accepts all of."""
 
 
 def _check_no_lone_dot(pattern: str, key: str, errors: _Errors) -> None:

@@ -361,6 +361,14 @@ def test_a_naming_rule_with_an_escaped_or_repeated_dot_is_taken(pattern: str) ->
     assert parse_policy_config({"rules": [rule]}, source="gw.yaml").rules
 
 
+@pytest.mark.parametrize("pattern", ["[a-z]+\\.v[0-9]+|.*", ".*", "(?i)[a-z0-9._-]+", "[^/]*"])
+def test_a_naming_rule_that_matches_every_name_is_refused(pattern: str) -> None:
+    """A stray alternative made the naming rule a no-op."""
+    rule = {"name": "n", "type": "topic.name", "pattern": pattern}
+    with pytest.raises(PolicyConfigError, match=r"matches every topic name"):
+        parse_policy_config({"rules": [rule]}, source="gw.yaml")
+
+
 def test_a_protected_topics_pattern_may_keep_a_lone_dot() -> None:
     """It protects more names, never fewer."""
     rule = {"name": "p", "type": "protected.topics", "topics": ["payments.orders"]}
