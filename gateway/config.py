@@ -1270,6 +1270,61 @@ def load(
     return from_mapping(raw, source)
 
 
+def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
+    """What the configuration allows that it may not look like it does: logged at start-up
+    and on reload, and printed by ``kpg run --check`` (a reviewer's CI sees them too)."""
+    warnings = []
+    if config.client_configs.admin_principals is None:
+        warnings.append(
+            "client_configs.admin_principals is not set: any client that reaches the "
+            "gateway may change any user's dynamic client configs"
+        )
+    tls = config.upstream.tls
+    if config.upstream.sasl is not None and tls is None:
+        warnings.append(
+            "upstream.sasl without upstream.tls: the gateway's own Kafka sessions are not "
+            "encrypted (and a PLAIN password crosses the network as sent)"
+        )
+    if tls is not None and not tls.check_hostname:
+        warnings.append(
+            "upstream.tls.check_hostname is false: any broker certificate the CA signed is "
+            "accepted for any broker address"
+        )
+    if config.upstream.auto_create == "pass":
+        warnings.append(
+            "upstream.auto_create is pass: the brokers create any topic a Metadata request "
+            "names, unjudged and unaudited"
+        )
+    modes = _policy_modes(config.policies)
+    if not modes:
+        warnings.append(
+            "policies: no rule and no plug-in: every topic and config change the brokers "
+            "accept is allowed (records are still validated where a topic sets "
+            "record.validation.policy)"
+        )
+    elif modes == {"dry-run"}:
+        warnings.append(
+            "policies: every rule and plug-in is mode: dry-run: nothing is enforced, "
+            "violations are only logged and audited"
+        )
+    return tuple(warnings)
+
+
+def _policy_modes(policies: Mapping[str, Any]) -> set[str]:
+    """The modes of the rules and plug-ins ``policies`` configures (as written: the loader
+    checks them)."""
+    modes = set()
+    rules = policies.get("rules")
+    for rule in rules if isinstance(rules, list) else ():
+        if isinstance(rule, Mapping):
+            modes.add(str(rule.get("mode") or "enforce"))
+    for key in policies:
+        if isinstance(key, str) and key.endswith(".class.name"):
+            mode_key = key.removesuffix("class.name") + "mode"
+            modes.add(str(policies.get(mode_key) or "enforce"))
+    return modes
+
+
 def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayConfig:
     """The config fronting the embedded Tansu broker, with its known differences from Kafka."""
     return replace(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.cli import _check
 from gateway.config import ConfigError, load
 from gateway.supervisor import Supervisor
 from gateway.tools import _read_manifest
@@ -413,6 +414,42 @@ def test_an_empty_upstream_is_refused_not_read_as_the_embedded_broker(
 
 
 # --- one file, one reading, on every path -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        (
+            "policies:\n  rules:\n"
+            "    - {name: p, type: partitions, max: 50, mode: dry-run}\n"
+            "    - {name: n, type: topic.name, pattern: 'a+', mode: dry-run}\n",
+            "every rule and plug-in is mode: dry-run: nothing is enforced",
+        ),
+        ("policies: {}\n", "no rule and no plug-in"),
+        ("upstream:\n  auto_create: pass\n", "upstream.auto_create is pass"),
+    ],
+)
+def test_kpg_run_check_says_what_the_file_leaves_open(
+    tmp_path: Path, text: str, warning: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reviewer's CI runs kpg run --check: what start-up warns about shows there too."""
+    path = written(tmp_path, HEAD + "client_configs: {admin_principals: []}\n" + text)
+    assert _check(load(path)) == 0
+    err = capsys.readouterr().err
+    assert f"kpg: warning: {path}: " in err
+    assert warning in err
+
+
+def test_kpg_run_check_is_quiet_about_an_enforced_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = written(
+        tmp_path,
+        HEAD + "client_configs: {admin_principals: []}\n"
+        "policies:\n  rules: [{name: p, type: partitions, max: 50}]\n",
+    )
+    assert _check(load(path)) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_a_reload_refuses_a_file_with_a_key_twice(tmp_path: Path) -> None:
