@@ -209,14 +209,18 @@ def _check_plugin_kind(key: str, value: object, errors: _Errors) -> None:
 
 def _check_not_rules(key: str, value: object, errors: _Errors) -> None:
     """The built-in rules are read from ``rules`` alone; a key that was meant to be it
-    (``Rules``, ``rule``, or any key holding a list of rules, such as a misspelt ``rulse``)
-    would only reach the plug-ins' configure(), and no rule of it would run."""
+    (``Rules``, ``rule``, or any key holding a list of built-in rules, such as a misspelt
+    ``rulse``) would only reach the plug-ins' configure(), and no rule of it would run. A
+    plug-in's own list of rules (types of its own) stays."""
     if key == _RULES_KEY:
         return
     looks_like_rules = (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(entry, Mapping) and {"name", "type"} <= entry.keys() for entry in value)
+        and all(
+            isinstance(entry, Mapping) and "name" in entry and entry.get("type") in _RULE_KEYS
+            for entry in value
+        )
     )
     if key.lower() in ("rule", "rules") or looks_like_rules:
         raise errors.at(

@@ -395,7 +395,13 @@ def test_rules_under_another_key_are_refused(section: dict[str, object]) -> None
 
 def test_plug_in_settings_are_still_free() -> None:
     config = parse_policy_config(
-        {"acme.roles": ["admin"], "acme.limits": [{"name": "x"}], "roles": "a"}, source="gw.yaml"
+        {
+            "acme.roles": ["admin"],
+            "acme.limits": [{"name": "x"}],
+            "acme.checks": [{"name": "x", "type": "acme.owner-header"}],
+            "roles": "a",
+        },
+        source="gw.yaml",
     )
     assert config.configs["acme.roles"] == "admin"
 
