@@ -19,7 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from .config import ConfigError, GatewayConfig, HostPort, load, with_embedded_upstream
+from .config import (
+    ConfigError,
+    GatewayConfig,
+    HostPort,
+    config_warnings,
+    load,
+    with_embedded_upstream,
+)
 from .embedded import EmbeddedBroker, EmbeddedBrokerError
 from .files import UnsafePathError, make_private_dirs, write_replacing
 from .logs import LOG_FORMATS
@@ -492,6 +499,8 @@ def _check(config: GatewayConfig) -> int:
     except ConfigError as exc:
         print(f"kpg: configuration error: {exc}", file=sys.stderr)
         return 2
+    for warning in config_warnings(config):
+        print(f"kpg: warning: {config.source}: {warning}", file=sys.stderr)
     upstream = ",".join(map(str, config.upstream.bootstrap_servers)) or "an embedded broker"
     print(
         f"kpg: configuration OK ({config.source}): policy version {config.policy_version}, "

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import yaml
 
+from policies import strict_yaml
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 from .client_configs import ClientConfigCodes
@@ -487,6 +488,9 @@ def _number(
 ) -> int | float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{source}: {key}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        # .nan compares false with every bound, so it passed the minimum check
+        raise ConfigError(f"{source}: {key}: expected a finite number, got {value!r}")
     if integer and not isinstance(value, int):
         raise ConfigError(f"{source}: {key}: expected a whole number, got {value!r}")
     if value < minimum:
@@ -520,9 +524,17 @@ def _servers(value: object, key: str, source: str) -> tuple[HostPort, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple):
         raise ConfigError(f"{source}: {key}: expected a list of HOST:PORT, got {value!r}")
-    return tuple(
+    servers = tuple(
         parse_host_port(str(item).strip(), key, source) for item in items if str(item).strip()
     )
+    if not servers and value not in ([], ()):
+        # what an unset variable in a template or a script (--upstream "$KAFKA") gives: read
+        # as no brokers, it started the embedded in-memory broker in place of the cluster
+        raise ConfigError(
+            f"{source}: {key}: empty ({value!r}): list the brokers as HOST:PORT, or leave the "
+            "key out (or write []) to start the embedded broker"
+        )
+    return servers
 
 
 def _tls(raw: Mapping[str, Any], source: str) -> TlsConfig | None:
@@ -604,6 +616,12 @@ def _client_configs(raw: Mapping[str, Any], source: str) -> ClientConfigsConfig:
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     admins = section.get("admin_principals")
+    if "admin_principals" in section and admins is None:
+        raise ConfigError(
+            f"{source}: client_configs.admin_principals: no value, which would read as unset "
+            "(anyone may alter client configs); list the principals, [] for no one, or leave "
+            "the key out"
+        )
     if admins is not None and (
         not isinstance(admins, list) or not all(isinstance(a, str) and a for a in admins)
     ):
@@ -1224,14 +1242,22 @@ def load(
     source = source or (str(path) if path is not None else "<defaults>")
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text())
+            loaded = strict_yaml.load(path.read_bytes(), name=source)
         except OSError as exc:
             raise ConfigError(f"{source}: cannot read: {exc.strerror}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}") from None
-        if loaded is not None and not isinstance(loaded, dict):
+        if loaded is None:
+            # what a reload reads while the file is being written in place (truncated, not
+            # yet written): it read as no policies at all and every default
+            raise ConfigError(
+                f"{source}: holds no settings (empty, or only comments); write {{}} for every "
+                "default. A file being written in place reads so: replace it by renaming a "
+                "complete one over it"
+            )
+        if not isinstance(loaded, dict):
             raise ConfigError(f"{source}: expected a mapping at the top level")
-        raw = loaded or {}
+        raw = loaded
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -1242,6 +1268,61 @@ def load(
             raw[section] = target
         target[key] = value
     return from_mapping(raw, source)
+
+
+def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
+    """What the configuration allows that it may not look like it does: logged at start-up
+    and on reload, and printed by ``kpg run --check`` (a reviewer's CI sees them too)."""
+    warnings = []
+    if config.client_configs.admin_principals is None:
+        warnings.append(
+            "client_configs.admin_principals is not set: any client that reaches the "
+            "gateway may change any user's dynamic client configs"
+        )
+    tls = config.upstream.tls
+    if config.upstream.sasl is not None and tls is None:
+        warnings.append(
+            "upstream.sasl without upstream.tls: the gateway's own Kafka sessions are not "
+            "encrypted (and a PLAIN password crosses the network as sent)"
+        )
+    if tls is not None and not tls.check_hostname:
+        warnings.append(
+            "upstream.tls.check_hostname is false: any broker certificate the CA signed is "
+            "accepted for any broker address"
+        )
+    if config.upstream.auto_create == "pass":
+        warnings.append(
+            "upstream.auto_create is pass: the brokers create any topic a Metadata request "
+            "names, unjudged and unaudited"
+        )
+    modes = _policy_modes(config.policies)
+    if not modes:
+        warnings.append(
+            "policies: no rule and no plug-in: every topic and config change the brokers "
+            "accept is allowed (records are still validated where a topic sets "
+            "record.validation.policy)"
+        )
+    elif modes == {"dry-run"}:
+        warnings.append(
+            "policies: every rule and plug-in is mode: dry-run: nothing is enforced, "
+            "violations are only logged and audited"
+        )
+    return tuple(warnings)
+
+
+def _policy_modes(policies: Mapping[str, Any]) -> set[str]:
+    """The modes of the rules and plug-ins ``policies`` configures (as written: the loader
+    checks them)."""
+    modes = set()
+    rules = policies.get("rules")
+    for rule in rules if isinstance(rules, list) else ():
+        if isinstance(rule, Mapping):
+            modes.add(str(rule.get("mode") or "enforce"))
+    for key in policies:
+        if isinstance(key, str) and key.endswith(".class.name"):
+            mode_key = key.removesuffix("class.name") + "mode"
+            modes.add(str(policies.get(mode_key) or "enforce"))
+    return modes
 
 
 def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayConfig:

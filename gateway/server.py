@@ -21,7 +21,7 @@ from protocol.records import record_scanner
 from spark_audit.event import GATEWAY_TOPICS_RULE
 
 from .audit import AuditEmitter, AuditSink, KafkaTopicSink, ProduceSummarizer, SpoolSink
-from .config import UNLIMITED, ConfigError, GatewayConfig, HostPort, live_part
+from .config import UNLIMITED, ConfigError, GatewayConfig, HostPort, config_warnings, live_part
 from .connection import ClientConnection
 from .decisions import DecisionRecorder
 from .engine import Engine
@@ -88,11 +88,6 @@ class Gateway:
         self._shared_listeners = shared_listeners
         self._shared_lock = asyncio.Lock()
         self.own_topics = frozenset(gateway_topics(config))
-        if config.client_configs.admin_principals is None:
-            log.warning(
-                "client_configs.admin_principals is not set: any client that reaches the "
-                "gateway may change any user's dynamic client configs"
-            )
         self.upstream_security = UpstreamSecurity(config)
         self.audit = _audit_emitter(config, self.metrics, self.upstream_security)
         self.state: StateStore = _state_store(config, self.upstream_security)
@@ -240,6 +235,8 @@ class Gateway:
                 self.metrics.config_reloads.labels("applied").inc()
             self.metrics.set_policy_version(config.policy_version, previous=old.policy_version)
             log.info("configuration reloaded from %s: %s", config.source, message)
+            for warning in config_warnings(config):
+                log.warning("reload: %s", warning)
             return ReloadOutcome(
                 applied=True,
                 policy_version=config.policy_version,
@@ -355,17 +352,8 @@ class Gateway:
             record_scanner(),
         )
         log.info("upstream security: %s", self.upstream_security.describe())
-        tls = self.config.upstream.tls
-        if self.config.upstream.sasl is not None and tls is None:
-            log.warning(
-                "upstream.sasl without upstream.tls: the gateway's own Kafka sessions are not "
-                "encrypted (and a PLAIN password crosses the network as sent)"
-            )
-        if tls is not None and not tls.check_hostname:
-            log.warning(
-                "upstream.tls.check_hostname is false: any broker certificate the CA signed is "
-                "accepted for any broker address"
-            )
+        for warning in config_warnings(self.config):
+            log.warning("%s", warning)
         limits = self.config.limits
         log.info(
             "limits: max.connections %d, max.connections.per.ip %d, "

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from policies import strict_yaml
 from policies.api import CreateTopicRequestMetadata
 from policies.loader import PolicyConfigError, flatten_configs, load_policy_chain
 from policies.manifest import ManifestError, parse_manifest
@@ -131,7 +132,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = strict_yaml.load(path.read_bytes(), name=str(path))
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

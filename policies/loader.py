@@ -23,7 +23,9 @@ message names the file and the key.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import math
 import os
 import re
 import sys
@@ -42,6 +44,8 @@ from policies.api import (
 )
 from policies.chain import Policy, PolicyChain, PolicyPlugin
 from policies.rules import (
+    BROKER_SYNONYMS,
+    TOPIC_CONFIGS,
     BrokerConfigsRule,
     ConfigRule,
     ForbiddenConfigsRule,
@@ -81,6 +85,8 @@ _PLUGIN_KINDS: Final[Mapping[str, type[Policy]]] = {
 _PLUGIN_SUFFIXES: Final = ("class.name", "class.path", "mode")
 _TIMEOUT_KEY: Final = "policy.timeout.ms"
 _THREADS_KEY: Final = "policy.threads"
+_EXTRA_CONFIGS_KEY: Final = "policy.extra.topic.configs"
+"""Topic config names the brokers take beyond Kafka's (a vendor's own), for the rules."""
 _RULES_KEY: Final = "rules"
 
 # KIP-201: the new policy covers what these old ones did, so they cannot be used together.
@@ -162,26 +168,35 @@ def parse_policy_config(section: Mapping[str, object], *, source: str) -> Policy
                 )
     timeout_ms = _positive_int(section, _TIMEOUT_KEY, 5000, errors)
     threads = _positive_int(section, _THREADS_KEY, 8, errors)
+    own_keys = (_TIMEOUT_KEY, _THREADS_KEY, _EXTRA_CONFIGS_KEY)
     for key in section:
-        if key.startswith("policy.") and key not in (_TIMEOUT_KEY, _THREADS_KEY):
-            raise errors.at(key, f"unknown key; expected {_TIMEOUT_KEY} or {_THREADS_KEY}")
-        _check_plugin_kind(key, errors)
+        if key.startswith("policy.") and key not in own_keys:
+            raise errors.at(key, f"unknown key; expected one of {', '.join(own_keys)}")
+        _check_plugin_kind(key, section[key], errors)
+        _check_not_rules(key, section[key], errors)
+    extra = _strings(section.get(_EXTRA_CONFIGS_KEY, []), _EXTRA_CONFIGS_KEY, errors, empty=True)
+    topic_configs = TOPIC_CONFIGS | {RECORD_VALIDATION_POLICY, *extra}
     return PolicyConfig(
         source=source,
         plugins=tuple(plugins),
-        rules=_parse_rules(section.get(_RULES_KEY), errors),
+        rules=_parse_rules(section.get(_RULES_KEY), topic_configs, errors),
         timeout_s=timeout_ms / 1000,
         threads=threads,
         configs=FrozenMap(flatten_configs(section)),
     )
 
 
-def _check_plugin_kind(key: str, errors: _Errors) -> None:
+def _check_plugin_kind(key: str, value: object, errors: _Errors) -> None:
     """Other keys go to the plug-ins' configure(), as Kafka passes its configs; but a
     ``<kind>.class.name`` of no kind the gateway knows (a misspelt one) would name a policy
-    that never runs, so it is refused."""
+    that never runs, so it is refused, and so is one with no value (read as unset, it
+    configured no plug-in, or the built-in record validation, silently)."""
     if not key.endswith(".class.name"):
         return
+    if value is None or value == "":
+        raise errors.at(
+            key, "no value: name the class (module.Class), or leave the key out for none"
+        )
     kind = key.removesuffix(".class.name")
     known = (*_PLUGIN_KINDS, RECORD_VALIDATION_POLICY)
     if kind not in known:
@@ -189,6 +204,29 @@ def _check_plugin_kind(key: str, errors: _Errors) -> None:
             key,
             "no such policy kind, so this class would never run; expected one of: "
             + ", ".join(f"{k}.class.name" for k in known),
+        )
+
+
+def _check_not_rules(key: str, value: object, errors: _Errors) -> None:
+    """The built-in rules are read from ``rules`` alone; a key that was meant to be it
+    (``Rules``, ``rule``, or any key holding a list of built-in rules, such as a misspelt
+    ``rulse``) would only reach the plug-ins' configure(), and no rule of it would run. A
+    plug-in's own list of rules (types of its own) stays."""
+    if key == _RULES_KEY:
+        return
+    looks_like_rules = (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(entry, Mapping) and "name" in entry and entry.get("type") in _RULE_KEYS
+            for entry in value
+        )
+    )
+    if key.lower() in ("rule", "rules") or looks_like_rules:
+        raise errors.at(
+            key,
+            f"looks like the rules, which are read from policies.{_RULES_KEY} alone: under "
+            "this key they would only reach the plug-ins, and no rule of it would run",
         )
 
 
@@ -367,7 +405,7 @@ _RULE_KEYS: Final[Mapping[str, frozenset[str]]] = {
 _COMMON_RULE_KEYS: Final = frozenset({"name", "type", "mode"})
 
 
-def _parse_rules(value: object, errors: _Errors) -> tuple[Rule, ...]:
+def _parse_rules(value: object, topic_configs: frozenset[str], errors: _Errors) -> tuple[Rule, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -395,12 +433,18 @@ def _parse_rules(value: object, errors: _Errors) -> tuple[Rule, ...]:
                 allowed = ", ".join(sorted(_COMMON_RULE_KEYS | _RULE_KEYS[rule_type]))
                 raise errors.at(f"{at}.{key}", f"unknown key for a {rule_type} rule ({allowed})")
         mode = _mode(entry.get("mode"), f"{at}.mode", errors)
-        rules.append(_parse_rule(rule_type, entry, at, name, mode, errors))
+        rules.append(_parse_rule(rule_type, entry, at, name, mode, topic_configs, errors))
     return tuple(rules)
 
 
 def _parse_rule(
-    rule_type: str, entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+    rule_type: str,
+    entry: Mapping[str, object],
+    at: str,
+    name: str,
+    mode: Mode,
+    topic_configs: frozenset[str],
+    errors: _Errors,
 ) -> Rule:
     if rule_type in ("partitions", "replication.factor"):
         low, high = _bounds(entry, at, errors, whole=True)
@@ -412,9 +456,11 @@ def _parse_rule(
             max=None if high is None else int(high),
         )
     if rule_type == "config":
-        return _config_rule(entry, at, name, mode, errors)
+        return _config_rule(entry, at, name, mode, topic_configs, errors)
     if rule_type in ("required.configs", "forbidden.configs"):
         configs = _strings(entry.get("configs"), f"{at}.configs", errors)
+        for config in configs:
+            _check_topic_config(config, topic_configs, f"{at}.configs", errors)
         if rule_type == "required.configs":
             return RequiredConfigsRule(name=name, mode=mode, configs=configs)
         return ForbiddenConfigsRule(name=name, mode=mode, configs=configs)
@@ -422,7 +468,16 @@ def _parse_rule(
         pattern = entry.get("pattern")
         if not isinstance(pattern, str):
             raise errors.at(f"{at}.pattern", "expected a regular expression")
-        return TopicNameRule(name=name, mode=mode, pattern=_regex(pattern, f"{at}.pattern", errors))
+        compiled = _regex(pattern, f"{at}.pattern", errors)
+        _check_no_lone_dot(pattern, f"{at}.pattern", errors)
+        if all(compiled.fullmatch(probe) for probe in _UNLIKE_NAMES):
+            # a stray alternative (`[a-z]+\.v[0-9]+|.*`) made the rule a no-op
+            raise errors.at(
+                f"{at}.pattern",
+                f"{pattern!r} matches every topic name (even {', '.join(_UNLIKE_NAMES)}), so "
+                "this rule would never deny anything",
+            )
+        return TopicNameRule(name=name, mode=mode, pattern=compiled)
     if rule_type == "broker.configs":
         principals = _principals(entry, at, errors)
         return BrokerConfigsRule(name=name, mode=mode, allowed_principals=principals)
@@ -431,11 +486,17 @@ def _parse_rule(
 
 
 def _config_rule(
-    entry: Mapping[str, object], at: str, name: str, mode: Mode, errors: _Errors
+    entry: Mapping[str, object],
+    at: str,
+    name: str,
+    mode: Mode,
+    topic_configs: frozenset[str],
+    errors: _Errors,
 ) -> ConfigRule:
     config = entry.get("config")
     if not isinstance(config, str) or not config:
         raise errors.at(f"{at}.config", "expected the config's name, such as retention.ms")
+    _check_topic_config(config, topic_configs, f"{at}.config", errors)
     has_bounds = "min" in entry or "max" in entry
     if has_bounds == ("allowed" in entry):
         raise errors.at(at, "a config rule sets min and/or max, or allowed (not both)")
@@ -458,6 +519,39 @@ def _protected_topics_rule(
     )
 
 
+_BROKER_CONFIG_OF: Final = {
+    synonym.name: topic_config
+    for topic_config, synonyms in BROKER_SYNONYMS.items()
+    for synonym in synonyms
+    if synonym.name != topic_config
+}
+
+
+def _check_topic_config(name: str, known: frozenset[str], key: str, errors: _Errors) -> None:
+    """A rule's config name must be a topic config the brokers have (:data:`TOPIC_CONFIGS`,
+    ``record.validation.policy``, ``policy.extra.topic.configs``): a rule on another name
+    (``retention.msec``, ``Retention.ms``, a broker config) matches nothing a broker takes,
+    so it would never deny anything."""
+    if name in known:
+        return
+    if name in _BROKER_CONFIG_OF:
+        hint = (
+            f"it is a broker config: a rule on the topic config {_BROKER_CONFIG_OF[name]} "
+            "judges it too"
+        )
+    else:
+        close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(
+            name, sorted(known), n=1, cutoff=0.8
+        )
+        hint = f"did you mean {close[0]}?" if close else ""
+    raise errors.at(
+        key,
+        f"{name!r} is not a Kafka topic config, so this rule would never apply"
+        f"{f' ({hint})' if hint else ''}; a broker's own topic configs (a vendor's) can be "
+        f"listed in policies.{_EXTRA_CONFIGS_KEY}",
+    )
+
+
 def _principals(entry: Mapping[str, object], at: str, errors: _Errors) -> frozenset[str]:
     """``allowed.principals``: Kafka principals (``User:alice``); none when left out."""
     key = f"{at}.allowed.principals"
@@ -475,9 +569,15 @@ def _bounds(
     for key in ("min", "max"):
         value = entry.get(key)
         number_types = (int,) if whole else (int, float)
+        kind = "a whole number" if whole else "a number"
+        if key in entry and value is None:
+            # read as unset, `min:` with its value forgotten judged nothing
+            raise errors.at(f"{at}.{key}", f"no value: expected {kind}, or leave the key out")
         if value is not None and (not isinstance(value, number_types) or isinstance(value, bool)):
-            kind = "a whole number" if whole else "a number"
             raise errors.at(f"{at}.{key}", f"expected {kind}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            # .nan compares false with everything: a bound that never denies
+            raise errors.at(f"{at}.{key}", f"expected a finite number, got {value!r}")
         bounds.append(value)
     low, high = bounds
     if low is None and high is None:
@@ -505,15 +605,113 @@ def _strings(
     return tuple(items)
 
 
+_TOPIC_CHARACTERS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+"""What Kafka's topic names are made of (``Topic.validate``)."""
+
+
+def _check_topic_characters(pattern: str, key: str, errors: _Errors) -> None:
+    """A pattern matched against topic names may hold no character a topic name cannot:
+    none outside ASCII (a Cyrillic ``о`` in ``__cоnsumer_offsets`` looks like the Latin
+    one and protected nothing), and no literal one outside Kafka's letters, digits, ``.``,
+    ``_`` and ``-`` (``payments/orders``, ``orders:*``): the part that holds it can never
+    match."""
+    for index, char in enumerate(pattern):
+        if not char.isascii():
+            raise errors.at(
+                key,
+                f"{pattern!r} holds {char!r} (U+{ord(char):04X}) at {index}: topic names are "
+                "ASCII, so this pattern can never match where it does; a character that "
+                "looks like an ASCII one is not it",
+            )
+    for char in _literals(re._parser.parse(pattern)):  # type: ignore[attr-defined]
+        if char not in _TOPIC_CHARACTERS:
+            raise errors.at(
+                key,
+                f"{pattern!r} requires the character {char!r}, which no topic name holds "
+                "(Kafka's are letters, digits, '.', '_' and '-'), so that part of it can "
+                "never match",
+            )
+
+
+_UNLIKE_NAMES: Final = ("A", "_", "-", "9", "x-Y_9.Z", "__consumer_offsets")
+"""Topic names no naming convention accepts all of."""
+
+
+def _check_no_lone_dot(pattern: str, key: str, errors: _Errors) -> None:
+    """A naming rule's unescaped ``.`` that stands alone (not ``.*``, ``.+``, ``.?``) is the
+    dot of ``team.orders.v1`` written without its backslash: it matches any character, so
+    ``[a-z]+.[a-z]+.v[0-9]+`` let ``team_orders-v1`` through. A protected.topics pattern may
+    keep one (it only protects more)."""
+    if _has_lone_any(re._parser.parse(pattern)):  # type: ignore[attr-defined]
+        raise errors.at(
+            key,
+            f"{pattern!r} has a '.' on its own, which matches any character, not only a dot "
+            "(team_orders-v1 passes where team.orders.v1 was meant): write \\. for a dot, or "
+            "a class such as [a-z0-9_-] for the characters meant",
+        )
+
+
+def _has_lone_any(parsed: object) -> bool:
+    """Whether a parsed pattern holds ``.`` other than as the whole body of a repeat."""
+    stack: list[object] = [parsed]
+    while stack:
+        items = stack.pop()
+        for op, av in items:  # type: ignore[attr-defined]
+            name = str(op)
+            if name == "ANY":
+                return True
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                body = av[2]
+                if not (len(body) == 1 and str(body[0][0]) == "ANY"):
+                    stack.append(body)
+            elif name == "SUBPATTERN":
+                stack.append(av[3])
+            elif name == "BRANCH":
+                stack.extend(av[1])
+            elif name == "ATOMIC_GROUP":
+                stack.append(av)
+    return False
+
+
+def _literals(parsed: object) -> list[str]:
+    """The characters a parsed pattern requires literally (outside character classes)."""
+    found: list[str] = []
+    stack: list[object] = [parsed]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple) and len(item) == 2 and str(item[0]) == "LITERAL":
+            found.append(chr(item[1]))
+        elif isinstance(item, tuple) and len(item) == 2 and str(item[0]) in ("IN", "NOT_LITERAL"):
+            continue
+        elif isinstance(item, list | tuple) or type(item).__name__ == "SubPattern":
+            stack.extend(item)  # type: ignore[arg-type]
+    return found
+
+
 def _regex(pattern: str, key: str, errors: _Errors) -> NamePattern:
     """``pattern`` compiled by RE2, which matches in time linear in the name: the names are
     the clients', and Python's ``re`` can take hours on a name made to backtrack a pattern an
     operator wrote in good faith (``([a-z]+-?)+``), all of it on the event loop. RE2 lacks
-    only what needs backtracking (lookarounds, backreferences): such a pattern is refused."""
+    only what needs backtracking (lookarounds, backreferences): such a pattern is refused.
+    So is one that ends like a wildcard (``payments-*``), which as a regular expression
+    matches ``payments``, ``payments-``, ``payments--``: nothing the operator meant."""
     try:
         re.compile(pattern)  # Python's words for what is not a regular expression at all
     except re.error as exc:
         raise errors.at(key, f"invalid regular expression {pattern!r}: {exc}") from None
+    _check_topic_characters(pattern, key, errors)
+    glob = re.fullmatch(r"(.*[^\\])([-_])\*", pattern)
+    if glob is not None:
+        stem, dash = glob.groups()
+        raise errors.at(
+            key,
+            f"{pattern!r} reads as a wildcard but is a regular expression matched against the "
+            f"whole name: it matches {stem!r} followed by any number of {dash!r}, not "
+            f"{stem + dash + 'orders'!r}; write {stem + dash + '.*'!r} for every name that "
+            f"starts with {stem + dash!r} ({stem + '[' + dash + ']*'!r} if you mean it)",
+        )
     try:
         compiled: NamePattern = re2.compile(pattern)
     except re2.error as exc:

@@ -100,6 +100,7 @@ start-up. Nothing is ever fetched: schemas refer to each other by file name or `
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import json
@@ -845,12 +846,7 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
     for path in sorted(root.glob("*.json")):
         if not path.is_file():
             continue
-        try:
-            schema = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON file: {exc}") from None
-        if not isinstance(schema, dict | bool):
-            raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON Schema (object or boolean)")
+        schema = _read_schema(path)
         try:
             dialect = schema.get("$schema") if isinstance(schema, dict) else None
             specification = DRAFT202012 if dialect is None else specification_with(dialect)
@@ -859,6 +855,9 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
                 schema, default=validators.Draft202012Validator
             )
             validator_class.check_schema(schema)
+            _check_keywords(schema, validator_class, "#")
+        except _ReadsOtherwise as exc:
+            raise ValueError(f"{JSON_SCHEMA_DIR}: {path}: {exc}") from None
         except UnknownDialect:
             raise ValueError(
                 f"{JSON_SCHEMA_DIR}: {path} names an unknown $schema {dialect!r}"
@@ -882,6 +881,115 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
         name: _JsonSchema(reference=validator_class(schema, registry=registry), fast=fast.get(name))
         for name, (validator_class, schema) in schemas.items()
     }
+
+
+def _read_schema(path: Path) -> Any:
+    """One schema file's JSON, read strictly (:func:`_object_once`, :func:`_no_constant`).
+
+    :raises ValueError: naming the file.
+    """
+    try:
+        schema = json.loads(
+            path.read_text(encoding="utf-8"),
+            object_pairs_hook=_object_once,
+            parse_constant=_no_constant,
+        )
+    except _ReadsOtherwise as exc:
+        raise ValueError(f"{JSON_SCHEMA_DIR}: {path}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON file: {exc}") from None
+    if not isinstance(schema, dict | bool):
+        raise ValueError(f"{JSON_SCHEMA_DIR}: {path} is not a JSON Schema (object or boolean)")
+    return schema
+
+
+class _ReadsOtherwise(ValueError):
+    """A schema file that reads one way to its author and another to the validator."""
+
+
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose every key is given once: ``json`` keeps the last of two silently,
+    so ``"additionalProperties": false`` followed by ``true`` (a merge left both) read as
+    the laxer one."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _ReadsOtherwise(
+                f"the key {key!r} is given twice in one object (JSON keeps the last silently)"
+            )
+        found[key] = value
+    return found
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are no JSON: ``{"maximum": NaN}`` compared false with every value, a
+    bound that never failed."""
+    raise _ReadsOtherwise(f"{name} is not JSON (a bound of {name} never fails)")
+
+
+_ANNOTATIONS: Final = frozenset(
+    {
+        "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$defs",
+        "definitions", "$comment", "$vocabulary", "title", "description", "default",
+        "examples", "example", "deprecated", "readOnly", "writeOnly", "contentEncoding",
+        "contentMediaType", "contentSchema", "then", "else",
+    }
+)  # fmt: skip
+"""Keywords that are not validators but are the dialects' own (and OpenAPI's ``example``)."""
+_SUBSCHEMA_MAPS: Final = (
+    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+)  # fmt: skip
+_SUBSCHEMA: Final = (
+    "additionalProperties", "additionalItems", "items", "contains", "not", "if", "then",
+    "else", "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema",
+)  # fmt: skip
+_SUBSCHEMA_LISTS: Final = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+
+
+def _check_keywords(schema: object, validator_class: Any, where: str) -> None:
+    """A keyword the validator does not know is ignored by it, so a misspelt one
+    (``requried``, ``maxLenght``, ``additionalProperty``) checked nothing: one that is a
+    known keyword but for a letter or two (or its case) is refused, here and in every
+    subschema. Other unknown keywords (a tool's own annotations) stay."""
+    known = frozenset(validator_class.VALIDATORS) | _ANNOTATIONS
+    stack: list[tuple[object, str]] = [(schema, where)]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key in node:
+            meant = _misspelt(key, known)
+            if meant is not None:
+                raise _ReadsOtherwise(
+                    f"{at}: {key!r} is no JSON Schema keyword, so the validator ignores it "
+                    f"(did you mean {meant!r}?)"
+                )
+        stack.extend(_subschemas(node, at))
+
+
+def _misspelt(key: str, known: frozenset[str]) -> str | None:
+    """The known keyword ``key`` is a misspelling of, if it is one."""
+    if key in known:
+        return None
+    close = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(
+        key, sorted(known), n=1, cutoff=0.8
+    )
+    return close[0] if close else None
+
+
+def _subschemas(schema: dict[str, Any], at: str) -> list[tuple[object, str]]:
+    """The schemas directly inside ``schema``, each with its JSON pointer."""
+    found: list[tuple[object, str]] = []
+    for key in _SUBSCHEMA_MAPS:
+        inner = schema.get(key)
+        if isinstance(inner, dict):
+            found += [(sub, f"{at}/{key}/{name}") for name, sub in inner.items()]
+    found += [(schema.get(key), f"{at}/{key}") for key in _SUBSCHEMA]
+    for key in _SUBSCHEMA_LISTS:
+        inner = schema.get(key)
+        if isinstance(inner, list):
+            found += [(sub, f"{at}/{key}/{index}") for index, sub in enumerate(inner)]
+    return found
 
 
 def _compile_fast(

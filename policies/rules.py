@@ -43,6 +43,7 @@ from policies.api import (
 __all__ = [
     "BROKER_SYNONYMS",
     "LIST_CONFIGS",
+    "NO_LIMIT_WHEN_NEGATIVE",
     "NamePattern",
     "BrokerConfigsRule",
     "BrokerSetting",
@@ -57,6 +58,7 @@ __all__ = [
     "ResourceConfigChange",
     "SHOWN_VALUE_CHARS",
     "Rule",
+    "TOPIC_CONFIGS",
     "TopicChange",
     "TopicNameRule",
     "TopicOperation",
@@ -279,6 +281,20 @@ Kafka's table (``ServerTopicConfigSynonyms.ALL_TOPIC_CONFIG_SYNONYMS``, apache/k
 broker uses the first (``log.retention.ms`` over ``.minutes`` over ``.hours``), with the same
 conversions (a whole number of hours or minutes, times 3,600,000 or 60,000), plus the two
 entries brokers before 4.0 have."""
+
+TOPIC_CONFIGS: Final = frozenset(
+    {
+        *BROKER_SYNONYMS,
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+        "remote.storage.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+    }
+)
+"""Kafka's topic config names (``TopicConfig``, and the throttled replica lists): the topic
+configs with a broker default, and those without one. A broker refuses any other name on a
+topic ("Unknown topic config name"), so a rule on another name can never apply there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -515,6 +531,15 @@ class ReplicationFactorRule(Rule):
         return None
 
 
+NO_LIMIT_WHEN_NEGATIVE: Final = frozenset(
+    {"retention.ms", "retention.bytes", "local.retention.ms", "local.retention.bytes"}
+)
+"""Configs whose negative value means no limit at all (Kafka deletes nothing by time or size
+when the value is below 0; ``-1`` is how it is written), so such a value is above any
+maximum: ``max: 604800000`` on ``retention.ms`` must refuse ``-1``, keep forever. (-2 on the
+``local.`` ones means "as retention.ms/bytes" and is not judged as a number.)"""
+
+
 def _as_number(value: str) -> float | None:
     text = value.strip()
     try:
@@ -533,7 +558,9 @@ class ConfigRule(Rule):
     """One topic config: numeric bounds (``min``/``max``) or a set of ``allowed`` values.
 
     Only a value the request sets is checked. For a LIST-typed config (``cleanup.policy``)
-    each comma-separated item must be allowed. On a BROKER resource, the default its broker
+    each comma-separated item must be allowed. A negative ``retention.ms`` or
+    ``retention.bytes`` (no limit, :data:`NO_LIMIT_WHEN_NEGATIVE`) is above any ``max``, and
+    below any ``min`` as a number. On a BROKER resource, the default its broker
     synonyms give topics is checked, in the topic config's units.
     """
 
@@ -575,6 +602,13 @@ class ConfigRule(Rule):
             number = _as_number(value)
             if number is None:
                 return self._deny(f"{what} is not a number")
+            if (
+                self.max is not None
+                and number < 0
+                and self.config in NO_LIMIT_WHEN_NEGATIVE
+                and not (number == -2 and self.config.startswith("local."))
+            ):
+                return self._deny(f"{what} means no limit, above the maximum of {self.max}")
             problem = _bounds_problem(what, number, self.min, self.max)
             if problem is not None:
                 return self._deny(problem)

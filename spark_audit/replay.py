@@ -60,6 +60,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from policies import strict_yaml
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
 from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
@@ -103,7 +104,7 @@ def load_candidate(path: str) -> dict[str, Any]:
     :raises OSError: if the file cannot be read.
     """
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        raw = strict_yaml.load(Path(path).read_bytes(), name=path) or {}
     except yaml.YAMLError as exc:
         raise CandidateError(f"{path}: not YAML: {exc}") from exc
     section = raw.get("policies") if isinstance(raw, Mapping) else None

@@ -8,8 +8,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-import yaml
 
+from policies import strict_yaml
 from policies.api import (
     ConfigResource,
     ConfigResourceType,
@@ -261,7 +261,7 @@ def test_the_v2_policy_and_the_topic_action_policy_may_be_used_together() -> Non
 # --- errors name the key and the file -------------------------------------------------------
 
 PARTITIONS = {"name": "p", "type": "partitions", "min": 1}
-CONFIG = {"name": "c", "type": "config", "config": "x"}
+CONFIG = {"name": "c", "type": "config", "config": "retention.ms"}
 PROTECTED = {"name": "x", "type": "protected.topics", "topics": ["a"]}
 
 BAD_SECTIONS = [
@@ -350,7 +350,12 @@ def test_every_kind_of_rule_parses_with_its_mode() -> None:
                 {"name": "a", "type": "partitions", "min": 3, "max": 10},
                 {"name": "b", "type": "replication.factor", "min": 3, "mode": "dry-run"},
                 {"name": "c", "type": "config", "config": "retention.ms", "max": 1.5e9},
-                {"name": "d", "type": "config", "config": "unclean.x", "allowed": [False]},
+                {
+                    "name": "d",
+                    "type": "config",
+                    "config": "unclean.leader.election.enable",
+                    "allowed": [False],
+                },
                 {"name": "e", "type": "required.configs", "configs": ["retention.ms"]},
                 {"name": "f", "type": "forbidden.configs", "configs": ["preallocate"]},
                 {"name": "g", "type": "topic.name", "pattern": "[a-z.]+"},
@@ -418,7 +423,7 @@ def test_flatten_configs_gives_kafka_style_strings() -> None:
 
 
 def test_the_example_file_loads_and_judges_as_its_comments_say(chains: list[PolicyChain]) -> None:
-    section = yaml.safe_load(EXAMPLE.read_text())["policies"]
+    section = strict_yaml.load(EXAMPLE.read_text(), name=str(EXAMPLE))["policies"]
     chain = load(section, chains)
     assert len(chain.rules) == 10
 

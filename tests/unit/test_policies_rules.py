@@ -142,6 +142,7 @@ PARTITIONS = PartitionsRule(name="partition-count", min=3, max=12)
 REPLICATION = ReplicationFactorRule(name="replication", min=2, max=3)
 MIN_ISR = ConfigRule(name="min-isr", config="min.insync.replicas", min=2, max=3)
 RETENTION = ConfigRule(name="retention", config="retention.ms", min=3_600_000, max=604_800_000)
+RETENTION_MAX = ConfigRule(name="retention", config="retention.ms", max=604_800_000)
 RATIO = ConfigRule(name="ratio", config="min.cleanable.dirty.ratio", min=0.1, max=0.9)
 CLEANUP = ConfigRule(
     name="cleanup", config="cleanup.policy", allowed=frozenset({"delete", "compact"})
@@ -240,8 +241,41 @@ CASES = [
     pytest.param(
         RETENTION,
         create(retention_ms="-1"),
-        "retention.ms=-1 is below the minimum",
+        "retention.ms=-1 means no limit, above the maximum of 604800000",
         id="bounds-infinite-retention",
+    ),
+    # -1 (no limit) is above any max: "at most 7 days" must not let "forever" through
+    pytest.param(
+        RETENTION_MAX,
+        create(retention_ms="-1"),
+        "retention.ms=-1 means no limit, above the maximum of 604800000",
+        id="max-only-infinite-retention",
+    ),
+    pytest.param(
+        ConfigRule(name="size", config="retention.bytes", max=10**10),
+        create(retention_bytes="-5"),
+        "retention.bytes=-5 means no limit",
+        id="max-only-unlimited-bytes",
+    ),
+    pytest.param(
+        RETENTION_MAX,
+        AlterResource({"log.retention.hours": "-1"}),
+        "log.retention.hours=-1 (retention.ms=-3600000) means no limit",
+        id="max-only-broker-infinite-retention",
+    ),
+    # as documented: a negative value is below a positive min (min alone, too)
+    pytest.param(
+        ConfigRule(name="keep", config="retention.ms", min=3_600_000),
+        create(retention_ms="-1"),
+        "retention.ms=-1 is below the minimum of 3600000",
+        id="min-only-infinite-retention",
+    ),
+    # -2: "as retention.ms", not a number of its own
+    pytest.param(
+        ConfigRule(name="local", config="local.retention.ms", max=86_400_000),
+        create(local_retention_ms="-2"),
+        None,
+        id="local-retention-as-retention",
     ),
     pytest.param(RATIO, create(min_cleanable_dirty_ratio="0.5"), None, id="bounds-float-ok"),
     pytest.param(

@@ -615,6 +615,26 @@ def test_a_draft_07_schema_is_checked_as_draft_07(tmp_path: Path) -> None:
         ('{"type": "strnig"}', "broken.json is not a valid JSON Schema: 'strnig' is not valid"),
         ('{"minimum": "zero"}', "broken.json is not a valid JSON Schema: 'zero' is not of type"),
         ('{"$schema": "https://example.com/mine"}', "broken.json names an unknown \\$schema"),
+        # json keeps the last of two keys: the laxer one, silently
+        (
+            '{"type": "object", "additionalProperties": false, "additionalProperties": true}',
+            "broken.json: the key 'additionalProperties' is given twice",
+        ),
+        # NaN compares false with every value: a bound that never failed
+        ('{"type": "number", "maximum": NaN}', "broken.json: NaN is not JSON"),
+        # the validator ignores keywords it does not know: a misspelt one checked nothing
+        (
+            '{"type": "object", "requried": ["id"]}',
+            "broken.json: #: 'requried' is no JSON Schema keyword.*did you mean 'required'",
+        ),
+        (
+            '{"properties": {"id": {"type": "string", "maxLenght": 3}}}',
+            "broken.json: #/properties/id: 'maxLenght' is no JSON Schema keyword",
+        ),
+        (
+            '{"anyOf": [{"type": "object", "Required": ["a"]}]}',
+            "broken.json: #/anyOf/0: 'Required' is no JSON Schema keyword",
+        ),
     ],
 )
 def test_a_bad_schema_file_stops_configure_naming_the_file(
@@ -624,6 +644,14 @@ def test_a_bad_schema_file_stops_configure_naming_the_file(
     (directory / "broken.json").write_text(content, encoding="utf-8")
     with pytest.raises(ValueError, match=f"^{JSON_SCHEMA_DIR}: .*{problem}"):
         BuiltinRecordValidationPolicy().configure({JSON_SCHEMA_DIR: str(directory)})
+
+
+def test_a_tools_own_annotations_stay(tmp_path: Path) -> None:
+    """Keywords no validator knows and no keyword is a misspelling of (jsonschema2pojo's,
+    OpenAPI's) are kept, as the validator keeps them."""
+    schema = {"type": "object", "javaType": "com.acme.Order", "x-owner": "team-a", "example": {}}
+    directory = write_schemas(tmp_path / "s", order=schema)
+    BuiltinRecordValidationPolicy().configure({JSON_SCHEMA_DIR: str(directory)})
 
 
 def test_a_schema_dir_that_is_not_a_directory_stops_configure(tmp_path: Path) -> None:

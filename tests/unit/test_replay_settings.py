@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from policies.loader import load_policy_chain
-from spark_audit.replay import judge_item
+from spark_audit.replay import CandidateError, judge_item, load_candidate
 
 pytestmark = pytest.mark.unit
 
@@ -159,3 +159,16 @@ def test_a_v1_event_stays_not_replayable_whoever_refused_it() -> None:
         False,
         "creation without a topic spec (v1 event)",
     )
+
+
+def test_a_candidate_with_a_key_twice_is_refused_as_the_gateway_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """The replay judged the second ``policies:`` alone, the gateway now refuses the file."""
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text(
+        "policies:\n  rules: [{name: p, type: partitions, max: 5}]\npolicies: {}\n"
+    )
+    with pytest.raises(CandidateError, match=r"'policies' a second time") as refused:
+        load_candidate(str(candidate))
+    assert f'in "{candidate}", line 3' in str(refused.value)
