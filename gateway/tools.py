@@ -46,10 +46,6 @@ from .client_security import (
 )
 from .config import ConfigError, GatewayConfig, HostPort, load, parse_host_port
 from .exchange import exchange
-from .handlers._validation_policy import invalid_value
-from .handlers.create_topics import refusal
-from .record_validation import VALIDATION_POLICY_KEY, load_record_validator
-from .server import own_topics_rule
 
 POLICY_VIOLATION_CODE = 44
 _ERROR_NAMES = {
@@ -356,6 +352,12 @@ def _spec(request: CreateTopicRequestMetadata) -> ct.TopicSpec:
 
 
 def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    # Imported here, not with the module: kpg builds its parser from this module, and the
+    # handlers import the record scanner, which reads KPG_RECORD_SCANNER on import (kpg run
+    # refuses a bad value in one line, after the parser is built).
+    from .handlers.create_topics import refusal
+    from .server import own_topics_rule
+
     try:
         config = load(args.config)
         # judged as the gateway judges them: its own topics protected
@@ -406,6 +408,9 @@ def _validation_policy_check(
 
     :raises ConfigError: when the validator cannot be loaded (the gateway would not start).
     """
+    from .handlers._validation_policy import invalid_value
+    from .record_validation import VALIDATION_POLICY_KEY, load_record_validator
+
     if not any(VALIDATION_POLICY_KEY in r.configs for r in requests):
         return lambda value: None
     validator = load_record_validator(
