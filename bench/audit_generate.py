@@ -3,7 +3,7 @@
     python bench/audit_generate.py --spool /tmp/spool --events 1000000 [--workers 2]
 
 Writes completed segments (``<spool>/worker-<i>/events-<time>Z-<seq>.jsonl``) the way the
-gateway's spool sink names them, events of the current schema (version 2): one chain per
+gateway's spool sink names them, events of the current schema (version 3): one chain per
 worker and run (``chain_id``, ``seq``, ``prev_hash`` = SHA-256 of the line before), a
 lifecycle ``start`` first, request ids shared by the events of one request, config changes
 on alter-config decisions, topic specs on creations. The mix, per 1,000 rows: about 600
@@ -125,7 +125,7 @@ def _base(world: _World, when: datetime, chain: _Chain) -> dict[str, Any]:
     rng = world.rng
     principal = rng.choice(world.principals)
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "event_id": str(world.uuid()),
         "time": _time_text(when),
         "gateway_instance": chain.instance,
@@ -156,6 +156,7 @@ def _base(world: _World, when: datetime, chain: _Chain) -> dict[str, Any]:
         "prev_hash": None,
         "config_changes": None,
         "topic_spec": None,
+        "request_events": 1,
     }
 
 
@@ -201,6 +202,7 @@ def _decisions(world: _World, when: datetime, chain: _Chain) -> list[dict[str, A
             event_count=count,
             event_kind="summary",
             request_id=None,
+            request_events=None,
         )
         return [event]
     _describe(event, world)
@@ -228,7 +230,7 @@ def _decisions(world: _World, when: datetime, chain: _Chain) -> list[dict[str, A
     rules = rng.sample(_DRY_RULES if dry_run else _RULES, rng.choice((1, 1, 1, 2)))
     events = []
     for rule in rules:
-        copy = dict(event, event_id=str(world.uuid()), policy=rule)
+        copy = dict(event, event_id=str(world.uuid()), policy=rule, request_events=len(rules))
         if dry_run:
             copy.update(mode="dry-run", verdict="would_deny", message=f"{rule} would deny")
         else:
@@ -252,6 +254,7 @@ def _lifecycle(world: _World, when: datetime, chain: _Chain) -> dict[str, Any]:
         action="start",
         event_kind="lifecycle",
         request_id=None,
+        request_events=None,
         message=f"gateway {chain.instance} started with policy version {POLICY_VERSION}",
     )
     return event

@@ -492,7 +492,9 @@ def format_error(error_code: int, error_message: str | None) -> str:
     return f"{wire.error_name(error_code)} ({error_code}){message}"
 
 
-def cmd_configs(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def cmd_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # sys.stdout as it is now, not as it was when this module was imported
+    out = sys.stdout if out is None else out
     try:
         codes = parse_codes(args.client_codes)
         listing = listing_of(args.entities, codes) if args.describe else None

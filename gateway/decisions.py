@@ -47,6 +47,8 @@ class Subject:
     bytes_examined: int = 0
     request_id: str | None = None
     """Shared by every decision of one client request."""
+    request_events: int | None = None
+    """How many events all the decisions of that request write (:func:`events_of` each)."""
     config_changes: tuple[ConfigChange, ...] | None = None
     topic_spec: TopicSpec | None = None
 
@@ -55,6 +57,12 @@ SASL_GATE: Final = "sasl.client_auth"
 """The policy of the gateway's own authentication refusals."""
 BROKER: Final = "broker"
 """The policy of the broker's authentication refusals, as the gateway saw them."""
+
+
+def events_of(decision: Decision) -> int:
+    """How many audit events :meth:`DecisionRecorder.record` writes for ``decision``: one per
+    rule that denied or objected, else one ``allowed``."""
+    return max(1, sum(1 for verdict in decision.verdicts if verdict.outcome != "allowed"))
 
 
 class AuditNotWritten(Exception):
@@ -147,7 +155,8 @@ class DecisionRecorder:
         self._charge(subject, 1)
         if self._emitter is None:
             return
-        subject = replace(subject, request_id=subject.request_id or new_request_id())
+        if subject.request_id is None:
+            subject = replace(subject, request_id=new_request_id(), request_events=1)
         event = self._event(subject, api, policy, "enforce", "denied", error_code, reason)
         await self._emitter.emit_written(event)
 
@@ -188,4 +197,5 @@ class DecisionRecorder:
             request_id=subject.request_id,
             config_changes=subject.config_changes,
             topic_spec=subject.topic_spec,
+            request_events=subject.request_events,
         )

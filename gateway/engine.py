@@ -47,7 +47,7 @@ from spark_audit.event import TopicSpec as AuditedTopicSpec
 from spark_audit.event import new_request_id
 
 from .config import UNLIMITED, LimitsConfig
-from .decisions import AuditNotWritten, DecisionRecorder, Subject
+from .decisions import AuditNotWritten, DecisionRecorder, Subject, events_of
 from .outcomes import Answer, Close, Forward, Outcome
 from .principal import SaslState
 
@@ -344,6 +344,7 @@ class Engine:
             resource_type=resource_type,
             resource_name=resource_name,
             action=action,
+            request_events=1,
         )
         await self._decisions.record(
             subject, Decision(allowed=False, verdicts=(verdict,)), error.error_code
@@ -371,7 +372,12 @@ class Engine:
         verdict = Verdict(policy="limits", mode=Mode.ENFORCE, outcome="denied", message=message)
         request_id = new_request_id()
         subject = _subject(
-            ctx, request_id, resource_type="cluster", resource_name="", action="request"
+            ctx,
+            request_id,
+            resource_type="cluster",
+            resource_name="",
+            action="request",
+            request_events=1,
         )
         error = ItemError(error_code=int(POLICY_VIOLATION), error_message=message)
         await self._decisions.record(
@@ -401,9 +407,13 @@ class Engine:
                 local[key] = duplicate
         unique = [key for key in counts if key not in local]
         rulings = await enforcement.judge(ctx, cluster, request, unique)
-        # One decision shared by items is one event: what its audit came to, by ruling.
+        # One decision shared by items is audited once: what its audit came to, by ruling.
         audited: dict[int, ItemError | None] = {}
         request_id = ""
+        # Every event of the request says how many there are (the report counts a request of
+        # one event without grouping the table by request id).
+        decided = {id(r): r for key in unique if isinstance(r := rulings.get(key), Judged)}
+        request_events = sum(events_of(r.decision) for r in decided.values())
         for key in unique:
             ruling = rulings.get(key)
             if not isinstance(ruling, Judged):
@@ -412,7 +422,9 @@ class Engine:
                 continue
             request_id = request_id or new_request_id()
             if id(ruling) not in audited:
-                audited[id(ruling)] = await self._audit(ctx, enforcement, ruling, request_id)
+                audited[id(ruling)] = await self._audit(
+                    ctx, enforcement, ruling, request_id, request_events
+                )
             unaudited = audited[id(ruling)]
             if not ruling.decision.allowed:
                 local[key] = tagged(ruling.error(), request_id)
@@ -428,6 +440,7 @@ class Engine:
         enforcement: Enforcement[R, K],
         judged: Judged,
         request_id: str,
+        request_events: int,
     ) -> ItemError | None:
         """Record ``judged``; None once audited (or when an unwritten audit may go on), else
         the error its allowed items are answered with (``audit.on_failure: deny``)."""
@@ -442,6 +455,7 @@ class Engine:
             bytes_examined=judged.bytes_examined,
             config_changes=judged.config_changes,
             topic_spec=judged.topic_spec,
+            request_events=request_events,
         )
         code = None if judged.decision.allowed else judged.error().error_code
         try:

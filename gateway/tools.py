@@ -293,7 +293,9 @@ def _ask(
     return results
 
 
-def cmd_dry_run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def cmd_dry_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # sys.stdout as it is now, not as it was when this module was imported
+    out = sys.stdout if out is None else out
     try:
         requests = [_topic_flag(t) for t in args.topic]
         if args.manifest is not None:
@@ -351,7 +353,9 @@ def _spec(request: CreateTopicRequestMetadata) -> ct.TopicSpec:
     )
 
 
-def cmd_policy_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def cmd_policy_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # sys.stdout as it is now, not as it was when this module was imported
+    out = sys.stdout if out is None else out
     # Imported here, not with the module: kpg builds its parser from this module, and the
     # handlers import the record scanner, which reads KPG_RECORD_SCANNER on import (kpg run
     # refuses a bad value in one line, after the parser is built).

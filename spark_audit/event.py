@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 SPOOL_SEGMENT_GLOB: Final = "events-*.jsonl"
 """Completed segments in a spool directory: the only files a reader may take (see SCHEMA.md)."""
@@ -215,6 +215,8 @@ class AuditEvent:
     prev_hash: str | None = None
     config_changes: tuple[ConfigChange, ...] | None = None
     topic_spec: TopicSpec | None = None
+    # version 3
+    request_events: int | None = None
 
     def __post_init__(self) -> None:
         self._check_keywords()
@@ -227,6 +229,19 @@ class AuditEvent:
         if self.schema_version >= 2 and self.event_kind is None:
             object.__setattr__(self, "event_kind", self.kind)
         self._check_v2()
+        self._check_v3()
+
+    def _check_v3(self) -> None:
+        if self.request_events is not None:
+            if self.request_events < 1:
+                raise ValueError(f"request_events must be >= 1, got {self.request_events}")
+            if self.request_id is None:
+                raise ValueError("request_events goes with a request_id")
+        for name, _, _, since in _FIELD_TYPES:
+            if since > self.schema_version and getattr(self, name) is not None:
+                raise ValueError(
+                    f"version {since} fields in an event of version {self.schema_version}"
+                )
 
     def _check_v2(self) -> None:
         if self.event_kind is not None and self.event_kind not in EVENT_KINDS:
@@ -243,8 +258,6 @@ class AuditEvent:
             raise ValueError("prev_hash is null for the first event of a chain")
         if self.seq is not None and self.seq > 0 and self.prev_hash is None:
             raise ValueError("prev_hash is set on every event of a chain but the first")
-        if self.schema_version < 2 and any(getattr(self, name) is not None for name in _V2_FIELDS):
-            raise ValueError("version 2 fields in an event of version 1")
 
     def _check_keywords(self) -> None:
         if self.mode not in MODES:
@@ -287,11 +300,11 @@ class AuditEvent:
         return json.dumps(self.to_mapping(), separators=(",", ":")) + "\n"
 
     def to_mapping(self) -> dict[str, Any]:
-        """The event as JSON-ready values, keys in schema order (a version 1 event has only
-        the version 1 keys)."""
+        """The event as JSON-ready values, keys in schema order (an event of an older version
+        has only its version's keys)."""
         data = dataclasses.asdict(self)
-        if self.schema_version < 2:
-            for name in _V2_FIELDS:
+        for name, _, _, since in _FIELD_TYPES:
+            if since > self.schema_version:
                 del data[name]
         return data
 
@@ -372,9 +385,8 @@ _FIELD_TYPES: Final[tuple[tuple[str, str, bool, int], ...]] = (
     ("prev_hash", "STRING", True, 2),
     ("config_changes", _CONFIG_CHANGES_DDL, True, 2),
     ("topic_spec", _TOPIC_SPEC_DDL, True, 2),
+    ("request_events", "INT", True, 3),
 )
-
-_V2_FIELDS: Final[tuple[str, ...]] = tuple(name for name, _, _, v in _FIELD_TYPES if v == 2)
 
 _PYTHON_TYPES: Final[Mapping[str, type]] = {
     "STRING": str,

@@ -270,12 +270,41 @@ def requests_of(events: DataFrame) -> DataFrame:
     validate_only request, see :func:`is_dry_run`), ``outcome`` (``denied`` when any
     event is denied, else ``allowed``), ``would_deny`` (allowed with a dry-run objection),
     ``requests`` (weight), ``denied_rules``, ``would_deny_rules``, ``topics`` and
-    ``resources`` (of the items a rule denied or objected to) and ``events`` (rows; copies
-    of an event count as rows, :func:`duplicate_event_ids` finds them). ``events`` must
-    have ``topic``.
+    ``resources`` (of the items a rule denied or objected to) and ``events`` (rows).
+    ``events`` must have ``topic``, and each event id once (:func:`duplicate_event_ids`
+    finds copies; the report drops them first).
+
+    A request of one event (``request_events`` 1, written since schema version 3; a summary;
+    a v1 decision) is its row as it is: most requests are, and only the others are grouped
+    by request id, which for a million events was most of the work.
     """
     decisions = events.where(event_kind() != "lifecycle")
     key = F.coalesce(F.col("request_id"), F.col("event_id")).alias("request_key")
+    alone = F.col("request_id").isNull() | F.coalesce(F.col("request_events") == 1, F.lit(False))
+    none: Column = F.array().cast("array<string>")
+
+    def one(condition: Column, value: str) -> Column:
+        return F.when(condition & F.col(value).isNotNull(), F.array(value)).otherwise(none)
+
+    refusing = F.col("verdict") != "allowed"
+    singles = decisions.where(alone).select(
+        key,
+        "request_id",
+        principal_name().alias("principal"),
+        "client_id",
+        "api",
+        "time",
+        F.col("validate_only").cast("int").alias("validate_only"),
+        (F.col("verdict") == "denied").cast("int").alias("any_denied"),
+        (F.col("verdict") == "would_deny").cast("int").alias("any_would_deny"),
+        F.col("event_count").alias("requests"),
+        F.lit(1).cast("long").alias("events"),
+        one(F.col("verdict") == "denied", "policy").alias("denied_rules"),
+        one(F.col("verdict") == "would_deny", "policy").alias("would_deny_rules"),
+        one(refusing, "topic").alias("topics"),
+        one(refusing, "resource_name").alias("resources"),
+    )
+    decisions = decisions.where(~alone)
     # A request's events share its principal, client id and API (one client request), so
     # they are grouping keys: every aggregate left is fixed-width, and Spark can group by
     # hashing instead of sorting a million rows. The rule and name sets are collected from
@@ -300,13 +329,12 @@ def requests_of(events: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("resource_name")).alias("resources"),
         )
     )
-    none: Column = F.array().cast("array<string>")
     grouped = grouped.join(refused, "request_key", "left").select(
         *grouped.columns,
         *(F.coalesce(F.col(name), none).alias(name) for name in _REQUEST_SETS),
     )
     denied = F.col("any_denied") == 1
-    return grouped.select(
+    return singles.unionByName(grouped).select(
         "request_key",
         "request_id",
         "time",

@@ -148,6 +148,9 @@ def test_one_request_one_id_in_every_event_and_in_the_clients_error_messages(
         assert noted_id(message) == request_id
     assert again is not None and noted_id(again[1]) not in (request_id,)
     assert {e.request_id for e in events} - {request_id} == {noted_id(again[1])}
+    # Every event says how many its request wrote (schema v3): 5 for the first, 1 for the next.
+    assert [e.request_events for e in first] == [5] * 5
+    assert [e.request_events for e in events if e.request_id != request_id] == [1]
     specs = {e.resource_name: e.topic_spec for e in first}
     assert specs[few] is not None and (specs[few].partitions, specs[few].replication_factor) == (
         1,

@@ -1,4 +1,5 @@
-"""Request-level reports (schema v2 request ids), on hand-made events counted by hand."""
+"""Request-level reports (schema v2 request ids, v3 request_events), on hand-made events
+counted by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
 from spark_audit.event import ConfigChange
 from spark_audit.transforms import (
@@ -117,7 +119,12 @@ def request_events() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def events(spark: SparkSession) -> Iterator[DataFrame]:
-    frame = with_topic(table_rows(spark, request_events())).cache()
+    frame = with_topic(table_rows(spark, request_events()))
+    # Each event says how many its request has, as the gateway writes them (schema v3).
+    per_request = F.count(F.lit(1)).over(Window.partitionBy("request_id")).cast("int")
+    frame = frame.withColumn(
+        "request_events", F.when(F.col("request_id").isNotNull(), per_request)
+    ).cache()
     try:
         yield frame
     finally:
@@ -150,6 +157,20 @@ def test_a_request_is_counted_once_with_every_rule_it_broke(requests: DataFrame)
         ["orders", "payments"],
         3,
     )
+
+
+def test_a_request_of_one_event_is_counted_as_grouping_would(events: DataFrame) -> None:
+    """Requests of one event (request_events 1, summaries) are taken as they are, the others
+    grouped by request id; with no request_events (v1 and v2 events) every request is
+    grouped. Both give the same rows."""
+    assert events.where("request_events = 1").count() > 0
+    assert events.where("request_events > 1").count() > 0
+    unsaid = events.withColumn("request_events", F.lit(None).cast("int"))
+
+    def by_key(frame: DataFrame) -> list[dict[str, Any]]:
+        return sorted(rows(frame), key=lambda row: str(row["request_key"]))
+
+    assert by_key(requests_of(events)) == by_key(requests_of(unsaid))
 
 
 def test_denied_requests_by_rule_and_by_topic_not_partition(requests: DataFrame) -> None:

@@ -157,9 +157,10 @@ def test_from_json_ignores_fields_added_by_a_newer_version() -> None:
     assert event.resource_name == "orders"
 
 
-def test_v2_fields_round_trip() -> None:
+def test_v2_and_v3_fields_round_trip() -> None:
     event = make_event(
         request_id=new_request_id(),
+        request_events=2,
         policy_version="sha256:0123456789abcdef",
         chain_id="c0ffee00-0000-4000-8000-000000000000",
         seq=3,
@@ -188,7 +189,7 @@ def test_v2_fields_round_trip() -> None:
         "replication_factor": 3,
         "configs": {"a.b": "c"},
     }
-    assert list(data)[-8:] == [
+    assert list(data)[-9:] == [
         "request_id",
         "policy_version",
         "event_kind",
@@ -197,7 +198,35 @@ def test_v2_fields_round_trip() -> None:
         "prev_hash",
         "config_changes",
         "topic_spec",
+        "request_events",
     ]
+
+
+def test_a_v2_event_still_reads_without_request_events() -> None:
+    data = _as_dict(make_event(request_id=new_request_id())) | {"schema_version": 2}
+    del data["request_events"]
+
+    event = AuditEvent.from_json(json.dumps(data))
+
+    assert event.schema_version == 2 and event.request_events is None
+    assert json.loads(event.to_json_line()) == data  # written back as it was
+    with pytest.raises(ValueError, match="unknown"):
+        AuditEvent.from_json(json.dumps(data | {"request_events": 1}))
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"request_id": "5b0f1e0c9d8a4f7e8c2b6a1d3e4f5a6b", "request_events": 0}, ">= 1"),
+        ({"request_id": None, "request_events": 1}, "goes with a request_id"),
+        ({"schema_version": 2, "request_id": "r", "request_events": 1}, "version 3 fields"),
+    ],
+)
+def test_request_events_breaking_the_schema_are_refused(
+    fields: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(ValueError, match=complaint):
+        make_event(**fields)
 
 
 V1_LINE = (
