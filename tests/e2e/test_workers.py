@@ -212,6 +212,19 @@ def write_config(directory: Path, upstream: HostPort, **extra: Any) -> Path:
     return path
 
 
+def refused_start(config: Path) -> subprocess.CompletedProcess[str]:
+    """``kpg run --workers 2`` on ``config``, which it must refuse (exit 2) before serving."""
+    process = subprocess.run(
+        [KPG, "run", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=kpg_env(),
+    )
+    assert process.returncode == 2, process.stderr
+    return process
+
+
 def pid_file(config: Path) -> Path:
     return config.with_name("kpg.pid")
 
@@ -771,13 +784,7 @@ def test_a_bad_config_stops_kpg_run_before_any_worker_starts(
     config = write_config(
         tmp_path, broker, policies={"create.topic.policy.class.name": "no_such_module.Policy"}
     )
-    process = subprocess.run(
-        [KPG, "run", "--config", str(config), "--workers", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert process.returncode == 2, process.stderr
+    process = refused_start(config)
     assert (
         f"\nkpg: configuration error: {config}: policies.create.topic.policy.class.name: "
         "cannot import no_such_module" in process.stderr
@@ -796,14 +803,7 @@ def test_a_spool_directory_others_can_write_stops_kpg_run_before_any_worker_star
     spool = tmp_path / "audit"
     spool.mkdir()
     spool.chmod(0o1777)
-    process = subprocess.run(
-        [KPG, "run", "--config", str(config), "--workers", "2"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=kpg_env(),
-    )
-    assert process.returncode == 2, process.stderr
+    process = refused_start(config)
     assert (
         f"kpg: configuration error: {config}: audit: audit spool directory {spool} is "
         "writable by group and others (mode 1777)" in process.stderr
