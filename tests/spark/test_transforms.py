@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_audit.chain import Link, verify_links
 from spark_audit.event import line_hash
-from spark_audit.report import chain_soundness, verify_chains
+from spark_audit.report import _write_frame_csv, chain_soundness, verify_chains
 from spark_audit.transforms import (
     dedupe_events,
     duplicate_event_ids,
@@ -344,3 +347,28 @@ def test_one_chain_is_checked_in_parallel_not_by_one_task(spark: SparkSession) -
     exchanges = [line for line in plan.splitlines() if "Exchange hashpartitioning" in line]
     assert any("chain_id#" in line and "seq#" in line and "hash#" in line for line in exchanges)
     assert "Window" not in plan, plan
+
+
+def test_a_csv_file_written_on_every_core_has_one_header_and_the_frames_order(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A report's CSV file is Spark's part files (one per partition, each with the header)
+    joined in partition order: one header line, rows in the frame's order, quotes doubled;
+    a frame with no rows gives the header alone."""
+    frame = (
+        spark.range(0, 1000, numPartitions=4)
+        .selectExpr("id", "concat('a \"b\", ', id) AS text")
+        # as a sorted listing is split: ranges in order, each sorted
+        .repartitionByRange(4, F.desc("id"))
+        .sortWithinPartitions(F.desc("id"))
+    )
+    assert frame.rdd.getNumPartitions() > 1
+    _write_frame_csv(tmp_path / "rows.csv", frame)
+    _write_frame_csv(tmp_path / "none.csv", frame.where("id < 0"))
+
+    with (tmp_path / "rows.csv").open(newline="", encoding="utf-8") as file:
+        rows = list(csv.reader(file))
+    assert rows[0] == ["id", "text"]
+    assert rows[1:] == [[str(i), f'a "b", {i}'] for i in range(999, -1, -1)]
+    assert (tmp_path / "none.csv").read_text(encoding="utf-8") == "id,text\n"
+    assert not list(tmp_path.glob(".*"))  # no part files left behind
