@@ -41,6 +41,9 @@ _AMBIGUOUS_INT: Final = re.compile(r"[-+]?0[0-9_]+")
 class StrictYamlError(yaml.MarkedYAMLError):
     """Something :func:`load` refuses; the message names the line and column."""
 
+    def __init__(self, problem: str, mark: yaml.Mark | None) -> None:
+        super().__init__(None, None, problem, mark)
+
 
 class _StrictLoader(yaml.SafeLoader):
     def compose_document(self) -> Node | None:
@@ -55,8 +58,6 @@ class _StrictLoader(yaml.SafeLoader):
             for key_node, _ in node.value:
                 if key_node.tag == _MERGE_TAG:
                     raise StrictYamlError(
-                        None,
-                        None,
                         "merge keys (<<) are not accepted: the keys beside one silently win "
                         "over the merged ones, so a setting can read stricter than it is; "
                         "write the mapping out",
@@ -69,8 +70,6 @@ class _StrictLoader(yaml.SafeLoader):
                     continue  # an unhashable key: construct_mapping refuses it
                 if first is not None:
                     raise StrictYamlError(
-                        None,
-                        None,
                         f"found the key {key!r} a second time (first on line {first.line + 1}); "
                         "only one of them would count",
                         key_node.start_mark,
@@ -81,8 +80,6 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_strict_bool(self, node: yaml.ScalarNode) -> bool:
         if str(node.value).lower() not in ("true", "false"):
             raise StrictYamlError(
-                None,
-                None,
                 f"{node.value!r} is a boolean to YAML 1.1 (this reader) and a string to YAML "
                 "1.2; write true or false, or quote it",
                 node.start_mark,
@@ -93,8 +90,6 @@ class _StrictLoader(yaml.SafeLoader):
         text = str(node.value)
         if _AMBIGUOUS_INT.fullmatch(text):
             raise StrictYamlError(
-                None,
-                None,
                 f"{text!r}: a leading zero makes it octal to YAML 1.1 (this reader: "
                 f"{super().construct_yaml_int(node)}) and decimal to YAML 1.2; write it "
                 "without the leading zero, or quote it",
@@ -102,8 +97,6 @@ class _StrictLoader(yaml.SafeLoader):
             )
         if ":" in text:
             raise StrictYamlError(
-                None,
-                None,
                 f"{text!r} is a base-60 number to YAML 1.1 ({super().construct_yaml_int(node)}) "
                 "and a string to YAML 1.2; quote it",
                 node.start_mark,
@@ -113,8 +106,6 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_strict_float(self, node: yaml.ScalarNode) -> float:
         if ":" in str(node.value):
             raise StrictYamlError(
-                None,
-                None,
                 f"{node.value!r} is a base-60 number to YAML 1.1 and a string to YAML 1.2; "
                 "quote it",
                 node.start_mark,
@@ -156,8 +147,6 @@ def _check_aliases(root: Node) -> None:
         for child in _children(node):
             if id(child) in on_path:
                 raise StrictYamlError(
-                    None,
-                    None,
                     "an alias inside the collection it names (a recursive structure) is not "
                     "accepted",
                     node.start_mark,
@@ -167,8 +156,6 @@ def _check_aliases(root: Node) -> None:
     added = sizes[id(root)] - len(sizes)
     if added > MAX_ALIAS_NODES:
         raise StrictYamlError(
-            None,
-            None,
             f"aliases stand for {added} more nodes than the file holds (at most "
             f"{MAX_ALIAS_NODES}): every copy is read and checked",
             root.start_mark,
@@ -191,9 +178,7 @@ def load(text: str | bytes, *, name: str) -> Any:
     try:
         return loader.get_single_data()
     except RecursionError:
-        raise StrictYamlError(
-            None, None, "nested too deeply to be read", loader.get_mark()
-        ) from None
+        raise StrictYamlError("nested too deeply to be read", loader.get_mark()) from None
     except yaml.reader.ReaderError as exc:
         exc.name = name
         raise
