@@ -85,7 +85,15 @@ from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import broker_defaults, linked_broker_configs
 from ..config import BrokerDefaults
-from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..engine import (
+    STATE_STORE,
+    BaseEnforcement,
+    ClusterView,
+    Judged,
+    RequestContext,
+    Ruling,
+    Settlement,
+)
 from ..outcomes import Close
 from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
@@ -194,7 +202,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         kept |= {n: None for n in allowed if n not in kept and services.validation_policy_of(n)}
         if not kept or request.validate_only:
             return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
-        return await self._store_first(cluster, request, kept)
+        return await self._store_first(ctx, cluster, request, kept)
 
     async def _dry_run(
         self, cluster: ClusterView, request: ct.CreateTopics, allowed: Sequence[str]
@@ -218,7 +226,11 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         return local
 
     async def _store_first(
-        self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str | None]
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: ct.CreateTopics,
+        kept: Mapping[str, str | None],
     ) -> Settlement[str]:
         """Store the new topics' record.validation.policy before the broker creates them;
         topics that exist (or may) are answered here and keep theirs."""
@@ -245,7 +257,17 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}, so the "
                 f"topic was not created: {exc}",
             )
-            return Settlement(local={**local, **dict.fromkeys(new, refused)}, reencode_request=True)
+            # each topic was audited as allowed: the refusal the client gets is audited too
+            for name in new:
+                local[name] = await services.engine.refused_late(
+                    ctx,
+                    refused,
+                    policy=STATE_STORE,
+                    resource_type="topic",
+                    resource_name=name,
+                    action="create",
+                )
+            return Settlement(local=local, reencode_request=True)
 
         async def restore_uncreated(response: bytes) -> Mapping[str, ItemError]:
             """Put back the previous value of each topic the broker did not create, unless

@@ -1,0 +1,181 @@
+"""What the gateway does when something it depends on fails half-way through a request it has
+judged: its state store, the broker. The client must never be told a change succeeded that
+was not carried out, and the audit must say what the client was answered: an item the
+policies allowed but the gateway then refused has an event saying so, whose request id ends
+the client's error message.
+
+Each case runs the real gateway in front of the real broker; a state store that fails is the
+gateway's own SQLite file refusing writes (a trigger: SQLite's answer to a full disk or a
+locked file, at once).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+from kio.schema.types import TopicName
+from kio.static.primitive import i32Timedelta
+
+from protocol import client_configs as wire
+from protocol.alter_configs import SET
+from tests.support import (
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    existing_topics,
+    gateway_config,
+    spool_events,
+    topic_configs,
+    unique_name,
+)
+
+pytestmark = pytest.mark.adversarial
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+UNKNOWN_SERVER_ERROR = -1
+POLICY = "trace-id"
+KEY = "record.validation.policy"
+TOPIC = 2
+STATE_STORE = "state_store"
+"""The policy of the audit event of a refusal the state store caused."""
+
+
+class StoreGateway:
+    """A gateway writing its audit spool in ``spool``, whose state store can be made to refuse
+    every write."""
+
+    def __init__(self, gw: GatewayThread, spool: Path) -> None:
+        self.gw = gw
+        self.spool = spool
+        self.state_path = Path(gw.config.state.path)
+
+    def refuse_writes(self) -> None:
+        with closing(sqlite3.connect(self.state_path)) as conn:
+            for what in ("INSERT", "UPDATE", "DELETE"):
+                conn.execute(
+                    f"CREATE TRIGGER refuse_{what.lower()} BEFORE {what} ON gateway_state "
+                    "BEGIN SELECT RAISE(ABORT, 'disk full (a test trigger)'); END"
+                )
+            conn.commit()
+
+    def events(self, request_id: str) -> list[tuple[str, str, str | None, int | None]]:
+        """(resource name, verdict, policy, error code) of each event of ``request_id``."""
+        found = spool_events(self.spool, lambda e: e.request_id == request_id)
+        return [(e.resource_name, e.verdict, e.policy, e.error_code) for e in found]
+
+
+@pytest.fixture
+def store_gateway(broker: object, tmp_path: Path) -> Iterator[StoreGateway]:
+    spool = tmp_path / "audit"
+    gw = GatewayThread(gateway_config(broker, audit={"spool_dir": str(spool)})).start()
+    try:
+        yield StoreGateway(gw, spool)
+    finally:
+        gw.stop()
+
+
+def request_id_of(message: str | None) -> str:
+    assert message is not None
+    match = re.search(r"\(audit request id ([0-9a-f]{32})\)$", message)
+    assert match is not None, f"no audit request id in {message!r}"
+    return match.group(1)
+
+
+def test_a_create_whose_policy_cannot_be_stored_is_audited_as_refused(
+    store_gateway: StoreGateway,
+) -> None:
+    """A CreateTopics setting record.validation.policy is judged and audited allowed, then the
+    gateway stores the policy before the broker creates the topic. When that write fails the
+    topic is not created and the client gets UNKNOWN_SERVER_ERROR: its only audit event said
+    allowed, and its message led to no event."""
+    topic = unique_name("store-down")
+    store_gateway.refuse_writes()
+    client = RawClient(store_gateway.gw.bootstrap)
+    try:
+        request = create_topic_request(topic, configs=((KEY, POLICY),))
+        (answer,) = client.request(CREATE_TOPICS, 7, request).topics
+    finally:
+        client.close()
+    assert answer.error_code == UNKNOWN_SERVER_ERROR, answer
+    assert topic not in existing_topics(store_gateway.gw.bootstrap)
+    request_id = request_id_of(answer.error_message)
+    assert store_gateway.events(request_id) == [(topic, "denied", STATE_STORE, -1)]
+
+
+def test_a_delete_whose_policy_cannot_be_forgotten_is_audited_as_refused(
+    store_gateway: StoreGateway,
+) -> None:
+    """DeleteTopics of a validated topic first claims its record.validation.policy in the
+    store; when that fails the topic is not deleted and the client is told so."""
+    bootstrap = store_gateway.gw.bootstrap
+    topic = unique_name("store-down")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={KEY: POLICY})])[topic].result(15)
+    store_gateway.refuse_writes()
+    client = RawClient(bootstrap)
+    try:
+        request = DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=TopicName(topic), topic_id=None),),
+            timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        )
+        (answer,) = client.request(DELETE_TOPICS, 6, request).responses
+    finally:
+        client.close()
+    assert answer.error_code == UNKNOWN_SERVER_ERROR, answer
+    assert topic in existing_topics(bootstrap)
+    request_id = request_id_of(answer.error_message)
+    assert store_gateway.events(request_id) == [(topic, "denied", STATE_STORE, -1)]
+
+
+def alter_topic(bootstrap: str, topic: str, ops: list[tuple[str, int, str | None]]) -> Any:
+    """IncrementalAlterConfigs v1 of one topic; its result (error code and message)."""
+    client = RawClient(bootstrap)
+    try:
+        client.send_bytes(
+            wire.incremental_alter_request(
+                [(TOPIC, topic, ops)], validate_only=False, correlation_id=1, client_id="mid"
+            )
+        )
+        (result,) = wire.read_incremental_alter_response(client.recv_frame())
+    finally:
+        client.close()
+    return result
+
+
+@pytest.mark.parametrize(
+    ("ops", "broker_applied"),
+    [
+        ([(KEY, SET, POLICY)], False),
+        ([(KEY, SET, POLICY), ("retention.ms", SET, "3600000")], True),
+    ],
+    ids=["policy-only", "policy-and-broker-config"],
+)
+def test_a_config_change_whose_policy_cannot_be_stored_is_audited_as_refused(
+    store_gateway: StoreGateway, ops: list[tuple[str, int, str | None]], broker_applied: bool
+) -> None:
+    """Setting record.validation.policy (alone: the gateway keeps it; with a broker config:
+    the broker applies that, then the gateway stores the policy) when the store cannot write:
+    UNKNOWN_SERVER_ERROR, an event saying so, and, when the broker applied the rest, a message
+    that says it did."""
+    bootstrap = store_gateway.gw.bootstrap
+    topic = unique_name("store-down")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    store_gateway.refuse_writes()
+    result = alter_topic(bootstrap, topic, ops)
+    assert result.error_code == UNKNOWN_SERVER_ERROR, result
+    assert ("the broker applied the other configs" in result.error_message) == broker_applied
+    applied = topic_configs(bootstrap, topic).get("retention.ms") == "3600000"
+    assert applied == broker_applied
+    request_id = request_id_of(result.error_message)
+    assert store_gateway.events(request_id) == [(topic, "denied", STATE_STORE, -1)]
