@@ -59,13 +59,13 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
@@ -180,7 +180,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
         if self.config.metrics is not None:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=str(self._metrics_dir))  # type: ignore[no-untyped-call]
+            registry.register(_WorkerMetrics(self._metrics_dir))
             registry.register(_SupervisorCollector(self._workers, self.reloads))
             self._endpoint = MetricsEndpoint(registry, self.readiness)
             self.metrics_port = self._endpoint.serve(
@@ -619,6 +619,35 @@ def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(data)
     os.replace(temporary, path)
+
+
+_MMAP_HEADER_BYTES: Final = 8
+"""A worker's metrics file starts with the bytes of it in use (int32) and 4 of padding."""
+
+
+class _WorkerMetrics(Collector):
+    """The sum of the workers' metrics files (prometheus_client's
+    :class:`MultiProcessCollector`), leaving out a file a worker has created and not yet
+    sized: prometheus_client creates it empty and then extends it, and read in between it
+    raised ``struct.error`` out of the whole scrape (a 500 from the metrics listener). A
+    worker creates its files as it starts and as it first counts a kind of metric, so a scrape
+    right after a worker restart could meet one; a worker killed in between left one for good,
+    and every scrape after it failed. Such a file holds no values yet, so nothing is lost."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterable[Metric]:
+        files = [str(path) for path in self._directory.glob("*.db") if _sized(path)]
+        return MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _sized(path: Path) -> bool:
+    """Whether ``path`` has its header yet (False when it is gone: a dead worker's gauge)."""
+    try:
+        return path.stat().st_size >= _MMAP_HEADER_BYTES
+    except FileNotFoundError:
+        return False
 
 
 class _SupervisorCollector(Collector):

@@ -846,6 +846,29 @@ def test_the_metrics_of_two_workers_are_those_of_one_gateway(two_workers: Runnin
     assert running.stop() == 0
 
 
+def test_a_worker_metrics_file_being_created_does_not_fail_the_scrape(
+    two_workers: Running,
+) -> None:
+    """prometheus_client creates a worker's metrics file empty and then extends it to its
+    size; a scrape that read it in between (a worker just started, or first counting a kind of
+    metric) answered 500 (``struct.error``), and a worker killed in between left the file
+    so for good: every scrape failed from then on. The file here is that empty file, at a pid
+    no process has (as a worker killed in between leaves it)."""
+    running = two_workers
+    environ = Path(f"/proc/{min(running.workers())}/environ").read_bytes().split(b"\0")
+    (setting,) = [v for v in environ if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")]
+    directory = Path(setting.partition(b"=")[2].decode())
+    RawClient(running.bootstrap).close()
+    assert wait_for(lambda: running.metric("kpg_connections_total", listener="bootstrap") >= 1)
+    connections = running.metric("kpg_connections_total", listener="bootstrap")
+    (directory / "counter_0.db").touch()
+    status, text = get(running.metrics_url + "/metrics")
+    assert status == 200, text
+    assert running.metric("kpg_workers", state="ready") == 2
+    assert running.metric("kpg_connections_total", listener="bootstrap") == connections
+    assert running.stop() == 0
+
+
 def test_a_reload_under_workers_names_the_settings_that_need_a_restart(
     two_workers: Running,
 ) -> None:
