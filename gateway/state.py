@@ -11,7 +11,8 @@ Contracts, stated once:
 - :meth:`put` and :meth:`delete_prefix` return once the change is durable (SQLite committed;
   Kafka write acknowledged with acks=all) *and* visible to this instance's reads. A write that
   cannot be made so raises :class:`StateStoreError`; nothing is dropped silently. A cancelled
-  SQLite write still finishes and is applied; a cancelled Kafka write may or may not land.
+  SQLite write still finishes and is applied; a cancelled Kafka write may or may not land, and
+  so may one that raised (``maybe_written``: the batch was handed to the producer).
 - Other instances see a write: the SQLite store (one host: worker processes of `kpg run
   --workers`, or gateways sharing the file) on its next read, which first asks the file
   whether anyone has committed since it was last read (``PRAGMA data_version``, about 3 us);
@@ -55,7 +56,15 @@ Change = tuple[str, str, str | None]
 
 
 class StateStoreError(Exception):
-    """The state store cannot load, or cannot make a write durable and visible."""
+    """The state store cannot load, or cannot make a write durable and visible.
+
+    ``maybe_written``: the write may still take effect (the Kafka store's batch was handed to
+    the producer: not acknowledged in time, or acknowledged and not read back), so the caller
+    must not say it was not made. False: nothing of it was written (SQLite rolls back)."""
+
+    def __init__(self, message: str, *, maybe_written: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_written = maybe_written
 
 
 class StateStore(Protocol):
@@ -537,6 +546,9 @@ def _retrieved(future: asyncio.Future[None]) -> None:
 class _Changed(StateStoreError):
     """A conditional write found its keys changed; the transaction is rolled back."""
 
+    def __init__(self) -> None:
+        super().__init__("changed")
+
 
 def _log_orphaned_failure(task: asyncio.Task[StateStoreError | None]) -> None:
     if not task.cancelled() and task.exception() is None and (error := task.result()):
@@ -926,12 +938,17 @@ class KafkaTopicStore(_Snapshot):
                 sent = await producer.send_batch(batch, self.topic, partition=0)
                 metadata = await sent
         except TimeoutError:
+            # The batch stays with the producer (and may be at the broker already): it can
+            # still be appended after this.
             raise StateStoreError(
                 f"{self._where()}: writing {what} not acknowledged within "
-                f"{self.request_timeout_s:g} s"
+                f"{self.request_timeout_s:g} s",
+                maybe_written=True,
             ) from None
         except KafkaError as exc:
-            raise StateStoreError(f"{self._where()}: cannot write {what}: {exc}") from exc
+            raise StateStoreError(
+                f"{self._where()}: cannot write {what}: {exc}", maybe_written=True
+            ) from exc
         # The batch's base offset: its records follow it one by one.
         last_offset = int(metadata.offset) + len(changes) - 1
         try:
@@ -945,5 +962,6 @@ class KafkaTopicStore(_Snapshot):
                 detail = f" (reading fails: {self._tail_error})"
             raise StateStoreError(
                 f"{self._where()}: {what} written at offset {last_offset} but not read back "
-                f"within {self.request_timeout_s:g} s{detail}"
+                f"within {self.request_timeout_s:g} s{detail}",
+                maybe_written=True,
             ) from None

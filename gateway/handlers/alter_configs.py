@@ -69,6 +69,7 @@ from protocol.errors import (
     INVALID_CONFIG,
     INVALID_REQUEST,
     POLICY_VIOLATION,
+    REQUEST_TIMED_OUT,
     UNKNOWN_SERVER_ERROR,
 )
 from protocol.framing import RequestHeader
@@ -562,6 +563,8 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                     admit=admit if change.new_entity and limit != UNLIMITED else None,
                 )
             except StateStoreError as exc:
+                if exc.maybe_written:
+                    return _maybe_stored(f"the dynamic client configs of {key[1]!r}", exc)
                 # audited as allowed: the refusal the client gets is audited too
                 return await self._services.engine.refused_late(
                     ctx,
@@ -692,6 +695,8 @@ async def _store_policy(
     try:
         await services.store_validation_policies({key[1]: value})
     except StateStoreError as exc:
+        if exc.maybe_written:
+            return _maybe_stored(VALIDATION_POLICY_KEY, exc)
         applied = (
             " (the broker applied the other configs of this change; send it again)"
             if forwarded
@@ -710,6 +715,18 @@ async def _store_policy(
             action="alter_config",
         )
     return None
+
+
+def _maybe_stored(what: str, exc: StateStoreError) -> ItemError:
+    """The answer to a change the state store may yet take (its write was not acknowledged in
+    time, or not read back): REQUEST_TIMED_OUT, as Kafka answers a change whose outcome it
+    does not know, and no refusal audited (the change may be in force: its "allowed" event
+    stands)."""
+    return ItemError(
+        error_code=int(REQUEST_TIMED_OUT),
+        error_message=f"The gateway does not know whether its state store took {what}: it "
+        f"may yet take effect; describe the configs to see which. {exc}",
+    )
 
 
 def _policy_key_refusal(

@@ -28,6 +28,7 @@ from kio.static.primitive import i32Timedelta
 from protocol import client_configs as wire
 from protocol.alter_configs import SET
 from tests.support import (
+    BrokerTap,
     GatewayThread,
     RawClient,
     create_topic_request,
@@ -36,13 +37,16 @@ from tests.support import (
     spool_events,
     topic_configs,
     unique_name,
+    wait_for,
 )
 
 pytestmark = pytest.mark.adversarial
 
+PRODUCE = 0
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 UNKNOWN_SERVER_ERROR = -1
+REQUEST_TIMED_OUT = 7
 POLICY = "trace-id"
 KEY = "record.validation.policy"
 TOPIC = 2
@@ -179,3 +183,39 @@ def test_a_config_change_whose_policy_cannot_be_stored_is_audited_as_refused(
     assert applied == broker_applied
     request_id = request_id_of(result.error_message)
     assert store_gateway.events(request_id) == [(topic, "denied", STATE_STORE, -1)]
+
+
+def test_a_policy_the_kafka_store_may_yet_take_is_not_answered_as_refused(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """With ``state.store: kafka``, a write the broker has not acknowledged in time stays with
+    the gateway's producer and is appended once the broker takes it. The client was told
+    UNKNOWN_SERVER_ERROR "could not store" and the topic was validated from then on all the
+    same. It is now told REQUEST_TIMED_OUT, as Kafka answers a change whose outcome it does
+    not know, with a message that says the change may yet take effect, and no refusal is
+    audited. The broker holds the store's Produce requests here (the tap)."""
+    spool = tmp_path / "audit"
+    config = gateway_config(
+        tap.address,
+        upstream={"request_timeout_s": 2},
+        state={"store": "kafka", "topic": unique_name("kpg-state"), "refresh_interval_s": 0.2},
+        audit={"spool_dir": str(spool)},
+    )
+    gw = GatewayThread(config).start()
+    try:
+        topic = unique_name("store-slow")
+        admin = AdminClient({"bootstrap.servers": gw.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+        tap.hold_requests(PRODUCE)
+        try:
+            result = alter_topic(gw.bootstrap, topic, [(KEY, SET, POLICY)])
+        finally:
+            tap.release_requests()
+        assert result.error_code == REQUEST_TIMED_OUT, result
+        assert "may yet take effect" in result.error_message
+        # ... and it does: the gateway's own store took it once the broker did
+        assert wait_for(lambda: topic_configs(gw.bootstrap, topic).get(KEY) == POLICY)
+        audited = spool_events(spool, lambda e: e.resource_name == topic and e.api != "CreateTopics")
+        assert [(e.verdict, e.policy) for e in audited] == [("allowed", None)]
+    finally:
+        gw.stop()
