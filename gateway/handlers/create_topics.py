@@ -60,6 +60,7 @@ of the name deleted where the gateway did not see it) has that value removed the
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +103,8 @@ from ..state import StateStoreError
 from ..topic_defaults import topic_configs
 from ._validation_policy import invalid_value
 from .base import Handler, enforced
+
+log = logging.getLogger(__name__)
 
 API_KEY = ct.CREATE_TOPICS
 VERSIONS = ct.VERSIONS
@@ -273,14 +276,33 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             """Put back the previous value of each topic the broker did not create, unless
             someone wrote the topic's value since this request did (a create of the same
             topic at once, which the broker may have let win: its value stays); drop the
-            claim of each topic it created."""
+            claim of each topic it created.
+
+            A store that cannot write it is logged as an error and the broker's answer still
+            goes to the client: the broker has created the topic or not either way (the
+            connection was closed instead, and the client, told nothing of a topic created,
+            sent it again and was told it exists)."""
             broker = ct.read_broker_response(request, response)
             for t in broker.topics:
                 if t.name in previous:
                     failed = int(t.error_code) != 0
-                    await services.release_validation_policy(
-                        t.name, claim, restore=failed, previous=previous[t.name]
-                    )
+                    try:
+                        await services.release_validation_policy(
+                            t.name, claim, restore=failed, previous=previous[t.name]
+                        )
+                    except StateStoreError as exc:
+                        undone = (
+                            f"put its previous {VALIDATION_POLICY_KEY} back"
+                            if failed
+                            else "drop this create's claim on it"
+                        )
+                        log.error(
+                            "topic %r was %s by the broker, but the state store could not %s: %s",
+                            t.name,
+                            "not created" if failed else "created",
+                            undone,
+                            exc,
+                        )
             return {}
 
         return Settlement(

@@ -27,6 +27,7 @@ from kio.static.primitive import i32Timedelta
 
 from protocol import client_configs as wire
 from protocol.alter_configs import SET
+from protocol.codec import decode_response
 from tests.support import (
     BrokerTap,
     GatewayThread,
@@ -218,4 +219,36 @@ def test_a_policy_the_kafka_store_may_yet_take_is_not_answered_as_refused(
         audited = spool_events(spool, lambda e: e.resource_name == topic and e.api != "CreateTopics")
         assert [(e.verdict, e.policy) for e in audited] == [("allowed", None)]
     finally:
+        gw.stop()
+
+
+def test_a_created_topic_is_answered_as_created_when_its_claim_cannot_be_dropped(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A CreateTopics setting record.validation.policy stores the value (with a claim) before
+    the broker creates the topic, and drops the claim once the broker has answered. When the
+    store refused that second write, the gateway aborted the client's connection: the topic
+    was created and validated, and the client, told nothing, sent it again and got
+    TOPIC_ALREADY_EXISTS. The broker's answer now goes to the client, and the failure to the
+    log (as a DeleteTopics whose value cannot be forgotten does). The store fails between the
+    two writes: its file starts refusing while the broker holds the CreateTopics (the tap)."""
+    spool = tmp_path / "audit"
+    gw = GatewayThread(gateway_config(tap.address, audit={"spool_dir": str(spool)})).start()
+    store = StoreGateway(gw, spool)
+    topic = unique_name("claim-stuck")
+    client = RawClient(gw.bootstrap, timeout=30)
+    try:
+        tap.hold_requests(CREATE_TOPICS)
+        try:
+            client.send(CREATE_TOPICS, 7, create_topic_request(topic, configs=((KEY, POLICY),)))
+            assert wait_for(lambda: any(r.api_key == CREATE_TOPICS for r in tap.requests))
+            store.refuse_writes()
+        finally:
+            tap.release_requests()
+        answer = decode_response(CREATE_TOPICS, 7, client.recv_frame())
+        assert [(t.name, t.error_code) for t in answer.topics] == [(topic, 0)]
+        assert topic in existing_topics(gw.bootstrap)
+        assert topic_configs(gw.bootstrap, topic).get(KEY) == POLICY
+    finally:
+        client.close()
         gw.stop()
