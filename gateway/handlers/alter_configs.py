@@ -603,9 +603,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 )
             return OK
         if key in request.policy_writes:
-            return (
-                await _store_policy(self._services, ctx, key, request.policy_writes[key]) or OK
-            )
+            return await _store_policy(self._services, ctx, key, request.policy_writes[key]) or OK
         return OK
 
     def for_broker(

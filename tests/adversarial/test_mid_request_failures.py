@@ -216,7 +216,9 @@ def test_a_policy_the_kafka_store_may_yet_take_is_not_answered_as_refused(
         assert "may yet take effect" in result.error_message
         # ... and it does: the gateway's own store took it once the broker did
         assert wait_for(lambda: topic_configs(gw.bootstrap, topic).get(KEY) == POLICY)
-        audited = spool_events(spool, lambda e: e.resource_name == topic and e.api != "CreateTopics")
+        audited = spool_events(
+            spool, lambda e: e.resource_name == topic and e.api != "CreateTopics"
+        )
         assert [(e.verdict, e.policy) for e in audited] == [("allowed", None)]
     finally:
         gw.stop()
