@@ -38,8 +38,9 @@ Contracts, stated once:
   count none of theirs.
 - Workers that die are started again after a pause that doubles with each quick death
   (:data:`BACKOFF_S` up to :data:`MAX_BACKOFF_S`); a worker that dies :data:`CRASH_LOOP`
-  times in a row within :data:`QUICK_DEATH_S` of starting is reported and left down. With
-  no worker left the supervisor exits with status 1.
+  times in a row within :data:`QUICK_DEATH_S` of starting is reported as given up and tried
+  again every :data:`GIVEN_UP_RETRY_S` while another serves. With no worker left the
+  supervisor exits with status 1.
 - SIGTERM / SIGINT: passed to every worker (each stops gracefully); whatever is still
   running after the shutdown timeout and a margin is killed.
 """
@@ -80,6 +81,8 @@ BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 30.0
 QUICK_DEATH_S: Final = 10.0
 CRASH_LOOP: Final = 5
+GIVEN_UP_RETRY_S: Final = MAX_BACKOFF_S
+"""How often a worker given up (crashing in a loop) is tried again while another serves."""
 RELOAD_WAIT_S: Final = 120.0
 """How long the supervisor waits for every worker to say how its reload went."""
 STOP_MARGIN_S: Final = 10.0
@@ -341,6 +344,7 @@ class Supervisor:
         word, _, rest = line.partition(" ")
         if word == "ready":
             worker.ready = True
+            worker.given_up = False  # tried again after a crash loop, it serves
             self._steer()
             if worker.copy != self._copy:
                 self._spawn(self._catch_up(worker), f"catch-up-{worker.index}")
@@ -353,29 +357,42 @@ class Supervisor:
         if worker.quick_deaths >= CRASH_LOOP:
             worker.given_up = True
             self._listeners.drain(worker.index)  # steered to the others since it died
+            if all(w.given_up for w in self._workers):
+                log.error(
+                    "supervisor: worker %d (pid %d) %s, crashing in a loop (see its log lines "
+                    "above): no worker left: exiting",
+                    worker.index,
+                    pid,
+                    _exit(status),
+                )
+                self.exit_status = 1
+                self._stop_soon()
+                return
+            # What it died of may pass (a state topic or audit topic it could not reach while
+            # the brokers were down): tried again now and then, the gateway gets its worker
+            # back without a restart. It was left down for good.
+            pause = GIVEN_UP_RETRY_S
             log.error(
                 "supervisor: worker %d (pid %d) %s, dying within %.0f s of starting %d times "
-                "in a row: crashing in a loop, not started again (see its log lines above)",
+                "in a row: crashing in a loop, given up; trying it again in %.0f s (see its "
+                "log lines above)",
                 worker.index,
                 pid,
                 _exit(status),
                 QUICK_DEATH_S,
                 worker.quick_deaths,
+                pause,
             )
-            if all(w.given_up for w in self._workers):
-                log.error("supervisor: no worker left: exiting")
-                self.exit_status = 1
-                self._stop_soon()
-            return
-        pause = backoff(worker.quick_deaths)
-        log.error(
-            "supervisor: worker %d (pid %d) %s after %.1f s: starting it again in %.1f s",
-            worker.index,
-            pid,
-            _exit(status),
-            lived,
-            pause,
-        )
+        else:
+            pause = backoff(worker.quick_deaths)
+            log.error(
+                "supervisor: worker %d (pid %d) %s after %.1f s: starting it again in %.1f s",
+                worker.index,
+                pid,
+                _exit(status),
+                lived,
+                pause,
+            )
         await asyncio.sleep(pause)
         if self._stopping:
             return
