@@ -238,6 +238,7 @@ class SpoolSink:
         """
         if self._lock_fd is None:
             raise RuntimeError("SpoolSink.write before open() or after close()")
+        self._drop_if_removed()
         rotating = self._complete_if_old()
         written = 0
         chunk = bytearray()
@@ -329,6 +330,25 @@ class SpoolSink:
     def _fsync_if_due(self) -> None:
         if self._clock() - self._last_fsync >= self.fsync_interval_s:
             self._fsync_segment()
+
+    def _drop_if_removed(self) -> None:
+        """Give up the open segment when it is no longer in the spool (removed, or the
+        directory with it): written on, its events would be reported written and be nowhere.
+        The next line opens a new segment, or fails loudly when the directory is gone.
+
+        :raises OSError: when the segment cannot be examined.
+        """
+        segment = self._segment
+        if segment is None or os.fstat(segment.fd).st_nlink > 0:
+            return
+        logger.error(
+            "audit spool %s: the open segment %s was removed from the spool; its events "
+            "written so far are lost, the next ones go to a new segment",
+            self.directory,
+            segment.open_path.name,
+        )
+        self._segment = None
+        os.close(segment.fd)
 
     def _complete_if_old(self) -> bool:
         """Complete the open segment if it is ``segment_max_age_s`` old; False when that

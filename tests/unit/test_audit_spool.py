@@ -310,6 +310,31 @@ def test_a_segment_that_cannot_be_completed_keeps_its_events_and_is_completed_la
     assert open_segments(tmp_path) == []
 
 
+def test_events_are_not_written_into_a_segment_removed_from_the_spool(tmp_path: Path) -> None:
+    """The open segment removed from under the sink (a clean-up, the spool directory removed
+    and made again): its descriptor still took writes, so the next events were reported
+    written and were nowhere until the segment was completed (a minute later by default). The
+    next events now go to a new segment, and with the directory gone they fail, counted."""
+    spool = tmp_path / "audit"
+    sink = SpoolSink(spool, segment_max_age_s=3600)
+    events = [make_event(n) for n in range(4)]
+    sink.open()
+    sink.write(lines(events[:1]))
+    (segment,) = open_segments(spool)
+    segment.unlink()
+
+    sink.write(lines(events[1:2]))
+    assert [AuditEvent.from_json(p.read_text()) for p in open_segments(spool)] == events[1:2]
+
+    for path in spool.iterdir():
+        path.unlink()
+    spool.rmdir()
+    with pytest.raises(SinkWriteError) as refused:
+        sink.write(lines(events[2:]))
+    assert refused.value.written == 0
+    sink.close()
+
+
 # --- SpoolSink: fsync -------------------------------------------------------------------------
 
 
