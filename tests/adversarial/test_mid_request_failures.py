@@ -22,9 +22,11 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
 
+from gateway.config import HostPort
 from protocol import client_configs as wire
 from protocol.alter_configs import SET
 from protocol.codec import decode_response
@@ -44,10 +46,12 @@ from tests.support import (
 pytestmark = pytest.mark.adversarial
 
 PRODUCE = 0
+METADATA = 3
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 UNKNOWN_SERVER_ERROR = -1
 REQUEST_TIMED_OUT = 7
+UNKNOWN_TOPIC_OR_PARTITION = 3
 POLICY = "trace-id"
 KEY = "record.validation.policy"
 TOPIC = 2
@@ -80,7 +84,7 @@ class StoreGateway:
 
 
 @pytest.fixture
-def store_gateway(broker: object, tmp_path: Path) -> Iterator[StoreGateway]:
+def store_gateway(broker: HostPort, tmp_path: Path) -> Iterator[StoreGateway]:
     spool = tmp_path / "audit"
     gw = GatewayThread(gateway_config(broker, audit={"spool_dir": str(spool)})).start()
     try:
@@ -254,3 +258,36 @@ def test_a_created_topic_is_answered_as_created_when_its_claim_cannot_be_dropped
     finally:
         client.close()
         gw.stop()
+
+
+def test_an_auto_creation_the_store_cannot_prepare_is_audited_as_refused(
+    store_gateway: StoreGateway, broker: HostPort
+) -> None:
+    """A Metadata request that would auto-create a topic whose name an earlier, validated
+    topic had (deleted at the broker, where the gateway did not see it) first removes that
+    topic's record.validation.policy; when the store cannot, the topic is not created (the
+    client asks again), and its only event said the creation was allowed."""
+    bootstrap = store_gateway.gw.bootstrap
+    topic = unique_name("store-down")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={KEY: POLICY})])[topic].result(15)
+    direct = AdminClient({"bootstrap.servers": str(broker)})
+    direct.delete_topics([topic])[topic].result(15)
+    assert wait_for(lambda: topic not in existing_topics(str(broker)))
+    store_gateway.refuse_writes()
+    client = RawClient(bootstrap)
+    try:
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(name=TopicName(topic), topic_id=None),),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        (entry,) = client.request(METADATA, 12, request).topics
+    finally:
+        client.close()
+    assert entry.error_code == UNKNOWN_TOPIC_OR_PARTITION
+    assert topic not in existing_topics(str(broker))
+    events = spool_events(
+        store_gateway.spool, lambda e: e.resource_name == topic and e.api == "Metadata", count=2
+    )
+    assert [(e.verdict, e.policy) for e in events] == [("allowed", None), ("denied", STATE_STORE)]
