@@ -229,6 +229,8 @@ class SqliteStore(_Snapshot):
         self._reader: sqlite3.Connection | None = None
         """Used on the event loop's thread only: data_version and whole reads."""
         self._data_version: int | None = None
+        self._identity: tuple[int, int] | None = None
+        """(device, inode) of the file the connections have open."""
 
     async def start(self) -> None:
         """Open (creating it and its directory if needed) the file and load it; start the
@@ -244,6 +246,7 @@ class SqliteStore(_Snapshot):
             raise StateStoreError(str(exc)) from exc
         except (sqlite3.Error, OSError) as exc:
             raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
+        self._identity = _file_identity(self.path)
         self._data_version = None  # a number of the connection it came from; load anew
         try:
             self._reader = self._open_reader()
@@ -367,10 +370,52 @@ class SqliteStore(_Snapshot):
         """
         if self._reader is None:
             raise StateStoreError(f"state store {self.path}: not open")
+        await self._follow_the_file()
+        assert self._reader is not None
         try:
             self._reload(self._reader)
         except sqlite3.Error as exc:
             raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
+
+    async def _follow_the_file(self) -> None:
+        """Open the file at :attr:`path` again when it is no longer the one the connections
+        have open (removed, or replaced), as a worker started now would: written on, the
+        removed file took changes clients were told were stored, lost at the next start, and
+        workers started meanwhile judged by the file at the path.
+
+        :raises StateStoreError: when the file at the path cannot be opened (tried again at
+            the next write or refresh).
+        """
+        if self._reader is None:  # not started, or closed
+            return
+        if self._identity is not None and _file_identity(self.path) == self._identity:
+            return
+        log.warning(
+            "state store %s: the file was removed or replaced since it was opened: opening "
+            "the one at its path",
+            self.path,
+        )
+        try:
+            await asyncio.to_thread(self._reopen)
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                reader.close()
+            self._reader = self._open_reader()
+            self._data_version = None
+        except (UnsafePathError, sqlite3.Error, OSError) as exc:
+            raise StateStoreError(
+                f"state store {self.path}: the file was removed or replaced, and the one at "
+                f"its path cannot be opened: {exc}"
+            ) from exc
+
+    def _reopen(self) -> None:
+        with self._db_lock:
+            conn, self._conn = self._conn, None
+            self._identity = None
+            if conn is not None:
+                conn.close()
+            self._conn = self._open()
+            self._identity = _file_identity(self.path)
 
     @staticmethod
     def _load(
@@ -502,6 +547,7 @@ class SqliteStore(_Snapshot):
     ) -> StateStoreError | None:
         async with self._lock:
             try:
+                await self._follow_the_file()
                 changes = await asyncio.to_thread(
                     self._call, lambda conn: self._transaction(conn, write)
                 )
@@ -535,6 +581,15 @@ class SqliteStore(_Snapshot):
                 conn.execute("ROLLBACK")
             raise
         return changes
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``; None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:
