@@ -397,10 +397,8 @@ class SqliteStore(_Snapshot):
         )
         try:
             await asyncio.to_thread(self._reopen)
-            reader, self._reader = self._reader, None
-            if reader is not None:
-                reader.close()
-            self._reader = self._open_reader()
+            reader, self._reader = self._reader, self._open_reader()
+            reader.close()
             self._data_version = None
         except (UnsafePathError, sqlite3.Error, OSError) as exc:
             raise StateStoreError(
