@@ -6,7 +6,10 @@ the client's error message.
 
 Each case runs the real gateway in front of the real broker; a state store that fails is the
 gateway's own SQLite file refusing writes (a trigger: SQLite's answer to a full disk or a
-locked file, at once).
+locked file, at once), or, with ``state.store: kafka``, the broker holding the store's
+writes (the tap). The audit spool's failures are in tests/unit/test_audit_spool.py and
+tests/e2e/test_audit_failure.py, the state file's in tests/unit/test_state_sqlite.py, the
+workers' in tests/e2e/test_workers.py and tests/unit/test_live_operation.py.
 """
 
 from __future__ import annotations
