@@ -29,6 +29,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import TopicName
 from kio.static.primitive import i32Timedelta
 
+from gateway.client_configs import ClientConfigCodes
 from gateway.config import HostPort
 from protocol import client_configs as wire
 from protocol.alter_configs import SET
@@ -58,6 +59,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 POLICY = "trace-id"
 KEY = "record.validation.policy"
 TOPIC = 2
+USER_CLIENT = ClientConfigCodes().user_client_type
 STATE_STORE = "state_store"
 """The policy of the audit event of a refusal the state store caused."""
 
@@ -294,3 +296,28 @@ def test_an_auto_creation_the_store_cannot_prepare_is_audited_as_refused(
         store_gateway.spool, lambda e: e.resource_name == topic and e.api == "Metadata", count=2
     )
     assert [(e.verdict, e.policy) for e in events] == [("allowed", None), ("denied", STATE_STORE)]
+
+
+def test_a_client_config_the_store_cannot_write_is_audited_as_refused(
+    store_gateway: StoreGateway,
+) -> None:
+    """Dynamic client configs live in the state store alone: a change the policies allowed
+    and the store could not write is answered UNKNOWN_SERVER_ERROR, and audited so."""
+    store_gateway.refuse_writes()
+    entity = f"{unique_name('user')}:app"
+    client = RawClient(store_gateway.gw.bootstrap)
+    try:
+        client.send_bytes(
+            wire.incremental_alter_request(
+                [(USER_CLIENT, entity, [("acks", SET, "all")])],
+                validate_only=False,
+                correlation_id=1,
+                client_id="mid",
+            )
+        )
+        (result,) = wire.read_incremental_alter_response(client.recv_frame())
+    finally:
+        client.close()
+    assert result.error_code == UNKNOWN_SERVER_ERROR, result
+    request_id = request_id_of(result.error_message)
+    assert store_gateway.events(request_id) == [(entity, "denied", STATE_STORE, -1)]
