@@ -238,7 +238,8 @@ class SpoolSink:
         """
         if self._lock_fd is None:
             raise RuntimeError("SpoolSink.write before open() or after close()")
-        self._complete_if_old()
+        self._drop_if_removed()
+        rotating = self._complete_if_old()
         written = 0
         chunk = bytearray()
         chunk_events = 0
@@ -247,12 +248,12 @@ class SpoolSink:
                 line = event_line.data
                 on_disk = self._segment.size if self._segment is not None else 0
                 pending = on_disk + len(chunk)
-                if pending > 0 and pending + len(line) > self.segment_max_bytes:
+                if rotating and pending > 0 and pending + len(line) > self.segment_max_bytes:
                     self._append(bytes(chunk))
                     written += chunk_events
                     chunk.clear()
                     chunk_events = 0
-                    self._complete()
+                    rotating = self._rotate()
                 chunk += line
                 chunk_events += 1
             self._append(bytes(chunk))
@@ -271,10 +272,14 @@ class SpoolSink:
             self._fsync_if_due()
 
     def close(self) -> None:
-        """Complete the open segment and release the directory. Safe to call twice."""
+        """Complete the open segment and release the directory. Safe to call twice. A segment
+        that cannot be completed is left open, for the next :meth:`open` to recover."""
         try:
             self._complete()
         finally:
+            segment, self._segment = self._segment, None
+            if segment is not None:
+                os.close(segment.fd)
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # closing the descriptor releases the flock
                 self._lock_fd = None
@@ -326,19 +331,64 @@ class SpoolSink:
         if self._clock() - self._last_fsync >= self.fsync_interval_s:
             self._fsync_segment()
 
-    def _complete_if_old(self) -> None:
+    def _drop_if_removed(self) -> None:
+        """Give up the open segment when it is no longer in the spool (removed, or the
+        directory with it): written on, its events would be reported written and be nowhere.
+        The next line opens a new segment, or fails loudly when the directory is gone.
+
+        :raises OSError: when the segment cannot be examined.
+        """
+        segment = self._segment
+        if segment is None or os.fstat(segment.fd).st_nlink > 0:
+            return
+        logger.error(
+            "audit spool %s: the open segment %s was removed from the spool; its events "
+            "written so far are lost, the next ones go to a new segment",
+            self.directory,
+            segment.open_path.name,
+        )
+        self._segment = None
+        os.close(segment.fd)
+
+    def _complete_if_old(self) -> bool:
+        """Complete the open segment if it is ``segment_max_age_s`` old; False when that
+        failed (see :meth:`_rotate`)."""
         segment = self._segment
         if segment is not None and self._clock() - segment.opened_at >= self.segment_max_age_s:
+            return self._rotate()
+        return True
+
+    def _rotate(self) -> bool:
+        """Complete the open segment (it is full or old); False when that failed. A segment
+        that cannot be completed (its rename fails: a read-only directory, no inodes) stays
+        the open one, written on past its size, and is tried again at the next rotation: its
+        events are on disk and the next ones can follow them, while closed and left hidden
+        Spark would never read it (only a restart's recovery completed it), and the events
+        after it would be lost."""
+        try:
             self._complete()
+        except OSError as exc:
+            if self._segment is None:  # completed; the directory's fsync failed
+                logger.error("audit spool %s: %s", self.directory, exc)
+                return True
+            logger.error(
+                "audit spool %s: cannot complete segment %s, written on until it can: %s",
+                self.directory,
+                self._segment.open_path.name,
+                exc,
+            )
+            return False
+        return True
 
     def _complete(self) -> None:
+        """:raises OSError: with the segment still open when it was not renamed."""
         segment = self._segment
         if segment is None:
             return
         self._fsync_segment()
-        os.close(segment.fd)
-        self._segment = None
         os.rename(segment.open_path, segment.final_path)
+        self._segment = None
+        os.close(segment.fd)
         self._fsync_directory()
 
     def _fsync_directory(self) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from policies.chain import Decision, Mode, Verdict
@@ -53,6 +53,11 @@ from .principal import SaslState
 
 K = TypeVar("K", bound=Hashable)
 R = TypeVar("R")
+
+STATE_STORE: Final = "state_store"
+"""The policy of a refusal made because the gateway's state store could not be written as an
+allowed change was carried out (:meth:`Engine.refused_late`): the item's "allowed" event was
+already written, so the refusal the client gets is an event of its own."""
 
 
 @dataclass(slots=True)
@@ -332,8 +337,10 @@ class Engine:
         action: str,
     ) -> ItemError:
         """Audit a refusal made after the item was judged and allowed (in ``settle``: a bound
-        the state store checks as the change is written) as a decision of its own, denied by
-        ``policy``; ``error`` for the client, with the audit request id."""
+        the state store checks as the change is written, or a store that cannot write it,
+        :data:`STATE_STORE`) as a decision of its own, denied by ``policy``; ``error`` for the
+        client, with the audit request id. The item's "allowed" event stays: it says what the
+        policies decided, and this one what the client was answered."""
         verdict = Verdict(
             policy=policy, mode=Mode.ENFORCE, outcome="denied", message=error.error_message or ""
         )

@@ -697,6 +697,7 @@ def _state_store(config: GatewayConfig, security: UpstreamSecurity) -> StateStor
             config.upstream.bootstrap_servers,
             state.topic,
             refresh_interval_s=state.refresh_interval_s,
+            request_timeout_s=config.upstream.request_timeout_s,
             client_kwargs=security.aiokafka_kwargs(),
         )
     return SqliteStore(state.path, refresh_interval_s=state.refresh_interval_s)

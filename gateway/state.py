@@ -11,7 +11,8 @@ Contracts, stated once:
 - :meth:`put` and :meth:`delete_prefix` return once the change is durable (SQLite committed;
   Kafka write acknowledged with acks=all) *and* visible to this instance's reads. A write that
   cannot be made so raises :class:`StateStoreError`; nothing is dropped silently. A cancelled
-  SQLite write still finishes and is applied; a cancelled Kafka write may or may not land.
+  SQLite write still finishes and is applied; a cancelled Kafka write may or may not land, and
+  so may one that raised (``maybe_written``: the batch was handed to the producer).
 - Other instances see a write: the SQLite store (one host: worker processes of `kpg run
   --workers`, or gateways sharing the file) on its next read, which first asks the file
   whether anyone has committed since it was last read (``PRAGMA data_version``, about 3 us);
@@ -55,7 +56,15 @@ Change = tuple[str, str, str | None]
 
 
 class StateStoreError(Exception):
-    """The state store cannot load, or cannot make a write durable and visible."""
+    """The state store cannot load, or cannot make a write durable and visible.
+
+    ``maybe_written``: the write may still take effect (the Kafka store's batch was handed to
+    the producer: not acknowledged in time, or acknowledged and not read back), so the caller
+    must not say it was not made. False: nothing of it was written (SQLite rolls back)."""
+
+    def __init__(self, message: str, *, maybe_written: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_written = maybe_written
 
 
 class StateStore(Protocol):
@@ -220,6 +229,8 @@ class SqliteStore(_Snapshot):
         self._reader: sqlite3.Connection | None = None
         """Used on the event loop's thread only: data_version and whole reads."""
         self._data_version: int | None = None
+        self._identity: tuple[int, int] | None = None
+        """(device, inode) of the file the connections have open."""
 
     async def start(self) -> None:
         """Open (creating it and its directory if needed) the file and load it; start the
@@ -235,6 +246,7 @@ class SqliteStore(_Snapshot):
             raise StateStoreError(str(exc)) from exc
         except (sqlite3.Error, OSError) as exc:
             raise StateStoreError(f"state store {self.path}: cannot open: {exc}") from exc
+        self._identity = _file_identity(self.path)
         self._data_version = None  # a number of the connection it came from; load anew
         try:
             self._reader = self._open_reader()
@@ -358,10 +370,50 @@ class SqliteStore(_Snapshot):
         """
         if self._reader is None:
             raise StateStoreError(f"state store {self.path}: not open")
+        await self._follow_the_file()
+        assert self._reader is not None
         try:
             self._reload(self._reader)
         except sqlite3.Error as exc:
             raise StateStoreError(f"state store {self.path}: cannot read: {exc}") from exc
+
+    async def _follow_the_file(self) -> None:
+        """Open the file at :attr:`path` again when it is no longer the one the connections
+        have open (removed, or replaced), as a worker started now would: written on, the
+        removed file took changes clients were told were stored, lost at the next start, and
+        workers started meanwhile judged by the file at the path.
+
+        :raises StateStoreError: when the file at the path cannot be opened (tried again at
+            the next write or refresh).
+        """
+        if self._reader is None:  # not started, or closed
+            return
+        if self._identity is not None and _file_identity(self.path) == self._identity:
+            return
+        log.warning(
+            "state store %s: the file was removed or replaced since it was opened: opening "
+            "the one at its path",
+            self.path,
+        )
+        try:
+            await asyncio.to_thread(self._reopen)
+            reader, self._reader = self._reader, self._open_reader()
+            reader.close()
+            self._data_version = None
+        except (UnsafePathError, sqlite3.Error, OSError) as exc:
+            raise StateStoreError(
+                f"state store {self.path}: the file was removed or replaced, and the one at "
+                f"its path cannot be opened: {exc}"
+            ) from exc
+
+    def _reopen(self) -> None:
+        with self._db_lock:
+            conn, self._conn = self._conn, None
+            self._identity = None
+            if conn is not None:
+                conn.close()
+            self._conn = self._open()
+            self._identity = _file_identity(self.path)
 
     @staticmethod
     def _load(
@@ -493,6 +545,7 @@ class SqliteStore(_Snapshot):
     ) -> StateStoreError | None:
         async with self._lock:
             try:
+                await self._follow_the_file()
                 changes = await asyncio.to_thread(
                     self._call, lambda conn: self._transaction(conn, write)
                 )
@@ -528,6 +581,15 @@ class SqliteStore(_Snapshot):
         return changes
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``; None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _retrieved(future: asyncio.Future[None]) -> None:
     """Mark a shared future's failure seen: the callers it served have it raised to them."""
     if not future.cancelled():
@@ -536,6 +598,9 @@ def _retrieved(future: asyncio.Future[None]) -> None:
 
 class _Changed(StateStoreError):
     """A conditional write found its keys changed; the transaction is rolled back."""
+
+    def __init__(self) -> None:
+        super().__init__("changed")
 
 
 def _log_orphaned_failure(task: asyncio.Task[StateStoreError | None]) -> None:
@@ -926,12 +991,17 @@ class KafkaTopicStore(_Snapshot):
                 sent = await producer.send_batch(batch, self.topic, partition=0)
                 metadata = await sent
         except TimeoutError:
+            # The batch stays with the producer (and may be at the broker already): it can
+            # still be appended after this.
             raise StateStoreError(
                 f"{self._where()}: writing {what} not acknowledged within "
-                f"{self.request_timeout_s:g} s"
+                f"{self.request_timeout_s:g} s",
+                maybe_written=True,
             ) from None
         except KafkaError as exc:
-            raise StateStoreError(f"{self._where()}: cannot write {what}: {exc}") from exc
+            raise StateStoreError(
+                f"{self._where()}: cannot write {what}: {exc}", maybe_written=True
+            ) from exc
         # The batch's base offset: its records follow it one by one.
         last_offset = int(metadata.offset) + len(changes) - 1
         try:
@@ -945,5 +1015,6 @@ class KafkaTopicStore(_Snapshot):
                 detail = f" (reading fails: {self._tail_error})"
             raise StateStoreError(
                 f"{self._where()}: {what} written at offset {last_offset} but not read back "
-                f"within {self.request_timeout_s:g} s{detail}"
+                f"within {self.request_timeout_s:g} s{detail}",
+                maybe_written=True,
             ) from None

@@ -38,8 +38,9 @@ Contracts, stated once:
   count none of theirs.
 - Workers that die are started again after a pause that doubles with each quick death
   (:data:`BACKOFF_S` up to :data:`MAX_BACKOFF_S`); a worker that dies :data:`CRASH_LOOP`
-  times in a row within :data:`QUICK_DEATH_S` of starting is reported and left down. With
-  no worker left the supervisor exits with status 1.
+  times in a row within :data:`QUICK_DEATH_S` of starting is reported as given up and tried
+  again every :data:`GIVEN_UP_RETRY_S` while another serves. With no worker left the
+  supervisor exits with status 1.
 - SIGTERM / SIGINT: passed to every worker (each stops gracefully); whatever is still
   running after the shutdown timeout and a margin is killed.
 """
@@ -59,13 +60,13 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
@@ -80,6 +81,8 @@ BACKOFF_S: Final = 0.5
 MAX_BACKOFF_S: Final = 30.0
 QUICK_DEATH_S: Final = 10.0
 CRASH_LOOP: Final = 5
+GIVEN_UP_RETRY_S: Final = MAX_BACKOFF_S
+"""How often a worker given up (crashing in a loop) is tried again while another serves."""
 RELOAD_WAIT_S: Final = 120.0
 """How long the supervisor waits for every worker to say how its reload went."""
 STOP_MARGIN_S: Final = 10.0
@@ -180,7 +183,7 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self.reload(), "reload"))
         if self.config.metrics is not None:
             registry = CollectorRegistry()
-            MultiProcessCollector(registry, path=str(self._metrics_dir))  # type: ignore[no-untyped-call]
+            registry.register(_WorkerMetrics(self._metrics_dir))
             registry.register(_SupervisorCollector(self._workers, self.reloads))
             self._endpoint = MetricsEndpoint(registry, self.readiness)
             self.metrics_port = self._endpoint.serve(
@@ -341,6 +344,7 @@ class Supervisor:
         word, _, rest = line.partition(" ")
         if word == "ready":
             worker.ready = True
+            worker.given_up = False  # tried again after a crash loop, it serves
             self._steer()
             if worker.copy != self._copy:
                 self._spawn(self._catch_up(worker), f"catch-up-{worker.index}")
@@ -353,29 +357,42 @@ class Supervisor:
         if worker.quick_deaths >= CRASH_LOOP:
             worker.given_up = True
             self._listeners.drain(worker.index)  # steered to the others since it died
+            if all(w.given_up for w in self._workers):
+                log.error(
+                    "supervisor: worker %d (pid %d) %s, crashing in a loop (see its log lines "
+                    "above): no worker left: exiting",
+                    worker.index,
+                    pid,
+                    _exit(status),
+                )
+                self.exit_status = 1
+                self._stop_soon()
+                return
+            # What it died of may pass (a state topic or audit topic it could not reach while
+            # the brokers were down): tried again now and then, the gateway gets its worker
+            # back without a restart. It was left down for good.
+            pause = GIVEN_UP_RETRY_S
             log.error(
                 "supervisor: worker %d (pid %d) %s, dying within %.0f s of starting %d times "
-                "in a row: crashing in a loop, not started again (see its log lines above)",
+                "in a row: crashing in a loop, given up; trying it again in %.0f s (see its "
+                "log lines above)",
                 worker.index,
                 pid,
                 _exit(status),
                 QUICK_DEATH_S,
                 worker.quick_deaths,
+                pause,
             )
-            if all(w.given_up for w in self._workers):
-                log.error("supervisor: no worker left: exiting")
-                self.exit_status = 1
-                self._stop_soon()
-            return
-        pause = backoff(worker.quick_deaths)
-        log.error(
-            "supervisor: worker %d (pid %d) %s after %.1f s: starting it again in %.1f s",
-            worker.index,
-            pid,
-            _exit(status),
-            lived,
-            pause,
-        )
+        else:
+            pause = backoff(worker.quick_deaths)
+            log.error(
+                "supervisor: worker %d (pid %d) %s after %.1f s: starting it again in %.1f s",
+                worker.index,
+                pid,
+                _exit(status),
+                lived,
+                pause,
+            )
         await asyncio.sleep(pause)
         if self._stopping:
             return
@@ -619,6 +636,35 @@ def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(data)
     os.replace(temporary, path)
+
+
+_MMAP_HEADER_BYTES: Final = 8
+"""A worker's metrics file starts with the bytes of it in use (int32) and 4 of padding."""
+
+
+class _WorkerMetrics(Collector):
+    """The sum of the workers' metrics files (prometheus_client's
+    :class:`MultiProcessCollector`), leaving out a file a worker has created and not yet
+    sized: prometheus_client creates it empty and then extends it, and read in between it
+    raised ``struct.error`` out of the whole scrape (a 500 from the metrics listener). A
+    worker creates its files as it starts and as it first counts a kind of metric, so a scrape
+    right after a worker restart could meet one; a worker killed in between left one for good,
+    and every scrape after it failed. Such a file holds no values yet, so nothing is lost."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+
+    def collect(self) -> Iterable[Metric]:
+        files = [str(path) for path in self._directory.glob("*.db") if _sized(path)]
+        return MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _sized(path: Path) -> bool:
+    """Whether ``path`` has its header yet (False when it is gone: a dead worker's gauge)."""
+    try:
+        return path.stat().st_size >= _MMAP_HEADER_BYTES
+    except FileNotFoundError:
+        return False
 
 
 class _SupervisorCollector(Collector):

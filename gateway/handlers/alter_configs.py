@@ -69,6 +69,7 @@ from protocol.errors import (
     INVALID_CONFIG,
     INVALID_REQUEST,
     POLICY_VIOLATION,
+    REQUEST_TIMED_OUT,
     UNKNOWN_SERVER_ERROR,
 )
 from protocol.framing import RequestHeader
@@ -79,7 +80,15 @@ from spark_audit.event import ConfigChange as AuditedConfigChange
 from .. import client_configs, config_changes
 from ..cluster import state_of, undescribed_topic
 from ..config import UNLIMITED
-from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..engine import (
+    STATE_STORE,
+    BaseEnforcement,
+    ClusterView,
+    Judged,
+    RequestContext,
+    Ruling,
+    Settlement,
+)
 from ..outcomes import Close
 from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
@@ -522,7 +531,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
             failures: dict[Key, ItemError] = {}
             for key, value in later.items():
                 if key in changed:
-                    failed = await _store_policy(services, key, value)
+                    failed = await _store_policy(services, ctx, key, value, forwarded=True)
                     if failed is not None:
                         failures[key] = failed
             return failures
@@ -554,10 +563,20 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                     admit=admit if change.new_entity and limit != UNLIMITED else None,
                 )
             except StateStoreError as exc:
-                return ItemError(
-                    error_code=int(UNKNOWN_SERVER_ERROR),
-                    error_message=f"The gateway could not store the dynamic client configs of "
-                    f"{key[1]!r}: {exc}",
+                if exc.maybe_written:
+                    return _maybe_stored(f"the dynamic client configs of {key[1]!r}", exc)
+                # audited as allowed: the refusal the client gets is audited too
+                return await self._services.engine.refused_late(
+                    ctx,
+                    ItemError(
+                        error_code=int(UNKNOWN_SERVER_ERROR),
+                        error_message=f"The gateway could not store the dynamic client "
+                        f"configs of {key[1]!r}: {exc}",
+                    ),
+                    policy=STATE_STORE,
+                    resource_type="user_client",
+                    resource_name=change.resource_name,
+                    action="alter_config",
                 )
             if full:
                 return await self._services.engine.refused_late(
@@ -569,15 +588,22 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                     action="alter_config",
                 )
             if not written:
-                return ItemError(
-                    error_code=int(UNKNOWN_SERVER_ERROR),
-                    error_message=f"The dynamic client configs of {key[1]!r} changed while "
-                    "this change was judged (another request wrote them); nothing was "
-                    "written. Send it again to have it judged against them.",
+                return await self._services.engine.refused_late(
+                    ctx,
+                    ItemError(
+                        error_code=int(UNKNOWN_SERVER_ERROR),
+                        error_message=f"The dynamic client configs of {key[1]!r} changed "
+                        "while this change was judged (another request wrote them); nothing "
+                        "was written. Send it again to have it judged against them.",
+                    ),
+                    policy=STATE_STORE,
+                    resource_type="user_client",
+                    resource_name=change.resource_name,
+                    action="alter_config",
                 )
             return OK
         if key in request.policy_writes:
-            return await _store_policy(self._services, key, request.policy_writes[key]) or OK
+            return await _store_policy(self._services, ctx, key, request.policy_writes[key]) or OK
         return OK
 
     def for_broker(
@@ -653,17 +679,52 @@ def _names_policy_key(request: ac.AlterConfigs, key: Key) -> bool:
     )
 
 
-async def _store_policy(services: Services, key: Key, value: str | None) -> ItemError | None:
+async def _store_policy(
+    services: Services,
+    ctx: RequestContext,
+    key: Key,
+    value: str | None,
+    *,
+    forwarded: bool = False,
+) -> ItemError | None:
     """Store a topic's record.validation.policy (None removes it); None when stored, else the
-    resource's error."""
+    resource's error, audited as a refusal of its own (the change was audited as allowed).
+    ``forwarded``: the rest of the change was sent to the broker, which applied it."""
     try:
         await services.store_validation_policies({key[1]: value})
     except StateStoreError as exc:
-        return ItemError(
+        if exc.maybe_written:
+            return _maybe_stored(VALIDATION_POLICY_KEY, exc)
+        applied = (
+            " (the broker applied the other configs of this change; send it again)"
+            if forwarded
+            else ""
+        )
+        error = ItemError(
             error_code=int(UNKNOWN_SERVER_ERROR),
-            error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}: {exc}",
+            error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}{applied}: {exc}",
+        )
+        return await services.engine.refused_late(
+            ctx,
+            error,
+            policy=STATE_STORE,
+            resource_type="topic",
+            resource_name=key[1],
+            action="alter_config",
         )
     return None
+
+
+def _maybe_stored(what: str, exc: StateStoreError) -> ItemError:
+    """The answer to a change the state store may yet take (its write was not acknowledged in
+    time, or not read back): REQUEST_TIMED_OUT, as Kafka answers a change whose outcome it
+    does not know, and no refusal audited (the change may be in force: its "allowed" event
+    stands)."""
+    return ItemError(
+        error_code=int(REQUEST_TIMED_OUT),
+        error_message=f"The gateway does not know whether its state store took {what}: it "
+        f"may yet take effect; describe the configs to see which. {exc}",
+    )
 
 
 def _policy_key_refusal(

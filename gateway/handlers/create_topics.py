@@ -60,6 +60,7 @@ of the name deleted where the gateway did not see it) has that value removed the
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -85,7 +86,15 @@ from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import broker_defaults, linked_broker_configs
 from ..config import BrokerDefaults
-from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..engine import (
+    STATE_STORE,
+    BaseEnforcement,
+    ClusterView,
+    Judged,
+    RequestContext,
+    Ruling,
+    Settlement,
+)
 from ..outcomes import Close
 from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
@@ -94,6 +103,8 @@ from ..state import StateStoreError
 from ..topic_defaults import topic_configs
 from ._validation_policy import invalid_value
 from .base import Handler, enforced
+
+log = logging.getLogger(__name__)
 
 API_KEY = ct.CREATE_TOPICS
 VERSIONS = ct.VERSIONS
@@ -194,7 +205,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         kept |= {n: None for n in allowed if n not in kept and services.validation_policy_of(n)}
         if not kept or request.validate_only:
             return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
-        return await self._store_first(cluster, request, kept)
+        return await self._store_first(ctx, cluster, request, kept)
 
     async def _dry_run(
         self, cluster: ClusterView, request: ct.CreateTopics, allowed: Sequence[str]
@@ -218,7 +229,11 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         return local
 
     async def _store_first(
-        self, cluster: ClusterView, request: ct.CreateTopics, kept: Mapping[str, str | None]
+        self,
+        ctx: RequestContext,
+        cluster: ClusterView,
+        request: ct.CreateTopics,
+        kept: Mapping[str, str | None],
     ) -> Settlement[str]:
         """Store the new topics' record.validation.policy before the broker creates them;
         topics that exist (or may) are answered here and keep theirs."""
@@ -245,20 +260,49 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
                 error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}, so the "
                 f"topic was not created: {exc}",
             )
-            return Settlement(local={**local, **dict.fromkeys(new, refused)}, reencode_request=True)
+            # each topic was audited as allowed: the refusal the client gets is audited too
+            for name in new:
+                local[name] = await services.engine.refused_late(
+                    ctx,
+                    refused,
+                    policy=STATE_STORE,
+                    resource_type="topic",
+                    resource_name=name,
+                    action="create",
+                )
+            return Settlement(local=local, reencode_request=True)
 
         async def restore_uncreated(response: bytes) -> Mapping[str, ItemError]:
             """Put back the previous value of each topic the broker did not create, unless
             someone wrote the topic's value since this request did (a create of the same
             topic at once, which the broker may have let win: its value stays); drop the
-            claim of each topic it created."""
+            claim of each topic it created.
+
+            A store that cannot write it is logged as an error and the broker's answer still
+            goes to the client: the broker has created the topic or not either way (the
+            connection was closed instead, and the client, told nothing of a topic created,
+            sent it again and was told it exists)."""
             broker = ct.read_broker_response(request, response)
             for t in broker.topics:
                 if t.name in previous:
                     failed = int(t.error_code) != 0
-                    await services.release_validation_policy(
-                        t.name, claim, restore=failed, previous=previous[t.name]
-                    )
+                    try:
+                        await services.release_validation_policy(
+                            t.name, claim, restore=failed, previous=previous[t.name]
+                        )
+                    except StateStoreError as exc:
+                        undone = (
+                            f"put its previous {VALIDATION_POLICY_KEY} back"
+                            if failed
+                            else "drop this create's claim on it"
+                        )
+                        log.error(
+                            "topic %r was %s by the broker, but the state store could not %s: %s",
+                            t.name,
+                            "not created" if failed else "created",
+                            undone,
+                            exc,
+                        )
             return {}
 
         return Settlement(

@@ -33,7 +33,15 @@ from protocol.results import ItemError
 from protocol.topic_names import illegal_topic
 
 from ..cluster import current_topics
-from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..engine import (
+    STATE_STORE,
+    BaseEnforcement,
+    ClusterView,
+    Judged,
+    RequestContext,
+    Ruling,
+    Settlement,
+)
 from ..outcomes import Close
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
@@ -166,7 +174,20 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                 error_message=f"The gateway could not prepare to forget the topic's "
                 f"{VALIDATION_POLICY_KEY}, so the topic was not deleted: {exc}",
             )
-            return Settlement(local=dict.fromkeys(validated, refused))
+            # each topic was audited as allowed: the refusal the client gets is audited too
+            engine = services.engine
+            local = {
+                target: await engine.refused_late(
+                    ctx,
+                    refused,
+                    policy=STATE_STORE,
+                    resource_type="topic",
+                    resource_name=name,
+                    action="delete",
+                )
+                for target, name in validated.items()
+            }
+            return Settlement(local=local)
 
         async def forget_policies(response: bytes) -> Mapping[ta.DeleteTarget, ItemError]:
             """Forget the record.validation.policy of each topic the broker reports deleted,

@@ -67,7 +67,15 @@ from protocol.topic_names import topic_name_problem
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import linked_broker_configs
-from ..engine import BaseEnforcement, ClusterView, Judged, RequestContext, Ruling, Settlement
+from ..engine import (
+    STATE_STORE,
+    BaseEnforcement,
+    ClusterView,
+    Judged,
+    RequestContext,
+    Ruling,
+    Settlement,
+)
 from ..outcomes import Answer, Close, Outcome
 from ..policy_runner import PolicyRunner
 from ..services import Services
@@ -212,6 +220,16 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
         claim = uuid.uuid4().hex
         stale = await _drop_stale_policies(services, allowed, claim)
         if isinstance(stale, ItemError):
+            # each topic was audited as allowed: that it was not created is audited too
+            for name in allowed:
+                await services.engine.refused_late(
+                    ctx,
+                    stale,
+                    policy=STATE_STORE,
+                    resource_type="topic",
+                    resource_name=name,
+                    action="create",
+                )
             return Settlement(local=dict.fromkeys(allowed, stale))
         answer = await cluster.send(
             md.create_topics(

@@ -280,6 +280,61 @@ def test_a_write_the_disk_refuses_is_reported_and_leaves_no_torn_line(tmp_path: 
     assert read_spool(tmp_path) == [event, event]
 
 
+def test_a_segment_that_cannot_be_completed_keeps_its_events_and_is_completed_later(
+    tmp_path: Path,
+) -> None:
+    """A segment whose rename to its final name fails (here a directory holds that name; a
+    spool directory made read-only, or out of inodes, fails the same way) stays the open
+    segment, and its events and the batch's next ones are kept in it until a later
+    completion succeeds. The sink used to close it before the rename: the segment stayed
+    hidden (.open) until a restart's recovery, where Spark never reads it, and the rest of
+    the batch was lost."""
+    sink = SpoolSink(tmp_path, segment_max_bytes=2 * LINE_BYTES, segment_max_age_s=3600)
+    events = [make_event(n) for n in range(6)]
+    sink.open()
+    sink.write(lines(events[:1]))
+    (segment,) = open_segments(tmp_path)
+    blocker = tmp_path / segment.name.removeprefix(".").removesuffix(".open")
+    blocker.mkdir()
+    blocker.joinpath("keep").touch()  # not an empty directory: a rename onto it fails
+
+    sink.write(lines(events[1:4]))  # the segment fills: its completion fails
+    assert open_segments(tmp_path) == [segment]
+    assert completed(tmp_path) == [blocker]
+
+    blocker.joinpath("keep").unlink()
+    blocker.rmdir()
+    sink.write(lines(events[4:]))  # the next completion succeeds
+    sink.close()
+    assert read_spool(tmp_path) == events
+    assert open_segments(tmp_path) == []
+
+
+def test_events_are_not_written_into_a_segment_removed_from_the_spool(tmp_path: Path) -> None:
+    """The open segment removed from under the sink (a clean-up, the spool directory removed
+    and made again): its descriptor still took writes, so the next events were reported
+    written and were nowhere until the segment was completed (a minute later by default). The
+    next events now go to a new segment, and with the directory gone they fail, counted."""
+    spool = tmp_path / "audit"
+    sink = SpoolSink(spool, segment_max_age_s=3600)
+    events = [make_event(n) for n in range(4)]
+    sink.open()
+    sink.write(lines(events[:1]))
+    (segment,) = open_segments(spool)
+    segment.unlink()
+
+    sink.write(lines(events[1:2]))
+    assert [AuditEvent.from_json(p.read_text()) for p in open_segments(spool)] == events[1:2]
+
+    for path in spool.iterdir():
+        path.unlink()
+    spool.rmdir()
+    with pytest.raises(SinkWriteError) as refused:
+        sink.write(lines(events[2:]))
+    assert refused.value.written == 0
+    sink.close()
+
+
 # --- SpoolSink: fsync -------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway import supervisor
 from gateway.config import RESTART_ONLY, ConfigError, LimitsConfig, from_mapping, live_part, load
 from gateway.generation import Generation
 from gateway.limits import ConnectionLimits, RequestMemory
@@ -170,6 +171,61 @@ def test_backoff_doubles_with_each_quick_death_up_to_a_cap() -> None:
     assert pauses[:4] == [0.5, 0.5, 1.0, 2.0]
     assert max(pauses) == MAX_BACKOFF_S
     assert pauses == sorted(pauses)
+
+
+WORKER = """
+import os, pathlib, sys, time
+status, gate = int(sys.argv[1]), sys.argv[2]
+if gate and not pathlib.Path(gate).exists():
+    sys.exit(3)  # as a worker that cannot reach its state topic at start
+os.write(status, b"ready\\n")
+time.sleep(600)
+"""
+"""A process the supervisor runs as a worker: it says ready, unless ``gate`` names a file that
+does not exist (yet), when it exits at once."""
+
+
+def test_a_worker_given_up_is_started_again_once_it_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that died 5 times in a row right after starting was left down for good, even
+    once what it died of had passed (a state or audit topic it could not reach while the
+    brokers were down): the gateway served on one worker fewer until restarted. It is tried
+    again every GIVEN_UP_RETRY_S while another worker serves. Real processes; the pauses are
+    shortened."""
+    monkeypatch.setattr(supervisor, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(supervisor, "GIVEN_UP_RETRY_S", 0.2)
+    gate = tmp_path / "worker-1-can-start"
+
+    def command(index: int, status_fd: int, _listener_fd: int, _copy: Path) -> list[str]:
+        return [sys.executable, "-c", WORKER, str(status_fd), str(gate) if index else ""]
+
+    running = supervisor.Supervisor(
+        workers=2,
+        config=config(metrics=None),
+        config_file=None,
+        command=command,
+        load=lambda path: config(),
+    )
+    workers = running._workers  # noqa: SLF001 - what kpg_workers{state} reads
+
+    async def until(condition: Any) -> None:
+        async with asyncio.timeout(30):
+            while not condition():
+                await asyncio.sleep(0.02)
+
+    async def main() -> int:
+        run = asyncio.ensure_future(running.run(lambda: None))
+        try:
+            await until(lambda: workers[1].given_up and workers[0].ready)
+            gate.touch()  # what worker 1 died of has passed
+            await until(lambda: workers[1].ready)
+            assert not workers[1].given_up
+        finally:
+            running._stop_soon()  # noqa: SLF001 - as SIGTERM does
+        return await run
+
+    assert asyncio.run(main()) == 0
 
 
 def test_each_worker_spools_into_a_directory_of_its_own() -> None:

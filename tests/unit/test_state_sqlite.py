@@ -420,3 +420,33 @@ def test_a_conditional_write_is_made_only_over_what_was_judged(tmp_path: Path) -
             await b.close()
 
     run(main())
+
+
+def test_a_state_file_removed_under_a_running_store_is_followed(tmp_path: Path) -> None:
+    """The state file removed while the gateway runs (a clean-up of its directory): the
+    store's connections still wrote the removed file, so a change a client was told was
+    stored was lost at the next start, and a worker started meanwhile (on a new file at the
+    path) judged by other settings than the running ones. The store now opens the file at
+    its path, as a worker started then would, before its next write and at its next
+    refresh."""
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path)
+        newcomer = None
+        try:
+            await store.put(NS, "orders", "strict")
+            for leftover in tmp_path.iterdir():  # the file, its WAL and shared memory
+                leftover.unlink()
+            newcomer = await started(path)  # a worker started now: a new, empty file
+            await store.put(NS, "payments", "lenient")
+            assert rows(path) == {(NS, "payments"): "lenient"}
+            assert store.get(NS, "orders") is None  # as every other reader of the path
+            await newcomer.refresh()
+            assert newcomer.get(NS, "payments") == "lenient"
+        finally:
+            await store.close()
+            if newcomer is not None:
+                await newcomer.close()
+
+    run(main())
