@@ -169,6 +169,12 @@ def _configure_stream(spark: SparkSession, state_partitions: int | None) -> None
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     # No empty batches just to move the watermark: state expiry waits for the next data.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    if not spark.sparkContext.getConf().contains("spark.sql.parquet.outputTimestampType"):
+        # ``time`` as Parquet's INT64 microseconds, not Spark's default INT96: a file's row
+        # groups then carry ``time`` statistics, so a report's --since/--until skips those
+        # outside its range instead of decoding every row. Files written before as INT96 stay
+        # readable; both are read as the same timestamp.
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
 
 
 def start_stream(

@@ -242,11 +242,22 @@ def filter_events(
 ) -> DataFrame:
     """Events in ``[since, until)`` (UTC timestamps as text), of ``principal`` (``ANONYMOUS``
     for unauthenticated clients) and about ``topic``; ``events`` must have ``topic``
-    (:func:`with_topic`). Unset filters keep everything."""
+    (:func:`with_topic`). Unset filters keep everything.
+
+    With a ``date`` column (the table's partitions, :func:`with_date`), the time range is also
+    put as a range of dates, which the time range implies: Spark then reads only the date
+    partitions it covers, not every file of the table to drop most of its rows."""
+    dated = "date" in events.columns
     if since is not None:
-        events = events.where(F.col("time") >= F.to_timestamp(F.lit(since)))
+        start = F.to_timestamp(F.lit(since))
+        events = events.where(F.col("time") >= start)
+        if dated:
+            events = events.where(F.col("date") >= F.to_date(start))
     if until is not None:
-        events = events.where(F.col("time") < F.to_timestamp(F.lit(until)))
+        end = F.to_timestamp(F.lit(until))
+        events = events.where(F.col("time") < end)
+        if dated:
+            events = events.where(F.col("date") <= F.to_date(end))
     if principal is not None:
         events = events.where(principal_name() == principal)
     if topic is not None:

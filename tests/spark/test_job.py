@@ -21,7 +21,7 @@ from gateway.audit import EventLine, SpoolSink
 from spark_audit import job
 from spark_audit.cli import add_audit_commands
 from spark_audit.event import AuditEvent, ConfigChange
-from spark_audit.report import build_report
+from spark_audit.report import Filters, build_report
 from spark_audit.transforms import table_schema
 from tests.e2e.test_gateway_process import kpg_audit_report
 from tests.spark.support import (
@@ -99,6 +99,49 @@ def test_a_running_stream_appends_completed_segments_only_once_each(
     assert event_ids(spark, dirs["table"]) == ids(first + second + still_open)
     partitions = sorted(p.name for p in dirs["table"].glob("date=*"))
     assert partitions == ["date=2026-11-21", "date=2026-11-22"]
+
+
+def _parquet_type(spark: SparkSession, file: Path, column: str) -> str:
+    """The Parquet type of ``column`` in ``file``, as its footer has it."""
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+        jvm.org.apache.hadoop.fs.Path(str(file)), conf
+    )
+    reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+    try:
+        return str(reader.getFooter().getFileMetaData().getSchema().getType(column).toString())
+    finally:
+        reader.close()
+
+
+def test_a_report_of_a_time_range_reads_only_the_dates_it_covers(
+    spark: SparkSession, dirs: dict[str, Path]
+) -> None:
+    """--since/--until read the date partitions of their range, not every file of the table
+    (a day's report of a year's table decoded the whole year to drop most of it), and the
+    stream writes ``time`` as INT64 microseconds, whose row-group statistics Parquet can
+    skip by (Spark's default INT96 has none). A day's files made unreadable here would fail
+    any report that opens them."""
+    first = [event(time="2026-11-21T12:00:00.000Z") for _ in range(3)]
+    second = [event(time="2026-11-22T12:00:00.000Z") for _ in range(2)]
+    write_segment(dirs["spool"], first + second)
+    run_available_now(spark, dirs)
+    files = sorted(dirs["table"].glob("date=*/*.parquet"))
+    assert files and all(
+        _parquet_type(spark, file, "time").endswith("int64 time (TIMESTAMP(MICROS,true))")
+        for file in files
+    )
+    for file in (dirs["table"] / "date=2026-11-21").glob("*.parquet"):
+        file.write_bytes(b"not parquet")
+
+    summary = build_report(
+        spark, str(dirs["table"]), dirs["report"], filters=Filters(since="2026-11-22T00:00:00")
+    )
+
+    assert summary["totals"]["audit_events"] == len(second)
+    with pytest.raises(Exception, match="not a Parquet file|PARQUET"):
+        build_report(spark, str(dirs["table"]), dirs["report"], filters=Filters(until="2026-11-22"))
 
 
 def test_a_restart_neither_loses_nor_duplicates_events(
