@@ -1295,7 +1295,7 @@ def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
             "upstream.auto_create is pass: the brokers create any topic a Metadata request "
             "names, unjudged and unaudited"
         )
-    modes = _policy_modes(config.policies)
+    modes = _policy_modes(config)
     if not modes:
         warnings.append(
             "policies: no rule and no plug-in: every topic and config change the brokers "
@@ -1310,19 +1310,14 @@ def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
     return tuple(warnings)
 
 
-def _policy_modes(policies: Mapping[str, Any]) -> set[str]:
-    """The modes of the rules and plug-ins ``policies`` configures (as written: the loader
-    checks them)."""
-    modes = set()
-    rules = policies.get("rules")
-    for rule in rules if isinstance(rules, list) else ():
-        if isinstance(rule, Mapping):
-            modes.add(str(rule.get("mode") or "enforce"))
-    for key in policies:
-        if isinstance(key, str) and key.endswith(".class.name"):
-            mode_key = key.removesuffix("class.name") + "mode"
-            modes.add(str(policies.get(mode_key) or "enforce"))
-    return modes
+def _policy_modes(config: GatewayConfig) -> set[str]:
+    """The modes of the rules and plug-ins ``config`` sets, as the policy loader reads them
+    (the section was checked when the configuration was: by ``--check``, at start-up and
+    before a reload is applied)."""
+    from policies.loader import parse_policy_config  # imports no plug-in
+
+    parsed = parse_policy_config(config.policies, source=config.source)
+    return {str(rule.mode) for rule in parsed.rules} | {str(p.mode) for p in parsed.plugins}
 
 
 def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayConfig:
