@@ -19,16 +19,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-_FORMULA: Final = r"^[=+\-@\t\r]"
+_FORMULA_STARTS: Final = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER: Final = r"^[-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"
-_FORMULA_RE: Final = re.compile(_FORMULA)
 _NUMBER_RE: Final = re.compile(_NUMBER)
 
 
 def safe_cell(value: Any) -> Any:
     """``value``, with an apostrophe in front when it is text a spreadsheet would read as a
     formula."""
-    if isinstance(value, str) and _FORMULA_RE.match(value) and not _NUMBER_RE.match(value):
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS) and not _NUMBER_RE.match(value):
         return "'" + value
     return value
 
@@ -39,7 +38,9 @@ def safe_columns(frame: DataFrame) -> DataFrame:
     for field in frame.schema.fields:
         column = F.col(field.name)
         if isinstance(field.dataType, T.StringType):
-            formula = column.rlike(_FORMULA) & ~column.rlike(_NUMBER)
+            # The first character, not a regular expression: every text cell of every CSV
+            # file passes here, and few are formulas (the number's expression then runs).
+            formula = F.substring(column, 1, 1).isin(*_FORMULA_STARTS) & ~column.rlike(_NUMBER)
             column = F.when(formula, F.concat(F.lit("'"), column)).otherwise(column)
         columns.append(column.alias(field.name))
     return frame.select(*columns)

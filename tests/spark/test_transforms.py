@@ -18,6 +18,7 @@ from pyspark.testing import assertDataFrameEqual
 from spark_audit.chain import Link, verify_links
 from spark_audit.event import line_hash
 from spark_audit.report import _write_frame_csv, chain_soundness, verify_chains
+from spark_audit.spreadsheet import safe_columns
 from spark_audit.transforms import (
     dedupe_events,
     duplicate_event_ids,
@@ -27,6 +28,7 @@ from spark_audit.transforms import (
     with_date,
 )
 from tests.spark.support import event, raw_events, report_events, table_rows
+from tests.unit.test_spreadsheet import CASES
 
 pytestmark = pytest.mark.e2e
 
@@ -372,3 +374,11 @@ def test_a_csv_file_written_on_every_core_has_one_header_and_the_frames_order(
     assert rows[1:] == [[str(i), f'a "b", {i}'] for i in range(999, -1, -1)]
     assert (tmp_path / "none.csv").read_text(encoding="utf-8") == "id,text\n"
     assert not list(tmp_path.glob(".*"))  # no part files left behind
+
+
+def test_spark_makes_text_cells_safe_as_the_python_check_does(spark: SparkSession) -> None:
+    """:func:`safe_columns` (the CSV files Spark writes) and :func:`safe_cell` (those written
+    row by row, off local mode) must write every cell alike."""
+    texts = [(value, written) for value, written in CASES if not isinstance(value, int)]
+    frame = spark.createDataFrame([(value,) for value, _ in texts], "cell string")
+    assert [row.cell for row in safe_columns(frame).collect()] == [w for _, w in texts]
