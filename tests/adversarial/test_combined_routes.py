@@ -1,0 +1,96 @@
+"""Routes that open only where two features meet (redteam18).
+
+Auto-creation on Metadata x a topic's ``record.validation.policy``: a Metadata request that
+would auto-create a topic the broker does not have is judged, and the gateway then creates the
+topic itself; an auto-created topic sets no policy, so a value an earlier topic of the name
+left in the state store is stale and was removed before the gateway's CreateTopics. That the
+topic was missing was read from the broker's answer to the reissued Metadata, a moment before:
+a topic created meanwhile with a policy (another client's CreateTopics, through this gateway or
+another on the same state) lost its policy, its records reaching the broker unvalidated until
+the gateway's own CreateTopics came back TOPIC_ALREADY_EXISTS and put it back, and for good
+when that answer never came (a timeout, a dropped link: nothing put it back). Here the
+broker's answer to the reissued Metadata is held in the tap while the topic is created through
+a second gateway on the same state file, and the gateway's CreateTopics is held once sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.record_validation import VALIDATION_POLICY_KEY
+from tests.adversarial.test_auto_creation import metadata_request
+from tests.adversarial.test_create_races import CREATE_TOPICS, INVALID_RECORD, two_gateways
+from tests.adversarial.test_produce_by_topic_id import NO_HEADER, codes, produce
+from tests.support import (
+    BrokerTap,
+    GatewayThread,
+    RawClient,
+    create_topic_request,
+    unique_name,
+    wait_for,
+)
+
+pytestmark = pytest.mark.adversarial
+
+METADATA = 3
+
+
+@pytest.fixture
+def sqlite_gateways(
+    tap: BrokerTap, tmp_path: Path
+) -> Iterator[tuple[GatewayThread, GatewayThread]]:
+    with two_gateways(tap, {"path": str(tmp_path / "state.db")}) as both:
+        yield both
+
+
+def test_an_auto_creation_that_finds_the_topic_created_meanwhile_leaves_its_policy(
+    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
+) -> None:
+    through_tap, straight = sqlite_gateways
+    topic = unique_name("auto-race")
+    asker = RawClient(through_tap.bootstrap, timeout=20)
+    creator = RawClient(straight.bootstrap, timeout=20)
+    try:
+        tap.hold_answers()
+        tap.hold_requests(CREATE_TOPICS)
+        asker.send(METADATA, 12, metadata_request(12, [topic]))
+        # the reissued Metadata (auto-creation off) has reached the broker: it answers that
+        # the topic is missing, and the answer waits in the tap
+        assert wait_for_metadata(tap, topic)
+        created = creator.request(
+            CREATE_TOPICS,
+            7,
+            create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),)),
+        )
+        assert [int(t.error_code) for t in created.topics] == [0]
+        tap.release_answers()
+        # the gateway's own CreateTopics of the topic (the broker's answer was that it is
+        # missing) is held in the tap: the topic created with a policy keeps it meanwhile, a
+        # record without the trace-id header refused
+        assert wait_for(lambda: sent_create(tap, topic))
+        assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+        tap.release_requests()
+        asker.recv_frame()
+    finally:
+        tap.release_requests()
+        tap.release_answers()
+        asker.close()
+        creator.close()
+    assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+
+
+def wait_for_metadata(tap: BrokerTap, topic: str) -> bool:
+    return wait_for(
+        lambda: any(
+            getattr(t, "name", None) == topic
+            for r in tap.forwarded(METADATA)
+            for t in r.topics or ()
+        )
+    )
+
+
+def sent_create(tap: BrokerTap, topic: str) -> bool:
+    return any(t.name == topic for r in tap.forwarded(CREATE_TOPICS) for t in r.topics)
