@@ -55,7 +55,9 @@ previous policy back only while its claim stands. Of two creates of one topic at
 one the broker refuses thus leaves the policy the other stored after it (the broker may have
 let that one win) instead of putting back what it read before: that left the created topic
 unvalidated. A topic created without the key whose name still has a value (an earlier topic
-of the name deleted where the gateway did not see it) has that value removed the same way.
+of the name deleted where the gateway did not see it) has that value removed once the broker
+has created it, while the create's claim stands: removed before, a topic created meanwhile
+with a policy lost it until the create came back TOPIC_ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -237,8 +239,14 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             if services.state.settles:
                 # what another instance stored is what a failed create puts back
                 await services.state.settle()
-            previous = {name: services.validation_policy_of(name) for name in new}
-            await services.claim_validation_policies(new, claim)
+            # A topic created without the key keeps the value an earlier topic of its name
+            # left until the broker has created it: that it does not exist was read a moment
+            # ago, and a topic created meanwhile with a policy (another client's create) lost
+            # it, unvalidated until this create failed, and for good if its answer never came.
+            clearing = [name for name, value in new.items() if value is None]
+            setting = {name: value for name, value in new.items() if value is not None}
+            previous = {name: services.validation_policy_of(name) for name in setting}
+            await services.claim_validation_policies(setting, claim, keys_only=clearing)
         except StateStoreError as exc:
             refused = ItemError(
                 error_code=int(ErrorCode.unknown_server_error),
@@ -254,11 +262,14 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             claim of each topic it created."""
             broker = ct.read_broker_response(request, response)
             for t in broker.topics:
+                failed = int(t.error_code) != 0
                 if t.name in previous:
-                    failed = int(t.error_code) != 0
                     await services.release_validation_policy(
                         t.name, claim, restore=failed, previous=previous[t.name]
                     )
+                elif t.name in clearing:
+                    # created: the value is an earlier topic's, gone with it
+                    await services.release_validation_policy(t.name, claim, restore=not failed)
             return {}
 
         return Settlement(

@@ -11,6 +11,10 @@ the gateway's own CreateTopics came back TOPIC_ALREADY_EXISTS and put it back, a
 when that answer never came (a timeout, a dropped link: nothing put it back). Here the
 broker's answer to the reissued Metadata is held in the tap while the topic is created through
 a second gateway on the same state file, and the gateway's CreateTopics is held once sent.
+
+The same through a CreateTopics without the key, of a name an earlier topic (deleted at the
+broker directly) left a value for: the value was removed once Metadata showed the topic
+missing, before the create was forwarded.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from pathlib import Path
 import pytest
 
 from gateway.record_validation import VALIDATION_POLICY_KEY
-from tests.adversarial.test_auto_creation import metadata_request
+from tests.adversarial.test_auto_creation import metadata_request, reached_broker
 from tests.adversarial.test_create_races import CREATE_TOPICS, INVALID_RECORD, two_gateways
 from tests.adversarial.test_produce_by_topic_id import NO_HEADER, codes, produce
+from tests.inproc.test_record_validation import delete_behind_the_gateway
 from tests.support import (
     BrokerTap,
     GatewayThread,
@@ -82,14 +87,44 @@ def test_an_auto_creation_that_finds_the_topic_created_meanwhile_leaves_its_poli
     assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
 
 
+def test_a_create_without_a_policy_that_finds_the_topic_created_meanwhile_leaves_its_policy(
+    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
+) -> None:
+    through_tap, straight = sqlite_gateways
+    topic = unique_name("create-race")
+    asker = RawClient(through_tap.bootstrap, timeout=20)
+    creator = RawClient(straight.bootstrap, timeout=20)
+    with_policy = create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),))
+    try:
+        # an earlier topic of the name, deleted where the gateway did not see it, left its
+        # value behind
+        assert [
+            int(t.error_code) for t in creator.request(CREATE_TOPICS, 7, with_policy).topics
+        ] == [0]
+        delete_behind_the_gateway(tap.broker, topic)
+        tap.hold_answers()
+        tap.hold_requests(CREATE_TOPICS)
+        asker.send(CREATE_TOPICS, 7, create_topic_request(topic))
+        # the gateway's Metadata of the topic has reached the broker: it answers that the
+        # topic is missing, and the answer waits in the tap
+        assert wait_for_metadata(tap, topic)
+        created = creator.request(CREATE_TOPICS, 7, with_policy)
+        assert [int(t.error_code) for t in created.topics] == [0]
+        tap.release_answers()
+        assert wait_for(lambda: sent_create(tap, topic))
+        assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+        tap.release_requests()
+        asker.recv_frame()
+    finally:
+        tap.release_requests()
+        tap.release_answers()
+        asker.close()
+        creator.close()
+    assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+
+
 def wait_for_metadata(tap: BrokerTap, topic: str) -> bool:
-    return wait_for(
-        lambda: any(
-            getattr(t, "name", None) == topic
-            for r in tap.forwarded(METADATA)
-            for t in r.topics or ()
-        )
-    )
+    return wait_for(lambda: (METADATA, False) in reached_broker(tap, topic))
 
 
 def sent_create(tap: BrokerTap, topic: str) -> bool:
