@@ -68,9 +68,9 @@ class Services:
         """Write the record.validation.policy of topics a CreateTopics is about to create
         (None removes an earlier topic's), each with ``claim`` (unique to the request) beside
         it, all or none (``keys_only``: topics claimed with their values unchanged, as
-        :meth:`claim_validation_policy_keys` claims them): the create puts back a topic's previous value
-        (:meth:`release_validation_policy`) only while its claim stands, that is while no one
-        has written the topic's value since.
+        :meth:`claim_validation_policy_keys` claims them): the create puts back a topic's
+        previous value (:meth:`release_validation_policy`) only while its claim stands, that
+        is while no one has written the topic's value since.
 
         :raises StateStoreError: when the store cannot write them.
         """

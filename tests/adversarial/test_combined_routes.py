@@ -19,28 +19,37 @@ missing, before the create was forwarded.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.record_validation import VALIDATION_POLICY_KEY
+from protocol.codec import encode_request
 from tests.adversarial.test_auto_creation import metadata_request, reached_broker
+from tests.adversarial.test_connection_limits import MiB
+from tests.adversarial.test_connection_limits import _fill as fill
+from tests.adversarial.test_connection_limits import _large_fetch as large_fetch
 from tests.adversarial.test_create_races import CREATE_TOPICS, INVALID_RECORD, two_gateways
 from tests.adversarial.test_produce_by_topic_id import NO_HEADER, codes, produce
+from tests.inproc.test_clients import create_topic
 from tests.inproc.test_record_validation import delete_behind_the_gateway
 from tests.support import (
     BrokerTap,
     GatewayThread,
     RawClient,
     create_topic_request,
+    gateway_config,
     unique_name,
     wait_for,
 )
 
 pytestmark = pytest.mark.adversarial
 
-METADATA = 3
+METADATA, FETCH = 3, 1
+IDLE_MS = 2000
+"""connections.max.idle.ms of the gateway whose client does not read its answers."""
 
 
 @pytest.fixture
@@ -121,6 +130,70 @@ def test_a_create_without_a_policy_that_finds_the_topic_created_meanwhile_leaves
         asker.close()
         creator.close()
     assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+
+
+def test_a_create_behind_an_answer_the_client_does_not_take_cannot_keep_its_policy(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Two creates of one topic at once (test_create_races), the loser's policy stored last:
+    the loser puts back the winner's once the broker's answer is back. That step ran when the
+    loser's connection came to the answer, after the answers before it had been written to
+    the client: a client that sent a CreateTopics behind a Fetch whose answer it did not read
+    kept its own policy on the winner's topic, for good once its connection was closed idle
+    (the answer never read). The CreateTopics waits now until the client has taken the
+    answers before it, so it is judged, stored and answered in turn."""
+    state = {"path": str(tmp_path / "state.db")}
+    idle = {"connections.max.idle.ms": IDLE_MS}
+    through_tap = GatewayThread(gateway_config(tap.address, state=state, limits=idle)).start()
+    straight = GatewayThread(gateway_config(tap.broker, state=state)).start()
+    filled = unique_name("filled")
+    create_topic(str(tap.broker), filled)
+    fill(str(tap.broker), filled)
+    topic = unique_name("loser-last")
+    loser = socket.socket()
+    loser.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little
+    host, _, port = through_tap.bootstrap.rpartition(":")
+    loser.connect((host, int(port)))
+    winner = RawClient(straight.bootstrap, timeout=20)
+    requests = "kpg_requests_total"
+    try:
+        loser.sendall(encode_request(FETCH, 12, 1, "loser", large_fetch(filled)))
+        # the Fetch's answer (some 5 MiB) is written to the loser, which does not read it
+        assert wait_for(lambda: through_tap.metric("kpg_bytes_out_total") > MiB)
+        # the gateway's Metadata of the topic (before the CreateTopics is stored and
+        # forwarded) is answered that the topic is missing, and the answer waits in the tap
+        tap.hold_answers()
+        loser.sendall(
+            encode_request(
+                CREATE_TOPICS,
+                7,
+                2,
+                "loser",
+                create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "key-required"),)),
+            )
+        )
+        assert wait_for(lambda: through_tap.metric(requests, api="CreateTopics", version="7") == 1)
+        won = winner.request(
+            CREATE_TOPICS,
+            7,
+            create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),)),
+        )
+        assert [int(t.error_code) for t in won.topics] == [0]
+        tap.release_answers()
+        # the loser's connection is closed, its Fetch answer untaken for
+        # connections.max.idle.ms: its CreateTopics answer is never read
+        assert wait_for(
+            lambda: through_tap.metric("kpg_connections_idle_closed_total") == 1, timeout=30
+        )
+        # the winner's topic keeps the winner's policy (a record with a key and no trace-id
+        # header passes the loser's)
+        assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+    finally:
+        tap.release_answers()
+        loser.close()
+        winner.close()
+        straight.stop()
+        through_tap.stop()
 
 
 def wait_for_metadata(tap: BrokerTap, topic: str) -> bool:
