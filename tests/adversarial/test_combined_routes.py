@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import with_embedded_upstream
 from gateway.record_validation import VALIDATION_POLICY_KEY
 from protocol.codec import encode_request
 from tests.adversarial.test_auto_creation import metadata_request, reached_broker
@@ -41,13 +42,16 @@ from tests.support import (
     RawClient,
     create_topic_request,
     gateway_config,
+    records_at,
     unique_name,
     wait_for,
 )
 
 pytestmark = pytest.mark.adversarial
 
-METADATA, FETCH = 3, 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+PRODUCE, METADATA, FETCH = 0, 3, 1
 IDLE_MS = 2000
 """connections.max.idle.ms of the gateway whose client does not read its answers."""
 
@@ -194,6 +198,38 @@ def test_a_create_behind_an_answer_the_client_does_not_take_cannot_keep_its_poli
         winner.close()
         straight.stop()
         through_tap.stop()
+
+
+def test_no_record_reaches_a_topic_before_it_is_created_with_a_policy(tap: BrokerTap) -> None:
+    """The embedded broker (Tansu, what ``make run`` fronts) answers a Produce to a topic or
+    partition it does not have with success and keeps the records: a topic of that name
+    created later, with a record.validation.policy, held them, so anyone could write a
+    validated topic's first records unvalidated before it was created (a guessable name), or
+    after a delete before it was created again. The gateway answers such a partition
+    UNKNOWN_TOPIC_OR_PARTITION, as Kafka does, and forwards nothing of it."""
+    config = with_embedded_upstream(gateway_config(tap.address), tap.address)
+    gw = GatewayThread(config).start()
+    topic = unique_name("not-yet")
+    try:
+        early = codes(gw, 9, produce(9, [(topic, 0, NO_HEADER)]))
+        assert early == [(0, UNKNOWN_TOPIC_OR_PARTITION)]
+        client = RawClient(gw.bootstrap)
+        try:
+            created = client.request(
+                CREATE_TOPICS,
+                7,
+                create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),)),
+            )
+        finally:
+            client.close()
+        assert [int(t.error_code) for t in created.topics] == [0]
+        # a partition the topic does not have, no more than a topic it does not have
+        beyond = codes(gw, 9, produce(9, [(topic, 5, NO_HEADER), (topic, 0, NO_HEADER)]))
+        assert beyond == [(5, UNKNOWN_TOPIC_OR_PARTITION), (0, INVALID_RECORD)]
+    finally:
+        gw.stop()
+    assert not [r for r in tap.forwarded(PRODUCE) for t in r.topic_data if t.name == topic]
+    assert records_at(tap.broker, topic) == 0
 
 
 def wait_for_metadata(tap: BrokerTap, topic: str) -> bool:
