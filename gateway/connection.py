@@ -415,6 +415,13 @@ class ClientConnection:
             # never read from the broker while one waits): a client that left an answer
             # unread kept that step from running, for good once its connection was closed.
             await self._no_answers_due.wait()
+        elif session.sasl.answer_due and not session.sasl.required:
+            # A request sent behind a SASL request is judged once the exchange's answer is
+            # back, as the principal it names (a broker's SASL listener serves it after the
+            # exchange, as whom the exchange authenticated): judged before, as the connection
+            # was, it escaped that user's dynamic client configs (acks) and was audited
+            # without a principal. With sasl.client_auth: required it closes the connection.
+            await self._no_answers_due.wait()
         # One generation judges the whole request, however a reload falls meanwhile.
         generation = self._generation()
         generation.enter()
