@@ -15,6 +15,13 @@ a second gateway on the same state file, and the gateway's CreateTopics is held 
 The same through a CreateTopics without the key, of a name an earlier topic (deleted at the
 broker directly) left a value for: the value was removed once Metadata showed the topic
 missing, before the create was forwarded.
+
+Two creates of one topic x a client that does not read its answers: the loser's step after
+the broker's answer (putting the winner's policy back) waited behind a Fetch answer the client
+left unread, and was lost when the connection was closed idle.
+
+Produce x the embedded broker (Tansu) x creation: records sent to a topic before it exists
+were kept by the broker and found in the topic created later with a policy.
 """
 
 from __future__ import annotations
