@@ -27,7 +27,9 @@ counts) as the topic with counts of -1 that the broker creates.
 
 num_partitions or replication_factor -1 (the broker's default): the policies judge the value the
 broker will use (KIP-464: the broker resolves -1 before its policy sees the request), as
-``upstream.broker_defaults`` states it or else the broker of the client's link reports it.
+``upstream.broker_defaults`` states it or else the broker of the client's link reports it, and
+the broker is sent that value in place of -1: a default changed since (a cluster's
+num.partitions, which no partitions rule judges) made it create what the policies never saw.
 When neither says, the gateway denies the topic with a message saying why: it never guesses a
 default.
 
@@ -145,8 +147,19 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         defaults = BrokerDefaults()
         if any(_uses_defaults(spec) for spec in specs):
             defaults = await broker_defaults(cluster, self._services.upstream.broker_defaults)
+        assigned = {spec.name for spec in request.topics if spec.assignments}
         for spec in specs:
             metadata = _metadata(spec, defaults)
+            if (
+                _uses_defaults(spec)
+                and spec.name not in assigned
+                and isinstance(metadata, CreateTopicRequestMetadata)
+            ):
+                # what the policies judged is what the broker is asked to create (not its
+                # default of the moment, which may have changed since it was stated or read)
+                assert metadata.num_partitions is not None
+                assert metadata.replication_factor is not None
+                request.counts[spec.name] = (metadata.num_partitions, metadata.replication_factor)
             rulings[spec.name] = Judged(
                 decision=await self._decide(ctx, metadata),
                 resource_type="topic",
@@ -194,8 +207,11 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         # the new topic sets none, so it is removed as a value would be stored.
         services = self._services
         kept |= {n: None for n in allowed if n not in kept and services.validation_policy_of(n)}
+        counted = any(name in request.counts for name in allowed)
         if not kept or request.validate_only:
-            return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
+            return Settlement(
+                reencode_request=translate or names_key or counted, reencode_answer=translate
+            )
         return await self._store_first(cluster, request, kept)
 
     async def _dry_run(

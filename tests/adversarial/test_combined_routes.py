@@ -247,6 +247,30 @@ def test_no_record_reaches_a_topic_before_it_is_created_with_a_policy(tap: Broke
     assert records_at(tap.broker, topic) == 0
 
 
+def test_a_broker_default_is_created_as_the_policies_judged_it(tap: BrokerTap) -> None:
+    """A CreateTopics count of -1 (the broker's default) is judged as the default the gateway
+    knows (upstream.broker_defaults, else the broker's report when judged), and was then sent
+    as -1: a default changed since (IncrementalAlterConfigs of the cluster's num.partitions,
+    which no partitions rule judges, by any client where no broker.configs rule restricts it)
+    made the broker create more partitions than the rule's maximum allowed. The broker is
+    asked for the counts the policies judged now. (Tansu takes a dynamic num.partitions and
+    keeps creating 3, so the test reads the request the broker gets.)"""
+    rules = {"rules": [{"name": "few", "type": "partitions", "max": 3}]}
+    gw = GatewayThread(gateway_config(tap.address, policies=rules)).start()
+    topic = unique_name("defaults")
+    client = RawClient(gw.bootstrap)
+    try:
+        created = client.request(
+            CREATE_TOPICS, 7, create_topic_request(topic, partitions=-1, replication_factor=-1)
+        )
+    finally:
+        client.close()
+        gw.stop()
+    assert [int(t.error_code) for t in created.topics] == [0]
+    (sent,) = [t for r in tap.forwarded(CREATE_TOPICS) for t in r.topics if t.name == topic]
+    assert (int(sent.num_partitions), int(sent.replication_factor)) == (3, 1)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a Produce found its topic in Metadata a moment before the broker takes it: a "
