@@ -136,6 +136,11 @@ class UpstreamConfig:
     """The brokers create a topic with their default counts when CreateTopics gives manual
     replica assignments (and counts of -1), ignoring the assignments (Tansu does): such a topic
     is judged with the broker's defaults, as it will be created."""
+    accepts_produce_to_missing_topics: bool = False
+    """The brokers answer a Produce to a topic or partition they do not have with success and
+    keep its records, which a topic of that name created later holds (Tansu does): the gateway
+    answers such a partition UNKNOWN_TOPIC_OR_PARTITION itself, as Kafka does, after asking
+    Metadata for every Produce's topics."""
     request_timeout_s: float = 30.0
     """How long the gateway waits for answers to the requests it sends itself."""
     broker_defaults: BrokerDefaults = BrokerDefaults()
@@ -407,6 +412,7 @@ _UPSTREAM_KEYS = frozenset(
         "ignores_validate_only",
         "topic_config_source_unreliable",
         "ignores_replica_assignments",
+        "accepts_produce_to_missing_topics",
         "request_timeout_s",
         "broker_defaults",
         "auto_create",
@@ -695,6 +701,11 @@ def _upstream(raw: Mapping[str, Any], source: str) -> UpstreamConfig:
         ignores_replica_assignments=_flag(
             up.get("ignores_replica_assignments", False),
             "upstream.ignores_replica_assignments",
+            source,
+        ),
+        accepts_produce_to_missing_topics=_flag(
+            up.get("accepts_produce_to_missing_topics", False),
+            "upstream.accepts_produce_to_missing_topics",
             source,
         ),
         request_timeout_s=float(
@@ -1330,6 +1341,7 @@ def with_embedded_upstream(config: GatewayConfig, server: HostPort) -> GatewayCo
             ignores_validate_only=True,
             topic_config_source_unreliable=True,
             ignores_replica_assignments=True,
+            accepts_produce_to_missing_topics=True,
             broker_defaults=TANSU_BROKER_DEFAULTS,
         ),
     )

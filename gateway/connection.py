@@ -89,6 +89,10 @@ class ClientConnection:
         # client with no answer due, from the moment it began to wait or the last answer left.
         self._waiting_on_client = False
         self._answers_due = 0
+        # Set while no answer is due: a request whose handler asks for it
+        # (Registration.after_answers_taken) is judged only then.
+        self._no_answers_due = asyncio.Event()
+        self._no_answers_due.set()
         self._last_activity = time.monotonic()
         self._idle_timer: asyncio.TimerHandle | None = None
         # When the body of the frame being received began to be read (its memory taken), None
@@ -404,6 +408,20 @@ class ClientConnection:
         header, frame = request
         self._client_id = header.client_id
         self._api_versions[header.api_key] = header.api_version
+        registration = self._generation().table.get(header.api_key)
+        if registration is not None and registration.after_answers_taken:
+            # Its step after the broker's answer runs when the writer comes to that answer,
+            # which waits behind every earlier answer the client has not taken (and is
+            # never read from the broker while one waits): a client that left an answer
+            # unread kept that step from running, for good once its connection was closed.
+            await self._no_answers_due.wait()
+        elif session.sasl.answer_due and not session.sasl.required:
+            # A request sent behind a SASL request is judged once the exchange's answer is
+            # back, as the principal it names (a broker's SASL listener serves it after the
+            # exchange, as whom the exchange authenticated): judged before, as the connection
+            # was, it escaped that user's dynamic client configs (acks) and was audited
+            # without a principal. With sasl.client_auth: required it closes the connection.
+            await self._no_answers_due.wait()
         # One generation judges the whole request, however a reload falls meanwhile.
         generation = self._generation()
         generation.enter()
@@ -583,6 +601,7 @@ class ClientConnection:
 
     async def _queue_answer(self, pending: _Pending) -> None:
         self._answers_due += 1
+        self._no_answers_due.clear()
         await self._slots.put(pending)
 
     async def _response(self, slot: _Pending) -> bytes | None:
@@ -627,9 +646,15 @@ class ClientConnection:
             self._writer.transport.abort()
             self.stop_reading()
             return False
-        self._answers_due -= 1
-        self._in_flight.release()
+        self._answer_taken()
         return True
+
+    def _answer_taken(self) -> None:
+        """An answer has been taken by the client (or read for it, acks=0)."""
+        self._answers_due -= 1
+        if not self._answers_due:
+            self._no_answers_due.set()
+        self._in_flight.release()
 
     async def _write_loop(self, session: Session) -> None:
         writer, metrics = self._writer, self._metrics
@@ -652,8 +677,7 @@ class ClientConnection:
             except (ConnectionError, RuntimeError):
                 self.stop_reading()
                 return
-            self._answers_due -= 1
-            self._in_flight.release()
+            self._answer_taken()
             self._last_activity = time.monotonic()
             if session.sasl.failed:
                 await self._close_after_sasl_failure(session.sasl)

@@ -367,6 +367,12 @@ class SaslState:
         return self.phase == "complete"
 
     @property
+    def answer_due(self) -> bool:
+        """A SASL request has been forwarded and its answer is not back: whom the connection
+        is, once it is, is not known yet."""
+        return self._answer_due
+
+    @property
     def claimed_user(self) -> str | None:
         """The user name the client's first SASL message of this exchange claims (not yet,
         or not, authenticated); None before one, or when it names none."""

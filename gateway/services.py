@@ -62,17 +62,20 @@ class Services:
         writes.update(dict.fromkeys(map(_claim_key, changes)))
         await self.state.put_all(STATE_NAMESPACE, writes)
 
-    async def claim_validation_policies(self, values: Mapping[str, str | None], claim: str) -> None:
+    async def claim_validation_policies(
+        self, values: Mapping[str, str | None], claim: str, *, keys_only: Iterable[str] = ()
+    ) -> None:
         """Write the record.validation.policy of topics a CreateTopics is about to create
         (None removes an earlier topic's), each with ``claim`` (unique to the request) beside
-        it, all or none: the create puts back a topic's previous value
-        (:meth:`release_validation_policy`) only while its claim stands, that is while no one
-        has written the topic's value since.
+        it, all or none (``keys_only``: topics claimed with their values unchanged, as
+        :meth:`claim_validation_policy_keys` claims them): the create puts back a topic's
+        previous value (:meth:`release_validation_policy`) only while its claim stands, that
+        is while no one has written the topic's value since.
 
         :raises StateStoreError: when the store cannot write them.
         """
         writes: dict[str, str | None] = dict(values)
-        writes.update(dict.fromkeys(map(_claim_key, values), claim))
+        writes.update(dict.fromkeys(map(_claim_key, [*values, *keys_only]), claim))
         await self.state.put_all(STATE_NAMESPACE, writes)
 
     async def claim_validation_policy_keys(self, topics: Iterable[str], claim: str) -> None:

@@ -61,6 +61,15 @@ CreateTopicsResponse: TypeAlias = (
     | v7.CreateTopicsResponse
 )
 """kio's response entity, v2 to v7."""
+CreatableTopic: TypeAlias = (
+    v2.request.CreatableTopic
+    | v3.request.CreatableTopic
+    | v4.request.CreatableTopic
+    | v5.request.CreatableTopic
+    | v6.request.CreatableTopic
+    | v7.request.CreatableTopic
+)
+"""One topic of kio's request entity, v2 to v7."""
 CreatableTopicResult: TypeAlias = (
     v2.response.CreatableTopicResult
     | v3.response.CreatableTopicResult
@@ -102,6 +111,10 @@ class CreateTopics:
     validate_only: bool
     timeout_ms: int
     payload: CreateTopicsRequest
+    counts: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Topic -> the partition count and replication factor its -1 (the broker's default)
+    was judged as: the broker is asked for those (:func:`request_for_broker`), not for its
+    default, which may have changed since it was stated or read."""
 
 
 def read_request(header: RequestHeader, frame: bytes) -> CreateTopics:
@@ -162,7 +175,10 @@ def request_for_broker(request: CreateTopics, header: RequestHeader, keep: Seque
     version the broker is sent (v2 for v0/v1 clients)."""
     wanted = set(keep)
     payload = replaced(
-        request.payload, topics=tuple(t for t in request.payload.topics if t.name in wanted)
+        request.payload,
+        topics=tuple(
+            _judged_counts(t, request.counts) for t in request.payload.topics if t.name in wanted
+        ),
     )
     return encode_request(
         CREATE_TOPICS,
@@ -171,6 +187,20 @@ def request_for_broker(request: CreateTopics, header: RequestHeader, keep: Seque
         header.client_id,
         payload,
     )[4:]
+
+
+def _judged_counts(topic: CreatableTopic, counts: Mapping[str, tuple[int, int]]) -> CreatableTopic:
+    """``topic`` with the counts its -1 was judged as (none for manual assignments)."""
+    judged = counts.get(topic.name)
+    if judged is None or topic.assignments:
+        return topic
+    partitions, replication = judged
+    fields: dict[str, object] = {}
+    if topic.num_partitions == -1:
+        fields["num_partitions"] = i32(partitions)
+    if topic.replication_factor == -1:
+        fields["replication_factor"] = i16(replication)
+    return replaced(topic, **fields) if fields else topic
 
 
 def read_broker_response(request: CreateTopics, frame: bytes) -> CreateTopicsResponse:

@@ -106,6 +106,13 @@ def build_table(services: Services) -> Mapping[int, Registration]:
     table[api_versions.API_KEY] = Registration(
         handler=api_versions.handler(caps), versions=api_versions.VERSIONS
     )
+    # A create that loses to another puts the winner's record.validation.policy back after
+    # the broker's answer (see create_topics).
+    table[create_topics.API_KEY] = Registration(
+        handler=table[create_topics.API_KEY].handler,
+        versions=create_topics.VERSIONS,
+        after_answers_taken=True,
+    )
     table[alter_configs.LEGACY_API_KEY] = Registration(
         handler=alter_configs.legacy_handler(services), versions=alter_configs.LEGACY_VERSIONS
     )

@@ -24,6 +24,12 @@ class Registration:
     versions: VersionRange | None
     """The versions the gateway advertises and accepts for this API (intersected with the
     broker's); None means the API is never forwarded."""
+    after_answers_taken: bool = False
+    """Judge a request only once the client has taken every answer before it: for an API
+    whose step after the broker's answer must run (it puts back state another client's
+    request relies on), since that step runs when the connection comes to the answer, in
+    request order, and a client that does not read its earlier answers would otherwise hold
+    it off, and lose it when its connection is closed."""
 
 
 def enforced(services: Services, enforcement: Enforcement[Any, Any]) -> Handler:

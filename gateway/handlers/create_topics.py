@@ -27,7 +27,9 @@ counts) as the topic with counts of -1 that the broker creates.
 
 num_partitions or replication_factor -1 (the broker's default): the policies judge the value the
 broker will use (KIP-464: the broker resolves -1 before its policy sees the request), as
-``upstream.broker_defaults`` states it or else the broker of the client's link reports it.
+``upstream.broker_defaults`` states it or else the broker of the client's link reports it, and
+the broker is sent that value in place of -1: a default changed since (a cluster's
+num.partitions, which no partitions rule judges) made it create what the policies never saw.
 When neither says, the gateway denies the topic with a message saying why: it never guesses a
 default.
 
@@ -55,7 +57,9 @@ previous policy back only while its claim stands. Of two creates of one topic at
 one the broker refuses thus leaves the policy the other stored after it (the broker may have
 let that one win) instead of putting back what it read before: that left the created topic
 unvalidated. A topic created without the key whose name still has a value (an earlier topic
-of the name deleted where the gateway did not see it) has that value removed the same way.
+of the name deleted where the gateway did not see it) has that value removed once the broker
+has created it, while the create's claim stands: removed before, a topic created meanwhile
+with a policy lost it until the create came back TOPIC_ALREADY_EXISTS.
 """
 
 from __future__ import annotations
@@ -154,8 +158,19 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         defaults = BrokerDefaults()
         if any(_uses_defaults(spec) for spec in specs):
             defaults = await broker_defaults(cluster, self._services.upstream.broker_defaults)
+        assigned = {spec.name for spec in request.topics if spec.assignments}
         for spec in specs:
             metadata = _metadata(spec, defaults)
+            if (
+                _uses_defaults(spec)
+                and spec.name not in assigned
+                and isinstance(metadata, CreateTopicRequestMetadata)
+            ):
+                # what the policies judged is what the broker is asked to create (not its
+                # default of the moment, which may have changed since it was stated or read)
+                assert metadata.num_partitions is not None
+                assert metadata.replication_factor is not None
+                request.counts[spec.name] = (metadata.num_partitions, metadata.replication_factor)
             rulings[spec.name] = Judged(
                 decision=await self._decide(ctx, metadata),
                 resource_type="topic",
@@ -203,8 +218,11 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         # the new topic sets none, so it is removed as a value would be stored.
         services = self._services
         kept |= {n: None for n in allowed if n not in kept and services.validation_policy_of(n)}
+        counted = any(name in request.counts for name in allowed)
         if not kept or request.validate_only:
-            return Settlement(reencode_request=translate or names_key, reencode_answer=translate)
+            return Settlement(
+                reencode_request=translate or names_key or counted, reencode_answer=translate
+            )
         return await self._store_first(ctx, cluster, request, kept)
 
     async def _dry_run(
@@ -252,8 +270,14 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             if services.state.settles:
                 # what another instance stored is what a failed create puts back
                 await services.state.settle()
-            previous = {name: services.validation_policy_of(name) for name in new}
-            await services.claim_validation_policies(new, claim)
+            # A topic created without the key keeps the value an earlier topic of its name
+            # left until the broker has created it: that it does not exist was read a moment
+            # ago, and a topic created meanwhile with a policy (another client's create) lost
+            # it, unvalidated until this create failed, and for good if its answer never came.
+            clearing = [name for name, value in new.items() if value is None]
+            setting = {name: value for name, value in new.items() if value is not None}
+            previous = {name: services.validation_policy_of(name) for name in setting}
+            await services.claim_validation_policies(setting, claim, keys_only=clearing)
         except StateStoreError as exc:
             refused = ItemError(
                 error_code=int(ErrorCode.unknown_server_error),
@@ -284,25 +308,24 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             sent it again and was told it exists)."""
             broker = ct.read_broker_response(request, response)
             for t in broker.topics:
-                if t.name in previous:
-                    failed = int(t.error_code) != 0
-                    try:
+                failed = int(t.error_code) != 0
+                try:
+                    if t.name in previous:
                         await services.release_validation_policy(
                             t.name, claim, restore=failed, previous=previous[t.name]
                         )
-                    except StateStoreError as exc:
-                        undone = (
-                            f"put its previous {VALIDATION_POLICY_KEY} back"
-                            if failed
-                            else "drop this create's claim on it"
-                        )
-                        log.error(
-                            "topic %r was %s by the broker, but the state store could not %s: %s",
-                            t.name,
-                            "not created" if failed else "created",
-                            undone,
-                            exc,
-                        )
+                    elif t.name in clearing:
+                        # created: the value is an earlier topic's, gone with it
+                        await services.release_validation_policy(t.name, claim, restore=not failed)
+                except StateStoreError as exc:
+                    log.error(
+                        "topic %r was %s by the broker, but the state store could not settle "
+                        "its %s (this create's claim on it stands): %s",
+                        t.name,
+                        "not created" if failed else "created",
+                        VALIDATION_POLICY_KEY,
+                        exc,
+                    )
             return {}
 
         return Settlement(

@@ -218,7 +218,7 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
             return Settlement()  # nothing allowed: denied topics are answered already
         services = self._services
         claim = uuid.uuid4().hex
-        stale = await _drop_stale_policies(services, allowed, claim)
+        stale = await _claim_stale_policies(services, allowed, claim)
         if isinstance(stale, ItemError):
             # each topic was audited as allowed: that it was not created is audited too
             for name in allowed:
@@ -241,13 +241,12 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
             )
         )
         results = md.created(answer)
-        for name, previous in stale.items():
+        for name in stale:
             result = results.get(name)
-            failed = result is None or not result.ok
+            created = result is not None and result.ok
             try:
-                await services.release_validation_policy(
-                    name, claim, restore=failed, previous=previous
-                )
+                # only a topic the broker has just created is new: the value is then stale
+                await services.release_validation_policy(name, claim, restore=created)
             except StateStoreError as exc:
                 log.warning("auto-created topic %r: claim not released: %s", name, exc)
         return Settlement(
@@ -363,23 +362,28 @@ def _count(value: str | None) -> int | None:
     return int(value) if int(value) >= 1 else None
 
 
-async def _drop_stale_policies(
+async def _claim_stale_policies(
     services: Services, topics: Sequence[str], claim: str
-) -> dict[str, str] | ItemError:
-    """Remove, under ``claim``, the record.validation.policy an earlier topic of each name left
+) -> set[str] | ItemError:
+    """Claim, under ``claim``, the record.validation.policy an earlier topic of each name left
     (deleted without the gateway seeing it: at the broker, or with an embedded broker's
-    restart): an auto-created topic sets none. Returns the values removed, for a create that
-    fails to put back; an entry to answer when the store cannot write (the client asks
-    again)."""
-    stale = {n: v for n in topics if (v := services.validation_policy_of(n)) is not None}
+    restart), its value kept for now: an auto-created topic sets none, so the value goes once
+    the broker has created the topic, and only while the claim stands. That the topic was
+    missing comes from an answer of a moment before, and a topic created meanwhile with a
+    policy (another client's CreateTopics, which writes its value and claim first) must keep
+    it: removed before the gateway's CreateTopics, its records reached the broker unvalidated
+    until that create came back TOPIC_ALREADY_EXISTS, and for good if it never came back.
+    Returns the names claimed; an entry to answer when the store cannot write (the client
+    asks again)."""
+    stale = {n for n in topics if services.validation_policy_of(n) is not None}
     if not stale:
-        return {}
+        return set()
     try:
-        await services.claim_validation_policies(dict.fromkeys(stale), claim)
+        await services.claim_validation_policy_keys(stale, claim)
     except StateStoreError as exc:
         return ItemError(
             error_code=int(UNKNOWN_TOPIC_OR_PARTITION),
-            error_message=f"The gateway could not remove an earlier topic's "
+            error_message=f"The gateway could not claim an earlier topic's "
             f"record.validation.policy, so the topic was not created: {exc}",
         )
     return stale

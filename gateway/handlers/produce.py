@@ -38,6 +38,11 @@ a partition it reports an error for (NOT_ENOUGH_REPLICAS, where too few replicas
 to write with acks=all) closes the connection, as Kafka closes an acks=0 producer's on an
 error; left at acks=0 its records were written to the leader alone, past the config. A
 configured acks=0 or 1 never lowers a request's acks.
+In front of a broker that takes a Produce to a topic or partition it does not have and keeps
+its records for a topic of that name created later
+(``upstream.accepts_produce_to_missing_topics``: Tansu), every Produce is read and its topics
+asked of Metadata: a partition the cluster lacks gets UNKNOWN_TOPIC_OR_PARTITION, as Kafka
+answers it, and is never forwarded.
 Any acks but -1, 0 and 1 gets INVALID_REQUIRED_ACKS for every partition, as Kafka answers it,
 and is never forwarded: a broker that takes it (Tansu writes acks=2 as 1) would otherwise
 carry records past an acks config of all, since only acks=1 is raised.
@@ -60,6 +65,7 @@ from protocol.errors import (
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
 )
 from protocol.framing import FrameRejected, RequestHeader
 from protocol.produce import (
@@ -141,6 +147,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             not services.any_validated_topic()
             and not self._may_write_own(ctx, frame)
             and not services.state.settles
+            and not services.upstream.accepts_produce_to_missing_topics
         )
         if unread and services.audit is None:
             return Forward(frame=frame, expect_response=acks != 0)
@@ -224,6 +231,8 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             # Kafka's answer (ReplicaManager.appendRecords), which not every broker gives:
             # Tansu writes acks=2 as acks=1, past a client's acks config of all
             return {key: rulings.get(key, _INVALID_ACKS) for key in keys}
+        if services.upstream.accepts_produce_to_missing_topics:
+            rulings.update(await _missing_partitions(cluster, request, names, rulings))
         # validated under their names (the audit and the policy see names), keyed back
         keys_of = {
             (names.get(p.topic, p.topic), p.partition): (p.topic, p.partition)
@@ -436,9 +445,47 @@ class Produce(BaseEnforcement[ProduceView, Key]):
 
 
 _INVALID_ACKS = ItemError(error_code=int(INVALID_REQUIRED_ACKS), error_message=None)
+_UNKNOWN_PARTITION = ItemError(
+    error_code=int(UNKNOWN_TOPIC_OR_PARTITION),
+    error_message="This server does not host this topic-partition.",
+)
 _UNKNOWN_ID = ItemError(
     error_code=int(UNKNOWN_TOPIC_ID), error_message="This server does not host this topic ID."
 )
+
+
+async def _missing_partitions(
+    cluster: ClusterView,
+    request: ProduceView,
+    names: Mapping[str, str | None],
+    rulings: Mapping[Key, Ruling],
+) -> dict[Key, ItemError]:
+    """UNKNOWN_TOPIC_OR_PARTITION (or the error Metadata gives the topic) for each partition
+    of the request that the cluster does not have, as Kafka answers it, for a broker that
+    would take its records (``upstream.accepts_produce_to_missing_topics``): kept there, they
+    were in a topic of that name created later, record.validation.policy or not, so a client
+    could write a validated topic's first records unvalidated before it was created (or after
+    it was deleted, before it was created again)."""
+    named = {
+        (p.topic, p.partition): name
+        for p in request.partitions
+        if (p.topic, p.partition) not in rulings and (name := names.get(p.topic, p.topic))
+    }
+    if not named:
+        return {}
+    found = await cluster.describe_topics(list(dict.fromkeys(named.values())))
+    missing: dict[Key, ItemError] = {}
+    for key, name in named.items():
+        topic = found.get(name)
+        if topic is not None and topic.exists and key[1] in topic.partitions:
+            continue
+        code = topic.error_code if topic is not None and topic.error_code else None
+        missing[key] = (
+            _UNKNOWN_PARTITION
+            if code in (None, int(UNKNOWN_TOPIC_OR_PARTITION))
+            else ItemError(error_code=int(code), error_message=None)
+        )
+    return missing
 
 
 def _too_many_partitions(ctx: RequestContext, frame: bytes, limit: int) -> Close | None:

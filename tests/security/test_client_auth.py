@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway import client_configs as cc
 from gateway.client_configs import ClientConfigCodes
@@ -26,6 +30,7 @@ from protocol import list_config_resources as lcr
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from protocol.framing import PRE_AUTH_MAX_FRAME_BYTES
+from tests.batches import batch_with, record
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
 from tests.security.test_upstream_sasl import sasl_ssl_client, secured_gateway
@@ -347,3 +352,51 @@ def test_an_unauthenticated_client_cannot_send_a_frame_over_kafkas_pre_auth_limi
     alice.close()
     assert required.metric("kpg_rejected_frames_total", reason="oversized") == oversized + 1
     assert required.metric("kpg_rejected_frames_total", reason="undecodable") == undecodable + 1
+
+
+def test_a_request_sent_behind_the_sasl_exchange_is_judged_as_the_user_it_authenticates(
+    sasl_ssl_upstream: Upstream,
+) -> None:
+    """With sasl.client_auth none (SASL passing through to brokers that require it), a
+    client may send its requests behind its SaslHandshake and SaslAuthenticate without
+    waiting for their answers; the broker serves them once the exchange is done, as the user
+    it authenticated. The gateway judged them as the connection was when it read them, with
+    no principal: alice's Produce with acks=1 went to the broker as sent, past her acks
+    config of all. They are judged once the exchange's answers are back now."""
+    gw = secured_gateway(sasl_ssl_upstream, client_configs={"enforce": {"acks": True}}).start()
+    try:
+        alice = connect(gw, sasl_ssl_upstream)
+        assert authenticate(alice, ALICE_PASSWORD) == 0
+        alice.send_bytes(alter_frame("all"))
+        (stored,) = wire.read_incremental_alter_response(alice.recv_frame())
+        assert stored.error_code == 0, stored.error_message
+        alice.close()
+        pipelined = connect(gw, sasl_ssl_upstream)
+        auth = f"\x00alice\x00{ALICE_PASSWORD}".encode()
+        pipelined.send_bytes(
+            encode_request(17, 1, 1, "app", SaslHandshakeRequest(mechanism="PLAIN"))
+            + encode_request(36, 2, 2, "app", SaslAuthenticateRequest(auth_bytes=auth))
+            + encode_request(0, 9, 3, "app", produce_request(unique_name("behind"), acks=1))
+        )
+        for _ in range(3):
+            pipelined.recv_frame()
+        pipelined.close()
+        assert gw.metric("kpg_client_config_enforced_total", config="acks") == 1
+    finally:
+        gw.stop()
+
+
+def produce_request(topic: str, *, acks: int) -> ProduceRequest:
+    """A Produce v9 of one record to partition 0 of ``topic``."""
+    batch = batch_with("none", (record(0, b"k", b"v", ()),), idempotent=False)
+    return ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=i32Timedelta.parse(timedelta(seconds=5)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
+            ),
+        ),
+    )
