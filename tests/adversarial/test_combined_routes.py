@@ -29,6 +29,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.schema.delete_topics.v4.request import DeleteTopicsRequest
@@ -79,66 +80,33 @@ def sqlite_gateways(
         yield both
 
 
-def test_an_auto_creation_that_finds_the_topic_created_meanwhile_leaves_its_policy(
-    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
+def _created_with_a_policy_meanwhile(
+    tap: BrokerTap,
+    gateways: tuple[GatewayThread, GatewayThread],
+    topic: str,
+    request: tuple[int, int, Any],
 ) -> None:
-    through_tap, straight = sqlite_gateways
-    topic = unique_name("auto-race")
-    asker = RawClient(through_tap.bootstrap, timeout=20)
-    creator = RawClient(straight.bootstrap, timeout=20)
-    try:
-        tap.hold_answers()
-        tap.hold_requests(CREATE_TOPICS)
-        asker.send(METADATA, 12, metadata_request(12, [topic]))
-        # the reissued Metadata (auto-creation off) has reached the broker: it answers that
-        # the topic is missing, and the answer waits in the tap
-        assert wait_for_metadata(tap, topic)
-        created = creator.request(
-            CREATE_TOPICS,
-            7,
-            create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),)),
-        )
-        assert [int(t.error_code) for t in created.topics] == [0]
-        tap.release_answers()
-        # the gateway's own CreateTopics of the topic (the broker's answer was that it is
-        # missing) is held in the tap: the topic created with a policy keeps it meanwhile, a
-        # record without the trace-id header refused
-        assert wait_for(lambda: sent_create(tap, topic))
-        assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
-        tap.release_requests()
-        asker.recv_frame()
-    finally:
-        tap.release_requests()
-        tap.release_answers()
-        asker.close()
-        creator.close()
-    assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
-
-
-def test_a_create_without_a_policy_that_finds_the_topic_created_meanwhile_leaves_its_policy(
-    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
-) -> None:
-    through_tap, straight = sqlite_gateways
-    topic = unique_name("create-race")
+    """Send ``request`` (API key, version, kio request) through the tapped gateway, which finds
+    ``topic`` missing at the broker and goes on to create it; while the broker's answer to
+    the gateway's Metadata waits in the tap, ``topic`` is created with a policy through the
+    other gateway. The policy must hold throughout: while the tapped gateway's own
+    CreateTopics is held at the tap, and after its answer (TOPIC_ALREADY_EXISTS)."""
+    through_tap, straight = gateways
     asker = RawClient(through_tap.bootstrap, timeout=20)
     creator = RawClient(straight.bootstrap, timeout=20)
     with_policy = create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),))
     try:
-        # an earlier topic of the name, deleted where the gateway did not see it, left its
-        # value behind
-        assert [
-            int(t.error_code) for t in creator.request(CREATE_TOPICS, 7, with_policy).topics
-        ] == [0]
-        delete_behind_the_gateway(tap.broker, topic)
         tap.hold_answers()
         tap.hold_requests(CREATE_TOPICS)
-        asker.send(CREATE_TOPICS, 7, create_topic_request(topic))
+        asker.send(*request)
         # the gateway's Metadata of the topic has reached the broker: it answers that the
         # topic is missing, and the answer waits in the tap
         assert wait_for_metadata(tap, topic)
         created = creator.request(CREATE_TOPICS, 7, with_policy)
         assert [int(t.error_code) for t in created.topics] == [0]
         tap.release_answers()
+        # the gateway's own CreateTopics is held in the tap: the topic created with a policy
+        # keeps it meanwhile, a record without the trace-id header refused
         assert wait_for(lambda: sent_create(tap, topic))
         assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
         tap.release_requests()
@@ -149,6 +117,35 @@ def test_a_create_without_a_policy_that_finds_the_topic_created_meanwhile_leaves
         asker.close()
         creator.close()
     assert codes(straight, 9, produce(9, [(topic, 0, NO_HEADER)])) == [(0, INVALID_RECORD)]
+
+
+def test_an_auto_creation_that_finds_the_topic_created_meanwhile_leaves_its_policy(
+    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
+) -> None:
+    topic = unique_name("auto-race")
+    # auto-creation: the reissued Metadata (auto-creation off) finds the topic missing
+    _created_with_a_policy_meanwhile(
+        tap, sqlite_gateways, topic, (METADATA, 12, metadata_request(12, [topic]))
+    )
+
+
+def test_a_create_without_a_policy_that_finds_the_topic_created_meanwhile_leaves_its_policy(
+    tap: BrokerTap, sqlite_gateways: tuple[GatewayThread, GatewayThread]
+) -> None:
+    topic = unique_name("create-race")
+    # an earlier topic of the name, deleted where the gateway did not see it, left its value
+    _, straight = sqlite_gateways
+    with_policy = create_topic_request(topic, configs=((VALIDATION_POLICY_KEY, "trace-id"),))
+    creator = RawClient(straight.bootstrap, timeout=20)
+    try:
+        created = creator.request(CREATE_TOPICS, 7, with_policy)
+    finally:
+        creator.close()
+    assert [int(t.error_code) for t in created.topics] == [0]
+    delete_behind_the_gateway(tap.broker, topic)
+    _created_with_a_policy_meanwhile(
+        tap, sqlite_gateways, topic, (CREATE_TOPICS, 7, create_topic_request(topic))
+    )
 
 
 def test_a_create_behind_an_answer_the_client_does_not_take_cannot_keep_its_policy(
