@@ -27,7 +27,6 @@ were kept by the broker and found in the topic created later with a policy.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,6 @@ from tests.adversarial.test_create_races import (
     CREATE_TOPICS,
     DELETE_TOPICS,
     INVALID_RECORD,
-    two_gateways,
 )
 from tests.adversarial.test_create_races import TIMEOUT as DELETE_TIMEOUT
 from tests.adversarial.test_produce_by_topic_id import NO_HEADER, codes, produce
@@ -70,14 +68,6 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 PRODUCE, METADATA, FETCH = 0, 3, 1
 IDLE_MS = 2000
 """connections.max.idle.ms of the gateway whose client does not read its answers."""
-
-
-@pytest.fixture
-def sqlite_gateways(
-    tap: BrokerTap, tmp_path: Path
-) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    with two_gateways(tap, {"path": str(tmp_path / "state.db")}) as both:
-        yield both
 
 
 def _created_with_a_policy_meanwhile(

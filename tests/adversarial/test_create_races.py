@@ -14,7 +14,6 @@ client on two connections, may get by chance, made certain here.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -27,13 +26,13 @@ from kio.static.primitive import i32Timedelta
 
 from gateway.record_validation import VALIDATION_POLICY_KEY
 from protocol.codec import decode_response
+from tests.adversarial.conftest import gateways_on_one_state
 from tests.adversarial.test_produce_by_topic_id import NO_HEADER, codes, produce, topic_ids
 from tests.support import (
     BrokerTap,
     GatewayThread,
     RawClient,
     create_topic_request,
-    gateway_config,
     wait_for,
 )
 
@@ -51,23 +50,6 @@ def topic_exists(tap: BrokerTap, topic: str) -> bool:
     return topic_ids(tap, [topic])[topic] is not None
 
 
-@contextlib.contextmanager
-def two_gateways(
-    tap: BrokerTap, state: dict[str, str]
-) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    """Two gateways on one state store: the first reaches the broker through the tap, the
-    second straight."""
-    first = GatewayThread(gateway_config(tap.address, state=state)).start()
-    second = GatewayThread(gateway_config(tap.broker, state=state)).start()
-    try:
-        yield first, second
-    finally:
-        tap.release_requests()
-        tap.release_answers()
-        second.stop()
-        first.stop()
-
-
 @pytest.fixture(params=["sqlite", "kafka"])
 def gateways(
     request: pytest.FixtureRequest, tap: BrokerTap, tmp_path: Path
@@ -77,16 +59,7 @@ def gateways(
     state: dict[str, str] = {"path": str(tmp_path / "state.db")}
     if request.param == "kafka":
         state = {"store": "kafka", "topic": f"_kpg_state_{uuid.uuid4().hex[:8]}"}
-    with two_gateways(tap, state) as both:
-        yield both
-
-
-@pytest.fixture
-def sqlite_gateways(
-    tap: BrokerTap, tmp_path: Path
-) -> Iterator[tuple[GatewayThread, GatewayThread]]:
-    """On a SQLite file: the tap holding every answer would hold the state topic's too."""
-    with two_gateways(tap, {"path": str(tmp_path / "state.db")}) as both:
+    with gateways_on_one_state(tap, state) as both:
         yield both
 
 

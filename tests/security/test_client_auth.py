@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from kio.schema.types import TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway import client_configs as cc
 from gateway.client_configs import ClientConfigCodes
@@ -30,6 +26,7 @@ from protocol import list_config_resources as lcr
 from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from protocol.framing import PRE_AUTH_MAX_FRAME_BYTES
+from tests.adversarial.test_record_bombs import produce
 from tests.batches import batch_with, record
 from tests.plugins.kafka_test_policies import RecordingTopicActionPolicy
 from tests.security.conftest import ALICE_PASSWORD, Upstream
@@ -57,12 +54,7 @@ def required(sasl_ssl_upstream: Upstream) -> Iterator[GatewayThread]:
     default client config is acks=all, stored by alice herself through the gateway."""
     gw = secured_gateway(sasl_ssl_upstream, sasl={"client_auth": "required"}).start()
     try:
-        alice = connect(gw, sasl_ssl_upstream)
-        assert authenticate(alice, ALICE_PASSWORD) == 0
-        alice.send_bytes(alter_frame("all"))
-        (stored,) = wire.read_incremental_alter_response(alice.recv_frame())
-        assert stored.error_code == 0, stored.error_message
-        alice.close()
+        store_alice_acks_all(gw, sasl_ssl_upstream)
         yield gw
     finally:
         gw.stop()
@@ -77,6 +69,22 @@ def authenticate(raw: RawClient, password: str) -> int:
     assert raw.request(17, 1, SaslHandshakeRequest(mechanism="PLAIN")).error_code == 0
     auth = f"\x00alice\x00{password}".encode()
     return int(raw.request(36, 2, SaslAuthenticateRequest(auth_bytes=auth)).error_code)
+
+
+def store_alice_acks_all(gw: GatewayThread, upstream: Upstream) -> None:
+    """alice, authenticated, stores her own default client config acks=all through ``gw``."""
+    alice = connect(gw, upstream)
+    try:
+        assert authenticate(alice, ALICE_PASSWORD) == 0
+        alice.send_bytes(alter_frame("all"))
+        (stored,) = wire.read_incremental_alter_response(alice.recv_frame())
+        assert stored.error_code == 0, stored.error_message
+    finally:
+        alice.close()
+
+
+ONE_RECORD = batch_with("none", (record(0, b"k", b"v", ()),), idempotent=False)
+"""A batch of one record, not idempotent."""
 
 
 def alter_frame(acks: str) -> bytes:
@@ -365,18 +373,13 @@ def test_a_request_sent_behind_the_sasl_exchange_is_judged_as_the_user_it_authen
     config of all. They are judged once the exchange's answers are back now."""
     gw = secured_gateway(sasl_ssl_upstream, client_configs={"enforce": {"acks": True}}).start()
     try:
-        alice = connect(gw, sasl_ssl_upstream)
-        assert authenticate(alice, ALICE_PASSWORD) == 0
-        alice.send_bytes(alter_frame("all"))
-        (stored,) = wire.read_incremental_alter_response(alice.recv_frame())
-        assert stored.error_code == 0, stored.error_message
-        alice.close()
+        store_alice_acks_all(gw, sasl_ssl_upstream)
         pipelined = connect(gw, sasl_ssl_upstream)
         auth = f"\x00alice\x00{ALICE_PASSWORD}".encode()
         pipelined.send_bytes(
             encode_request(17, 1, 1, "app", SaslHandshakeRequest(mechanism="PLAIN"))
             + encode_request(36, 2, 2, "app", SaslAuthenticateRequest(auth_bytes=auth))
-            + encode_request(0, 9, 3, "app", produce_request(unique_name("behind"), acks=1))
+            + encode_request(0, 9, 3, "app", produce(unique_name("behind"), ONE_RECORD, acks=1))
         )
         for _ in range(3):
             pipelined.recv_frame()
@@ -384,19 +387,3 @@ def test_a_request_sent_behind_the_sasl_exchange_is_judged_as_the_user_it_authen
         assert gw.metric("kpg_client_config_enforced_total", config="acks") == 1
     finally:
         gw.stop()
-
-
-def produce_request(topic: str, *, acks: int) -> ProduceRequest:
-    """A Produce v9 of one record to partition 0 of ``topic``."""
-    batch = batch_with("none", (record(0, b"k", b"v", ()),), idempotent=False)
-    return ProduceRequest(
-        transactional_id=None,
-        acks=i16(acks),
-        timeout=i32Timedelta.parse(timedelta(seconds=5)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(PartitionProduceData(index=i32(0), records=batch),),
-            ),
-        ),
-    )
