@@ -14,17 +14,38 @@ it took for retriable would show as repeated requests.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_response_schema
+from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i16, i32Timedelta
 
-from tests.support import BrokerTap, GatewayThread, gateway_config, unique_name
+from tests.scripted import (
+    ScriptedBroker,
+    ScriptedCluster,
+    alter_configs_response,
+    describe_configs_response,
+    describe_configs_result,
+    metadata_response,
+)
+from tests.support import (
+    KAFKA_LIKE_UPSTREAM,
+    BrokerTap,
+    GatewayThread,
+    gateway_config,
+    unique_name,
+)
 
 pytestmark = pytest.mark.inproc
 
@@ -279,3 +300,129 @@ def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
     assert 19 not in tap.api_keys()
     metadata = requests_seen(gw, "Metadata", 6)
     assert metadata <= 3, metadata
+
+
+# --- AlterConfigs: the test broker has none --------------------------------------------------
+
+DYNAMIC_TOPIC = 1
+RETENTION = {
+    "rules": [
+        {"name": "retention", "type": "config", "config": "retention.ms", "min": 3_600_000},
+    ]
+}
+
+
+def in_version(entity: Any, api_key: int, version: int) -> Any:
+    """``entity`` (a kio response of any version) as the response of ``version``: the fields
+    that version has, nested entities included, the rest left at their defaults."""
+    module = importlib.import_module(load_response_schema(api_key, version).__module__)
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(convert(v) for v in value)
+        if not dataclasses.is_dataclass(value) or isinstance(value, type):
+            return value
+        cls = getattr(module, type(value).__name__)
+        return cls(
+            **{
+                f.name: convert(getattr(value, f.name))
+                for f in dataclasses.fields(cls)
+                if hasattr(value, f.name)
+            }
+        )
+
+    return convert(entity)
+
+
+class ConfigsBroker:
+    """Scripted upstream, for what the test broker cannot show: it has no AlterConfigs (API
+    33), which KafkaJS's alterConfigs sends (v1). One broker, the controller, that knows
+    ``configs``' topics, describes their configs and applies the changes it is sent (or, with
+    validate_only, only answers)."""
+
+    def __init__(self, configs: dict[str, dict[str, str]]) -> None:
+        self.configs = configs
+
+    async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
+        key = header.api_key
+        if key == 18:
+            payload: Any = ApiVersionsResponse(
+                error_code=ErrorCode.none,
+                throttle_time=i32Timedelta.parse(timedelta(0)),
+                api_keys=tuple(
+                    ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+                    for k, lo, hi in ((3, 0, 12), (18, 0, 3), (32, 1, 4), (33, 0, 2))
+                ),
+            )
+        elif key == 3:
+            payload = metadata_response(me, [(t, [(1,)]) for t in self.configs])
+        elif key == 32:
+            payload = describe_configs_response(
+                describe_configs_result(
+                    2,
+                    r.resource_name,
+                    [(k, v, DYNAMIC_TOPIC) for k, v in self.configs[r.resource_name].items()],
+                )
+                for r in request.resources
+            )
+        elif key == 33:
+            if not request.validate_only:
+                for r in request.resources:
+                    self.configs[r.resource_name] = {c.name: c.value for c in r.configs}
+            return alter_configs_response(
+                header, ((r, ErrorCode.none, None) for r in request.resources)
+            )
+        else:
+            raise AssertionError(f"unexpected API {key}")
+        return in_version(payload, key, header.api_version)
+
+
+def test_alter_configs_refused_allowed_and_validate_only(
+    scripted_cluster: ScriptedCluster,
+) -> None:
+    """KafkaJS's legacy AlterConfigs v1: a retention under the rule's minimum is a
+    POLICY_VIOLATION KafkaJS does not retry, the gateway's message in the answer; an allowed
+    change reaches the broker; validateOnly reaches it as validate_only."""
+    topic = unique_name("js-conf")
+    broker = ConfigsBroker({topic: {"retention.ms": "86400000"}})
+    upstream = scripted_cluster.add(broker.respond, "configs")
+    assert upstream.address is not None
+    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=RETENTION)
+    gw = GatewayThread(config).start()
+
+    def change(value: str, validate_only: bool = False) -> dict[str, Any]:
+        entries = [{"name": "retention.ms", "value": value}]
+        return {
+            "op": "alterConfigs",
+            "validateOnly": validate_only,
+            "resources": [{"type": 2, "name": topic, "configEntries": entries}],
+        }
+
+    try:
+        run = kafkajs(
+            gw.bootstrap,
+            change("1"),
+            change("7200000", validate_only=True),
+            change("7200000"),
+            {"op": "describeConfigs", "resources": [{"type": 2, "name": topic}]},
+        )
+        refused_requests = gw.metric("kpg_requests_total", api="AlterConfigs", version="1")
+    finally:
+        gw.stop()
+    refused, dry, changed, described = run["results"]
+    assert not refused["ok"]
+    error = refused["error"]
+    assert (error["name"], error["type"], error["retriable"]) == (
+        "KafkaJSProtocolError",
+        "POLICY_VIOLATION",
+        False,
+    ), error
+    [answer, *_] = run["wire"]["AlterConfigs"]
+    [resource] = answer["data"]["resources"]
+    assert resource["errorCode"] == 44 and "retention" in resource["errorMessage"], resource
+    assert dry["ok"] and changed["ok"], run["results"]
+    [entry] = described["result"]["resources"][0]["configEntries"]
+    assert (entry["configName"], entry["configValue"]) == ("retention.ms", "7200000")
+    sent = [(h.api_version, r.validate_only) for h, r in upstream.requests if h.api_key == 33]
+    assert sent == [(1, True), (1, False)]
+    assert refused_requests == 3  # the refusal was not retried
