@@ -17,7 +17,14 @@ const wire = {}
 // What KafkaJS decoded from each answer of these APIs before it turned errors into
 // exceptions: its exceptions carry only the error code's type, not the answer's message.
 const { requests } = require('kafkajs/src/protocol/requests')
-for (const name of ['CreateTopics', 'DeleteTopics', 'CreatePartitions', 'AlterConfigs', 'Produce']) {
+for (const name of [
+  'CreateTopics',
+  'DeleteTopics',
+  'DeleteRecords',
+  'CreatePartitions',
+  'AlterConfigs',
+  'Produce',
+]) {
   const definition = requests[name]
   const protocol = definition.protocol
   definition.protocol = ({ version }) => {
@@ -67,6 +74,32 @@ async function produce(step) {
       compression: compression(step.compression),
       messages: step.messages,
     })
+  } finally {
+    await producer.disconnect()
+  }
+}
+
+async function sendBatch(step) {
+  const producer = kafka.producer({
+    allowAutoTopicCreation: false,
+    idempotent: !!step.transactionalId,
+    transactionalId: step.transactionalId,
+    maxInFlightRequests: step.transactionalId ? 1 : undefined,
+  })
+  await producer.connect()
+  try {
+    if (!step.transactionalId) {
+      return await producer.sendBatch({ acks: -1, topicMessages: step.topicMessages })
+    }
+    const transaction = await producer.transaction()
+    try {
+      await transaction.sendBatch({ acks: -1, topicMessages: step.topicMessages })
+    } catch (e) {
+      await transaction.abort()
+      throw e
+    }
+    await transaction.commit()
+    return 'committed'
   } finally {
     await producer.disconnect()
   }
@@ -143,7 +176,15 @@ const ops = {
   listTopics: () => withAdmin(admin => admin.listTopics()),
   describeCluster: () => withAdmin(admin => admin.describeCluster()),
   fetchTopicOffsets: step => withAdmin(admin => admin.fetchTopicOffsets(step.topic)),
+  deleteTopicRecords: step =>
+    withAdmin(async admin => {
+      // KafkaJS finds the partitions' leaders in metadata it must have loaded already
+      await admin.fetchTopicMetadata({ topics: [step.topic] })
+      return admin.deleteTopicRecords({ topic: step.topic, partitions: step.partitions })
+    }),
+  fetchTopicMetadata: step => withAdmin(admin => admin.fetchTopicMetadata({ topics: step.topics })),
   produce,
+  sendBatch,
   consume,
 }
 
@@ -156,7 +197,8 @@ async function main() {
       results.push({ op: step.op, ok: false, error: describeError(e) })
     }
   }
-  process.stdout.write(JSON.stringify({ results, connections, wire }, (_, v) => (typeof v === 'bigint' ? String(v) : v)) + '\n')
+  const bigints = (_, v) => (typeof v === 'bigint' ? String(v) : v)
+  process.stdout.write(JSON.stringify({ results, connections, wire }, bigints) + '\n')
 }
 
 main().then(

@@ -246,11 +246,12 @@ def test_record_validation_refuses_a_produce_with_invalid_record(
     assert len([r for r in tap.requests if r.api_key == 0]) == 1
 
 
-def test_delete_of_a_protected_topic_is_refused(
+def test_deletes_of_a_protected_topic_and_its_records_are_refused(
     gw: GatewayThread, tap: BrokerTap, tapped_broker: BrokerTap
 ) -> None:
-    """keep-* topics are protected: KafkaJS's DeleteTopics v1 is refused and not retried,
-    the topic stays; an unprotected topic in another request is deleted."""
+    """keep-* topics are protected: KafkaJS's DeleteTopics v1 and DeleteRecords v1 of one are
+    POLICY_VIOLATION, not retried, never forwarded, the topic stays; an unprotected topic in
+    another request is deleted."""
     kept, other = unique_name("keep"), unique_name("js-del")
     # Made on the broker itself: the policy would refuse their creation through the gateway.
     direct = AdminClient({"bootstrap.servers": str(tapped_broker.broker)})
@@ -259,16 +260,35 @@ def test_delete_of_a_protected_topic_is_refused(
     run = kafkajs(
         gw.bootstrap,
         {"op": "deleteTopics", "topics": [kept]},
+        {
+            "op": "deleteTopicRecords",
+            "topic": kept,
+            "partitions": [{"partition": 0, "offset": "-1"}],
+        },
         {"op": "deleteTopics", "topics": [other]},
         {"op": "listTopics"},
     )
-    refused, deleted, listed = run["results"]
+    refused, records_refused, deleted, listed = run["results"]
     assert not refused["ok"]
     assert (refused["error"]["type"], refused["error"]["retriable"]) == ("POLICY_VIOLATION", False)
+    # KafkaJS wraps the partitions' errors in a message of its own; the answer held 44.
+    assert records_refused["error"] == {
+        "name": "KafkaJSNonRetriableError",
+        "retriable": False,
+        "message": "Error while deleting records",
+    }
+    [answer] = run["wire"]["DeleteRecords"]
+    assert [
+        (t["topic"], p["partition"], p["errorCode"])
+        for t in answer["data"]["topics"]
+        for p in t["partitions"]
+    ] == [(kept, 0, 44)]
     assert deleted["ok"], deleted
     assert kept in listed["result"] and other not in listed["result"]
     assert requests_seen(gw, "DeleteTopics", 1) == 2
+    assert requests_seen(gw, "DeleteRecords", 1) == 1
     assert [list(r.topic_names) for r in tap.forwarded(20)] == [[other]]
+    assert 21 not in tap.api_keys()
 
 
 def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
