@@ -322,12 +322,13 @@ def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
     assert metadata <= 3, metadata
 
 
-# --- AlterConfigs: the test broker has none --------------------------------------------------
+# --- AlterConfigs and CreatePartitions: the test broker has neither --------------------------
 
 DYNAMIC_TOPIC = 1
-RETENTION = {
+ADMIN_POLICIES = {
     "rules": [
         {"name": "retention", "type": "config", "config": "retention.ms", "min": 3_600_000},
+        {"name": "max-partitions", "type": "partitions", "max": 4},
     ]
 }
 
@@ -354,14 +355,16 @@ def in_version(entity: Any, api_key: int, version: int) -> Any:
     return convert(entity)
 
 
-class ConfigsBroker:
-    """Scripted upstream, for what the test broker cannot show: it has no AlterConfigs (API
-    33), which KafkaJS's alterConfigs sends (v1). One broker, the controller, that knows
-    ``configs``' topics, describes their configs and applies the changes it is sent (or, with
-    validate_only, only answers)."""
+class AdminBroker:
+    """Scripted upstream, for what the test broker cannot show: it has neither AlterConfigs
+    (API 33) nor CreatePartitions (37), which KafkaJS's alterConfigs (v1) and
+    createPartitions (v1) send. One broker, the controller, that knows ``configs``' topics
+    (one partition each at first), describes their configs and applies the changes it is
+    sent (with validate_only, only answers)."""
 
     def __init__(self, configs: dict[str, dict[str, str]]) -> None:
         self.configs = configs
+        self.partitions = dict.fromkeys(configs, 1)
 
     async def respond(self, me: ScriptedBroker, header: Any, request: Any) -> Any:
         key = header.api_key
@@ -371,11 +374,11 @@ class ConfigsBroker:
                 throttle_time=i32Timedelta.parse(timedelta(0)),
                 api_keys=tuple(
                     ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
-                    for k, lo, hi in ((3, 0, 12), (18, 0, 3), (32, 1, 4), (33, 0, 2))
+                    for k, lo, hi in ((3, 0, 12), (18, 0, 3), (32, 1, 4), (33, 0, 2), (37, 0, 3))
                 ),
             )
         elif key == 3:
-            payload = metadata_response(me, [(t, [(1,)]) for t in self.configs])
+            payload = metadata_response(me, [(t, [(1,)] * n) for t, n in self.partitions.items()])
         elif key == 32:
             payload = describe_configs_response(
                 describe_configs_result(
@@ -392,23 +395,51 @@ class ConfigsBroker:
             return alter_configs_response(
                 header, ((r, ErrorCode.none, None) for r in request.resources)
             )
+        elif key == 37:
+            if not request.validate_only:
+                self.partitions.update((t.name, int(t.count)) for t in request.topics)
+            module = importlib.import_module(
+                load_response_schema(37, header.api_version).__module__
+            )
+            return module.CreatePartitionsResponse(
+                throttle_time=i32Timedelta.parse(timedelta(0)),
+                results=tuple(
+                    module.CreatePartitionsTopicResult(
+                        name=t.name, error_code=ErrorCode.none, error_message=None
+                    )
+                    for t in request.topics
+                ),
+            )
         else:
             raise AssertionError(f"unexpected API {key}")
         return in_version(payload, key, header.api_version)
 
 
-def test_alter_configs_refused_allowed_and_validate_only(
+@pytest.fixture
+def admin_broker(
     scripted_cluster: ScriptedCluster,
+) -> Iterator[tuple[GatewayThread, ScriptedBroker, AdminBroker]]:
+    """The gateway with ADMIN_POLICIES in front of an :class:`AdminBroker` knowing one topic
+    with a retention of a day."""
+    state = AdminBroker({unique_name("js-admin"): {"retention.ms": "86400000"}})
+    upstream = scripted_cluster.add(state.respond, "admin")
+    assert upstream.address is not None
+    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=ADMIN_POLICIES)
+    gw = GatewayThread(config).start()
+    try:
+        yield gw, upstream, state
+    finally:
+        gw.stop()
+
+
+def test_alter_configs_refused_allowed_and_validate_only(
+    admin_broker: tuple[GatewayThread, ScriptedBroker, AdminBroker],
 ) -> None:
     """KafkaJS's legacy AlterConfigs v1: a retention under the rule's minimum is a
     POLICY_VIOLATION KafkaJS does not retry, the gateway's message in the answer; an allowed
     change reaches the broker; validateOnly reaches it as validate_only."""
-    topic = unique_name("js-conf")
-    broker = ConfigsBroker({topic: {"retention.ms": "86400000"}})
-    upstream = scripted_cluster.add(broker.respond, "configs")
-    assert upstream.address is not None
-    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=RETENTION)
-    gw = GatewayThread(config).start()
+    gw, upstream, state = admin_broker
+    [topic] = state.configs
 
     def change(value: str, validate_only: bool = False) -> dict[str, Any]:
         entries = [{"name": "retention.ms", "value": value}]
@@ -418,17 +449,13 @@ def test_alter_configs_refused_allowed_and_validate_only(
             "resources": [{"type": 2, "name": topic, "configEntries": entries}],
         }
 
-    try:
-        run = kafkajs(
-            gw.bootstrap,
-            change("1"),
-            change("7200000", validate_only=True),
-            change("7200000"),
-            {"op": "describeConfigs", "resources": [{"type": 2, "name": topic}]},
-        )
-        refused_requests = gw.metric("kpg_requests_total", api="AlterConfigs", version="1")
-    finally:
-        gw.stop()
+    run = kafkajs(
+        gw.bootstrap,
+        change("1"),
+        change("7200000", validate_only=True),
+        change("7200000"),
+        {"op": "describeConfigs", "resources": [{"type": 2, "name": topic}]},
+    )
     refused, dry, changed, described = run["results"]
     assert not refused["ok"]
     error = refused["error"]
@@ -445,4 +472,35 @@ def test_alter_configs_refused_allowed_and_validate_only(
     assert (entry["configName"], entry["configValue"]) == ("retention.ms", "7200000")
     sent = [(h.api_version, r.validate_only) for h, r in upstream.requests if h.api_key == 33]
     assert sent == [(1, True), (1, False)]
-    assert refused_requests == 3  # the refusal was not retried
+    assert requests_seen(gw, "AlterConfigs", 1) == 3  # the refusal was not retried
+
+
+def test_create_partitions_refused_and_allowed(
+    admin_broker: tuple[GatewayThread, ScriptedBroker, AdminBroker],
+) -> None:
+    """KafkaJS's CreatePartitions v1 (no assignments: a null array): growing past the
+    partitions rule's max is a POLICY_VIOLATION, not retried and never forwarded; within it
+    the broker adds them."""
+    gw, upstream, state = admin_broker
+    [topic] = state.partitions
+    run = kafkajs(
+        gw.bootstrap,
+        {"op": "createPartitions", "topicPartitions": [{"topic": topic, "count": 8}]},
+        {"op": "createPartitions", "topicPartitions": [{"topic": topic, "count": 3}]},
+    )
+    refused, grown = run["results"]
+    assert not refused["ok"]
+    error = refused["error"]
+    assert (error["type"], error["retriable"]) == ("POLICY_VIOLATION", False), error
+    [answer, *_] = run["wire"]["CreatePartitions"]
+    assert [(t["topic"], t["errorCode"]) for t in answer["data"]["topicErrors"]] == [(topic, 44)]
+    assert "max-partitions" in answer["data"]["topicErrors"][0]["errorMessage"]
+    assert grown["ok"], grown
+    sent = [
+        (h.api_version, [(t.name, int(t.count), t.assignments) for t in r.topics])
+        for h, r in upstream.requests
+        if h.api_key == 37
+    ]
+    assert sent == [(1, [(topic, 3, None)])]
+    assert state.partitions[topic] == 3
+    assert requests_seen(gw, "CreatePartitions", 1) == 2
