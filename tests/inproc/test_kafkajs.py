@@ -51,6 +51,7 @@ pytestmark = pytest.mark.inproc
 
 CLIENTS = Path(__file__).resolve().parents[1] / "clients"
 DRIVER = CLIENTS / "kafkajs_driver.js"
+RAW = CLIENTS / "kafkajs_raw.js"
 NODE = shutil.which("node")
 
 if NODE is None or not (CLIENTS / "node_modules" / "kafkajs").is_dir():
@@ -320,6 +321,131 @@ def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
     assert 19 not in tap.api_keys()
     metadata = requests_seen(gw, "Metadata", 6)
     assert metadata <= 3, metadata
+
+
+# --- every version KafkaJS can write, by KafkaJS's own encoders ---------------------------------
+
+
+def kafkajs_raw(address: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each request written by KafkaJS's encoder of that API and version, sent on a connection
+    of its own, and what KafkaJS's decoder read from the answer (or ``closed``)."""
+    assert NODE is not None
+    spec = json.dumps({"address": address, "requests": requests})
+    done = subprocess.run(
+        [NODE, str(RAW), spec], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def base(topic: str) -> str:
+    """``many2-<x>`` -> ``many``: a topic's name without its version and suffix."""
+    return topic.split("-")[0].rstrip("0123456789")
+
+
+def judged(answer: dict[str, Any]) -> Any:
+    """The answer's error codes by topic (partition 0 for the partitioned APIs), or
+    "closed"."""
+    if answer["closed"]:
+        return "closed"
+    data = answer["data"]
+    if answer["api"] in ("CreateTopics", "DeleteTopics"):
+        return {base(t["topic"]): t["errorCode"] for t in data["topicErrors"]}
+    if answer["api"] == "DescribeConfigs":
+        [resource] = data["resources"]
+        return {e["configName"]: e["configValue"] for e in resource["configEntries"]}
+    if answer["api"] == "Metadata":
+        return {base(t["topic"]): t["topicErrorCode"] for t in data["topicMetadata"]}
+    [topic] = data["topics"]  # DeleteRecords names it topic, Produce topicName
+    name = topic.get("topic", topic.get("topicName"))
+    return {base(name): [p["errorCode"] for p in topic["partitions"]]}
+
+
+def test_every_version_kafkajs_writes_is_judged_alike(
+    gw: GatewayThread, tap: BrokerTap, tapped_broker: BrokerTap
+) -> None:
+    """Every version of each judged API that KafkaJS has an encoder for, written by KafkaJS
+    (an implementation of the protocol independent of the gateway's): the same request is
+    judged the same way in each version the gateway advertises, and a version older than
+    those (DeleteTopics v0, DescribeConfigs v0, Produce v0-v2: Kafka 4 takes none of them)
+    closes the connection unforwarded, as Kafka closes it, never passes unjudged."""
+    x = unique_name("v").split("-")[1]
+    keep, traced = f"keep-{x}", f"traced-{x}"
+    direct = AdminClient({"bootstrap.servers": str(tapped_broker.broker)})
+    direct.create_topics([NewTopic(keep, 1, 1)])[keep].result(15)
+    through = AdminClient({"bootstrap.servers": gw.bootstrap})
+    through.create_topics([NewTopic(traced, 1, 1, config={"record.validation.policy": TRACED})])[
+        traced
+    ].result(15)
+    tap.requests.clear()
+
+    def topics(v: int, *specs: tuple[str, int | None]) -> dict[str, Any]:
+        return {
+            "timeout": 5000,
+            "topics": [
+                {"topic": f"{name}{v}-{x}", "replicationFactor": 1}
+                | ({} if count is None else {"numPartitions": count})
+                for name, count in specs
+            ],
+        }
+
+    def partition_zero(topic: str, **fields: Any) -> dict[str, Any]:
+        return {"topic": topic, "partitions": [{"partition": 0, **fields}]}
+
+    requests: list[dict[str, Any]] = []
+    for v in range(4):
+        creates = topics(v, ("many", 10), ("default", None), ("fine", 1))
+        requests.append({"api": "CreateTopics", "version": v, "args": creates})
+    for v in range(1, 4):
+        dry = topics(v, ("dry", 1)) | {"validateOnly": True}
+        requests.append({"api": "CreateTopics", "version": v, "args": dry})
+    for v in range(2):
+        deletes = {"topics": [keep], "timeout": 5000}
+        requests.append({"api": "DeleteTopics", "version": v, "args": deletes})
+        records = {"topics": [partition_zero(keep, offset="-1")]}
+        requests.append({"api": "DeleteRecords", "version": v, "args": records})
+    for v in range(3):
+        described = {"resources": [{"type": 2, "name": traced}]}
+        requests.append({"api": "DescribeConfigs", "version": v, "args": described})
+    for v in range(8):
+        batch = partition_zero(traced, firstSequence=0, messages=[{"value": "no header"}])
+        produced = {"acks": -1, "timeout": 5000, "compression": 0, "topicData": [batch]}
+        requests.append({"api": "Produce", "version": v, "args": produced})
+    for v in range(7):
+        # v0-v3 always auto-create a missing topic; v4 and later say so
+        asked = {"topics": [f"auto{v}-{x}"], "allowAutoTopicCreation": True}
+        requests.append({"api": "Metadata", "version": v, "args": asked})
+
+    seen = [(a["api"], a["version"], judged(a)) for a in kafkajs_raw(gw.bootstrap, requests)]
+
+    refused_create = {"default": 44, "fine": 0, "many": 44}
+    assert seen == [
+        *[("CreateTopics", v, refused_create) for v in range(4)],
+        *[("CreateTopics", v, {"dry": 0}) for v in range(1, 4)],
+        ("DeleteTopics", 0, "closed"),
+        ("DeleteRecords", 0, {"keep": [44]}),
+        ("DeleteTopics", 1, {"keep": 44}),
+        ("DeleteRecords", 1, {"keep": [44]}),
+        ("DescribeConfigs", 0, "closed"),
+        *[("DescribeConfigs", v, {"record.validation.policy": TRACED}) for v in (1, 2)],
+        *[("Produce", v, "closed") for v in range(3)],
+        *[("Produce", v, {"traced": [87]}) for v in range(3, 8)],
+        *[("Metadata", v, {"auto": 29}) for v in range(7)],
+    ]
+    # Only the allowed topics were created (v0 and v1 sent as v2), nothing else changed.
+    created = [
+        (r.api_version, [t.name for t in c.topics])
+        for r, c in zip(
+            [r for r in tap.requests if r.api_key == 19], tap.forwarded(19), strict=True
+        )
+    ]
+    assert created == [
+        (2, [f"fine0-{x}"]),
+        (2, [f"fine1-{x}"]),
+        (2, [f"fine2-{x}"]),
+        (3, [f"fine3-{x}"]),
+    ]
+    assert not tap.api_keys() & {0, 20, 21}
 
 
 # --- AlterConfigs and CreatePartitions: the test broker has neither --------------------------
