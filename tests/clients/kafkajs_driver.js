@@ -3,11 +3,16 @@
 //
 //   node kafkajs_driver.js '{"bootstrap": "127.0.0.1:9092", "steps": [{"op": "createTopics", ...}]}'
 //
+// Optional: "caFile" (TLS to the bootstrap address, trusting that CA) and "sasl" (KafkaJS's
+// sasl option: mechanism "plain", "scram-sha-256" or "scram-sha-512", username, password).
+//
 // KafkaJS runs with its default retry settings (a retriable error is retried five times with
 // backoff): a step that fails shows what a KafkaJS application would see.
 'use strict'
 
+const fs = require('fs')
 const net = require('net')
+const tls = require('tls')
 const { Kafka, CompressionTypes, logLevel } = require('kafkajs')
 
 const spec = JSON.parse(process.argv[2])
@@ -41,14 +46,22 @@ for (const name of [
   }
 }
 
+const ssl = spec.caFile ? { ca: [fs.readFileSync(spec.caFile, 'utf-8')] } : undefined
+
 const kafka = new Kafka({
   clientId: 'kpg-kafkajs-test',
   brokers: [spec.bootstrap],
   logLevel: logLevel.NOTHING,
   connectionTimeout: 5000,
   requestTimeout: 15000,
-  socketFactory: ({ host, port, onConnect }) => {
+  ssl,
+  sasl: spec.sasl,
+  socketFactory: ({ host, port, ssl, onConnect }) => {
     connections.push(`${host}:${port}`)
+    if (ssl) {
+      const servername = net.isIP(host) ? {} : { servername: host }
+      return tls.connect(Object.assign({ host, port }, servername, ssl), onConnect)
+    }
     return net.connect({ host, port }, onConnect)
   },
 })
@@ -124,7 +137,7 @@ async function consume(step) {
       consumer
         .run({
           eachMessage: async ({ message }) => {
-            values.push(message.value.toString())
+            values.push(message.value === null ? null : message.value.toString())
             if (values.length >= step.count) {
               clearTimeout(timer)
               resolve()

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +27,7 @@ from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32Timedelta
 
+from tests.kafkajs import kafkajs, kafkajs_raw, needs_kafkajs
 from tests.scripted import (
     ScriptedBroker,
     ScriptedCluster,
@@ -47,15 +44,7 @@ from tests.support import (
     unique_name,
 )
 
-pytestmark = pytest.mark.inproc
-
-CLIENTS = Path(__file__).resolve().parents[1] / "clients"
-DRIVER = CLIENTS / "kafkajs_driver.js"
-RAW = CLIENTS / "kafkajs_raw.js"
-NODE = shutil.which("node")
-
-if NODE is None or not (CLIENTS / "node_modules" / "kafkajs").is_dir():
-    pytest.skip("KafkaJS is installed by `make test` (make node-deps)", allow_module_level=True)
+pytestmark = [pytest.mark.inproc, needs_kafkajs]
 
 POLICIES = {
     "rules": [
@@ -77,19 +66,6 @@ def gw(tap: BrokerTap) -> Iterator[GatewayThread]:
         yield running
     finally:
         running.stop()
-
-
-def kafkajs(bootstrap: str, *steps: dict[str, Any]) -> dict[str, Any]:
-    """Run ``steps`` in one KafkaJS process: each step's result or error, the addresses
-    KafkaJS connected to, and what it decoded from the judged APIs' answers."""
-    assert NODE is not None
-    spec = json.dumps({"bootstrap": bootstrap, "steps": list(steps)})
-    done = subprocess.run(
-        [NODE, str(DRIVER), spec], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    out: dict[str, Any] = json.loads(done.stdout)
-    return out
 
 
 def requests_seen(gw: GatewayThread, api: str, version: int) -> int:
@@ -324,18 +300,6 @@ def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
 
 
 # --- every version KafkaJS can write, by KafkaJS's own encoders ---------------------------------
-
-
-def kafkajs_raw(address: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each request written by KafkaJS's encoder of that API and version, sent on a connection
-    of its own, and what KafkaJS's decoder read from the answer (or ``closed``)."""
-    assert NODE is not None
-    spec = json.dumps({"address": address, "requests": requests})
-    done = subprocess.run(
-        [NODE, str(RAW), spec], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def base(topic: str) -> str:
