@@ -299,6 +299,63 @@ def test_refused_auto_creation_fails_the_send_without_a_retry_storm(
     assert metadata <= 3, metadata
 
 
+# --- a create left to the broker's defaults that the gateway cannot read ------------------
+
+TOPIC_ACTION = "tests.plugins.kafka_test_policies.RecordingTopicActionPolicy"
+UNREAD_DEFAULTS = {
+    "protected only": (
+        {"rules": [{"name": "keep", "type": "protected.topics", "topics": ["k-.*"]}]},
+        None,
+    ),
+    "partitions rule": (
+        {"rules": [{"name": "max-partitions", "type": "partitions", "max": 8}]},
+        "num.partitions",
+    ),
+    "replication factor rule": (
+        {"rules": [{"name": "rf", "type": "replication.factor", "max": 3}]},
+        "default.replication.factor",
+    ),
+    "topic action plug-in": ({"topic.action.policy.class.name": TOPIC_ACTION}, "num.partitions"),
+}
+
+
+@pytest.mark.parametrize("policies, unknown", UNREAD_DEFAULTS.values(), ids=UNREAD_DEFAULTS.keys())
+def test_a_create_left_to_unread_broker_defaults_is_refused_only_where_a_policy_reads_them(
+    tap: BrokerTap, policies: dict[str, Any], unknown: str | None
+) -> None:
+    """KafkaJS leaves both counts to the broker (-1) unless told. In front of a broker that
+    does not report its defaults, with none stated (``upstream.broker_defaults`` empty), the
+    gateway refused every such create as unjudgeable, even where no policy looks at a count
+    (with no policy at all: "every topic and config change the brokers accept is allowed").
+    Now only a rule that bounds the unknown count, or a plug-in (Kafka gives it both counts),
+    refuses it; otherwise the broker is sent -1 and creates its default."""
+    config = gateway_config(tap.address, policies=policies, upstream={"broker_defaults": {}})
+    gw = GatewayThread(config).start()
+    topic = unique_name("js-defaults")
+    try:
+        run = kafkajs(
+            gw.bootstrap,
+            {"op": "createTopics", "topics": [{"topic": topic}]},
+        )
+    finally:
+        gw.stop()
+    [created] = run["results"]
+    forwarded = [
+        [(t.name, int(t.num_partitions), int(t.replication_factor)) for t in r.topics]
+        for r in tap.forwarded(19)
+    ]
+    if unknown is None:
+        assert created == {"op": "createTopics", "ok": True, "result": True}, created
+        assert forwarded == [[(topic, -1, -1)]]
+        return
+    assert create_topics_errors(created) == [
+        ("KafkaJSCreateTopicError", "POLICY_VIOLATION", 44, False)
+    ]
+    [(_, _, message)] = wire_messages(run, "CreateTopics")
+    assert message is not None and f"upstream.broker_defaults.{unknown}" in message, message
+    assert forwarded == []
+
+
 # --- every version KafkaJS can write, by KafkaJS's own encoders ---------------------------------
 
 
