@@ -4,7 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install system-deps run test test-fast lint bench bench-omb bench-idle bench-audit clean
+NODE_CLIENTS := tests/clients
+NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.installed
+
+.PHONY: install system-deps node-deps run test test-fast lint bench bench-omb bench-idle bench-audit clean
 
 install: $(STAMP)
 
@@ -22,10 +25,22 @@ system-deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
 
+# Test-only Node.js clients (KafkaJS), pinned by tests/clients/package-lock.json; node and
+# npm from Debian when the machine lacks them. Installed again only when the lock changes.
+node-deps: $(NODE_STAMP)
+
+$(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing nodejs and npm from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --prefix $(NODE_CLIENTS) --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
 run: install
 	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml
 
-test: install system-deps lint
+test: install system-deps node-deps lint
 	$(PY) -m pytest
 
 test-fast: install
@@ -53,4 +68,4 @@ bench-audit: install
 	$(PY) bench/audit_bench.py --workers 0
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so
+	rm -rf $(VENV) $(NODE_CLIENTS)/node_modules .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so

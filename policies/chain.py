@@ -347,6 +347,43 @@ class PolicyChain:
         )
         return Check(steps=tuple(steps))
 
+    def plan_create_topic_of_unknown_defaults(
+        self,
+        topic: str,
+        configs: Mapping[str, str],
+        *,
+        num_partitions: int | None,
+        replication_factor: int | None,
+        partitions_unknown: str | None,
+        replication_factor_unknown: str | None,
+        principal: str | None,
+    ) -> Check:
+        """One topic of a CreateTopics request that leaves a count to the broker's default,
+        which could not be read (None; ``*_unknown`` says why). The rules judge it, and one
+        that bounds an unknown count denies it with that reason; a CreateTopicPolicy or
+        TopicActionPolicy, which Kafka always gives both counts, is not called and denies it
+        (in its own mode). A topic no policy needs the counts of is judged as any other.
+
+        :raises ValueError: when neither count is unknown (use :meth:`plan_create_topic`).
+        """
+        unknown = partitions_unknown or replication_factor_unknown
+        if unknown is None:
+            raise ValueError("no count is unknown: plan_create_topic judges this topic")
+        change = TopicChange.create_topic_of_unknown_defaults(
+            topic,
+            configs,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            partitions_unknown=partitions_unknown,
+            replication_factor_unknown=replication_factor_unknown,
+            principal=principal,
+        )
+        steps: list[Verdict | PluginCall] = list(self._run_rules(change))
+        for plugin in (self._create_topic, self._topic_action):
+            if plugin is not None:
+                steps.append(plugin_verdict(plugin, unknown))
+        return Check(steps=tuple(steps))
+
     def plan_alter_config(
         self,
         resource: ConfigResource,

@@ -123,6 +123,11 @@ class TopicChange:
     """The values the request sets: a create's configs, an alter's new values."""
     configs_after: Mapping[str, str] = FrozenMap()
     """The topic's configs once the request is done (a create's: those in the request)."""
+    partitions_unknown: str | None = None
+    """A create that leaves its partition count to a broker default nobody could read: why
+    (``num_partitions`` is then None). A rule that bounds the count denies it with this."""
+    replication_factor_unknown: str | None = None
+    """The same for the replication factor (``replication_factors`` is then empty)."""
 
     @classmethod
     def create_topic(
@@ -144,6 +149,32 @@ class TopicChange:
             replication_factors=factors,
             set_configs=request.configs,
             configs_after=request.configs,
+        )
+
+    @classmethod
+    def create_topic_of_unknown_defaults(
+        cls,
+        topic: str,
+        configs: Mapping[str, str],
+        *,
+        num_partitions: int | None,
+        replication_factor: int | None,
+        partitions_unknown: str | None,
+        replication_factor_unknown: str | None,
+        principal: str | None,
+    ) -> TopicChange:
+        """A create that leaves a count to the broker's default, which the caller could not
+        read: None for that count, and why it is not known."""
+        return cls(
+            operation=TopicOperation.CREATE_TOPIC,
+            topic=topic,
+            principal=principal,
+            num_partitions=num_partitions,
+            replication_factors=() if replication_factor is None else (replication_factor,),
+            set_configs=FrozenMap(configs),
+            configs_after=FrozenMap(configs),
+            partitions_unknown=partitions_unknown,
+            replication_factor_unknown=replication_factor_unknown,
         )
 
     @classmethod
@@ -500,7 +531,8 @@ class PartitionsRule(Rule):
 
     def check(self, change: TopicChange) -> str | None:
         if change.num_partitions is None:
-            return None
+            unknown = change.partitions_unknown
+            return None if unknown is None else self._deny(unknown)
         minimum = self.min if change.operation is TopicOperation.CREATE_TOPIC else None
         problem = _bounds_problem(
             f"topic {change.topic}: {change.num_partitions} partitions",
@@ -522,6 +554,8 @@ class ReplicationFactorRule(Rule):
     operations = frozenset({TopicOperation.CREATE_TOPIC, TopicOperation.REASSIGN_PARTITIONS})
 
     def check(self, change: TopicChange) -> str | None:
+        if not change.replication_factors and change.replication_factor_unknown is not None:
+            return self._deny(change.replication_factor_unknown)
         for factor in sorted(set(change.replication_factors)):
             problem = _bounds_problem(
                 f"topic {change.topic}: replication factor {factor}", factor, self.min, self.max

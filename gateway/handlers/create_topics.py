@@ -30,8 +30,11 @@ broker will use (KIP-464: the broker resolves -1 before its policy sees the requ
 ``upstream.broker_defaults`` states it or else the broker of the client's link reports it, and
 the broker is sent that value in place of -1: a default changed since (a cluster's
 num.partitions, which no partitions rule judges) made it create what the policies never saw.
-When neither says, the gateway denies the topic with a message saying why: it never guesses a
-default.
+When neither says, the gateway never guesses: the topic is judged without that count
+(:class:`UnknownDefaults`), a rule that bounds it or a create or topic action plug-in (Kafka
+gives them both counts) denies it with a message saying why, and with none of those the broker
+is sent -1. KafkaJS sends -1 for both counts unless told them: every such create was refused,
+with no policy at all.
 
 validate_only: the policies run and nothing is created. In front of a broker that ignores
 validate_only (``upstream.ignores_validate_only``) the gateway answers the dry run itself,
@@ -68,7 +71,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from policies.api import CreateTopicRequestMetadata
 from policies.chain import Decision
@@ -100,7 +103,6 @@ from ..engine import (
     Settlement,
 )
 from ..outcomes import Close
-from ..policy_runner import PolicyRunner
 from ..record_validation import VALIDATION_POLICY_KEY
 from ..services import Services
 from ..state import StateStoreError
@@ -161,16 +163,14 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         assigned = {spec.name for spec in request.topics if spec.assignments}
         for spec in specs:
             metadata = _metadata(spec, defaults)
-            if (
-                _uses_defaults(spec)
-                and spec.name not in assigned
-                and isinstance(metadata, CreateTopicRequestMetadata)
-            ):
+            if _uses_defaults(spec) and spec.name not in assigned:
                 # what the policies judged is what the broker is asked to create (not its
-                # default of the moment, which may have changed since it was stated or read)
-                assert metadata.num_partitions is not None
-                assert metadata.replication_factor is not None
-                request.counts[spec.name] = (metadata.num_partitions, metadata.replication_factor)
+                # default of the moment, which may have changed since it was stated or read);
+                # a default nobody could read stays -1, judged by no policy
+                request.counts[spec.name] = (
+                    metadata.num_partitions or -1,
+                    metadata.replication_factor or -1,
+                )
             rulings[spec.name] = Judged(
                 decision=await self._decide(ctx, metadata),
                 resource_type="topic",
@@ -190,11 +190,20 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         return spec
 
     async def _decide(
-        self, ctx: RequestContext, metadata: CreateTopicRequestMetadata | str
+        self, ctx: RequestContext, metadata: CreateTopicRequestMetadata | UnknownDefaults
     ) -> Decision:
-        if isinstance(metadata, str):
-            return PolicyRunner.gateway_denial(metadata)
         policies = self._services.policies
+        if isinstance(metadata, UnknownDefaults):
+            check = policies.chain.plan_create_topic_of_unknown_defaults(
+                metadata.topic,
+                metadata.configs,
+                num_partitions=metadata.num_partitions,
+                replication_factor=metadata.replication_factor,
+                partitions_unknown=metadata.partitions_unknown,
+                replication_factor_unknown=metadata.replication_factor_unknown,
+                principal=ctx.principal,
+            )
+            return await policies.decide(ctx, check)
         return await policies.decide(
             ctx, policies.chain.plan_create_topic(metadata, principal=ctx.principal)
         )
@@ -242,8 +251,10 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         reported = await _broker_configs(cluster)
         for name in fresh:
             metadata = _metadata(specs[name], defaults)
-            # a count nobody knows (allowed all the same in a dry-run policy mode): bare
-            local[name] = OK if isinstance(metadata, str) else _would_create(metadata, reported)
+            # a count nobody knows (no policy needed it, or one in dry-run mode): bare
+            local[name] = (
+                OK if isinstance(metadata, UnknownDefaults) else _would_create(metadata, reported)
+            )
         return local
 
     async def _store_first(
@@ -486,17 +497,17 @@ def _uses_defaults(spec: ct.TopicSpec) -> bool:
 
 
 def _audited_spec(
-    spec: ct.TopicSpec, metadata: CreateTopicRequestMetadata | str
+    spec: ct.TopicSpec, metadata: CreateTopicRequestMetadata | UnknownDefaults
 ) -> AuditedTopicSpec:
     """The topic as judged, for the audit event: broker defaults resolved (null where the
     gateway could not resolve one); from a replica assignment, its partition count and
     largest replica list."""
     configs = {k: v for k, v in spec.configs if v is not None}
-    if isinstance(metadata, str):
-        partitions = spec.num_partitions if spec.num_partitions != -1 else None
-        replication = spec.replication_factor if spec.replication_factor != -1 else None
+    if isinstance(metadata, UnknownDefaults):
         return AuditedTopicSpec(
-            partitions=partitions, replication_factor=replication, configs=configs
+            partitions=metadata.num_partitions,
+            replication_factor=metadata.replication_factor,
+            configs=configs,
         )
     if metadata.replicas_assignments is not None:
         replicas = metadata.replicas_assignments.values()
@@ -512,9 +523,25 @@ def _audited_spec(
     )
 
 
-def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicRequestMetadata | str:
-    """What the policies are asked about the topic, or why the gateway cannot say (a default
-    it does not know)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownDefaults:
+    """A topic that leaves a count to the broker's default, which the gateway could not read
+    (none stated in ``upstream.broker_defaults``, none reported to the client): judged by the
+    policies that do not need that count; one that does denies it, saying why."""
+
+    topic: str
+    configs: Mapping[str, str]
+    num_partitions: int | None
+    replication_factor: int | None
+    partitions_unknown: str | None
+    replication_factor_unknown: str | None
+
+
+def _metadata(
+    spec: ct.TopicSpec, defaults: BrokerDefaults
+) -> CreateTopicRequestMetadata | UnknownDefaults:
+    """What the policies are asked about the topic; :class:`UnknownDefaults` when a count is
+    a default the gateway does not know."""
     configs = {k: v for k, v in spec.configs if v is not None}
     if spec.assignments:
         return CreateTopicRequestMetadata(
@@ -524,18 +551,22 @@ def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicReques
             replicas_assignments=dict(spec.assignments),
             configs=configs,
         )
-    partitions = spec.num_partitions
+    partitions: int | None = spec.num_partitions
     if partitions == -1:
-        partitions = defaults.num_partitions or 0
-    replication = spec.replication_factor
+        partitions = defaults.num_partitions or None
+    replication: int | None = spec.replication_factor
     if replication == -1:
-        replication = defaults.default_replication_factor or 0
-    if not partitions or not replication:
-        unknown = "num.partitions" if not partitions else "default.replication.factor"
-        return (
-            f"Topic '{spec.name}' leaves {unknown} to the broker's default (-1), which the "
-            "gateway cannot read, so its policies cannot judge the topic; give the count, or "
-            f"state the broker's default in the gateway's upstream.broker_defaults.{unknown}"
+        replication = defaults.default_replication_factor or None
+    if partitions is None or replication is None:
+        return UnknownDefaults(
+            topic=spec.name,
+            configs=configs,
+            num_partitions=partitions,
+            replication_factor=replication,
+            partitions_unknown=None if partitions else _unknown(spec.name, "num.partitions"),
+            replication_factor_unknown=(
+                None if replication else _unknown(spec.name, "default.replication.factor")
+            ),
         )
     return CreateTopicRequestMetadata(
         topic=spec.name,
@@ -543,6 +574,14 @@ def _metadata(spec: ct.TopicSpec, defaults: BrokerDefaults) -> CreateTopicReques
         replication_factor=replication,
         replicas_assignments=None,
         configs=configs,
+    )
+
+
+def _unknown(topic: str, config: str) -> str:
+    return (
+        f"Topic '{topic}' leaves {config} to the broker's default (-1), which the gateway "
+        "cannot read, so its policies cannot judge the topic; give the count, or state the "
+        f"broker's default in the gateway's upstream.broker_defaults.{config}"
     )
 
 

@@ -29,6 +29,7 @@ from policies.rules import (
     BrokerConfigsRule,
     Mode,
     PartitionsRule,
+    ReplicationFactorRule,
     Rule,
     TopicChange,
     TopicOperation,
@@ -467,3 +468,67 @@ def test_close_closes_every_plugin_and_reports_failures() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         chain.check_create_topic(REQUEST, principal=None)
     assert chain.close() == ()
+
+
+# --- a create whose broker defaults nobody could read ---------------------------------------
+
+PARTITIONS_UNKNOWN = "Topic 'orders' leaves num.partitions to the broker's default (-1)"
+
+
+def unknown_partitions(chain: PolicyChain) -> Decision:
+    """orders, with a replication factor of 3 and the partition count left to a default the
+    gateway could not read."""
+    return chain.run(
+        chain.plan_create_topic_of_unknown_defaults(
+            "orders",
+            {"retention.ms": "1000"},
+            num_partitions=None,
+            replication_factor=3,
+            partitions_unknown=PARTITIONS_UNKNOWN,
+            replication_factor_unknown=None,
+            principal="User:alice",
+        )
+    )
+
+
+def test_an_unknown_default_is_judged_by_the_rules_that_do_not_need_it() -> None:
+    with PolicyChain() as chain:
+        assert unknown_partitions(chain).allowed
+    replication = ReplicationFactorRule(name="rf", min=3)
+    with PolicyChain(rules=(replication,)) as chain:
+        assert unknown_partitions(chain).allowed
+    with PolicyChain(rules=(ReplicationFactorRule(name="rf", min=4),)) as chain:
+        assert unknown_partitions(chain).message == (
+            "topic orders: replication factor 3 is below the minimum of 4 (rule rf)"
+        )
+
+
+def test_an_unknown_default_is_denied_by_a_rule_that_bounds_it() -> None:
+    with PolicyChain(rules=(PartitionsRule(name="most", max=8),)) as chain:
+        decision = unknown_partitions(chain)
+    assert not decision.allowed
+    assert decision.message == f"{PARTITIONS_UNKNOWN} (rule most)"
+    dry = PartitionsRule(name="most", max=8, mode=Mode.DRY_RUN)
+    with PolicyChain(rules=(dry,)) as chain:
+        assert unknown_partitions(chain).allowed
+
+
+def test_an_unknown_default_is_denied_for_a_plugin_without_calling_it() -> None:
+    """Kafka gives CreateTopicPolicy and TopicActionPolicy both counts, resolved."""
+    create, action = RecordingCreateTopicPolicy(), RecordingTopicActionPolicy()
+    for plugins in ({"create_topic_policy": create}, {"topic_action_policy": action}):
+        configured = {k: PolicyPlugin(policy=p) for k, p in plugins.items()}
+        with PolicyChain(**configured) as chain:  # type: ignore[arg-type]
+            decision = unknown_partitions(chain)
+        assert (decision.allowed, decision.message) == (False, PARTITIONS_UNKNOWN)
+    assert create.seen == [] and action.seen == []
+    with pytest.raises(ValueError, match="no count is unknown"):
+        PolicyChain().plan_create_topic_of_unknown_defaults(
+            "orders",
+            {},
+            num_partitions=3,
+            replication_factor=3,
+            partitions_unknown=None,
+            replication_factor_unknown=None,
+            principal=None,
+        )

@@ -20,7 +20,7 @@ from gateway.config import (
     with_embedded_upstream,
 )
 from gateway.handlers._validation_policy import MAX_VALUE_BYTES, value_problem
-from gateway.handlers.create_topics import _metadata, refusal
+from gateway.handlers.create_topics import UnknownDefaults, _metadata, refusal
 from policies.builtin import RequireHeaderValidationPolicy
 from policies.records import JSON_SCHEMA_DIR, BuiltinRecordValidationPolicy
 from protocol.create_topics import TopicSpec
@@ -270,18 +270,26 @@ def test_create_topics_refuses_what_kafka_refuses_before_any_policy(
     ],
     ids=["given", "stated", "partitions-stated", "partitions-unknown", "replicas-unknown"],
 )
-def test_a_default_is_judged_as_known_or_the_topic_is_denied_saying_why(
+def test_a_default_is_judged_as_known_or_said_to_be_unknown(
     topic: TopicSpec, defaults: BrokerDefaults, judged: tuple[int, int] | str
 ) -> None:
+    """An unknown default is no denial by itself: the policies that need it deny with why
+    (tests/inproc/test_kafkajs.py)."""
     metadata = _metadata(topic, defaults)
     if isinstance(judged, str):
-        assert metadata == (
+        assert isinstance(metadata, UnknownDefaults)
+        unknown = (
+            metadata.partitions_unknown
+            if judged == "num.partitions"
+            else metadata.replication_factor_unknown
+        )
+        assert unknown == (
             f"Topic 'orders' leaves {judged} to the broker's default (-1), which the gateway "
             "cannot read, so its policies cannot judge the topic; give the count, or state the "
             f"broker's default in the gateway's upstream.broker_defaults.{judged}"
         )
     else:
-        assert not isinstance(metadata, str)
+        assert not isinstance(metadata, UnknownDefaults)
         assert (metadata.num_partitions, metadata.replication_factor) == judged
 
 
