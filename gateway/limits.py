@@ -222,7 +222,6 @@ AUDIT_BURST_S: Final = 10.0
 ``kpg dry-run`` of a large manifest) before its requests are paced."""
 
 
-
 def client_key(principal: str | None, client_address: str) -> tuple[str, str]:
     """Whose budget of audit events a request uses: its authenticated principal, or, before
     or without authentication, the address it comes from (``client_address`` as the
