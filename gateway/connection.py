@@ -346,8 +346,8 @@ class ClientConnection:
         """A warning logged for the client, with no audit event (which would be charged):
         it counts against the client's audit pace, or a client opening connection after
         connection only to leave each one half-way (or fail SASL, or reach the gateway while
-        the brokers cannot be, or have the broker drop the link) had one line written for
-        each, unpaced."""
+        the brokers cannot be, or have the broker drop the link, or reach a node that has
+        left) had one line written for each, unpaced."""
         if self._audit_pace is not None:
             self._audit_pace.charge(self._host_key, 1)
 
@@ -446,6 +446,7 @@ class ClientConnection:
         targets = self._targets()
         if not targets:  # a node listener whose node has left the cluster (gateway.nodes)
             log.info("%s: closing client connection: its broker has left the cluster", self.peer)
+            self._charge_unaudited_line()
             return None
         try:
             link = await UpstreamLink.open(
