@@ -193,10 +193,12 @@ class _CreationWindow:
 
 class ThrottledWarning:
     """One warning per :data:`REFUSAL_LOG_INTERVAL_S` at most, saying how many were not
-    logged since the last: a flood of connections does not flood the log."""
+    logged since the last: a flood of connections does not flood the log. ``level``: the
+    line's level (a warning unless said)."""
 
-    def __init__(self, logger: logging.Logger) -> None:
+    def __init__(self, logger: logging.Logger, level: int = logging.WARNING) -> None:
         self._logger = logger
+        self._level = level
         self._quiet_until = float("-inf")
         self._unlogged = 0
 
@@ -207,7 +209,7 @@ class ThrottledWarning:
             return
         if self._unlogged:
             message += f" ({self._unlogged} more since the last such message)"
-        self._logger.warning("%s", message)
+        self._logger.log(self._level, "%s", message)
         self._unlogged = 0
         self._quiet_until = now + REFUSAL_LOG_INTERVAL_S
 
