@@ -140,6 +140,16 @@ class _Segment:
     unsynced: bool = False
 
 
+def _past(now: float, since: float, span: float) -> bool:
+    """Whether ``span`` has passed since ``since`` by the wall clock (the audit's own times,
+    and its tests', are wall-clock times). A clock set back (``now`` before ``since``: an NTP
+    step) counts as past: the window of a segment's age, of the fsync interval, of the
+    maintenance tick and of a Produce summary otherwise stayed open for as long as the step,
+    an hour back leaving a segment unfsynced and hidden from Spark for an hour and more. A
+    step forward can only end a window early."""
+    return now < since or now - since >= span
+
+
 class SpoolSink:
     """Audit events as JSON lines in segment files, for the Spark file source.
 
@@ -328,7 +338,7 @@ class SpoolSink:
         self._last_fsync = self._clock()
 
     def _fsync_if_due(self) -> None:
-        if self._clock() - self._last_fsync >= self.fsync_interval_s:
+        if _past(self._clock(), self._last_fsync, self.fsync_interval_s):
             self._fsync_segment()
 
     def _drop_if_removed(self) -> None:
@@ -354,7 +364,7 @@ class SpoolSink:
         """Complete the open segment if it is ``segment_max_age_s`` old; False when that
         failed (see :meth:`_rotate`)."""
         segment = self._segment
-        if segment is not None and self._clock() - segment.opened_at >= self.segment_max_age_s:
+        if segment is not None and _past(self._clock(), segment.opened_at, self.segment_max_age_s):
             return self._rotate()
         return True
 
@@ -628,8 +638,9 @@ class ProduceSummarizer:
         tally.api_version = max(tally.api_version, api_version)
 
     def due(self, now_ms: int) -> bool:
-        """True once the current interval is ``interval_ms`` long."""
-        return now_ms - self._interval_start_ms >= self.interval_ms
+        """True once the current interval is ``interval_ms`` long, or the clock has gone back
+        past its start (the interval then ends there, and the next starts at ``now_ms``)."""
+        return _past(now_ms, self._interval_start_ms, self.interval_ms)
 
     def flush(self, now_ms: int) -> tuple[AuditEvent, ...]:
         """End the interval at ``now_ms``: its summaries, sorted by key; a new interval starts."""
@@ -664,7 +675,7 @@ class ProduceSummarizer:
         )
         self._tallies.clear()
         self._keys = 0
-        self._interval_start_ms = max(now_ms, self._interval_start_ms)
+        self._interval_start_ms = now_ms  # earlier than the interval's end if the clock went back
         return events
 
     @property
@@ -946,7 +957,7 @@ class AuditEmitter:
                 batch.extend(self._flush_summaries(now))
             if batch:
                 await self._write(batch)
-            if now - last_tick >= self._tick_s:
+            if _past(now, last_tick, self._tick_s):
                 last_tick = now
                 await asyncio.to_thread(self._maintain_sinks)
             if self._closing and self._queue.empty() and self._waiting_emits == 0:

@@ -331,6 +331,9 @@ class ClientConnection:
     def _upstream_closed(self, reason: str) -> None:
         if not self._closing:
             log.info("%s: upstream gone (%s): closing client connection", self.peer, reason)
+            # A request the broker cannot read has it drop the link: a client sending one
+            # on connection after connection had this line written for each, unpaced.
+            self._charge_unaudited_line()
             self.stop_reading()
 
     def _reject(self, reason: str, metric_reason: str) -> None:
@@ -343,7 +346,8 @@ class ClientConnection:
         """A warning logged for the client, with no audit event (which would be charged):
         it counts against the client's audit pace, or a client opening connection after
         connection only to leave each one half-way (or fail SASL, or reach the gateway while
-        the brokers cannot be) had one line written for each, unpaced."""
+        the brokers cannot be, or have the broker drop the link, or reach a node that has
+        left) had one line written for each, unpaced."""
         if self._audit_pace is not None:
             self._audit_pace.charge(self._host_key, 1)
 
@@ -442,6 +446,7 @@ class ClientConnection:
         targets = self._targets()
         if not targets:  # a node listener whose node has left the cluster (gateway.nodes)
             log.info("%s: closing client connection: its broker has left the cluster", self.peer)
+            self._charge_unaudited_line()
             return None
         try:
             link = await UpstreamLink.open(

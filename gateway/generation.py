@@ -41,6 +41,11 @@ class Generation:
     def policy_version(self) -> str:
         return self.config.policy_version
 
+    @property
+    def closed(self) -> bool:
+        """Closed, or closing (its plug-ins' ``close()`` under way): nothing judges with it."""
+        return self._closed
+
     def enter(self) -> None:
         """A request is judged with this generation (until :meth:`leave`)."""
         self._users += 1

@@ -111,12 +111,33 @@ class PolicyRunner:
             if turn.done():  # taken as the deadline passed: the call runs, and is awaited
                 return turn.result()
             turn.cancel()
+            self._leave_line(client, turn)
             raise PolicyUnavailable(busy_message(name, self._pool)) from None
         except asyncio.CancelledError:
             if turn.done() and not turn.cancelled():
                 turn.result().cancel()  # not started yet: dropped; started: runs unawaited
             turn.cancel()
+            self._leave_line(client, turn)
             raise
+
+    def _leave_line(self, client: str, turn: asyncio.Future[Future[Any]]) -> None:
+        """Take a turn its caller no longer waits for out of the client's line. Left for
+        :meth:`_admit` to skip, it stayed while no thread freed up (plug-in calls that never
+        return): _admit stops at the first client's first live turn, so while one client
+        kept calling, every turn of the others that had given up stayed, each holding its
+        call (a Produce's records), one more per call for as long as the threads hung."""
+        line = self._waiting.get(client)
+        if line is None:
+            return
+        if line and line[0][0] is turn:
+            line.popleft()  # the usual case: a line's turns reach their deadlines in order
+        else:
+            for index, (queued, _) in enumerate(line):
+                if queued is turn:
+                    del line[index]
+                    break
+        if not line:
+            del self._waiting[client]
 
     def _admit(self) -> None:
         """Hand waiting calls to free workers, one client's call at a time in turn."""

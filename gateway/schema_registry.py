@@ -19,9 +19,9 @@ an id the bounds keep the client from asking about raises :class:`SchemaRegistry
 
 - per Produce request: ``lookups_per_request`` ids asked about (within :meth:`request`);
 - per second, over every request: ``lookups_per_sec`` (a token bucket of one second's worth);
-- after the registry could not be reached or did not answer in time, nothing is asked for
-  ``failure_backoff_s``: a registry that hangs holds one thread for its timeout, not one per
-  record;
+- after the registry could not be reached, did not answer in time or broke its answer off,
+  nothing is asked for ``failure_backoff_s``: a registry that hangs holds one thread for its
+  timeout, not one per record;
 - one id asked about by several threads at once is asked once; the others wait for its answer.
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
+import http.client
 import json
 import math
 import ssl
@@ -172,7 +173,10 @@ class SchemaRegistryClient:
             asking.wait(self.timeout_s + 1)  # then look again: cached, or ask
         try:
             found = ask()
-        except SchemaRegistryError as exc:
+        except BaseException as exc:
+            # Whatever ended the look-up, the key is no longer being asked: left in _asking,
+            # every later look-up of it waited on an event nobody would set, over and over,
+            # holding its validation thread for good (a registry whose answer broke off).
             with self._lock:
                 if isinstance(exc, _NoAnswer):
                     self._failed = (self._clock(), str(exc))
@@ -289,6 +293,11 @@ class SchemaRegistryClient:
         except (urllib.error.URLError, OSError) as exc:
             raise _NoAnswer(
                 f"the schema registry is unreachable: {getattr(exc, 'reason', exc)}"
+            ) from None
+        except http.client.HTTPException as exc:  # an answer cut short or malformed
+            raise _NoAnswer(
+                f"the schema registry's answer for schema id {schema_id} could not be read: "
+                f"{type(exc).__name__}"
             ) from None
         if len(body) > MAX_ANSWER_BYTES:
             raise SchemaRegistryError(

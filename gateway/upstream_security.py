@@ -72,6 +72,7 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[mis
         self._scope = sasl.scope
         self._timeout_s = timeout_s
         self._token: str | None = None
+        self._previous: str | None = None
         self._refresh_at = 0.0
         self._lock = asyncio.Lock()
 
@@ -81,7 +82,13 @@ class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[mis
             if self._token is None or time.monotonic() >= self._refresh_at:
                 token, lifetime_s = await asyncio.to_thread(self._fetch)
                 withhold_secrets(token)
-                self._token = token
+                # The token before the one replaced may show no more (a sign-in with it is
+                # long done): every token ever fetched was kept, and looked for in every
+                # aiokafka log line, one more each refresh for as long as the gateway ran.
+                stale = self._previous
+                if stale is not None and stale not in (token, self._token):
+                    release_secret(stale)
+                self._previous, self._token = self._token, token
                 self._refresh_at = time.monotonic() + lifetime_s * _REFRESH_MARGIN
             return self._token
 
@@ -179,6 +186,11 @@ def withhold_secrets(*secrets: str) -> None:
         logger = logging.getLogger(name)
         if _WITHHOLD not in logger.filters:
             logger.addFilter(_WITHHOLD)
+
+
+def release_secret(secret: str) -> None:
+    """Stop looking for ``secret`` (a token replaced twice) in aiokafka's log lines."""
+    _WITHHOLD.secrets.discard(secret)
 
 
 class UpstreamSecurity:

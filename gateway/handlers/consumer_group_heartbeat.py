@@ -22,6 +22,7 @@ from protocol import consumer_group_heartbeat as cgh
 from protocol.errors import UNSUPPORTED_VERSION
 
 from ..engine import ClusterView, RequestContext
+from ..limits import ThrottledWarning
 from ..outcomes import Answer, Forward, Outcome
 from ..services import Services
 from ._session_timeout import CONFIG, configured_session_timeout
@@ -34,6 +35,11 @@ VERSIONS = cgh.VERSIONS
 
 
 def handler(services: Services) -> Handler:
+    # At most a line every 10 s: answered here, with no audit event, a heartbeat refused
+    # had a line of its own, its client id (up to 32 KiB) in it, as fast as a client sent
+    # them on one connection (kpg_client_config_enforced_total counts each).
+    refusals = ThrottledWarning(log, logging.INFO)
+
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         configured = configured_session_timeout(services, ctx)
         if configured is None or cgh.leaves_group(ctx.header, frame):
@@ -44,7 +50,7 @@ def handler(services: Services) -> Handler:
             "the consumer group protocol takes the session timeout from the broker: set "
             "group.protocol=classic on the consumer configs."
         )
-        log.info("%s: ConsumerGroupHeartbeat refused: %s", ctx.client_id, message)
+        refusals.warn(f"{ctx.client_id}: ConsumerGroupHeartbeat refused: {message}")
         return Answer(
             frame=cgh.refusal(
                 ctx.correlation_id, ctx.api_version, int(UNSUPPORTED_VERSION), message

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from gateway.config import HostPort
 from protocol.codec import encode_request
 from protocol.framing import SIZE
+from tests.adversarial.test_node_listeners import Departing, _advertised
+from tests.scripted import ScriptedCluster
 from tests.support import BrokerTap, GatewayThread, gateway_config, wait_for
 
 pytestmark = pytest.mark.adversarial
@@ -112,6 +115,105 @@ def test_connections_while_no_broker_answers_are_logged_at_the_clients_pace(
     attacker = threading.Thread(target=flood, daemon=True)
     try:
         with caplog.at_level(logging.WARNING, logger="gateway.connection"):
+            started = time.monotonic()
+            attacker.start()
+            assert wait_for(lambda: lines() >= 40, 60)
+            elapsed = time.monotonic() - started
+            logged = lines()
+        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+    finally:
+        gw.stop()
+    attacker.join(30)
+
+
+SYNC_GROUP = 14
+
+
+def test_connections_whose_broker_drops_them_are_logged_at_the_clients_pace(
+    tap: BrokerTap, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request the broker cannot read makes it close the gateway's link (Tansu, as Kafka
+    does for a body that does not parse), and the gateway logs that its upstream is gone
+    before it closes the client's connection, with no audit event: the gateway passes the
+    request on as raw bytes (SyncGroup is not judged), so a client sending such a request on
+    connection after connection had a line written for each, unpaced (50 connections, 50
+    lines, at a rate that allows 20). The line now counts against the client's
+    client.audit.events.per.sec."""
+    config = gateway_config(tap.address, limits={"client.audit.events.per.sec": RATE})
+    gw = GatewayThread(config).start()
+    host, _, port = gw.bootstrap.rpartition(":")
+    body = struct.pack(">hhih", SYNC_GROUP, 0, 1, 1) + b"t" + b"\xff" * 20
+    frame = SIZE.pack(len(body)) + body
+
+    def flood() -> None:
+        for _ in range(200):
+            try:
+                with socket.create_connection((host, int(port)), timeout=30) as sock:
+                    sock.sendall(frame)
+                    sock.recv(64)  # closed unanswered: reconnect, as a client does
+            except OSError:
+                return  # the gateway has stopped
+
+    def lines() -> int:
+        return sum("upstream gone" in r.getMessage() for r in caplog.records)
+
+    attacker = threading.Thread(target=flood, daemon=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.connection"):
+            started = time.monotonic()
+            attacker.start()
+            assert wait_for(lambda: lines() >= 40, 60)
+            elapsed = time.monotonic() - started
+            logged = lines()
+        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        assert gw.metric("kpg_audit_paced_total") >= 1
+    finally:
+        gw.stop()
+    attacker.join(30)
+
+
+def test_connections_to_a_node_that_left_are_logged_at_the_clients_pace(
+    scripted_cluster: ScriptedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scripted upstream (several brokers, a node leaving). A node's listener stays open
+    after the node has left the cluster (cached metadata names its port), and each
+    connection's first request there logs that its broker has left, with no audit event: a
+    client reconnecting to that port in a loop had a line written for each, unpaced. The line
+    now counts against the client's client.audit.events.per.sec."""
+    script = Departing()
+    for n in (1, 2):
+        script.brokers[n] = scripted_cluster.add(script.respond, f"node-{n}")
+    config = gateway_config(
+        script.brokers[1].address,  # type: ignore[arg-type]
+        limits={"client.audit.events.per.sec": RATE},
+    )
+    gw = GatewayThread(config).start()
+    node_2 = dict(_advertised(gw.bootstrap))[2]
+    script.present.discard(2)
+    assert dict(_advertised(gw.bootstrap)).keys() == {1}
+    request = encode_request(
+        API_VERSIONS,
+        3,
+        1,
+        "t",
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+    )
+
+    def flood() -> None:
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", node_2), timeout=30) as sock:
+                    sock.sendall(request)
+                    sock.recv(64)  # closed unanswered: reconnect, as a client does
+            except OSError:
+                return  # the gateway has stopped
+
+    def lines() -> int:
+        return sum("has left the cluster" in r.getMessage() for r in caplog.records)
+
+    attacker = threading.Thread(target=flood, daemon=True)
+    try:
+        with caplog.at_level(logging.INFO, logger="gateway.connection"):
             started = time.monotonic()
             attacker.start()
             assert wait_for(lambda: lines() >= 40, 60)

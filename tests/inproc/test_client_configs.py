@@ -11,6 +11,7 @@ tests/e2e/test_client_configs_cli.py.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import ssl
 import subprocess
@@ -725,6 +726,46 @@ def test_a_consumer_group_heartbeat_cannot_escape_a_session_timeout_config(
     assert refused.error_message is not None and "group.protocol=classic" in refused.error_message
     assert reached == [("bound-app", 68), ("free-app", 68)]
     assert enforced == 1
+
+
+def test_refused_consumer_group_heartbeats_do_not_fill_the_log(
+    relayed: BrokerTap, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each refused heartbeat was logged, with its client id (up to 32 KiB), and is not an
+    audit decision (no client.audit.events.per.sec): a client of a user whose
+    session.timeout.ms is configured pipelined heartbeats on one connection, and every one
+    wrote a line (200 heartbeats, 200 lines). At most one line every 10 s now, saying how
+    many were not logged; the metric still counts each."""
+    gw = enforcing(relayed, acks=False, session_timeout=True)
+    try:
+        # RawClient's client id
+        set_configs(gw.bootstrap, {"ANONYMOUS:raw-test": {"session.timeout.ms": "11000"}})
+        request = heartbeat_request_v0(
+            group_id=GroupId(unique_name("g")),
+            member_id="m-1",
+            member_epoch=i32(0),
+            instance_id=None,
+            rack_id=None,
+            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=30)),
+            subscribed_topic_names=("t",),
+            server_assignor=None,
+            topic_partitions=(),
+        )
+        client = RawClient(gw.bootstrap)
+        with caplog.at_level(logging.INFO, logger="gateway.handlers"):
+            try:
+                for _ in range(200):
+                    client.send(68, 0, request)
+                answers = [decode_response(68, 0, client.recv_frame()) for _ in range(200)]
+            finally:
+                client.close()
+        enforced = gw.metric("kpg_client_config_enforced_total", config="session.timeout.ms")
+    finally:
+        gw.stop()
+    assert {a.error_code for a in answers} == {UNSUPPORTED_VERSION}
+    assert enforced == 200
+    lines = [r for r in caplog.records if "ConsumerGroupHeartbeat refused" in r.getMessage()]
+    assert 1 <= len(lines) <= 2, f"{len(lines)} lines for 200 heartbeats"
 
 
 # --- configuration ----------------------------------------------------------------------------

@@ -53,6 +53,7 @@ BROKEN = 500  # the registry fails on this id
 GARBLED = 600  # its versions are not a list of subjects
 HUGE = 601  # its versions run past what the client reads
 MOVED = 302  # the registry redirects this id's look-up to another server
+CUT = 603  # the registry's first answer of its versions breaks off half-way
 SUBJECTS = {1: ("orders-value",), 7: ("payments-value", "audit-value")}
 """The subjects each id is registered under (REGISTERED: bulk-value)."""
 
@@ -79,7 +80,13 @@ class Registry(http.server.BaseHTTPRequestHandler):
         Registry.asked.append(schema_id)
         if Registry.hold is not None:
             Registry.hold.wait(30)
-        if schema_id == MOVED:
+        if schema_id == CUT and versions and Registry.asked.count(CUT) == 1:
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b'100\r\n[{"subject": "bul')  # of 256 bytes; the connection closes
+            self.close_connection = True
+        elif schema_id == MOVED:
             self.send_response(302)
             self.send_header("Location", f"http://127.0.0.1:{Registry.elsewhere}/schemas/ids/1")
             self.send_header("Content-Length", "0")
@@ -88,7 +95,7 @@ class Registry(http.server.BaseHTTPRequestHandler):
             self.send_response(500)
             self.send_header("Content-Length", "0")
             self.end_headers()
-        elif schema_id in KNOWN or schema_id in REGISTERED or schema_id in (GARBLED, HUGE):
+        elif schema_id in KNOWN or schema_id in REGISTERED or schema_id in (GARBLED, HUGE, CUT):
             body = _versions(schema_id) if versions else b'{"schema": "{\\"type\\": \\"string\\"}"}'
             self.send_response(200)
             self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
@@ -344,6 +351,27 @@ def test_a_registry_that_fails_is_not_asked_again_at_once() -> None:
         with pytest.raises(SchemaRegistryError, match="unreachable"):
             client.exists(2)
         assert client.requests == 2
+
+
+def test_an_answer_that_breaks_off_fails_that_look_up_alone(registry: str) -> None:
+    """The registry's answer ends half-way (it restarted, say): http.client's IncompleteRead,
+    which is no OSError, went past the client's handling and left the id marked as being
+    asked, so every later look-up of it waited for an answer that would never come, holding
+    its validation thread for good (and the pool's threads, one per record naming the id).
+    Now the look-up fails closed like any unreadable answer, and the id is asked again."""
+    client = SchemaRegistryClient(registry, timeout_s=5, failure_backoff_s=0)
+    with pytest.raises(SchemaRegistryError, match="could not be read: IncompleteRead"):
+        client.registered_under(CUT, "bulk-value")
+
+    again: concurrent.futures.Future[bool] = concurrent.futures.Future()
+    thread = threading.Thread(
+        target=lambda: again.set_result(client.registered_under(CUT, "bulk-value")), daemon=True
+    )
+    thread.start()
+    thread.join(30)  # a bound on a hang, not on speed: it answers in milliseconds
+    assert again.done(), "the second look-up of the id never returned"
+    assert again.result() is True
+    assert Registry.asked == [CUT, CUT]
 
 
 def test_one_id_asked_by_many_threads_at_once_is_asked_once(registry: str) -> None:

@@ -390,6 +390,22 @@ def test_summarizer_starts_the_next_interval_where_the_last_ended() -> None:
     assert summarizer.flush(T0 + 120_000) == ()
 
 
+def test_a_clock_set_back_ends_the_summary_interval() -> None:
+    """An NTP step back of an hour kept the interval open for the hour and the interval after
+    it, every share folded into one late summary; it ends there now, and the next interval
+    starts at the clock's time."""
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0
+    )
+    _produce(summarizer, "orders", "User:bob", None, records=1)
+    back = T0 + 30_000 - 3_600_000
+    assert summarizer.due(back)
+    (summary,) = summarizer.flush(back)
+    assert summary.interval_start == summary.interval_end == "2026-11-21T09:00:00.000Z"
+    assert not summarizer.due(back + 59_999)
+    assert summarizer.due(back + 60_000)
+
+
 def test_a_reload_within_an_interval_splits_the_summaries_by_policy_version() -> None:
     summarizer = ProduceSummarizer(
         gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0

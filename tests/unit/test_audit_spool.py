@@ -412,6 +412,27 @@ def test_fsync_interval_syncs_at_most_once_per_interval(
     assert (fsyncs.files, fsyncs.directories) == (2, 1)
 
 
+def test_a_clock_set_back_does_not_hold_the_open_segment_back(
+    tmp_path: Path, fsyncs: FsyncRecorder
+) -> None:
+    """Ages and intervals were the wall clock's differences: an NTP step back of an hour left
+    the open segment unfsynced (fsync interval) and hidden from Spark (segment age) for the
+    hour and the age after it. A clock that went back now counts as the time being up."""
+    clock = FakeClock()
+    sink = SpoolSink(
+        tmp_path, segment_max_age_s=60, fsync="interval", fsync_interval_s=1.0, clock=clock
+    )
+    sink.open()
+    sink.write(lines([make_event(1)]))
+    assert (completed(tmp_path), fsyncs.files) == ([], 0)
+
+    clock.now -= 3600
+    sink.maintain()
+    assert [len(p.read_text().splitlines()) for p in completed(tmp_path)] == [1]
+    assert fsyncs.files == 1
+    sink.close()
+
+
 @pytest.mark.parametrize(
     "settings",
     [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import tracemalloc
 
 import pytest
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
@@ -144,3 +145,27 @@ def test_api_versions_narrowing() -> None:
 def test_decodable_table_comes_from_kio() -> None:
     assert DECODABLE[19].min_version == 2  # CreateTopics v0-1 are not in kio
     assert DECODABLE[3] == VersionRange(min_version=0, max_version=DECODABLE[3].max_version)
+
+
+def test_headers_of_versions_kio_does_not_ship_leave_nothing_behind() -> None:
+    """Every request header is read with ``is_flexible``, whose cache kept an entry for each
+    (API key, version) a client sent: a client opening a connection per version made the
+    gateway keep about 240 bytes for each, up to 32,768 versions of each of some 90 keys
+    (measured through the gateway: 2,000 connections in 1.1 s, 2,000 entries kept). Only
+    the versions kio ships are remembered now."""
+    metadata = 3
+    first_unknown = DECODABLE[metadata].max_version + 1
+    frames = [
+        struct.pack(">hhih", metadata, version, 1, -1) + b"\x00"  # a v2 header, no client id
+        for version in range(first_unknown, first_unknown + 20_000)
+    ]
+    parse_request_header(frames[0])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for frame in frames:
+            assert parse_request_header(frame).flexible
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 100_000, f"{kept:,} bytes kept for 20,000 headers"

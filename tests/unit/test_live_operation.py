@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from gateway import supervisor
 from gateway.config import RESTART_ONLY, ConfigError, LimitsConfig, from_mapping, live_part, load
@@ -226,6 +227,72 @@ def test_a_worker_given_up_is_started_again_once_it_can_start(
         return await run
 
     assert asyncio.run(main()) == 0
+
+
+COUNTING_WORKER = """
+import os, sys, time
+from prometheus_client import Counter, Histogram
+status, dies = int(sys.argv[1]), sys.argv[2] == "dies"
+Counter("kpg_test_starts", "Starts").inc()
+Histogram("kpg_test_seconds", "Seconds", buckets=(1.0,)).observe(0.5)
+if dies:
+    sys.exit(3)  # as a worker that cannot reach its state topic at start
+os.write(status, b"ready\\n")
+time.sleep(600)
+"""
+"""A worker counting its start in prometheus_client's multiprocess files (the supervisor's
+``PROMETHEUS_MULTIPROC_DIR``); worker 1 then dies, every time."""
+
+
+def test_a_worker_restarted_again_and_again_leaves_no_files_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each dead worker left its counter and histogram files in the metrics directory for
+    good, and every scrape read them all: a worker given up and tried again every 30 s (the
+    brokers down at its start) added 5,760 files a day, each scrape slower than the last.
+    Its values now go into the files of the dead, and its own are removed; no count is lost.
+    Real processes; the pauses are shortened."""
+    monkeypatch.setattr(supervisor, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(supervisor, "MAX_BACKOFF_S", 0.01)
+    monkeypatch.setattr(supervisor, "GIVEN_UP_RETRY_S", 0.01)
+
+    def command(index: int, status_fd: int, _listener_fd: int, _copy: Path) -> list[str]:
+        return [sys.executable, "-c", COUNTING_WORKER, str(status_fd), "dies" if index else ""]
+
+    running = supervisor.Supervisor(
+        workers=2,
+        config=config(metrics=None),
+        config_file=None,
+        command=command,
+        load=lambda path: config(),
+    )
+    directory = running._metrics_dir  # noqa: SLF001 - what the supervisor serves
+    restarted = running._workers[1]  # noqa: SLF001
+    remove_run_dir = running.close
+    monkeypatch.setattr(running, "close", lambda: None)  # read the files once all are dead
+
+    async def main() -> int:
+        run = asyncio.ensure_future(running.run(lambda: None))
+        try:
+            async with asyncio.timeout(60):
+                while restarted.restarts < 12:
+                    await asyncio.sleep(0.02)
+        finally:
+            running._stop_soon()  # noqa: SLF001 - as SIGTERM does
+            await run
+        return restarted.restarts
+
+    try:
+        deaths = asyncio.run(main())
+        files = sorted(p.name for p in directory.glob("*.db"))
+        merged = MultiProcessCollector.merge([str(directory / f) for f in files])
+        totals = {sample.name: sample.value for family in merged for sample in family.samples}
+    finally:
+        remove_run_dir()
+    # the dead workers' two files, and at most those of the two last workers
+    assert len(files) <= 6, files
+    assert totals["kpg_test_starts_total"] >= deaths + 1  # worker 0, and each death
+    assert totals["kpg_test_seconds_count"] == totals["kpg_test_starts_total"]
 
 
 def test_each_worker_spools_into_a_directory_of_its_own() -> None:

@@ -154,3 +154,35 @@ def test_a_call_whose_client_stops_waiting_never_runs() -> None:
 
         asyncio.run(scenario())
         assert ran == ["hold", "later"]
+
+
+def test_calls_that_gave_up_waiting_leave_nothing_behind() -> None:
+    """Every thread held by a call that never returns, two clients calling on: a call that
+    gave up waiting stayed in its client's line, skipped only when the line came first,
+    which it never did while the other client had a call waiting (40 rounds, 40 kept, each
+    holding its call: a Produce's records). It now leaves the line as it gives up."""
+    with PolicyChain(timeout_s=0.05, max_workers=1) as chain:
+        runner = PolicyRunner(chain)
+        release, ran = threading.Event(), list[str]()
+        a, b = context("10.0.0.1:1"), context("10.0.0.2:1")
+
+        async def scenario() -> int:
+            hung = asyncio.ensure_future(
+                runner.call(a, "p", holding(release, ran, "hung"), what="x")
+            )
+            await settle(lambda: ran == ["hung"])
+            try:
+                for round_ in range(40):
+                    results = await asyncio.gather(
+                        runner.call(a, "p", noting(ran, f"a{round_}"), what="x"),
+                        runner.call(b, "p", noting(ran, f"b{round_}"), what="x"),
+                        return_exceptions=True,
+                    )
+                    assert all(isinstance(r, PolicyUnavailable) for r in results)
+                return sum(len(line) for line in runner._waiting.values())  # noqa: SLF001
+            finally:
+                release.set()
+                await asyncio.gather(hung, return_exceptions=True)
+
+        assert asyncio.run(scenario()) == 0
+        assert ran == ["hung"]
