@@ -275,3 +275,79 @@ def test_compose_raises_the_gateways_open_file_limit(compose: dict) -> None:  # 
     """Each client holds two sockets in the gateway: 10,000 clients need over 20,000 files."""
     nofile = compose["services"]["gateway"]["ulimits"]["nofile"]
     assert nofile["soft"] == nofile["hard"] >= 2 * 10_000 + 64
+
+
+def _networks(service: dict) -> set[str]:  # type: ignore[type-arg]
+    """The compose networks a service joins (none named: the project's `default`)."""
+    return set(service.get("networks") or ["default"])
+
+
+def test_compose_only_the_gateway_reaches_the_broker(compose: dict) -> None:  # type: ignore[type-arg]
+    """Every container on the broker's network can set bootstrap.servers=kafka:9092 and talk
+    to the broker past every policy: the client container could, on the one default network.
+    The broker's networks hold the gateway alone, and are internal (nothing published there,
+    no route out)."""
+    services = compose["services"]
+    broker_networks = _networks(services["kafka"])
+    for name, service in services.items():
+        if name not in ("kafka", "gateway"):
+            assert not _networks(service) & broker_networks, name
+    assert broker_networks <= _networks(services["gateway"])
+    for network in broker_networks:
+        assert (compose.get("networks") or {}).get(network, {}).get("internal") is True, network
+    assert "ports" not in services["kafka"] and "expose" not in services["kafka"]
+    # The clients' side of the gateway is another network: the client still reaches it.
+    assert _networks(services["client"]) & _networks(services["gateway"])
+
+
+def test_compose_gateway_is_unprivileged_and_stops_in_time(compose: dict) -> None:  # type: ignore[type-arg]
+    """The compose gateway as hardened as the Kubernetes pods: a read-only root filesystem
+    (writable: the state volume and a /tmp tmpfs for the pid file and the supervisor's copy
+    of the configuration), no capabilities, no privilege escalation; and Docker's stop
+    timeout (10 s by default, then SIGKILL) leaves the gateway its shutdown_timeout_s to
+    finish the requests in flight and write its stop event."""
+    gateway = compose["services"]["gateway"]
+    assert gateway["read_only"] is True
+    assert gateway["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in gateway["security_opt"]
+    command = gateway["command"]
+    assert command[command.index("--pid-file") + 1].startswith("/tmp/")
+    assert "/tmp" in gateway["tmpfs"]
+    config = load(ROOT / "deploy" / "gateway.compose.yaml")
+    grace = re.fullmatch(r"(\d+)s", gateway["stop_grace_period"])
+    assert grace is not None
+    assert int(grace.group(1)) >= config.shutdown_timeout_s + 5
+
+
+def test_compose_publishes_metrics_on_the_hosts_loopback_only(compose: dict) -> None:  # type: ignore[type-arg]
+    """Whoever reaches the metrics port can hold its 32 connections (the probes' too) and
+    read every topic, principal and client id in the series: Kafka's clients need the
+    bootstrap and node ports, never this one."""
+    config = load(ROOT / "deploy" / "gateway.compose.yaml")
+    assert config.metrics is not None
+    for mapping in compose["services"]["gateway"]["ports"]:
+        parts = mapping.split("/")[0].split(":")
+        if int(parts[-1]) == config.metrics.port:
+            assert len(parts) == 3 and parts[0] == "127.0.0.1", mapping
+
+
+def test_compose_gateway_fits_its_limits(compose: dict) -> None:  # type: ignore[type-arg]
+    """Left to its defaults, the compose gateway ran one worker per core of the host (not of
+    a CPU limit) and each took (open-file limit - 64) / 2 = 524,256 clients and 256 MiB of
+    requests being received, with no memory limit: a client opening connections in a loop
+    grew it until the host's OOM killer chose something. Workers, CPUs, memory and the
+    per-worker limits now agree, as in the Kubernetes Deployment."""
+    gateway = compose["services"]["gateway"]
+    command = gateway["command"]
+    workers = int(command[command.index("--workers") + 1])
+    assert workers == int(float(gateway["cpus"]))
+    config = load(ROOT / "deploy" / "gateway.compose.yaml")
+    limits = config.limits
+    raw = yaml.safe_load((ROOT / "deploy" / "gateway.compose.yaml").read_text())["limits"]
+    assert {"max.connections", "queued.max.request.bytes"} <= raw.keys()
+    per_worker = limits.max_connections * 32 * 1024 + limits.queued_max_request_bytes + (128 << 20)
+    assert _bytes(gateway["mem_limit"].replace("m", "Mi").replace("g", "Gi")) >= (
+        workers * per_worker
+    )
+    nofile = gateway["ulimits"]["nofile"]
+    assert nofile["soft"] >= 2 * limits.max_connections + 64
