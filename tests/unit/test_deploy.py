@@ -147,7 +147,7 @@ def _container(k8s: dict) -> dict:  # type: ignore[type-arg]
 
 def test_k8s_manifests_match_the_kubernetes_schemas(k8s: dict) -> None:  # type: ignore[type-arg]
     kinds = {kind for kind, _ in k8s}
-    assert kinds == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget"}
+    assert kinds == {"ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
     for doc in k8s.values():
         # strict: a field the schema does not know (a typo) is an error too
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
@@ -250,13 +250,11 @@ def test_k8s_pods_are_unprivileged_and_write_only_their_volumes(
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
 
     volumes = {v["name"]: v for v in pod["volumes"]}
-    writable = [
-        m["mountPath"]
-        for m in container["volumeMounts"]
-        if not m.get("readOnly") and "emptyDir" in volumes[m["name"]]
-    ]
-    assert k8s_config.audit.spool_dir is not None
-    assert any(k8s_config.audit.spool_dir.startswith(p + "/") for p in writable)
+    writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert all(m["name"] in volumes for m in container["volumeMounts"])
+    spool = k8s_config.audit.spool_dir
+    if spool is not None:
+        assert any(spool.startswith(p + "/") for p in writable), spool
     # Several replicas, several workers: one state for all of them, on the cluster.
     assert k8s["Deployment", "kpg"]["spec"]["replicas"] > 1
     assert k8s_config.state.store == "kafka"
@@ -351,3 +349,76 @@ def test_compose_gateway_fits_its_limits(compose: dict) -> None:  # type: ignore
     )
     nofile = gateway["ulimits"]["nofile"]
     assert nofile["soft"] >= 2 * limits.max_connections + 64
+
+
+def test_k8s_audit_spool_cannot_get_the_pod_evicted(k8s: dict, k8s_config: GatewayConfig) -> None:  # type: ignore[type-arg]
+    """The gateway never deletes spool segments (the Spark job's reader does), and the kubelet
+    evicts a pod whose emptyDir passes its sizeLimit: on a 2 GiB emptyDir the spool grew with
+    every decision and every produce summary (900 bytes an event; one client's 500 refused
+    requests a second fill 2 GiB in 80 minutes) until each replica was evicted, its clients
+    cut off. A spool, if any, needs a PersistentVolumeClaim someone empties; the example
+    keeps the audit in its topic."""
+    pod = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]
+    container = _container(k8s)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert k8s_config.audit.topic is not None
+    if k8s_config.audit.spool_dir is not None:
+        (mount,) = [
+            m
+            for m in container["volumeMounts"]
+            if k8s_config.audit.spool_dir.startswith(m["mountPath"] + "/")
+        ]
+        assert "emptyDir" not in volumes[mount["name"]]
+
+
+def test_k8s_pods_hold_no_kubernetes_credentials(k8s: dict) -> None:  # type: ignore[type-arg]
+    """The gateway never calls the Kubernetes API; a service account token mounted in its pods
+    (the default) would hand one to whoever runs code in them (a plug-in, a policy module)."""
+    pod = k8s["Deployment", "kpg"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+
+
+def test_k8s_network_policy_keeps_the_metrics_port_from_clients(k8s: dict) -> None:  # type: ignore[type-arg]
+    """Any pod of the cluster reached the metrics listener: holding its 32 connections (4
+    addresses of 8) closed the kubelet's liveness probes at accept, and three failed probes
+    restart the gateway. Clients may reach the ports of the `kpg` Service from anywhere, the
+    metrics port only Prometheus (the kubelet's probes come from the node, which network
+    policies always admit)."""
+    labels = k8s["Deployment", "kpg"]["spec"]["template"]["metadata"]["labels"]
+    policy = k8s["NetworkPolicy", "kpg"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in _container(k8s)["ports"]}
+    client_ports = {p["targetPort"] for p in k8s["Service", "kpg"]["spec"]["ports"]}
+    from_anywhere: set[str] = set()
+    for rule in policy["ingress"]:
+        named = {p["port"] for p in rule["ports"]}
+        assert named <= ports.keys()
+        if not rule.get("from"):
+            from_anywhere |= named
+        else:
+            assert named == {"metrics"}
+            for peer in rule["from"]:
+                assert "ipBlock" not in peer and peer["podSelector"]["matchLabels"]
+    assert from_anywhere == client_ports
+
+
+def test_k8s_guide_keeps_clients_off_the_brokers(k8s: dict, k8s_config: GatewayConfig) -> None:  # type: ignore[type-arg]
+    """The manifests cannot hold the brokers (another namespace, another operator), yet a pod
+    that reaches the upstream listener skips every policy, with its own SASL credentials too.
+    The guide shows the Strimzi listener the ConfigMap names admitting the gateway's pods
+    alone (Strimzi's own per-listener policy admits everyone, so a NetworkPolicy beside it
+    would change nothing)."""
+    guide = (K8S / "README.md").read_text()
+    section = guide.split("## The brokers", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, flags=re.S)
+    assert block is not None
+    (listener,) = yaml.safe_load(block.group(1))
+    (upstream,) = k8s_config.upstream.bootstrap_servers
+    assert upstream.host.startswith("my-cluster-kafka-bootstrap.")  # Strimzi's naming
+    assert listener["port"] == upstream.port and listener["type"] == "internal"
+    labels = k8s["Deployment", "kpg"]["spec"]["template"]["metadata"]["labels"]
+    (peer,) = listener["networkPolicyPeers"]
+    assert peer["podSelector"]["matchLabels"].items() <= labels.items()
+    assert peer["namespaceSelector"]["matchLabels"]
