@@ -54,7 +54,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="run the gateway",
         description=(
             "Run the gateway. Clients point bootstrap.servers at the address it prints. "
-            "With no upstream configured it starts an embedded Tansu broker on a free "
+            "With no upstream configured it starts an embedded Tansu broker (the "
+            "kafka-policy-gateway[embedded] extra; not in the image) on a free "
             "loopback port and fronts it. Flags override the config file."
         ),
     )

