@@ -508,3 +508,16 @@ def test_k8s_client_service_is_not_open_to_the_internet(
     authenticated = k8s_config.tls is not None and k8s_config.tls.client_auth == "required"
     if not authenticated and k8s_config.sasl.client_auth != "required":
         assert ranges and all(r.is_private for r in ranges), ranges
+
+
+def test_compose_client_waits_for_a_ready_gateway(compose: dict) -> None:  # type: ignore[type-arg]
+    """Compose started the client as soon as the gateway's container existed, before it
+    listened or the broker answered: the demo's first request raced them. The gateway's
+    healthcheck asks /readyz on its metrics port (inside the container), and the client
+    waits for it."""
+    config = load(ROOT / "deploy" / "gateway.compose.yaml")
+    assert config.metrics is not None
+    gateway, client = compose["services"]["gateway"], compose["services"]["client"]
+    check = " ".join(gateway["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{config.metrics.port}/readyz" in check
+    assert client["depends_on"]["gateway"]["condition"] == "service_healthy"
