@@ -11,7 +11,11 @@ of its choosing, or set the cluster-wide ``min.insync.replicas`` past the replic
 factor, after which every ``acks=all`` produce fails. Each is sent raw, anonymous: refused
 with POLICY_VIOLATION naming the rule, nothing reaches the broker. Tansu drops the
 connection of an AlterClientQuotas it does not know, so on a gateway that forwarded it the
-request fails before any answer."""
+request fails before any answer.
+
+Nor do they authenticate clients, so without ``client_configs.admin_principals`` any client
+could set any user's dynamic client configs (and fill the state every instance re-reads, to
+``client.configs.max.entities``, after which no change is taken)."""
 
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from tests.adversarial.test_cluster_settings import (
     _set_password,
     _throttle_everyone,
 )
+from tests.inproc.test_client_configs import USER_CLIENT, alter, stored
 from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, policy_message
 
 pytestmark = pytest.mark.adversarial
@@ -37,26 +42,31 @@ pytestmark = pytest.mark.adversarial
 ROOT = Path(__file__).resolve().parents[2]
 INCREMENTAL_ALTER_CONFIGS = 44
 POLICY_VIOLATION = 44
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
-def _compose_policies(tmp_path: Path) -> dict[str, Any]:
+SECTIONS = ("policies", "client_configs")
+"""What the tests take of a shipped file: the rest names its own broker and ports."""
+
+
+def _compose_sections(tmp_path: Path) -> dict[str, Any]:
     del tmp_path
     config = yaml.safe_load((ROOT / "deploy" / "gateway.compose.yaml").read_text())
-    return config.get("policies") or {}  # type: ignore[no-any-return]
+    return {key: config[key] for key in SECTIONS if key in config}
 
 
-def _kubernetes_policies(tmp_path: Path) -> dict[str, Any]:
+def _kubernetes_sections(tmp_path: Path) -> dict[str, Any]:
     (configmap,) = yaml.safe_load_all((ROOT / "deploy/kubernetes/configmap.yaml").read_text())
     text = configmap["data"]["gateway.yaml"]
     (tmp_path / "gateway.yaml").write_text(text)
     load(tmp_path / "gateway.yaml")  # the ConfigMap loads as the pods load it
-    return yaml.safe_load(text)["policies"]  # type: ignore[no-any-return]
+    config = yaml.safe_load(text)
+    return {key: config[key] for key in SECTIONS if key in config}
 
 
-@pytest.fixture(params=[_compose_policies, _kubernetes_policies], ids=["compose", "kubernetes"])
+@pytest.fixture(params=[_compose_sections, _kubernetes_sections], ids=["compose", "kubernetes"])
 def gw(request: pytest.FixtureRequest, tap: BrokerTap, tmp_path: Path) -> Iterator[GatewayThread]:
-    policies = request.param(tmp_path)
-    running = GatewayThread(gateway_config(tap.address, policies=policies)).start()
+    running = GatewayThread(gateway_config(tap.address, **request.param(tmp_path))).start()
     tap.requests.clear()
     try:
         yield running
@@ -101,3 +111,12 @@ def test_anonymous_client_cannot_change_the_cluster_default(
     assert (kind, name, code) == (BROKER, "", POLICY_VIOLATION)
     assert message is not None and message.endswith("(rule broker-configs)")
     assert INCREMENTAL_ALTER_CONFIGS not in tap.api_keys()
+
+
+def test_anonymous_client_cannot_change_client_configs(gw: GatewayThread) -> None:
+    ((_, name, code, message),) = alter(
+        gw.bootstrap, [(USER_CLIENT, "alice:", [("acks", SET, "0")])]
+    )
+    assert (name, code) == ("alice:", CLUSTER_AUTHORIZATION_FAILED)
+    assert message is not None and "admin_principals" in message
+    assert not stored(gw)
