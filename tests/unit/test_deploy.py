@@ -521,3 +521,38 @@ def test_compose_client_waits_for_a_ready_gateway(compose: dict) -> None:  # typ
     check = " ".join(gateway["healthcheck"]["test"])
     assert f"http://127.0.0.1:{config.metrics.port}/readyz" in check
     assert client["depends_on"]["gateway"]["condition"] == "service_healthy"
+
+
+def test_build_context_keeps_local_data_and_secrets_out() -> None:
+    """`docker compose build` sent the whole checkout to the builder (a remote one, too):
+    var/ (the local state: client configs; the audit spool: every decision), deploy/ with
+    whatever keys and passwords an operator keeps beside the compose configuration, and
+    the checkout's own compiled extensions. The context is now what COPY names."""
+    import fnmatch
+
+    rules = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def excluded(path: str) -> bool:
+        verdict = False
+        for rule in rules:
+            negated, pattern = rule.startswith("!"), rule.removeprefix("!")
+            parts = path.split("/")
+            prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+            if any(
+                fnmatch.fnmatch(p, pattern) or fnmatch.fnmatch(p, pattern.removeprefix("**/"))
+                for p in prefixes + parts
+            ):
+                verdict = not negated
+        return verdict
+
+    for secret in ("var/kpg-state.db", "var/audit/events.jsonl", "deploy/tls/gateway.key"):
+        assert excluded(secret), secret
+    assert excluded("protocol/_recscan.cpython-311-x86_64-linux-gnu.so")
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    for sources in re.findall(r"^COPY (?!--from=)(.+) \S+$", dockerfile, flags=re.M):
+        for source in sources.split():
+            assert not excluded(source), source
