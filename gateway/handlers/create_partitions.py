@@ -12,9 +12,10 @@ POLICY_VIOLATION (44). validate_only: the policies run and the request is forwar
 validate_only, as sent; in front of a broker that ignores validate_only
 (``upstream.ignores_validate_only``) the gateway answers the dry run itself, never forwarding it:
 partitions added cannot be taken away, so a dry run the broker carried out could not be undone.
-That answer checks what Kafka's controller checks of the counts (an increase, as many
-assignments as new partitions, INVALID_PARTITIONS and INVALID_REPLICA_ASSIGNMENT with Kafka's
-words), not whether the brokers an assignment names exist.
+That answer checks what Kafka's controller checks of the counts and the new partitions'
+replicas (an increase; as many assignments as new partitions, each not empty, on registered
+brokers, none twice, as many replicas as the topic's partitions have), INVALID_PARTITIONS and
+INVALID_REPLICA_ASSIGNMENT with Kafka's words.
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ class CreatePartitions(BaseEnforcement[ta.CreatePartitions, str]):
         )
         increases = {t.name: t for t in request.topics}
         local: dict[str, ItemError] = dict(known.errors)
+        registered = set(await cluster.broker_ids()) if known.states else set()
         for name, state in known.states.items():
-            local[name] = _dry_run(increases[name], state.num_partitions)
+            local[name] = _dry_run(increases[name], state, registered)
         return Settlement(local=local)
 
     def for_broker(
@@ -143,9 +145,10 @@ def handler(services: Services) -> Handler:
     return enforced(services, CreatePartitions(services))
 
 
-def _dry_run(increase: ta.PartitionsIncrease, current: int) -> ItemError:
-    """What Kafka's controller answers a partition increase of a topic of ``current``
-    partitions, on its counts."""
+def _dry_run(increase: ta.PartitionsIncrease, topic: TopicState, registered: set[int]) -> ItemError:
+    """What Kafka's controller answers a partition increase of ``topic``, on its counts and
+    the new partitions' replicas (``registered``: the brokers there are; empty, unknown)."""
+    current = topic.num_partitions
     if increase.count < current:
         return ItemError(
             error_code=int(INVALID_PARTITIONS),
@@ -160,15 +163,52 @@ def _dry_run(increase: ta.PartitionsIncrease, current: int) -> ItemError:
             error_message=f"Topic already has {current} partition(s).",
         )
     added = increase.count - current
-    if increase.assignments is not None and len(increase.assignments) != added:
-        return ItemError(
-            error_code=int(INVALID_REPLICA_ASSIGNMENT),
-            error_message=(
-                f"Attempted to add {added} additional partition(s), but only "
-                f"{len(increase.assignments)} assignment(s) were specified."
-            ),
+    if increase.assignments is None:
+        return OK
+    if len(increase.assignments) != added:
+        return _invalid_assignment(
+            f"Attempted to add {added} additional partition(s), but only "
+            f"{len(increase.assignments)} assignment(s) were specified."
         )
+    for replicas in increase.assignments:
+        refused = _replicas_refusal(replicas, topic.replication_factor, registered)
+        if refused is not None:
+            return refused
     return OK
+
+
+def _replicas_refusal(
+    replicas: Sequence[int], replication_factor: int, registered: set[int]
+) -> ItemError | None:
+    """Kafka's controller on one new partition's replicas, in its order: not empty; walked
+    sorted, each broker registered (unless ``registered`` is empty: the brokers could not be
+    read) and listed once; as many as the topic's other partitions."""
+    if not replicas:
+        return _invalid_assignment(
+            "The manual partition assignment includes an empty replica list."
+        )
+    ordered = sorted(replicas)
+    for i, broker in enumerate(ordered):
+        if registered and broker not in registered:
+            return _invalid_assignment(
+                f"The manual partition assignment includes broker {broker}, but no such broker "
+                "is registered."
+            )
+        if i and ordered[i - 1] == broker:
+            return _invalid_assignment(
+                f"The manual partition assignment includes the broker {broker} more than once."
+            )
+    if len(replicas) != replication_factor:
+        return _invalid_assignment(
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s)."
+        )
+    return None
+
+
+def _invalid_assignment(message: str) -> ItemError:
+    return ItemError(error_code=int(INVALID_REPLICA_ASSIGNMENT), error_message=message)
 
 
 def _post_state(pre: TopicState, increase: ta.PartitionsIncrease) -> TopicState:

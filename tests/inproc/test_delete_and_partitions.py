@@ -606,6 +606,23 @@ def test_partitions_validate_only_is_answered_here_before_a_broker_that_would_ad
             "Attempted to add 3 additional partition(s), but only 1 assignment(s) were specified.",
         ),
     ]
+    # each new partition's replicas as Kafka's controller walks them (the brokers: 1, 2, 3)
+    cases = {
+        (): "The manual partition assignment includes an empty replica list.",
+        (1, 9): "The manual partition assignment includes broker 9, but no such broker is "
+        "registered.",
+        (3, 1, 3): "The manual partition assignment includes the broker 3 more than once.",
+        (1,): "The manual partition assignment includes a partition with 1 replica(s), but this "
+        "is not consistent with previous partitions, which have 2 replica(s).",
+        (2, 3): None,
+    }
+    for replicas, refusal in cases.items():
+        answer = scripted.create_partitions(
+            3,
+            _partitions_request(3, [("small", 5, [list(replicas)])], validate_only=True),
+        )
+        [(code, message)] = [(int(r.error_code), r.error_message) for r in answer.results]
+        assert (code, message) == ((39, refusal) if refusal else (0, None)), replicas
     assert scripted.received() == []
     assert len(scripted.state.replicas["small"]) == 4
 
