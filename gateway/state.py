@@ -631,7 +631,10 @@ class KafkaTopicStore(_Snapshot):
     :meth:`start` creates the topic if it is missing (cleanup.policy=compact, 1 partition,
     ``replication_factor``; -1 is the broker's default), reads partition 0 from the beginning
     up to its end offset, then keeps tailing it. Record key ``namespace\\0key`` (UTF-8),
-    value the UTF-8 value; a tombstone (null value) deletes the key.
+    value the UTF-8 value; a tombstone (null value) deletes the key. A record that is not so
+    (another program's, another version's) is never skipped: start fails, and while the store
+    runs, :meth:`settle` and writes fail, until a later record of its key (a tombstone)
+    replaces it.
 
     Writes go to partition 0 with acks=all. :meth:`put` returns once the broker has
     acknowledged the record *and* this instance's tail has applied it, so the log order decides
@@ -685,6 +688,9 @@ class KafkaTopicStore(_Snapshot):
         self._progress = asyncio.Condition()
         self._tail_error: BaseException | None = None
         self._tail_task: asyncio.Task[None] | None = None
+        self._unreadable: dict[bytes | None, tuple[int, str]] = {}
+        """Raw record key -> (offset, why) of records that could not be read and that no
+        later record of the key has replaced (:meth:`_check_readable`)."""
         self._conditional = asyncio.Lock()
         """One conditional write at a time on this instance (:meth:`put_all_if`)."""
         self._settling: asyncio.Future[None] | None = None
@@ -710,6 +716,7 @@ class KafkaTopicStore(_Snapshot):
                 await self._start_clients()
                 end = await self._end_offset()
                 await self._wait_applied(end)
+            self._check_readable()
         except TimeoutError:
             await self.close()
             raise StateStoreError(
@@ -798,6 +805,7 @@ class KafkaTopicStore(_Snapshot):
         await self._consumer.seek_to_beginning(self._partition)
         self._position = 0
         self._data = {}
+        self._unreadable = {}
         self._tail_task = self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
 
     settles = True  # another instance's write arrives with the tail's next fetch
@@ -841,6 +849,7 @@ class KafkaTopicStore(_Snapshot):
                 raise StateStoreError(f"{self._where()}: not started")
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(await self._end_offset())
+            self._check_readable()
         except TimeoutError:
             raise StateStoreError(
                 f"{self._where()}: not caught up within {self.request_timeout_s:g} s"
@@ -880,13 +889,49 @@ class KafkaTopicStore(_Snapshot):
                 self._progress.notify_all()
 
     def _decoded(self, records: Iterable[Any]) -> Iterable[Change]:
+        """The changes of ``records``; a record this store cannot read is kept in
+        :attr:`_unreadable` (by its raw key) until a later record of that key replaces it,
+        never skipped as if it were not there: it may be a topic's record.validation.policy
+        or a client config written by another version of the gateway."""
         for record in records:
+            if record.value is None and record.key in self._unreadable:
+                # a tombstone of the key: what an operator writes to clear it
+                del self._unreadable[record.key]
+                try:
+                    yield _decode(record.key, None)
+                except (ValueError, UnicodeDecodeError):
+                    pass
+                continue
             try:
-                yield _decode(record.key, record.value)
+                change = _decode(record.key, record.value)
             except (ValueError, UnicodeDecodeError) as exc:
-                log.warning(
-                    "%s: skipping the record at offset %d: %s", self._where(), record.offset, exc
-                )
+                if record.key not in self._unreadable:
+                    log.error(
+                        "%s: cannot read the record at offset %d (%s): written by another "
+                        "program or version; the store refuses to decide until a later record "
+                        "of its key (a tombstone) replaces it",
+                        self._where(),
+                        record.offset,
+                        exc,
+                    )
+                self._unreadable[record.key] = (record.offset, str(exc))
+                continue
+            self._unreadable.pop(record.key, None)
+            yield change
+
+    def _check_readable(self) -> None:
+        """:raises StateStoreError: while the topic holds a record this store cannot read
+        that no later record of its key replaced: what it says is unknown, so nothing is
+        judged on the store (fail closed), rather than on a view without it."""
+        if not self._unreadable:
+            return
+        offset, problem = min(self._unreadable.values())
+        raise StateStoreError(
+            f"{self._where()}: the record at offset {offset} cannot be read ({problem}), "
+            f"{len(self._unreadable)} such key(s) in all: written by another program or "
+            "another version of the gateway; write a tombstone of its key to the topic (after "
+            "checking what it held) or run the version that wrote it"
+        )
 
     async def _wait_applied(self, end_offset: int) -> None:
         """Wait until the tail has applied every record before ``end_offset``."""
@@ -963,6 +1008,7 @@ class KafkaTopicStore(_Snapshot):
                 await self._wait_applied(await self._end_offset())
         except (KafkaError, TimeoutError) as exc:
             raise StateStoreError(f"{self._where()}: cannot delete {what}: {exc!r}") from exc
+        self._check_readable()
         keys = self._keys_with_prefix(namespace, key_prefix)
         await self._write([(namespace, k, None) for k in keys], what)
 
@@ -974,6 +1020,7 @@ class KafkaTopicStore(_Snapshot):
         producer = self._producer
         if producer is None:
             raise StateStoreError(f"{self._where()}: not started")
+        self._check_readable()
         batch = producer.create_batch()
         for namespace, key, value in changes:
             appended = batch.append(

@@ -241,25 +241,85 @@ def test_the_topic_is_created_compacted_with_one_partition(
     run(main())
 
 
-def test_records_it_did_not_write_are_skipped(broker: HostPort, state_topic: str) -> None:
+async def _produce(broker: HostPort, topic: str, *records: tuple[bytes | None, bytes | None]) -> None:
+    """Records written to the state topic by another program (or another gateway version)."""
+    producer = AIOKafkaProducer(bootstrap_servers=str(broker))
+    await producer.start()
+    try:
+        for key, value in records:
+            await producer.send_and_wait(topic, key=key, value=value)
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param((b"topic-config\0orders", b"\xff"), id="value-not-utf8"),
+        pytest.param((b"no-separator", b"x"), id="key-not-namespace-nul-key"),
+        pytest.param((b"\xfe\0orders", b"x"), id="key-not-utf8"),
+        pytest.param((None, b"x"), id="no-key"),
+    ],
+)
+def test_a_record_it_cannot_read_stops_start(
+    broker: HostPort, state_topic: str, record: tuple[bytes | None, bytes | None]
+) -> None:
+    """A record this version cannot read (a newer gateway's, or hand-written) may be a topic's
+    record.validation.policy or a client config: skipped, the topic was unvalidated."""
+
     async def main() -> None:
         store = await started(broker, state_topic)
         await store.put(NS, "before", "1")
         await store.close()
-        producer = AIOKafkaProducer(bootstrap_servers=str(broker))
-        await producer.start()
+        await _produce(broker, state_topic, record)
+        with pytest.raises(StateStoreError, match="cannot be read"):
+            await started(broker, state_topic)
+
+    run(main())
+
+
+def test_a_tombstone_of_the_unreadable_key_lets_the_store_start(
+    broker: HostPort, state_topic: str
+) -> None:
+    async def main() -> None:
+        await (await started(broker, state_topic)).close()  # the topic, of one partition
+        await _produce(
+            broker,
+            state_topic,
+            (b"no-separator", b"x"),
+            (b"topic-config\0orders", b"\xff"),
+            (b"no-separator", None),
+            (b"topic-config\0orders", b"strict"),
+        )
+        store = await started(broker, state_topic)
         try:
-            await producer.send_and_wait(state_topic, key=b"no-separator", value=b"x")
-            await producer.send_and_wait(state_topic, key=None, value=b"x")
-            await producer.send_and_wait(state_topic, key=b"topic-config\0bad", value=b"\xff")
+            assert dict(store.items(NS)) == {"orders": "strict"}
         finally:
-            await producer.stop()
-        restarted = await started(broker, state_topic)
+            await store.close()
+
+    run(main())
+
+
+def test_a_record_it_cannot_read_arriving_later_fails_closed(
+    broker: HostPort, state_topic: str
+) -> None:
+    """Written while the store runs: settle (every Produce, every topic config change) and
+    writes are refused until a later record of its key replaces it."""
+
+    async def main() -> None:
+        store = await started(broker, state_topic)
         try:
-            await restarted.put(NS, "after", "2")
-            assert dict(restarted.items(NS)) == {"before": "1", "after": "2"}
+            await store.put(NS, "before", "1")
+            await _produce(broker, state_topic, (b"topic-config\0orders", b"\xff"))
+            with pytest.raises(StateStoreError, match="offset 1 cannot be read"):
+                await store.settle()
+            with pytest.raises(StateStoreError, match="cannot be read"):
+                await store.put(NS, "other", "2")
+            await _produce(broker, state_topic, (b"topic-config\0orders", b"strict"))
+            await store.settle()
+            assert store.get(NS, "orders") == "strict"
         finally:
-            await restarted.close()
+            await store.close()
 
     run(main())
 
