@@ -68,9 +68,11 @@ class StateStoreError(Exception):
 
 
 class StateStore(Protocol):
-    settles: bool
-    """Whether a read may lag writes made elsewhere (another instance), so that a reader
-    must :meth:`settle` before it trusts the absence of a key it has not read fresh."""
+    @property
+    def settles(self) -> bool:
+        """Whether a read may lag writes made elsewhere (another instance), or the store
+        holds what it cannot read, so that a reader must :meth:`settle` before it trusts
+        the absence of a key it has not read fresh."""
 
     async def start(self) -> None:
         """Load everything.
@@ -193,6 +195,12 @@ CREATE TABLE IF NOT EXISTS gateway_state (
 """
 
 
+_FORMAT: Final = 1
+"""``PRAGMA user_version`` of a state file in the format above (0: a file an earlier version
+made, the same format). A gateway that changes the format sets a higher number, and this one
+refuses such a file rather than misread it."""
+
+
 class SqliteStore(_Snapshot):
     """The embedded default: one SQLite file (WAL mode, synchronous=FULL).
 
@@ -231,6 +239,9 @@ class SqliteStore(_Snapshot):
         self._data_version: int | None = None
         self._identity: tuple[int, int] | None = None
         """(device, inode) of the file the connections have open."""
+        self._unreadable: str | None = None
+        """Why the file's last read found rows this store cannot read (not text: another
+        program's or another version's), else None; see :meth:`settle`."""
 
     async def start(self) -> None:
         """Open (creating it and its directory if needed) the file and load it; start the
@@ -251,6 +262,7 @@ class SqliteStore(_Snapshot):
         try:
             self._reader = self._open_reader()
             await self.refresh()
+            self._check_readable()
         except BaseException:
             await self.close()
             raise
@@ -271,7 +283,15 @@ class SqliteStore(_Snapshot):
             if str(mode).lower() != "wal":
                 raise sqlite3.OperationalError(f"cannot use WAL journal mode (got {mode!r})")
             conn.execute("PRAGMA synchronous=FULL")
+            found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if found > _FORMAT:
+                raise sqlite3.DatabaseError(
+                    f"its format is {found} (PRAGMA user_version), written by a newer "
+                    f"version of the gateway; this one reads format {_FORMAT} and older"
+                )
             conn.execute(_SCHEMA)
+            if found < _FORMAT:  # a write, once per file: a reader does not wait for it
+                conn.execute(f"PRAGMA user_version={_FORMAT}")
         except BaseException:
             conn.close()
             raise
@@ -342,8 +362,18 @@ class SqliteStore(_Snapshot):
         """:raises sqlite3.Error: when the file cannot be read."""
         loaded = self._load(reader, self._data_version)
         if loaded is not None:
-            self._data_version, data = loaded
+            self._data_version, data, unreadable = loaded
+            if unreadable is not None and unreadable != self._unreadable:
+                log.error("state store %s: %s", self.path, unreadable)
+            self._unreadable = unreadable
             self._replace_all(data)
+
+    def _check_readable(self) -> None:
+        """:raises StateStoreError: while the file holds rows this store cannot read: what
+        they say is unknown (a topic's record.validation.policy, a client config), so
+        nothing is judged on the store, rather than on a view without them."""
+        if self._unreadable is not None:
+            raise StateStoreError(f"state store {self.path}: {self._unreadable}")
 
     def _close_connection(self) -> None:
         with self._db_lock:
@@ -358,10 +388,20 @@ class SqliteStore(_Snapshot):
                 raise StateStoreError(f"state store {self.path}: not open")
             return fn(self._conn)
 
-    settles = False  # every read asks the file first
+    @property
+    def settles(self) -> bool:
+        """False: every read asks the file for what was committed first; True while the
+        file holds rows this store cannot read, so that every Produce settles, and fails."""
+        self._read_if_changed()
+        return self._unreadable is not None
 
     async def settle(self) -> None:
-        """Nothing to wait for: every read asks the file for what was committed first."""
+        """Nothing to wait for: every read asks the file for what was committed first.
+
+        :raises StateStoreError: while the file holds rows this store cannot read.
+        """
+        self._read_if_changed()
+        self._check_readable()
 
     async def refresh(self) -> None:
         """Re-read the file if another connection has committed since the last read.
@@ -418,18 +458,36 @@ class SqliteStore(_Snapshot):
     @staticmethod
     def _load(
         conn: sqlite3.Connection, known_version: int | None
-    ) -> tuple[int, dict[str, dict[str, str]]] | None:
+    ) -> tuple[int, dict[str, dict[str, str]], str | None] | None:
+        """(data_version, the rows, why some rows cannot be read or None); None when
+        nothing was committed since ``known_version``. A row whose namespace, key or value
+        is not text (a BLOB or NULL: another program's or another version's) is not one this
+        store wrote: a BLOB key b'orders' is not the topic orders, and taken as it is the
+        topic had no policy."""
         # data_version is read before the rows: a commit landing in between makes the next
         # refresh read again, never skip a change.
         version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         if version == known_version:
             return None
         data: dict[str, dict[str, str]] = {}
+        odd: list[tuple[object, object, object]] = []
         for namespace, key, value in conn.execute(
             "SELECT namespace, key, value FROM gateway_state"
         ):
-            data.setdefault(namespace, {})[key] = value
-        return version, data
+            if isinstance(namespace, str) and isinstance(key, str) and isinstance(value, str):
+                data.setdefault(namespace, {})[key] = value
+            else:
+                odd.append((namespace, key, value))
+        unreadable = None
+        if odd:
+            namespace, key, value = odd[0]
+            unreadable = (
+                f"{len(odd)} row(s) of gateway_state are not text, the first "
+                f"({_shown(namespace)}, {_shown(key)}): {type(value).__name__} value; written "
+                "by another program or another version of the gateway, nothing is judged on "
+                "the store until they are deleted or rewritten as text"
+            )
+        return version, data, unreadable
 
     async def _refresh_periodically(self) -> None:
         while True:
@@ -546,6 +604,8 @@ class SqliteStore(_Snapshot):
         async with self._lock:
             try:
                 await self._follow_the_file()
+                self._read_if_changed()
+                self._check_readable()
                 changes = await asyncio.to_thread(
                     self._call, lambda conn: self._transaction(conn, write)
                 )
@@ -579,6 +639,12 @@ class SqliteStore(_Snapshot):
                 conn.execute("ROLLBACK")
             raise
         return changes
+
+
+def _shown(value: object) -> str:
+    """A value of a row as a message shows it: its repr, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
