@@ -964,9 +964,10 @@ class KafkaTopicStore(_Snapshot):
                 # a tombstone of the key: what an operator writes to clear it
                 del self._unreadable[record.key]
                 try:
-                    yield _decode(record.key, None)
+                    deleted = _decode(record.key, None)
                 except (ValueError, UnicodeDecodeError):
-                    pass
+                    continue  # a key no value of this store is under
+                yield deleted
                 continue
             try:
                 change = _decode(record.key, record.value)

@@ -241,7 +241,9 @@ def test_the_topic_is_created_compacted_with_one_partition(
     run(main())
 
 
-async def _produce(broker: HostPort, topic: str, *records: tuple[bytes | None, bytes | None]) -> None:
+async def _produce(
+    broker: HostPort, topic: str, *records: tuple[bytes | None, bytes | None]
+) -> None:
     """Records written to the state topic by another program (or another gateway version)."""
     producer = AIOKafkaProducer(bootstrap_servers=str(broker))
     await producer.start()
