@@ -11,6 +11,7 @@ import pytest
 
 from gateway import config
 from gateway.config import ConfigError, HostPort, LimitsConfig, load
+from policies.records import JSON_SCHEMA_DIR
 
 pytestmark = pytest.mark.unit
 
@@ -302,3 +303,17 @@ def test_the_embedded_broker_is_fronted_as_the_tansu_it_is(tmp_path: Path) -> No
     path.write_text("upstream: {ignores_replica_assignments: maybe}\n")
     with pytest.raises(ConfigError, match="upstream.ignores_replica_assignments"):
         load(path)
+
+
+def test_policy_version_changes_with_the_json_schemas_the_rules_read(tmp_path: Path) -> None:
+    """An edited schema file decides Produce requests anew (after a reload or a restart):
+    the audit's policy_version stayed the same, so events of the two verdicts could not be
+    told apart."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "orders.json").write_text('{"type": "object", "required": ["id"]}')
+    raw = {"policies": {JSON_SCHEMA_DIR: str(schemas)}}
+    first = config.from_mapping(raw, "t").policy_version
+    assert config.from_mapping(raw, "t").policy_version == first, "same files, same version"
+    (schemas / "orders.json").write_text('{"type": "object"}')
+    assert config.from_mapping(raw, "t").policy_version != first
