@@ -25,6 +25,7 @@ NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
 OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 REQUEST_TIMED_OUT = ErrorCode.request_timed_out
 INVALID_REQUIRED_ACKS = ErrorCode.invalid_required_acks
+INVALID_SESSION_TIMEOUT = ErrorCode.invalid_session_timeout
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
@@ -33,6 +34,7 @@ __all__ = (
     "INVALID_CONFIG",
     "INVALID_RECORD",
     "INVALID_REQUIRED_ACKS",
+    "INVALID_SESSION_TIMEOUT",
     "INVALID_REQUEST",
     "KAFKA_STORAGE_ERROR",
     "INVALID_TOPIC_EXCEPTION",
