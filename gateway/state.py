@@ -25,6 +25,7 @@ Contracts, stated once:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -290,8 +291,11 @@ class SqliteStore(_Snapshot):
                     f"version of the gateway; this one reads format {_FORMAT} and older"
                 )
             conn.execute(_SCHEMA)
-            if found < _FORMAT:  # a write, once per file: a reader does not wait for it
-                conn.execute(f"PRAGMA user_version={_FORMAT}")
+            if found < _FORMAT:
+                # A write, once per file, and not needed to read it (0 is the same format):
+                # a file another process holds, or a read-only one, is stamped another time.
+                with contextlib.suppress(sqlite3.OperationalError):
+                    conn.execute(f"PRAGMA user_version={_FORMAT}")
         except BaseException:
             conn.close()
             raise

@@ -527,3 +527,21 @@ def test_a_file_of_a_newer_format_stops_start(tmp_path: Path) -> None:
     with pytest.raises(StateStoreError, match="format is 2"):
         run(started(path))
     assert rows(path) == {(NS, "before"): "1"}
+
+
+def test_a_file_of_an_earlier_version_held_by_a_writer_still_opens(tmp_path: Path) -> None:
+    """Format 0 (no stamp: an earlier version's file) reads as format 1; stamping it waits
+    for no other process's write."""
+    path = tmp_path / "state.db"
+    run(_made(path))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version=0")
+        conn.commit()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        store = run(started(path, busy_timeout_s=0.1))
+        assert store.get(NS, "before") == "1"
+        run(store.close())
+    finally:
+        other.close()
