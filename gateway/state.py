@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from .config import HostPort
@@ -824,18 +825,59 @@ class KafkaTopicStore(_Snapshot):
                 topic_configs={"cleanup.policy": "compact"},
             )
             response = await admin.create_topics([new_topic])
+            for topic_error in response.to_object()["topic_errors"]:
+                code = topic_error["error_code"]
+                if code == 0:
+                    log.info("%s: created (compacted, 1 partition)", self._where())
+                elif code == TopicAlreadyExistsError.errno:
+                    await self._check_topic(admin)
+                else:
+                    error = for_code(code)
+                    raise StateStoreError(
+                        f"{self._where()}: cannot create it: {error.__name__}: "
+                        f"{topic_error.get('error_message') or error.description}"
+                    )
         finally:
             await admin.close()
-        for topic_error in response.to_object()["topic_errors"]:
-            code = topic_error["error_code"]
-            if code == 0:
-                log.info("%s: created (compacted, 1 partition)", self._where())
-            elif code != TopicAlreadyExistsError.errno:
-                error = for_code(code)
-                raise StateStoreError(
-                    f"{self._where()}: cannot create it: {error.__name__}: "
-                    f"{topic_error.get('error_message') or error.description}"
-                )
+
+    async def _check_topic(self, admin: AIOKafkaAdminClient) -> None:
+        """Refuse a state topic made otherwise than :meth:`_create_topic` makes it (by an
+        operator ahead of the gateway, with the cluster's defaults): under a delete cleanup
+        policy its records expire (Kafka's default retention is 7 days), and a gateway
+        started after that loads no record.validation.policy, every topic unvalidated; of
+        several partitions the store reads and writes partition 0 alone.
+
+        :raises StateStoreError: naming what is wrong and how to fix it.
+        """
+        (described,) = await admin.describe_topics([self.topic])
+        partitions = len(described.get("partitions") or ())
+        if described.get("error_code", 0) == 0 and partitions != 1:
+            raise StateStoreError(
+                f"{self._where()}: the topic has {partitions} partitions, made otherwise than "
+                "the gateway makes it; the store reads and writes partition 0 alone, and "
+                "records in any other would never be read: give the gateway a topic of one "
+                "partition (state.topic)"
+            )
+        (answer,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, self.topic)]
+        )
+        (resource,) = answer.to_object()["resources"]
+        if resource["error_code"] != 0:
+            error = for_code(resource["error_code"])
+            raise StateStoreError(
+                f"{self._where()}: cannot read the topic's configs (to check it is compacted): "
+                f"{error.__name__}: {resource.get('error_message') or error.description}"
+            )
+        configs = {c["config_names"]: c["config_value"] for c in resource["config_entries"]}
+        policy = configs.get("cleanup.policy")
+        if policy is None or {p.strip() for p in policy.split(",")} != {"compact"}:
+            raise StateStoreError(
+                f"{self._where()}: the topic's cleanup.policy is {policy or 'not reported'}, "
+                "not compact: made otherwise than the gateway makes it, its records would "
+                "expire and the state with them (a topic's record.validation.policy then "
+                "gone): set cleanup.policy=compact on it (kafka-configs --alter "
+                "--add-config cleanup.policy=compact)"
+            )
 
     async def _start_clients(self) -> None:
         timeout_ms = int(self.request_timeout_s * 1000)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from gateway.config import HostPort
@@ -551,5 +551,37 @@ def test_a_settle_called_during_another_sees_a_write_made_before_it(
             b.gate.set()
             await a.close()
             await b.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("partitions", "configs", "complaint"),
+    [
+        pytest.param(1, {"cleanup.policy": "delete"}, "cleanup.policy", id="delete"),
+        pytest.param(
+            1, {"cleanup.policy": "compact,delete"}, "cleanup.policy", id="compact-delete"
+        ),
+        pytest.param(1, {}, "cleanup.policy", id="broker-default"),
+        pytest.param(3, {"cleanup.policy": "compact"}, "3 partitions", id="partitions"),
+    ],
+)
+def test_a_state_topic_made_otherwise_stops_start(
+    broker: HostPort, state_topic: str, partitions: int, configs: dict[str, str], complaint: str
+) -> None:
+    """A state topic the gateway did not create (an operator's, made ahead with the cluster's
+    defaults): under a delete policy its records expire (retention.ms, 7 days by default),
+    and a gateway started after that loaded no record.validation.policy, every topic
+    unvalidated; records another writer put in a partition but 0 were never read."""
+
+    async def main() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=str(broker))
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(state_topic, partitions, 1, topic_configs=configs)])
+        finally:
+            await admin.close()
+        with pytest.raises(StateStoreError, match=complaint):
+            await started(broker, state_topic)
 
     run(main())
