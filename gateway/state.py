@@ -702,8 +702,9 @@ class KafkaTopicStore(_Snapshot):
     :meth:`start` creates the topic if it is missing (cleanup.policy=compact, 1 partition,
     ``replication_factor``; -1 is the broker's default), reads partition 0 from the beginning
     up to its end offset, then keeps tailing it. Record key ``namespace\\0key`` (UTF-8),
-    value the UTF-8 value; a tombstone (null value) deletes the key. A record that is not so
-    (another program's, another version's) is never skipped: start fails, and while the store
+    value the UTF-8 value, no headers (a later format may mark its records with one); a
+    tombstone (null value) deletes the key. A record that is not so (another program's,
+    another version's) is never skipped: start fails, and while the store
     runs, :meth:`settle` and writes fail, until a later record of its key (a tombstone)
     replaces it.
 
@@ -1016,6 +1017,12 @@ class KafkaTopicStore(_Snapshot):
                 yield deleted
                 continue
             try:
+                if record.headers:
+                    # none of this format's records has one: a later format may say itself so
+                    raise ValueError(
+                        f"record headers {[name for name, _ in record.headers][:5]}: a format "
+                        "of another version"
+                    )
                 change = _decode(record.key, record.value)
             except (ValueError, UnicodeDecodeError) as exc:
                 if record.key not in self._unreadable:

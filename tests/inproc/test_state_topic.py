@@ -241,15 +241,16 @@ def test_the_topic_is_created_compacted_with_one_partition(
     run(main())
 
 
-async def _produce(
-    broker: HostPort, topic: str, *records: tuple[bytes | None, bytes | None]
-) -> None:
-    """Records written to the state topic by another program (or another gateway version)."""
+async def _produce(broker: HostPort, topic: str, *records: tuple[Any, ...]) -> None:
+    """Records written to the state topic by another program (or another gateway version):
+    (key, value) or (key, value, headers)."""
     producer = AIOKafkaProducer(bootstrap_servers=str(broker))
     await producer.start()
     try:
-        for key, value in records:
-            await producer.send_and_wait(topic, key=key, value=value)
+        for key, value, *headers in records:
+            await producer.send_and_wait(
+                topic, key=key, value=value, headers=headers[0] if headers else None
+            )
     finally:
         await producer.stop()
 
@@ -261,10 +262,11 @@ async def _produce(
         pytest.param((b"no-separator", b"x"), id="key-not-namespace-nul-key"),
         pytest.param((b"\xfe\0orders", b"x"), id="key-not-utf8"),
         pytest.param((None, b"x"), id="no-key"),
+        pytest.param((b"topic-config\0orders", b"x", [("kpg.format", b"2")]), id="headers"),
     ],
 )
 def test_a_record_it_cannot_read_stops_start(
-    broker: HostPort, state_topic: str, record: tuple[bytes | None, bytes | None]
+    broker: HostPort, state_topic: str, record: tuple[Any, ...]
 ) -> None:
     """A record this version cannot read (a newer gateway's, or hand-written) may be a topic's
     record.validation.policy or a client config: skipped, the topic was unvalidated."""
