@@ -51,3 +51,33 @@ def test_a_policy_row_the_gateway_cannot_read_is_not_taken_as_none(
         client.close()
         gw.stop()
     assert records_at(broker, topic) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Open: a gateway moved from state.store: sqlite to kafka starts on the empty state "
+    "topic while the SQLite file at state.path still holds every topic's "
+    "record.validation.policy, and validates nothing; importing the file (which value wins "
+    "over one already in the topic, and a fleet of hosts each with a file of its own) or "
+    "refusing to start beside a file with rows is a choice left to the lead",
+)
+def test_a_move_to_the_kafka_state_store_keeps_the_policies(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    path = tmp_path / "state.db"
+    topic = unique_name("moved")
+    on_sqlite = GatewayThread(gateway_config(broker, state={"path": str(path)})).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": on_sqlite.bootstrap})
+        created = NewTopic(topic, 1, 1, config={"record.validation.policy": POLICY})
+        admin.create_topics([created])[topic].result(15)
+    finally:
+        on_sqlite.stop()
+    state = {"store": "kafka", "topic": unique_name("kpg-state"), "path": str(path)}
+    on_kafka = GatewayThread(gateway_config(broker, state=state)).start()
+    client = RawClient(on_kafka.bootstrap, timeout=30)
+    try:
+        assert produce_error(client, topic) == ErrorCode.invalid_record
+    finally:
+        client.close()
+        on_kafka.stop()
