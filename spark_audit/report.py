@@ -357,7 +357,7 @@ def build_report(
     events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
     progress.stage("duplicate event ids")
     duplicates = _collect(duplicate_event_ids(events))[0]
-    warnings = _unread_warnings(spark, input_path, unchained_events(loaded).count())
+    warnings = unread_warnings(spark, input_path, unchained_events(loaded).count())
     if duplicates["event_ids"]:
         warnings.append(
             f"{duplicates['event_ids']:,} event ids occur more than once "
@@ -674,7 +674,7 @@ def _empty_input_warnings(
     ]
 
 
-def _unread_warnings(spark: SparkSession, input_path: str, unchained: int) -> list[str]:
+def unread_warnings(spark: SparkSession, input_path: str, unchained: int = 0) -> list[str]:
     """What a report cannot vouch for: lines of a spool that are no audit event of any
     schema version (left out of every figure), and events of version 2 or later outside any
     chain (counted, but no gateway writes one). The table holds only well-formed events: the
