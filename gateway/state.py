@@ -20,6 +20,10 @@ Contracts, stated once:
   topic.
 - Concurrent writers of one key: the last committed (SQLite) or the later offset (Kafka) wins,
   and every instance converges on it.
+- What a store cannot read (a row or record of another program or another version of the
+  gateway, a file of a newer format) is never taken as absent: it may be a topic's
+  record.validation.policy. Start fails; found later, :attr:`settles` holds and
+  :meth:`settle` and writes fail until it is gone.
 """
 
 from __future__ import annotations
