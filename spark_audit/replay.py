@@ -67,7 +67,7 @@ from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain, unknown_defa
 from policies.loader import PolicyConfigError, load_policy_chain
 from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
 from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
-from spark_audit.report import load_events
+from spark_audit.report import load_events, unread_warnings
 from spark_audit.spreadsheet import safe_cell
 from spark_audit.transforms import event_kind, filter_events, principal_name, with_topic
 
@@ -491,6 +491,8 @@ def build_replay(
         "not_replayable": reasons,
         "newly_denied": sum(1 for row in changes if row["change"] == "newly denied"),
         "newly_allowed": sum(1 for row in changes if row["change"] == "newly allowed"),
+        # lines of the input that no request could be read from, so none was replayed
+        "warnings": unread_warnings(spark, input_path),
         "reports": reports,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
