@@ -1121,18 +1121,36 @@ _VERDICT_KEYS = ("policies", "limits", "client_configs")
 _VERDICT_UPSTREAM_KEYS = ("auto_create", "broker_defaults")
 
 
+_JSON_SCHEMA_DIR: Final = "record.validation.json.schema.dir"
+"""The built-in record rules' schema files (policies.records.JSON_SCHEMA_DIR)."""
+
+
 def policy_version(raw: Mapping[str, Any]) -> str:
     """The version of the configuration that decides verdicts: a hash of ``policies``,
     ``limits``, ``client_configs`` and the upstream keys that change a judgement
-    (``auto_create``, ``broker_defaults``), as parsed from YAML, keys sorted. Addresses,
-    audit, TLS and state settings do not change it; neither does the content of files a
-    plug-in reads by path."""
+    (``auto_create``, ``broker_defaults``), as parsed from YAML, keys sorted, and of the
+    JSON Schema files the built-in record rules read (``json-schema:<name>``): an edited
+    schema decides Produce requests otherwise. Addresses, audit, TLS and state settings do
+    not change it; neither does the content of files a plug-in reads by path."""
     upstream = raw.get("upstream") or {}
     verdict: dict[str, Any] = {key: raw.get(key) for key in _VERDICT_KEYS}
     if isinstance(upstream, Mapping):
         verdict["upstream"] = {key: upstream.get(key) for key in _VERDICT_UPSTREAM_KEYS}
+    policies = raw.get("policies")
+    if isinstance(policies, Mapping) and isinstance(policies.get(_JSON_SCHEMA_DIR), str):
+        verdict["json_schemas"] = _schema_digests(Path(policies[_JSON_SCHEMA_DIR]))
     text = json.dumps(verdict, sort_keys=True, separators=(",", ":"), default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _schema_digests(directory: Path) -> dict[str, str]:
+    """File name -> SHA-256 of each ``*.json`` file the built-in record rules read in
+    ``directory`` (none when it cannot be read: the rules' own check then stops start-up)."""
+    try:
+        paths = sorted(p for p in directory.glob("*.json") if p.is_file())
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    except OSError:
+        return {}
 
 
 RESTART_ONLY: Final = (

@@ -58,7 +58,7 @@ from policies.api import (
     RecordValidationPolicy,
     TopicMetadata,
 )
-from policies.records import RequiredHeadersOnly, ValueCheck, ValueRulesOnly
+from policies.records import JSON_SCHEMA_DIR, RequiredHeadersOnly, ValueCheck, ValueRulesOnly
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from protocol.records import (
@@ -546,6 +546,7 @@ def load_record_validator(
 
     :raises ConfigError: naming the key when the class cannot be loaded or configured.
     """
+    _check_own_keys(section, source)
     class_name = str(section.get(_CLASS_KEY) or _DEFAULT_CLASS)
     class_path = section.get(_PATH_KEY)
     mode = section.get(_MODE_KEY, "enforce")
@@ -578,6 +579,60 @@ def load_record_validator(
     if section.get(_REGISTRY_KEY) is not None:
         validator.inline = False  # registry lookups block on HTTP: keep them off the loop
     return validator
+
+
+_OWN_PREFIXES: Final = (
+    "record.validation.policy.",
+    "record.validation.schema.registry.",
+    "record.validation.json.",
+    "record.validation.max.",
+)
+"""Where the gateway reads its own record validation settings in ``policies:``."""
+_OWN_KEYS: Final = frozenset(
+    {
+        _CLASS_KEY,
+        _PATH_KEY,
+        _MODE_KEY,
+        _REGISTRY_KEY,
+        _REGISTRY_TIMEOUT_KEY,
+        f"{_REGISTRY_AUTH_KEY}_file",
+        f"{_REGISTRY_AUTH_KEY}_env",
+        *(f"{_REGISTRY_SSL_PREFIX}{key}" for key in _REGISTRY_SSL_KEYS),
+        JSON_SCHEMA_DIR,
+    }
+)
+
+
+def _check_own_keys(section: Mapping[str, object], source: str) -> None:
+    """Refuse a key under the gateway's own record validation prefixes that it does not
+    read: a misspelling (``record.validation.policy.clas.name`` ran the built-in rules in
+    the plug-in's place, ``...policy.mod: dry-run`` enforced), a key of a newer version of the
+    gateway (its setting would be half applied), or one of ``limits:`` given here (the
+    record validation budget stayed at its default). Other keys stay the plug-ins' own.
+
+    :raises ConfigError: naming the key.
+    """
+    for key in section:
+        if not isinstance(key, str) or key in _OWN_KEYS:
+            continue
+        if key.startswith("record.validation.max."):
+            raise ConfigError(
+                f"{source}: policies.{key}: a setting of limits:, not policies: (under "
+                "policies: it would only reach the plug-ins, and the budget stay its default)"
+            )
+        if key == _REGISTRY_AUTH_KEY:
+            raise ConfigError(
+                f"{source}: policies.{key}: give the credentials in {key}_file or {key}_env, "
+                "never in the config itself"
+            )
+        prefix = next((p for p in _OWN_PREFIXES if key.startswith(p)), None)
+        if prefix is not None:
+            known = sorted(k for k in _OWN_KEYS if k.startswith(prefix))
+            raise ConfigError(
+                f"{source}: policies.{key}: unknown key (a misspelling, or a setting of "
+                f"another version of the gateway); the record validation keys are: "
+                f"{', '.join(known)}"
+            )
 
 
 def _registry_url(url: object, source: str) -> str:

@@ -20,11 +20,16 @@ Contracts, stated once:
   topic.
 - Concurrent writers of one key: the last committed (SQLite) or the later offset (Kafka) wins,
   and every instance converges on it.
+- What a store cannot read (a row or record of another program or another version of the
+  gateway, a file of a newer format) is never taken as absent: it may be a topic's
+  record.validation.policy. Start fails; found later, :attr:`settles` holds and
+  :meth:`settle` and writes fail until it is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
@@ -37,6 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 
 from .config import HostPort
@@ -68,9 +74,11 @@ class StateStoreError(Exception):
 
 
 class StateStore(Protocol):
-    settles: bool
-    """Whether a read may lag writes made elsewhere (another instance), so that a reader
-    must :meth:`settle` before it trusts the absence of a key it has not read fresh."""
+    @property
+    def settles(self) -> bool:
+        """Whether a read may lag writes made elsewhere (another instance), or the store
+        holds what it cannot read, so that a reader must :meth:`settle` before it trusts
+        the absence of a key it has not read fresh."""
 
     async def start(self) -> None:
         """Load everything.
@@ -193,6 +201,12 @@ CREATE TABLE IF NOT EXISTS gateway_state (
 """
 
 
+_FORMAT: Final = 1
+"""``PRAGMA user_version`` of a state file in the format above (0: a file an earlier version
+made, the same format). A gateway that changes the format sets a higher number, and this one
+refuses such a file rather than misread it."""
+
+
 class SqliteStore(_Snapshot):
     """The embedded default: one SQLite file (WAL mode, synchronous=FULL).
 
@@ -231,6 +245,9 @@ class SqliteStore(_Snapshot):
         self._data_version: int | None = None
         self._identity: tuple[int, int] | None = None
         """(device, inode) of the file the connections have open."""
+        self._unreadable: str | None = None
+        """Why the file's last read found rows this store cannot read (not text: another
+        program's or another version's), else None; see :meth:`settle`."""
 
     async def start(self) -> None:
         """Open (creating it and its directory if needed) the file and load it; start the
@@ -251,6 +268,7 @@ class SqliteStore(_Snapshot):
         try:
             self._reader = self._open_reader()
             await self.refresh()
+            self._check_readable()
         except BaseException:
             await self.close()
             raise
@@ -271,7 +289,18 @@ class SqliteStore(_Snapshot):
             if str(mode).lower() != "wal":
                 raise sqlite3.OperationalError(f"cannot use WAL journal mode (got {mode!r})")
             conn.execute("PRAGMA synchronous=FULL")
+            found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if found > _FORMAT:
+                raise sqlite3.DatabaseError(
+                    f"its format is {found} (PRAGMA user_version), written by a newer "
+                    f"version of the gateway; this one reads format {_FORMAT} and older"
+                )
             conn.execute(_SCHEMA)
+            if found < _FORMAT:
+                # A write, once per file, and not needed to read it (0 is the same format):
+                # a file another process holds, or a read-only one, is stamped another time.
+                with contextlib.suppress(sqlite3.OperationalError):
+                    conn.execute(f"PRAGMA user_version={_FORMAT}")
         except BaseException:
             conn.close()
             raise
@@ -342,8 +371,18 @@ class SqliteStore(_Snapshot):
         """:raises sqlite3.Error: when the file cannot be read."""
         loaded = self._load(reader, self._data_version)
         if loaded is not None:
-            self._data_version, data = loaded
+            self._data_version, data, unreadable = loaded
+            if unreadable is not None and unreadable != self._unreadable:
+                log.error("state store %s: %s", self.path, unreadable)
+            self._unreadable = unreadable
             self._replace_all(data)
+
+    def _check_readable(self) -> None:
+        """:raises StateStoreError: while the file holds rows this store cannot read: what
+        they say is unknown (a topic's record.validation.policy, a client config), so
+        nothing is judged on the store, rather than on a view without them."""
+        if self._unreadable is not None:
+            raise StateStoreError(f"state store {self.path}: {self._unreadable}")
 
     def _close_connection(self) -> None:
         with self._db_lock:
@@ -358,10 +397,20 @@ class SqliteStore(_Snapshot):
                 raise StateStoreError(f"state store {self.path}: not open")
             return fn(self._conn)
 
-    settles = False  # every read asks the file first
+    @property
+    def settles(self) -> bool:
+        """False: every read asks the file for what was committed first; True while the
+        file holds rows this store cannot read, so that every Produce settles, and fails."""
+        self._read_if_changed()
+        return self._unreadable is not None
 
     async def settle(self) -> None:
-        """Nothing to wait for: every read asks the file for what was committed first."""
+        """Nothing to wait for: every read asks the file for what was committed first.
+
+        :raises StateStoreError: while the file holds rows this store cannot read.
+        """
+        self._read_if_changed()
+        self._check_readable()
 
     async def refresh(self) -> None:
         """Re-read the file if another connection has committed since the last read.
@@ -418,18 +467,36 @@ class SqliteStore(_Snapshot):
     @staticmethod
     def _load(
         conn: sqlite3.Connection, known_version: int | None
-    ) -> tuple[int, dict[str, dict[str, str]]] | None:
+    ) -> tuple[int, dict[str, dict[str, str]], str | None] | None:
+        """(data_version, the rows, why some rows cannot be read or None); None when
+        nothing was committed since ``known_version``. A row whose namespace, key or value
+        is not text (a BLOB or NULL: another program's or another version's) is not one this
+        store wrote: a BLOB key b'orders' is not the topic orders, and taken as it is the
+        topic had no policy."""
         # data_version is read before the rows: a commit landing in between makes the next
         # refresh read again, never skip a change.
         version = int(conn.execute("PRAGMA data_version").fetchone()[0])
         if version == known_version:
             return None
         data: dict[str, dict[str, str]] = {}
+        odd: list[tuple[object, object, object]] = []
         for namespace, key, value in conn.execute(
             "SELECT namespace, key, value FROM gateway_state"
         ):
-            data.setdefault(namespace, {})[key] = value
-        return version, data
+            if isinstance(namespace, str) and isinstance(key, str) and isinstance(value, str):
+                data.setdefault(namespace, {})[key] = value
+            else:
+                odd.append((namespace, key, value))
+        unreadable = None
+        if odd:
+            namespace, key, value = odd[0]
+            unreadable = (
+                f"{len(odd)} row(s) of gateway_state are not text, the first "
+                f"({_shown(namespace)}, {_shown(key)}): {type(value).__name__} value; written "
+                "by another program or another version of the gateway, nothing is judged on "
+                "the store until they are deleted or rewritten as text"
+            )
+        return version, data, unreadable
 
     async def _refresh_periodically(self) -> None:
         while True:
@@ -546,6 +613,8 @@ class SqliteStore(_Snapshot):
         async with self._lock:
             try:
                 await self._follow_the_file()
+                self._read_if_changed()
+                self._check_readable()
                 changes = await asyncio.to_thread(
                     self._call, lambda conn: self._transaction(conn, write)
                 )
@@ -579,6 +648,12 @@ class SqliteStore(_Snapshot):
                 conn.execute("ROLLBACK")
             raise
         return changes
+
+
+def _shown(value: object) -> str:
+    """A value of a row as a message shows it: its repr, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
@@ -631,7 +706,11 @@ class KafkaTopicStore(_Snapshot):
     :meth:`start` creates the topic if it is missing (cleanup.policy=compact, 1 partition,
     ``replication_factor``; -1 is the broker's default), reads partition 0 from the beginning
     up to its end offset, then keeps tailing it. Record key ``namespace\\0key`` (UTF-8),
-    value the UTF-8 value; a tombstone (null value) deletes the key.
+    value the UTF-8 value, no headers (a later format may mark its records with one); a
+    tombstone (null value) deletes the key. A record that is not so (another program's,
+    another version's) is never skipped: start fails, and while the store
+    runs, :meth:`settle` and writes fail, until a later record of its key (a tombstone)
+    replaces it.
 
     Writes go to partition 0 with acks=all. :meth:`put` returns once the broker has
     acknowledged the record *and* this instance's tail has applied it, so the log order decides
@@ -685,6 +764,9 @@ class KafkaTopicStore(_Snapshot):
         self._progress = asyncio.Condition()
         self._tail_error: BaseException | None = None
         self._tail_task: asyncio.Task[None] | None = None
+        self._unreadable: dict[bytes | None, tuple[int, str]] = {}
+        """Raw record key -> (offset, why) of records that could not be read and that no
+        later record of the key has replaced (:meth:`_check_readable`)."""
         self._conditional = asyncio.Lock()
         """One conditional write at a time on this instance (:meth:`put_all_if`)."""
         self._settling: asyncio.Future[None] | None = None
@@ -710,6 +792,7 @@ class KafkaTopicStore(_Snapshot):
                 await self._start_clients()
                 end = await self._end_offset()
                 await self._wait_applied(end)
+            self._check_readable()
         except TimeoutError:
             await self.close()
             raise StateStoreError(
@@ -747,18 +830,59 @@ class KafkaTopicStore(_Snapshot):
                 topic_configs={"cleanup.policy": "compact"},
             )
             response = await admin.create_topics([new_topic])
+            for topic_error in response.to_object()["topic_errors"]:
+                code = topic_error["error_code"]
+                if code == 0:
+                    log.info("%s: created (compacted, 1 partition)", self._where())
+                elif code == TopicAlreadyExistsError.errno:
+                    await self._check_topic(admin)
+                else:
+                    error = for_code(code)
+                    raise StateStoreError(
+                        f"{self._where()}: cannot create it: {error.__name__}: "
+                        f"{topic_error.get('error_message') or error.description}"
+                    )
         finally:
             await admin.close()
-        for topic_error in response.to_object()["topic_errors"]:
-            code = topic_error["error_code"]
-            if code == 0:
-                log.info("%s: created (compacted, 1 partition)", self._where())
-            elif code != TopicAlreadyExistsError.errno:
-                error = for_code(code)
-                raise StateStoreError(
-                    f"{self._where()}: cannot create it: {error.__name__}: "
-                    f"{topic_error.get('error_message') or error.description}"
-                )
+
+    async def _check_topic(self, admin: AIOKafkaAdminClient) -> None:
+        """Refuse a state topic made otherwise than :meth:`_create_topic` makes it (by an
+        operator ahead of the gateway, with the cluster's defaults): under a delete cleanup
+        policy its records expire (Kafka's default retention is 7 days), and a gateway
+        started after that loads no record.validation.policy, every topic unvalidated; of
+        several partitions the store reads and writes partition 0 alone.
+
+        :raises StateStoreError: naming what is wrong and how to fix it.
+        """
+        (described,) = await admin.describe_topics([self.topic])
+        partitions = len(described.get("partitions") or ())
+        if described.get("error_code", 0) == 0 and partitions != 1:
+            raise StateStoreError(
+                f"{self._where()}: the topic has {partitions} partitions, made otherwise than "
+                "the gateway makes it; the store reads and writes partition 0 alone, and "
+                "records in any other would never be read: give the gateway a topic of one "
+                "partition (state.topic)"
+            )
+        (answer,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, self.topic)]
+        )
+        (resource,) = answer.to_object()["resources"]
+        if resource["error_code"] != 0:
+            error = for_code(resource["error_code"])
+            raise StateStoreError(
+                f"{self._where()}: cannot read the topic's configs (to check it is compacted): "
+                f"{error.__name__}: {resource.get('error_message') or error.description}"
+            )
+        configs = {c["config_names"]: c["config_value"] for c in resource["config_entries"]}
+        policy = configs.get("cleanup.policy")
+        if policy is None or {p.strip() for p in policy.split(",")} != {"compact"}:
+            raise StateStoreError(
+                f"{self._where()}: the topic's cleanup.policy is {policy or 'not reported'}, "
+                "not compact: made otherwise than the gateway makes it, its records would "
+                "expire and the state with them (a topic's record.validation.policy then "
+                "gone): set cleanup.policy=compact on it (kafka-configs --alter "
+                "--add-config cleanup.policy=compact)"
+            )
 
     async def _start_clients(self) -> None:
         timeout_ms = int(self.request_timeout_s * 1000)
@@ -798,6 +922,7 @@ class KafkaTopicStore(_Snapshot):
         await self._consumer.seek_to_beginning(self._partition)
         self._position = 0
         self._data = {}
+        self._unreadable = {}
         self._tail_task = self._tasks.spawn(self._tail(), name=f"state-tail:{self.topic}")
 
     settles = True  # another instance's write arrives with the tail's next fetch
@@ -841,6 +966,7 @@ class KafkaTopicStore(_Snapshot):
                 raise StateStoreError(f"{self._where()}: not started")
             async with asyncio.timeout(self.request_timeout_s):
                 await self._wait_applied(await self._end_offset())
+            self._check_readable()
         except TimeoutError:
             raise StateStoreError(
                 f"{self._where()}: not caught up within {self.request_timeout_s:g} s"
@@ -880,13 +1006,56 @@ class KafkaTopicStore(_Snapshot):
                 self._progress.notify_all()
 
     def _decoded(self, records: Iterable[Any]) -> Iterable[Change]:
+        """The changes of ``records``; a record this store cannot read is kept in
+        :attr:`_unreadable` (by its raw key) until a later record of that key replaces it,
+        never skipped as if it were not there: it may be a topic's record.validation.policy
+        or a client config written by another version of the gateway."""
         for record in records:
+            if record.value is None and record.key in self._unreadable:
+                # a tombstone of the key: what an operator writes to clear it
+                del self._unreadable[record.key]
+                try:
+                    deleted = _decode(record.key, None)
+                except (ValueError, UnicodeDecodeError):
+                    continue  # a key no value of this store is under
+                yield deleted
+                continue
             try:
-                yield _decode(record.key, record.value)
+                if record.headers:
+                    # none of this format's records has one: a later format may say itself so
+                    raise ValueError(
+                        f"record headers {[name for name, _ in record.headers][:5]}: a format "
+                        "of another version"
+                    )
+                change = _decode(record.key, record.value)
             except (ValueError, UnicodeDecodeError) as exc:
-                log.warning(
-                    "%s: skipping the record at offset %d: %s", self._where(), record.offset, exc
-                )
+                if record.key not in self._unreadable:
+                    log.error(
+                        "%s: cannot read the record at offset %d (%s): written by another "
+                        "program or version; the store refuses to decide until a later record "
+                        "of its key (a tombstone) replaces it",
+                        self._where(),
+                        record.offset,
+                        exc,
+                    )
+                self._unreadable[record.key] = (record.offset, str(exc))
+                continue
+            self._unreadable.pop(record.key, None)
+            yield change
+
+    def _check_readable(self) -> None:
+        """:raises StateStoreError: while the topic holds a record this store cannot read
+        that no later record of its key replaced: what it says is unknown, so nothing is
+        judged on the store (fail closed), rather than on a view without it."""
+        if not self._unreadable:
+            return
+        offset, problem = min(self._unreadable.values())
+        raise StateStoreError(
+            f"{self._where()}: the record at offset {offset} cannot be read ({problem}), "
+            f"{len(self._unreadable)} such key(s) in all: written by another program or "
+            "another version of the gateway; write a tombstone of its key to the topic (after "
+            "checking what it held) or run the version that wrote it"
+        )
 
     async def _wait_applied(self, end_offset: int) -> None:
         """Wait until the tail has applied every record before ``end_offset``."""
@@ -963,6 +1132,7 @@ class KafkaTopicStore(_Snapshot):
                 await self._wait_applied(await self._end_offset())
         except (KafkaError, TimeoutError) as exc:
             raise StateStoreError(f"{self._where()}: cannot delete {what}: {exc!r}") from exc
+        self._check_readable()
         keys = self._keys_with_prefix(namespace, key_prefix)
         await self._write([(namespace, k, None) for k in keys], what)
 
@@ -974,6 +1144,7 @@ class KafkaTopicStore(_Snapshot):
         producer = self._producer
         if producer is None:
             raise StateStoreError(f"{self._where()}: not started")
+        self._check_readable()
         batch = producer.create_batch()
         for namespace, key, value in changes:
             appended = batch.append(

@@ -243,6 +243,17 @@ def _decide(verdicts: Sequence[Verdict]) -> Decision:
     return Decision(allowed=all(v.outcome != "denied" for v in verdicts), verdicts=tuple(verdicts))
 
 
+def unknown_default(topic: str, config: str) -> str:
+    """Why a topic that leaves ``config`` (``num.partitions`` or
+    ``default.replication.factor``) to a broker default nobody could read is denied by a
+    policy that needs the count: the gateway's words, and a replay's of the event."""
+    return (
+        f"Topic '{topic}' leaves {config} to the broker's default (-1), which the gateway "
+        "cannot read, so its policies cannot judge the topic; give the count, or state the "
+        f"broker's default in the gateway's upstream.broker_defaults.{config}"
+    )
+
+
 class PolicyChain:
     """Built-in rules and plug-ins, asked in order for each action (see :mod:`policies.chain`).
 

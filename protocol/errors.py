@@ -25,14 +25,20 @@ NOT_ENOUGH_REPLICAS = ErrorCode.not_enough_replicas
 OPERATION_NOT_ATTEMPTED = ErrorCode.operation_not_attempted
 REQUEST_TIMED_OUT = ErrorCode.request_timed_out
 INVALID_REQUIRED_ACKS = ErrorCode.invalid_required_acks
+INVALID_PARTITIONS = ErrorCode.invalid_partitions
+INVALID_REPLICA_ASSIGNMENT = ErrorCode.invalid_replica_assignment
+INVALID_SESSION_TIMEOUT = ErrorCode.invalid_session_timeout
 
 __all__ = (
     "CLUSTER_AUTHORIZATION_FAILED",
     "COORDINATOR_NOT_AVAILABLE",
     "CORRUPT_MESSAGE",
     "INVALID_CONFIG",
+    "INVALID_PARTITIONS",
     "INVALID_RECORD",
+    "INVALID_REPLICA_ASSIGNMENT",
     "INVALID_REQUIRED_ACKS",
+    "INVALID_SESSION_TIMEOUT",
     "INVALID_REQUEST",
     "KAFKA_STORAGE_ERROR",
     "INVALID_TOPIC_EXCEPTION",

@@ -26,9 +26,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
-from spark_audit.event import SPOOL_SEGMENT_GLOB, line_hash
+from spark_audit.event import SPOOL_SEGMENT_GLOB, AuditEvent, line_hash
 
 ProblemKind = Literal["gap", "break", "duplicate", "fork", "unreadable"]
 
@@ -147,7 +147,9 @@ class SpoolLinks:
     links: tuple[Link, ...]
     unchained: int
     unreadable: tuple[str, ...]
-    """``file:line`` of lines that are not a JSON event object."""
+    """``file:line: why`` of lines that are not an audit event of any schema version
+    (:meth:`AuditEvent.from_json`), or an event of version 2 or later without a chain,
+    which no gateway writes: left out of the chains, it was an event inserted unseen."""
 
 
 def spool_segments(directory: Path) -> list[Path]:
@@ -172,8 +174,8 @@ def read_spool_links(directory: Path) -> SpoolLinks:
         for number, line in _lines(path):
             where = f"{path.relative_to(directory)}:{number}"
             link = _link(line, where)
-            if link is None:
-                unreadable.append(where)
+            if isinstance(link, _Unreadable):
+                unreadable.append(f"{where}: {link.why}")
             elif link == "unchained":
                 unchained += 1
             else:
@@ -188,23 +190,33 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
-_CHAIN_KEYS: Final = ("chain_id", "seq", "prev_hash")
+@dataclass(frozen=True, slots=True)
+class _Unreadable:
+    why: str
 
 
-def _link(line: bytes, where: str) -> Link | Literal["unchained"] | None:
+def _link(line: bytes, where: str) -> Link | Literal["unchained"] | _Unreadable:
     try:
         data = json.loads(line)
     except ValueError:
-        return None
+        return _Unreadable("not JSON")
     if not isinstance(data, dict):
-        return None
-    chain_id, seq, prev_hash = (data.get(key) for key in _CHAIN_KEYS)
+        return _Unreadable("not a JSON object")
+    try:
+        event = AuditEvent.from_mapping(data)
+    except (ValueError, TypeError) as exc:
+        # what the report cannot read it leaves out: say so here
+        return _Unreadable(f"not an audit event: {str(exc)[:200]}")
+    chain_id, seq, prev_hash = event.chain_id, event.seq, event.prev_hash
     if chain_id is None:
-        return "unchained"
-    if not isinstance(chain_id, str) or not isinstance(seq, int) or isinstance(seq, bool):
-        return None
-    if prev_hash is not None and not isinstance(prev_hash, str):
-        return None
+        if event.schema_version == 1:
+            return "unchained"
+        return _Unreadable(
+            f"a schema version {event.schema_version} event without a chain: the gateway "
+            "chains every event of version 2 or later"
+        )
+    if seq is None:
+        return _Unreadable("chain_id without seq")
     return Link(
         chain_id=chain_id,
         seq=seq,

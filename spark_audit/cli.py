@@ -170,6 +170,8 @@ def replay_command(args: argparse.Namespace) -> int:
     except (CandidateError, OSError) as exc:
         logger.error("%s", exc)
         return 2
+    for warning in summary["warnings"]:
+        print(f"kpg audit replay: warning: {warning}", file=sys.stderr)
     skipped = summary["requests"] - summary["replayed_requests"]
     print(
         f"{summary['replayed_requests']:,} of {summary['requests']:,} requests replayed "

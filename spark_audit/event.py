@@ -80,9 +80,10 @@ GATEWAY_REFUSALS: Final = frozenset(
     {"gateway", "limits", "client_configs", "client_configs.admin_principals", "own_principal"}
 )
 """The ``policy`` of refusals the gateway makes before or instead of asking the policies (a
-broker default it cannot read, a limit, a dynamic client config it cannot take or a client
-not allowed to change it, the credentials and quotas of the user it signs in as): no
-``policies:`` section changes them, so ``kpg audit replay`` keeps them as recorded."""
+limit, a dynamic client config it cannot take or a client not allowed to change it, the
+credentials and quotas of the user it signs in as; in earlier events, a broker default it
+could not read, which the policies now judge): no ``policies:`` section changes them, so
+``kpg audit replay`` keeps them as recorded."""
 
 
 def new_request_id() -> str:

@@ -45,9 +45,10 @@ from spark_audit.options import add_stream_arguments, configure_logging, stream_
 from spark_audit.session import build_spark_session, glob_paths, path_exists, spool_glob
 from spark_audit.transforms import (
     dedupe_stream,
-    normalize_events,
+    is_well_formed,
     parse_lines,
     table_schema,
+    typed_events,
     with_date,
 )
 
@@ -126,12 +127,14 @@ def table_rows_stream(lines: DataFrame, *, dedupe_window: str = DEFAULT_DEDUPE_W
     Observed metrics for the progress log: ``lines`` (``read``, ``malformed``) and
     ``written`` (``rows``).
     """
-    observed = parse_lines(lines).observe(
+    # Malformed: every line left out as no event of the schema, not only the lines without
+    # an event id (a verdict no version has was counted a duplicate, and dropped unsaid).
+    observed = typed_events(parse_lines(lines)).observe(
         "lines",
         F.count(F.lit(1)).alias("read"),
-        F.count_if(F.col("event_id").isNull()).alias("malformed"),
+        F.count_if(~is_well_formed()).alias("malformed"),
     )
-    rows = with_date(dedupe_stream(normalize_events(observed), dedupe_window))
+    rows = with_date(dedupe_stream(observed.where(is_well_formed()), dedupe_window))
     return (
         rows.select(*table_schema().names)
         .observe("written", F.count(F.lit(1)).alias("rows"))

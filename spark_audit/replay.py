@@ -11,7 +11,9 @@ rule, principal and topic.
 What can be re-judged (an item is one topic or config resource of a request):
 
 - a topic creation (``action`` ``create``) with its ``topic_spec``: partitions, replication
-  factor and configs as the policies judged them;
+  factor and configs as the policies judged them (a count left to a broker default the
+  gateway could not read is null, and judged as the gateway judges it: denied by a rule or
+  plug-in that needs it);
 - a config change (``alter_config``) with its ``config_changes``: the keys the request
   changed, before and after. A sensitive key's values are never recorded: the key is left out
   of the replay. Configs the request did not change are not recorded either, nor is a topic's
@@ -35,13 +37,12 @@ topics, denied beside the candidate's verdicts): a replay of the deciding config
 changes nothing.
 
 What cannot, and is counted apart, per reason: Produce (records are not stored), deletes,
-partition increases, data operations (their judgement needs the topic's state, not
-recorded), creations whose broker default the gateway could not read, the topic config
-changes above, v1 events (no topic spec or config changes), lifecycle events and summaries
-(nothing judged), and connections the gateway closed (refused authentications, requests
-refused unread: no rule judged them). The recorded outcome of an item is ``denied`` when one
-of its events is (SCHEMA.md, "Requests and their outcome"); a request is denied when one of
-its items is.
+partition increases, data operations (their judgement needs the topic's state, not recorded),
+the topic config changes above, v1 events (no topic spec or config changes), lifecycle events
+and summaries (nothing judged), and connections the gateway closed (refused authentications,
+requests refused unread: no rule judged them). The recorded outcome of an item is ``denied``
+when one of its events is (SCHEMA.md, "Requests and their outcome"); a request is denied when
+one of its items is.
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ from pyspark.sql import types as T
 
 from policies import strict_yaml
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
-from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
+from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain, unknown_default
 from policies.loader import PolicyConfigError, load_policy_chain
 from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
 from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
-from spark_audit.report import load_events
+from spark_audit.report import load_events, unread_warnings
 from spark_audit.spreadsheet import safe_cell
 from spark_audit.transforms import event_kind, filter_events, principal_name, with_topic
 
@@ -207,10 +208,27 @@ def _judge(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
         spec = item["topic_spec"]
         if spec is None:
             return _not_replayable("creation without a topic spec (v1 event)")
-        if spec["partitions"] is None or spec["replication_factor"] is None:
-            return _not_replayable(
-                "creation with a broker default the gateway could not read (not recorded)"
+        partitions, replication = spec["partitions"], spec["replication_factor"]
+        if partitions is None or replication is None:
+            # a count left to a broker default the gateway could not read: judged, as live,
+            # by the policies that do not need it, and denied by those that do
+            topic = item["resource_name"]
+            check = chain.plan_create_topic_of_unknown_defaults(
+                topic,
+                dict(spec["configs"] or {}),
+                num_partitions=partitions,
+                replication_factor=replication,
+                partitions_unknown=(
+                    None if partitions is not None else unknown_default(topic, "num.partitions")
+                ),
+                replication_factor_unknown=(
+                    None
+                    if replication is not None
+                    else unknown_default(topic, "default.replication.factor")
+                ),
+                principal=principal,
             )
+            return _verdicts(chain.run(check))
         request = CreateTopicRequestMetadata(
             topic=item["resource_name"],
             num_partitions=spec["partitions"],
@@ -473,6 +491,8 @@ def build_replay(
         "not_replayable": reasons,
         "newly_denied": sum(1 for row in changes if row["change"] == "newly denied"),
         "newly_allowed": sum(1 for row in changes if row["change"] == "newly allowed"),
+        # lines of the input that no request could be read from, so none was replayed
+        "warnings": unread_warnings(spark, input_path),
         "reports": reports,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -53,6 +53,7 @@ from spark_audit.transforms import (
     filter_events,
     is_dry_run,
     lifecycle_events,
+    malformed_events,
     normalize_events,
     parse_lines,
     principal_name,
@@ -64,6 +65,7 @@ from spark_audit.transforms import (
     requests_per_hour,
     table_schema,
     totals,
+    unchained_events,
     with_date,
     with_topic,
     would_deny_requests_by_policy,
@@ -355,7 +357,7 @@ def build_report(
     events = loaded.select(*[c for c in loaded.columns if c not in _UNUSED_COLUMNS])
     progress.stage("duplicate event ids")
     duplicates = _collect(duplicate_event_ids(events))[0]
-    warnings = []
+    warnings = unread_warnings(spark, input_path, unchained_events(loaded).count())
     if duplicates["event_ids"]:
         warnings.append(
             f"{duplicates['event_ids']:,} event ids occur more than once "
@@ -670,6 +672,28 @@ def _empty_input_warnings(
         f"no audit events in {input_path} (filters: {filters.describe()}); --input is the "
         "audit table's root directory or a spool directory"
     ]
+
+
+def unread_warnings(spark: SparkSession, input_path: str, unchained: int = 0) -> list[str]:
+    """What a report cannot vouch for: lines of a spool that are no audit event of any
+    schema version (left out of every figure), and events of version 2 or later outside any
+    chain (counted, but no gateway writes one). The table holds only well-formed events: the
+    stream counts the rest as malformed in its log."""
+    warnings = []
+    segments = glob_paths(spark, spool_glob(input_path.rstrip("/")))
+    if segments:
+        malformed = malformed_events(parse_lines(spark.read.text(segments))).count()
+        if malformed:
+            warnings.append(
+                f"{malformed:,} lines of the spool are not audit events of any schema version "
+                "and are left out (kpg audit verify --input lists them)"
+            )
+    if unchained:
+        warnings.append(
+            f"{unchained:,} events of schema version 2 or later are in no chain: no gateway "
+            "writes such an event, so the chains cannot show whether they were inserted"
+        )
+    return warnings
 
 
 def _chain_warnings(chains: Sequence[Row]) -> list[str]:

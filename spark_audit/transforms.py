@@ -93,16 +93,34 @@ def _is_well_formed() -> Column:
     )
 
 
+def typed_events(raw: DataFrame) -> DataFrame:
+    """Raw events typed (times to timestamps, keywords trimmed and lower-cased), well-formed
+    or not (:func:`is_well_formed`)."""
+    return raw.select(*_typed_columns())
+
+
+def is_well_formed() -> Column:
+    """Of :func:`typed_events`: whether the row is an event of the schema (never null)."""
+    return F.coalesce(_is_well_formed(), F.lit(False))
+
+
 def normalize_events(raw: DataFrame) -> DataFrame:
     """Type raw events (times to timestamps, keywords trimmed and lower-cased) and keep
     only well-formed ones; :func:`malformed_events` returns the rest."""
-    return raw.select(*_typed_columns()).where(_is_well_formed())
+    return typed_events(raw).where(_is_well_formed())
 
 
 def malformed_events(raw: DataFrame) -> DataFrame:
-    """The raw rows :func:`normalize_events` drops (torn JSON, missing fields, bad times)."""
-    typed = raw.select(*_typed_columns())
-    return typed.where(~F.coalesce(_is_well_formed(), F.lit(False)))
+    """The raw rows :func:`normalize_events` drops (torn JSON, missing fields, bad times,
+    a verdict or mode of no schema version)."""
+    return typed_events(raw).where(~is_well_formed())
+
+
+def unchained_events(events: DataFrame) -> DataFrame:
+    """Events of schema version 2 or later outside any chain: no gateway writes one (every
+    event of those versions is a link of its process's chain), so the chains cannot show
+    whether it was inserted. Version 1 events have no chain."""
+    return events.where(F.col("chain_id").isNull() & (F.col("schema_version") >= 2))
 
 
 def dedupe_events(events: DataFrame) -> DataFrame:

@@ -74,7 +74,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from policies.api import CreateTopicRequestMetadata
-from policies.chain import Decision
+from policies.chain import Decision, unknown_default
 from protocol import admin
 from protocol import create_topics as ct
 from protocol.describe_configs import DescribedResource
@@ -563,9 +563,9 @@ def _metadata(
             configs=configs,
             num_partitions=partitions,
             replication_factor=replication,
-            partitions_unknown=None if partitions else _unknown(spec.name, "num.partitions"),
+            partitions_unknown=None if partitions else unknown_default(spec.name, "num.partitions"),
             replication_factor_unknown=(
-                None if replication else _unknown(spec.name, "default.replication.factor")
+                None if replication else unknown_default(spec.name, "default.replication.factor")
             ),
         )
     return CreateTopicRequestMetadata(
@@ -574,14 +574,6 @@ def _metadata(
         replication_factor=replication,
         replicas_assignments=None,
         configs=configs,
-    )
-
-
-def _unknown(topic: str, config: str) -> str:
-    return (
-        f"Topic '{topic}' leaves {config} to the broker's default (-1), which the gateway "
-        "cannot read, so its policies cannot judge the topic; give the count, or state the "
-        f"broker's default in the gateway's upstream.broker_defaults.{config}"
     )
 
 

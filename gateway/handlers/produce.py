@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import partial
+from functools import lru_cache, partial
 
 from policies.chain import Decision, Mode, Verdict
 from protocol.codec import Undecodable
@@ -101,7 +101,10 @@ log = logging.getLogger(__name__)
 
 API_KEY = 0
 Key = tuple[str, int]
-_ALL_REPLICAS = frozenset({"-1", "all"})
+_ONE_OR_NONE = frozenset({"0", "1"})
+"""The stored acks values that do not ask for every replica. Every other value asks for all:
+``all`` and ``-1``, and one this version cannot read (another program's or another version's;
+this one checks what it stores), which is taken at its strictest, never as unset."""
 _VALID_ACKS = frozenset({-1, 0, 1})
 
 
@@ -131,7 +134,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
                     header.client_id,
                     "acks",
                 )
-                if configured in _ALL_REPLICAS:
+                if _asks_all(configured):
                     frame = with_acks(header, frame, -1)
                     acks = -1
                     services.client_config_enforced.labels("acks").inc()
@@ -298,7 +301,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             ctx.client_id,
             "acks",
         )
-        if configured not in _ALL_REPLICAS:
+        if not _asks_all(configured):
             return None
         return ItemError(
             error_code=int(NOT_ENOUGH_REPLICAS),
@@ -551,4 +554,23 @@ def _unanswered_failure(version: int, response: bytes) -> str | None:
     return (
         f"acks=0 produce written with acks=all (its acks config) failed for "
         f"{', '.join(failed)}; closing the connection as Kafka does"
+    )
+
+
+def _asks_all(configured: str | None) -> bool:
+    """Whether a client's stored acks config asks for every replica (see _ONE_OR_NONE)."""
+    if configured is None or configured in _ONE_OR_NONE:
+        return False
+    if configured not in ("all", "-1"):
+        _unreadable_acks(configured)
+    return True
+
+
+@lru_cache(maxsize=64)
+def _unreadable_acks(configured: str) -> None:
+    """Log, once per value (not once per Produce), an acks config taken as all."""
+    log.warning(
+        "a stored acks config %r is no value this gateway stores (another program's or "
+        "version's): taken as all; set it again (kpg configs --alter)",
+        configured,
     )

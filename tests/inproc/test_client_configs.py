@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sqlite3
 import ssl
 import subprocess
 import threading
@@ -929,3 +930,51 @@ def test_list_config_resources_shows_only_its_own_user_to_a_non_admin(
         ((USER_CLIENT, "CN=alice:app-a"),),
     )
     assert list_resources(gw.bootstrap, [CLIENT], tls=alice) == (0, ((CLIENT, "app-a"),))
+
+
+def store_raw(gw: GatewayThread, key: str, value: str) -> None:
+    """A client config row written into the gateway's state file by another program (or
+    another version of the gateway), past the checks the gateway makes on what it stores."""
+    with contextlib.closing(sqlite3.connect(gw.gateway.state.path)) as conn:
+        conn.execute(
+            "INSERT INTO gateway_state VALUES (?, ?, ?, 0)", (cc.STATE_NAMESPACE, key, value)
+        )
+        conn.commit()
+
+
+def test_an_acks_config_it_cannot_read_is_taken_at_its_strictest(relayed: BrokerTap) -> None:
+    """Not as unset: 'ALL' (no value this version stores) let acks=1 and acks=0 through."""
+    gw = enforcing(relayed, acks=True, session_timeout=False)
+    try:
+        topic = new_topic(gw.bootstrap, {})
+        store_raw(gw, "ANONYMOUS/<default>/acks", "ALL")
+        produce(gw.bootstrap, topic, "durable-app", acks=1)
+        seen = produce_acks(relayed, topic)
+    finally:
+        gw.stop()
+    assert set(seen["durable-app"]) == {-1}
+
+
+def test_a_session_timeout_config_it_cannot_read_refuses_the_join(relayed: BrokerTap) -> None:
+    """Not as unset: '11s' (no value this version stores) let the consumer join with its own
+    45 s session timeout; the join is answered INVALID_SESSION_TIMEOUT and never forwarded."""
+    gw = enforcing(relayed, acks=False, session_timeout=True)
+    try:
+        store_raw(gw, "ANONYMOUS/group-app/session.timeout.ms", "11s")
+        request = JoinGroupRequest(
+            group_id=unique_name("g"),
+            session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
+            rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+        )
+        answer = decode_response(
+            11, 5, exchange(gw.bootstrap, encode_request(11, 5, 3, "group-app", request))
+        )
+        joins = [r for r in relayed.requests if r.api_key == 11]
+    finally:
+        gw.stop()
+    assert int(answer.error_code) == 26  # INVALID_SESSION_TIMEOUT
+    assert joins == []

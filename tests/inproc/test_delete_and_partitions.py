@@ -418,7 +418,7 @@ class ScriptedGateway:
 
 @pytest.fixture
 def scripted(
-    request: pytest.FixtureRequest, scripted_cluster: ScriptedCluster
+    request: pytest.FixtureRequest, scripted_cluster: ScriptedCluster, ignores_validate_only: bool
 ) -> Iterator[ScriptedGateway]:
     """A scripted upstream with CreatePartitions, which the test broker lacks.
 
@@ -444,12 +444,23 @@ def scripted(
     )
     upstream = scripted_cluster.add(state.respond, "partitions-broker")
     assert upstream.address is not None
-    config = gateway_config(upstream.address, upstream=KAFKA_LIKE_UPSTREAM, policies=policies)
+    config = gateway_config(
+        upstream.address,
+        upstream={**KAFKA_LIKE_UPSTREAM, "ignores_validate_only": ignores_validate_only},
+        policies=policies,
+    )
     gw = GatewayThread(config).start()
     try:
         yield ScriptedGateway(gateway=gw, upstream=upstream, state=state)
     finally:
         gw.stop()
+
+
+@pytest.fixture
+def ignores_validate_only() -> bool:
+    """Whether the gateway is told its upstream ignores validate_only (overridden by
+    parametrizing it)."""
+    return False
 
 
 def _partitions_request(
@@ -537,6 +548,82 @@ def test_partitions_validate_only_is_forwarded_after_the_policies(
     ((_, sent),) = scripted.received()
     assert sent.validate_only is True
     assert [t.name for t in sent.topics] == ["small"]
+    assert len(scripted.state.replicas["small"]) == 4
+
+
+@pytest.mark.parametrize("ignores_validate_only", [True])
+def test_partitions_validate_only_is_answered_here_before_a_broker_that_would_add_them(
+    scripted: ScriptedGateway,
+) -> None:
+    """``upstream.ignores_validate_only``: a broker that would carry out a dry run would add
+    partitions, which cannot be taken away again; the gateway answers the dry run itself, with
+    Kafka's errors for counts that are no increase or assignments that do not match."""
+    answer = scripted.create_partitions(
+        3,
+        _partitions_request(
+            3,
+            [
+                ("small", 7, None),
+                ("big", 30, None),
+                ("forbidden-growth", 1, None),
+                ("keep-offsets", 4, None),
+                ("ghost", 5, None),
+            ],
+            validate_only=True,
+        ),
+    )
+    assert [(r.name, int(r.error_code), r.error_message) for r in answer.results] == [
+        ("small", 0, None),
+        (
+            "big",
+            44,
+            noted("topic big: 30 partitions is above the maximum of 8 (rule max-partitions)"),
+        ),
+        (
+            "forbidden-growth",
+            37,
+            "The topic forbidden-growth currently has 2 partition(s); 1 would not be an increase.",
+        ),
+        (
+            "keep-offsets",
+            44,
+            noted(
+                "topic keep-offsets is protected: no one may add partitions to it "
+                "(rule keep-topics)"
+            ),
+        ),
+        ("ghost", 3, "The topic 'ghost' does not exist."),
+    ]
+    answer = scripted.create_partitions(
+        1,
+        _partitions_request(1, [("small", 4, None), ("big", 7, [[1, 2]])], validate_only=True),
+    )
+    assert [(r.name, int(r.error_code), r.error_message) for r in answer.results] == [
+        ("small", 37, "Topic already has 4 partition(s)."),
+        (
+            "big",
+            39,
+            "Attempted to add 3 additional partition(s), but only 1 assignment(s) were specified.",
+        ),
+    ]
+    # each new partition's replicas as Kafka's controller walks them (the brokers: 1, 2, 3)
+    cases = {
+        (): "The manual partition assignment includes an empty replica list.",
+        (1, 9): "The manual partition assignment includes broker 9, but no such broker is "
+        "registered.",
+        (3, 1, 3): "The manual partition assignment includes the broker 3 more than once.",
+        (1,): "The manual partition assignment includes a partition with 1 replica(s), but this "
+        "is not consistent with previous partitions, which have 2 replica(s).",
+        (2, 3): None,
+    }
+    for replicas, refusal in cases.items():
+        answer = scripted.create_partitions(
+            3,
+            _partitions_request(3, [("small", 5, [list(replicas)])], validate_only=True),
+        )
+        [(code, message)] = [(int(r.error_code), r.error_message) for r in answer.results]
+        assert (code, message) == ((39, refusal) if refusal else (0, None)), replicas
+    assert scripted.received() == []
     assert len(scripted.state.replicas["small"]) == 4
 
 

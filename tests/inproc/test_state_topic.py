@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from gateway.config import HostPort
@@ -241,25 +241,89 @@ def test_the_topic_is_created_compacted_with_one_partition(
     run(main())
 
 
-def test_records_it_did_not_write_are_skipped(broker: HostPort, state_topic: str) -> None:
+async def _produce(broker: HostPort, topic: str, *records: tuple[Any, ...]) -> None:
+    """Records written to the state topic by another program (or another gateway version):
+    (key, value) or (key, value, headers)."""
+    producer = AIOKafkaProducer(bootstrap_servers=str(broker))
+    await producer.start()
+    try:
+        for key, value, *headers in records:
+            await producer.send_and_wait(
+                topic, key=key, value=value, headers=headers[0] if headers else None
+            )
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        pytest.param((b"topic-config\0orders", b"\xff"), id="value-not-utf8"),
+        pytest.param((b"no-separator", b"x"), id="key-not-namespace-nul-key"),
+        pytest.param((b"\xfe\0orders", b"x"), id="key-not-utf8"),
+        pytest.param((None, b"x"), id="no-key"),
+        pytest.param((b"topic-config\0orders", b"x", [("kpg.format", b"2")]), id="headers"),
+    ],
+)
+def test_a_record_it_cannot_read_stops_start(
+    broker: HostPort, state_topic: str, record: tuple[Any, ...]
+) -> None:
+    """A record this version cannot read (a newer gateway's, or hand-written) may be a topic's
+    record.validation.policy or a client config: skipped, the topic was unvalidated."""
+
     async def main() -> None:
         store = await started(broker, state_topic)
         await store.put(NS, "before", "1")
         await store.close()
-        producer = AIOKafkaProducer(bootstrap_servers=str(broker))
-        await producer.start()
+        await _produce(broker, state_topic, record)
+        with pytest.raises(StateStoreError, match="cannot be read"):
+            await started(broker, state_topic)
+
+    run(main())
+
+
+def test_a_tombstone_of_the_unreadable_key_lets_the_store_start(
+    broker: HostPort, state_topic: str
+) -> None:
+    async def main() -> None:
+        await (await started(broker, state_topic)).close()  # the topic, of one partition
+        await _produce(
+            broker,
+            state_topic,
+            (b"no-separator", b"x"),
+            (b"topic-config\0orders", b"\xff"),
+            (b"no-separator", None),
+            (b"topic-config\0orders", b"strict"),
+        )
+        store = await started(broker, state_topic)
         try:
-            await producer.send_and_wait(state_topic, key=b"no-separator", value=b"x")
-            await producer.send_and_wait(state_topic, key=None, value=b"x")
-            await producer.send_and_wait(state_topic, key=b"topic-config\0bad", value=b"\xff")
+            assert dict(store.items(NS)) == {"orders": "strict"}
         finally:
-            await producer.stop()
-        restarted = await started(broker, state_topic)
+            await store.close()
+
+    run(main())
+
+
+def test_a_record_it_cannot_read_arriving_later_fails_closed(
+    broker: HostPort, state_topic: str
+) -> None:
+    """Written while the store runs: settle (every Produce, every topic config change) and
+    writes are refused until a later record of its key replaces it."""
+
+    async def main() -> None:
+        store = await started(broker, state_topic)
         try:
-            await restarted.put(NS, "after", "2")
-            assert dict(restarted.items(NS)) == {"before": "1", "after": "2"}
+            await store.put(NS, "before", "1")
+            await _produce(broker, state_topic, (b"topic-config\0orders", b"\xff"))
+            with pytest.raises(StateStoreError, match="offset 1 cannot be read"):
+                await store.settle()
+            with pytest.raises(StateStoreError, match="cannot be read"):
+                await store.put(NS, "other", "2")
+            await _produce(broker, state_topic, (b"topic-config\0orders", b"strict"))
+            await store.settle()
+            assert store.get(NS, "orders") == "strict"
         finally:
-            await restarted.close()
+            await store.close()
 
     run(main())
 
@@ -489,5 +553,37 @@ def test_a_settle_called_during_another_sees_a_write_made_before_it(
             b.gate.set()
             await a.close()
             await b.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("partitions", "configs", "complaint"),
+    [
+        pytest.param(1, {"cleanup.policy": "delete"}, "cleanup.policy", id="delete"),
+        pytest.param(
+            1, {"cleanup.policy": "compact,delete"}, "cleanup.policy", id="compact-delete"
+        ),
+        pytest.param(1, {}, "cleanup.policy", id="broker-default"),
+        pytest.param(3, {"cleanup.policy": "compact"}, "3 partitions", id="partitions"),
+    ],
+)
+def test_a_state_topic_made_otherwise_stops_start(
+    broker: HostPort, state_topic: str, partitions: int, configs: dict[str, str], complaint: str
+) -> None:
+    """A state topic the gateway did not create (an operator's, made ahead with the cluster's
+    defaults): under a delete policy its records expire (retention.ms, 7 days by default),
+    and a gateway started after that loaded no record.validation.policy, every topic
+    unvalidated; records another writer put in a partition but 0 were never read."""
+
+    async def main() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=str(broker))
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(state_topic, partitions, 1, topic_configs=configs)])
+        finally:
+            await admin.close()
+        with pytest.raises(StateStoreError, match=complaint):
+            await started(broker, state_topic)
 
     run(main())

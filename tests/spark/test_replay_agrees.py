@@ -153,3 +153,46 @@ def test_replaying_the_deciding_configuration_changes_nothing(
     ]
     [unknown] = [r for r in changes if not r["replayable"]]
     assert "required.configs" in unknown["not_replayable_because"]
+
+
+def test_a_create_left_to_unread_broker_defaults_is_replayed_as_the_gateway_judged_it(
+    spark: SparkSession, broker: HostPort, tmp_path: Path
+) -> None:
+    """A gateway that cannot read the broker's defaults (none stated, and the test broker
+    reports none) judges a -1 count by the policies that do not need it; the event records
+    the count as null, and a replay judges it the same way: the deciding configuration changes
+    nothing, and a candidate that drops the partitions rule allows what that rule denied."""
+    token = uuid.uuid4().hex[:8]
+    spool = tmp_path / "spool"
+    naming = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.[a-z0-9-]+\.v[0-9]+"}
+    counted = {"name": "partition-count", "type": "partitions", "max": 50}
+    deciding = {"rules": [naming, counted]}
+    gw = GatewayThread(
+        gateway_config(
+            broker,
+            policies=deciding,
+            upstream={"broker_defaults": {}},
+            audit={"spool_dir": str(spool)},
+        )
+    ).start()
+    try:
+        answers = {
+            "named": create(gw, f"team.n{token}.v1", -1, {}, validate_only=True),
+            "odd": create(gw, f"Odd{token}", -1, {}, validate_only=True),
+        }
+    finally:
+        gw.stop()
+    assert {k: a.error_code for k, a in answers.items()} == {"named": 44, "odd": 44}
+    assert "upstream.broker_defaults.num.partitions" in (answers["named"].error_message or "")
+
+    events = with_topic(load_events(spark, str(spool)))
+    same = {r["topics"][0]: r for r in replay_requests(events, deciding).collect()}
+    assert [(r["replayable"], r["replayed_rules"]) for r in same.values()] == [
+        (True, ["partition-count"]),
+        (True, ["naming", "partition-count"]),
+    ]
+    assert changed_requests(replay_requests(events, deciding)).count() == 0
+
+    candidate = {"rules": [naming]}
+    changed = changed_requests(replay_requests(events, candidate)).collect()
+    assert [(r["change"], r["topics"]) for r in changed] == [("newly allowed", f"team.n{token}.v1")]

@@ -194,3 +194,52 @@ def test_kpg_audit_verify_exit_status_and_output(
     assert "BROKEN" in out and "break at seq" in out
 
     assert verify_command(argparse.Namespace(input=tmp_path / "missing")) == 2
+
+
+def _unchained(line: bytes, **changes: object) -> bytes:
+    """``line`` as another event, taken out of its chain (what a forger can write without
+    knowing what follows)."""
+    data = json.loads(line)
+    data.update(chain_id=None, seq=None, prev_hash=None, **changes)
+    return json.dumps(data, separators=(",", ":")).encode() + b"\n"
+
+
+def test_an_event_of_a_chained_version_outside_any_chain_is_unreadable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A v2 or v3 event without chain_id was counted as a v1 event ('events without a chain
+    (schema version 1)') and verify said intact (exit 0): an event inserted anywhere in the
+    spool, which the report counts, went unseen. A real v1 event stays unchained."""
+    write_chain(tmp_path, 2)
+    first = segments(tmp_path)[0]
+    line = all_lines(tmp_path)[1]
+    forged = _unchained(line, event_id="00000000-0000-4000-8000-000000000001")
+    old = json.loads(_unchained(line, event_id="00000000-0000-4000-8000-000000000002"))
+    old["schema_version"] = 1
+    v1 = {k: v for k, v in old.items() if k in AuditEvent.__dataclass_fields__}
+    for key in ("request_id", "policy_version", "event_kind", "chain_id", "seq", "prev_hash"):
+        v1.pop(key)
+    for key in ("config_changes", "topic_spec", "request_events"):
+        v1.pop(key, None)
+    first.write_bytes(
+        first.read_bytes() + forged + json.dumps(v1, separators=(",", ":")).encode() + b"\n"
+    )
+
+    found = read_spool_links(tmp_path)
+    assert found.unchained == 1, "the v1 event"
+    (where,) = found.unreadable
+    assert "schema version 3 event without a chain" in where
+    assert verify_command(argparse.Namespace(input=tmp_path)) == 1
+    assert "unreadable line at" in capsys.readouterr().out
+
+
+def test_a_chained_line_that_is_no_audit_event_is_unreadable(tmp_path: Path) -> None:
+    """Its links intact, a line the report cannot read (a verdict no version has) was left
+    out of the report unseen while verify said intact."""
+    write_chain(tmp_path, 2)
+    last = all_lines(tmp_path)[-1]
+    seq = json.loads(last)["seq"]
+    rewrite_line(tmp_path, seq, lambda line: line.replace(b'"allowed"', b'"maybe"'))
+    found = read_spool_links(tmp_path)
+    (where,) = found.unreadable
+    assert "not an audit event" in where

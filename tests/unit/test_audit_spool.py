@@ -702,3 +702,28 @@ def test_an_unknown_lifecycle_action_is_refused() -> None:
     emitter = AuditEmitter([RecordingSink()])
     with pytest.raises(ValueError, match="lifecycle action"):
         emitter.lifecycle("restart", policy_version="v", message="m")
+
+
+def test_a_spool_directory_in_use_is_refused_to_a_second_gateway(tmp_path: Path) -> None:
+    """Two gateways given one spool directory by mistake: the second is refused at open
+    (its own process, as a second gateway is), so no segment has two writers and each
+    directory holds one writer's chains."""
+    first = SpoolSink(tmp_path)
+    first.open()
+    try:
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from pathlib import Path; from gateway.audit import SpoolSink; "
+                "SpoolSink(Path(sys.argv[1])).open()",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
+    finally:
+        first.close()
+    assert second.returncode != 0
+    assert f"audit spool {tmp_path} is in use by another writer" in second.stderr

@@ -11,6 +11,7 @@ import pytest
 
 from gateway import config
 from gateway.config import ConfigError, HostPort, LimitsConfig, load
+from policies.records import JSON_SCHEMA_DIR
 
 pytestmark = pytest.mark.unit
 
@@ -302,3 +303,43 @@ def test_the_embedded_broker_is_fronted_as_the_tansu_it_is(tmp_path: Path) -> No
     path.write_text("upstream: {ignores_replica_assignments: maybe}\n")
     with pytest.raises(ConfigError, match="upstream.ignores_replica_assignments"):
         load(path)
+
+
+def test_policy_version_changes_with_the_json_schemas_the_rules_read(tmp_path: Path) -> None:
+    """An edited schema file decides Produce requests anew (after a reload or a restart):
+    the audit's policy_version stayed the same, so events of the two verdicts could not be
+    told apart."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    (schemas / "orders.json").write_text('{"type": "object", "required": ["id"]}')
+    raw = {"policies": {JSON_SCHEMA_DIR: str(schemas)}}
+    first = config.from_mapping(raw, "t").policy_version
+    assert config.from_mapping(raw, "t").policy_version == first, "same files, same version"
+    (schemas / "orders.json").write_text('{"type": "object"}')
+    assert config.from_mapping(raw, "t").policy_version != first
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        # misspelt: the built-in rules ran in the plug-in's place
+        ("record.validation.policy.clas.name", "acme.StrictPolicy", "unknown key"),
+        # misspelt: enforced where dry-run was meant, or the reverse in another spelling
+        ("record.validation.policy.mod", "dry-run", "unknown key"),
+        # a newer version's setting (or Confluent's), half applied: ignored
+        ("record.validation.schema.registry.ssl.crl.location", "/etc/kpg/crl.pem", "unknown key"),
+        # a limits: key under policies: the budget stayed its default (1,000,000 records)
+        ("record.validation.max.records", 1000, "a setting of limits:, not policies:"),
+        # Confluent's spelling takes the secret inline: ignored, the registry asked without it
+        ("record.validation.schema.registry.basic.auth.user.info", "kpg:pw", "_file or"),
+    ],
+)
+def test_record_validation_keys_it_does_not_read_stop_start_up(
+    key: str, value: object, problem: str
+) -> None:
+    """Every key of policies: reaches the plug-ins' configure(), so one under the gateway's
+    own record validation prefixes that it does not read was passed on without a word."""
+    from gateway.server import check_policies
+
+    with pytest.raises(ConfigError, match=f"policies.{key}: .*{problem}"):
+        check_policies(config.from_mapping({"policies": {key: value}}, "gw.yaml"))

@@ -450,3 +450,98 @@ def test_a_state_file_removed_under_a_running_store_is_followed(tmp_path: Path) 
                 await newcomer.close()
 
     run(main())
+
+
+def _insert(path: Path, *rows: tuple[object, object, object]) -> None:
+    """Rows another program (or another version of the gateway) wrote into the file."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executemany(
+            "INSERT INTO gateway_state (namespace, key, value, updated_at) VALUES (?, ?, ?, 0)",
+            rows,
+        )
+        conn.commit()
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        pytest.param((NS, b"orders", "strict"), id="blob-key"),
+        pytest.param((NS, "orders", b"strict"), id="blob-value"),
+        pytest.param((NS.encode(), "orders", "strict"), id="blob-namespace"),
+    ],
+)
+def test_a_row_that_is_not_text_stops_start(tmp_path: Path, row: tuple[object, ...]) -> None:
+    """Served as it was, a BLOB key b'orders' was not the topic orders: the topic's
+    record.validation.policy was absent and its records went unvalidated."""
+    path = tmp_path / "state.db"
+    run(_made(path))
+    _insert(path, row)
+    with pytest.raises(StateStoreError, match="not text"):
+        run(started(path))
+
+
+async def _made(path: Path) -> None:
+    store = await started(path)
+    await store.put(NS, "before", "1")
+    await store.close()
+
+
+def test_a_row_that_is_not_text_arriving_later_fails_closed(tmp_path: Path) -> None:
+    """Every Produce settles while the file holds it (and is refused), writes are refused,
+    and all is well again once the row is gone."""
+    path = tmp_path / "state.db"
+
+    async def main() -> None:
+        store = await started(path)
+        try:
+            await store.settle()
+            assert not store.settles
+            _insert(path, (NS, b"orders", "strict"))
+            assert store.settles
+            with pytest.raises(StateStoreError, match="not text"):
+                await store.settle()
+            with pytest.raises(StateStoreError, match="not text"):
+                await store.put(NS, "other", "2")
+            with closing(sqlite3.connect(path)) as conn:
+                conn.execute("DELETE FROM gateway_state WHERE typeof(key) = 'blob'")
+                conn.commit()
+            await store.settle()
+            assert not store.settles
+            await store.put(NS, "orders", "strict")
+            assert store.get(NS, "orders") == "strict"
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_a_file_of_a_newer_format_stops_start(tmp_path: Path) -> None:
+    """A gateway that changes the file's format says so in PRAGMA user_version; this one
+    refuses the file rather than misread it (and a file it makes says format 1)."""
+    path = tmp_path / "state.db"
+    run(_made(path))
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        conn.execute("PRAGMA user_version=2")
+        conn.commit()
+    with pytest.raises(StateStoreError, match="format is 2"):
+        run(started(path))
+    assert rows(path) == {(NS, "before"): "1"}
+
+
+def test_a_file_of_an_earlier_version_held_by_a_writer_still_opens(tmp_path: Path) -> None:
+    """Format 0 (no stamp: an earlier version's file) reads as format 1; stamping it waits
+    for no other process's write."""
+    path = tmp_path / "state.db"
+    run(_made(path))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version=0")
+        conn.commit()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        store = run(started(path, busy_timeout_s=0.1))
+        assert store.get(NS, "before") == "1"
+        run(store.close())
+    finally:
+        other.close()
