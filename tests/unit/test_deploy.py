@@ -561,3 +561,11 @@ def test_build_context_keeps_local_data_and_secrets_out() -> None:
     for sources in re.findall(r"^COPY (?!--from=)(.+) \S+$", dockerfile, flags=re.M):
         for source in sources.split():
             assert not excluded(source), source
+
+
+def test_compose_restarts_a_gateway_that_exits(compose: dict) -> None:  # type: ignore[type-arg]
+    """kpg run's supervisor exits with status 1 once every worker is given up (a broker
+    unreachable for long enough), "for the orchestrator to act": Compose's default is to
+    act not at all, so the gateway, and with it every client, stayed down."""
+    for name in ("gateway", "kafka"):
+        assert compose["services"][name]["restart"] in ("always", "unless-stopped"), name
