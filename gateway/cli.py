@@ -83,6 +83,12 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here (overrides metrics)"
     )
     run.add_argument(
+        "--audit-instance",
+        metavar="NAME",
+        help="the audit events' gateway_instance, for every worker (overrides "
+        "audit.instance): one name per pod or host where they share a configuration",
+    )
+    run.add_argument(
         "--workers",
         type=int,
         metavar="N",
@@ -430,6 +436,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "advertised_host": args.advertised_host,
         "node_port_base": args.node_port_base,
         "metrics": args.metrics,
+        "audit.instance": args.audit_instance,
     }
     try:
         config = load(args.config, overrides, source=args.config_name)
@@ -623,6 +630,8 @@ def _supervise(
         "--log-format",
         args.log_format,
     ]
+    if args.audit_instance is not None:
+        base += ["--audit-instance", args.audit_instance]
     if embedded:
         base.append("--embedded-upstream")
     config_name = str(args.config) if args.config is not None else None

@@ -569,3 +569,13 @@ def test_compose_restarts_a_gateway_that_exits(compose: dict) -> None:  # type: 
     act not at all, so the gateway, and with it every client, stayed down."""
     for name in ("gateway", "kafka"):
         assert compose["services"][name]["restart"] in ("always", "unless-stopped"), name
+
+
+def test_k8s_pods_name_their_audit_events(k8s: dict) -> None:  # type: ignore[type-arg]
+    """Every pod reads one ConfigMap, so its audit.instance named every pod's events alike in
+    the one audit topic: the Deployment passes each pod's own name."""
+    container = _container(k8s)
+    args = container["args"]
+    assert args[args.index("--audit-instance") + 1] == "$(POD_NAME)"
+    (env,) = [e for e in container["env"] if e["name"] == "POD_NAME"]
+    assert env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
