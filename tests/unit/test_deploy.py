@@ -335,15 +335,14 @@ def test_compose_publishes_metrics_on_the_hosts_loopback_only(compose: dict) -> 
 
 
 def test_compose_gateway_fits_its_limits(compose: dict) -> None:  # type: ignore[type-arg]
-    """Left to its defaults, the compose gateway ran one worker per core of the host (not of
-    a CPU limit) and each took (open-file limit - 64) / 2 = 524,256 clients and 256 MiB of
-    requests being received, with no memory limit: a client opening connections in a loop
-    grew it until the host's OOM killer chose something. Workers, CPUs, memory and the
-    per-worker limits now agree, as in the Kubernetes Deployment."""
+    """Left to its defaults, the compose gateway ran one worker per core of the host and each
+    took (open-file limit - 64) / 2 = 524,256 clients and 256 MiB of requests being
+    received, with no memory limit: a client opening connections in a loop grew it until
+    the host's OOM killer chose something. Workers, memory and the per-worker limits now
+    agree, as in the Kubernetes Deployment."""
     gateway = compose["services"]["gateway"]
     command = gateway["command"]
     workers = int(command[command.index("--workers") + 1])
-    assert workers == int(float(gateway["cpus"]))
     config = load(ROOT / "deploy" / "gateway.compose.yaml")
     limits = config.limits
     raw = yaml.safe_load((ROOT / "deploy" / "gateway.compose.yaml").read_text())["limits"]
