@@ -54,7 +54,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="run the gateway",
         description=(
             "Run the gateway. Clients point bootstrap.servers at the address it prints. "
-            "With no upstream configured it starts an embedded Tansu broker on a free "
+            "With no upstream configured it starts an embedded Tansu broker (the "
+            "kafka-policy-gateway[embedded] extra; not in the image) on a free "
             "loopback port and fronts it. Flags override the config file."
         ),
     )
@@ -80,6 +81,12 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     run.add_argument(
         "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics here (overrides metrics)"
+    )
+    run.add_argument(
+        "--audit-instance",
+        metavar="NAME",
+        help="the audit events' gateway_instance, for every worker (overrides "
+        "audit.instance): one name per pod or host where they share a configuration",
     )
     run.add_argument(
         "--workers",
@@ -429,6 +436,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "advertised_host": args.advertised_host,
         "node_port_base": args.node_port_base,
         "metrics": args.metrics,
+        "audit.instance": args.audit_instance,
     }
     try:
         config = load(args.config, overrides, source=args.config_name)
@@ -622,6 +630,8 @@ def _supervise(
         "--log-format",
         args.log_format,
     ]
+    if args.audit_instance is not None:
+        base += ["--audit-instance", args.audit_instance]
     if embedded:
         base.append("--embedded-upstream")
     config_name = str(args.config) if args.config is not None else None

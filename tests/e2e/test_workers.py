@@ -1253,3 +1253,23 @@ def test_over_tls_too_one_address_holds_max_connections_per_ip(
         for client in clients:
             client.close()
         running.stop()
+
+
+def test_each_pod_names_its_own_audit_events(broker: HostPort, tmp_path: Path) -> None:
+    """Replicas share one configuration (a ConfigMap), so its audit.instance named every
+    pod's events alike ("kpg"): in the one audit topic they all write, nothing said which pod
+    decided. `--audit-instance` (the Kubernetes Deployment passes the pod's name) names the
+    events of every worker of this process, across the supervisor's workers."""
+    config = write_config(tmp_path, broker)
+    process, bootstrap = start_kpg(
+        "--config", str(config), "--workers", "2", "--audit-instance", "kpg-7f9c4-x2x9p"
+    )
+    running = Running(process, bootstrap, config)
+    try:
+        assert wait_for(lambda: running.metric("kpg_workers", state="ready") == 2, timeout=60)
+    finally:
+        assert running.stop() == 0
+    events = spool_events(tmp_path / "audit")
+    starts = [e for e in events if e["action"] == "start"]
+    assert len(starts) == 2, running.stderr()
+    assert {e["gateway_instance"] for e in events} == {"kpg-7f9c4-x2x9p"}
