@@ -10,6 +10,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from prometheus_client import Counter
@@ -37,7 +38,13 @@ from .policy_runner import PolicyRunner
 from .record_validation import RecordValidator, load_record_validator
 from .reuseport import request_sockets
 from .services import Services
-from .state import KafkaTopicStore, SqliteStore, StateStore, StateStoreError
+from .state import (
+    KafkaTopicStore,
+    SqliteStore,
+    StateStore,
+    StateStoreError,
+    carry_over_sqlite,
+)
 from .tasks import TaskSet
 from .upstream_security import (
     UpstreamAuthenticationError,
@@ -313,6 +320,10 @@ class Gateway:
         await self._check_upstream_credentials()
         try:
             await self.state.start()
+            if self.config.state.store == "kafka":
+                await carry_over_sqlite(
+                    self.state, Path(self.config.state.path), host=socket.gethostname()
+                )
         except StateStoreError as exc:
             raise ConfigError(f"{self.config.source}: state: {exc}") from None
         self._state_loaded = True

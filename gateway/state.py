@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import sqlite3
@@ -1189,3 +1190,81 @@ class KafkaTopicStore(_Snapshot):
                 f"within {self.request_timeout_s:g} s{detail}",
                 maybe_written=True,
             ) from None
+
+
+# --- a move from SQLite to the Kafka topic ---------------------------------------------------
+
+CARRIED_OVER_NAMESPACE: Final = "gateway.carried.over"
+"""Where the state topic records which SQLite files a gateway has carried over into it: key
+``<host>:<path of the file>``, value the time it was done."""
+
+
+async def carry_over_sqlite(store: StateStore, path: Path, *, host: str) -> int:
+    """Carry the entries of a SQLite state file into ``store`` (the Kafka topic) once: a
+    gateway moved from ``state.store: sqlite`` to ``kafka`` would otherwise start on a topic
+    without the file's ``record.validation.policy`` values and client configs, and validate
+    nothing. Done once per host and file (recorded in :data:`CARRIED_OVER_NAMESPACE`, so that
+    later changes made through the topic are not undone by the file); a key the topic holds
+    with the same value is left; an absent key is written only while still absent (another
+    gateway carrying its own file over at the same time); a key the topic holds with another
+    value stops the start, naming it: which one should stand is the operator's to say. No file
+    at ``path``: nothing to do. The file's entries are not changed; remove it once carried
+    over.
+
+    :returns: how many entries were written.
+    :raises StateStoreError: when the file cannot be read or an entry differs.
+    """
+    marker = f"{host}:{path.resolve()}"
+    if store.get(CARRIED_OVER_NAMESPACE, marker) is not None or not path.exists():
+        return 0
+    old = SqliteStore(path)
+    await old.start()
+    try:
+        found = {ns: dict(entries) for ns, entries in old._data.items()}
+    finally:
+        await old.close()
+    found.pop(CARRIED_OVER_NAMESPACE, None)
+    await store.settle()
+    differing = [
+        f"{ns} {key!r}"
+        for ns, entries in found.items()
+        for key, value in entries.items()
+        if (held := store.get(ns, key)) is not None and held != value
+    ]
+    if differing:
+        raise StateStoreError(
+            f"the SQLite state file {path} (state.path), not yet carried over into the state "
+            f"topic, holds {len(differing)} entries the topic holds with another value: "
+            f"{', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}; set them "
+            "in one place as they should stand (or remove the file to keep the topic's) and "
+            "start again"
+        )
+    written = 0
+    for ns, entries in sorted(found.items()):
+        for key, value in sorted(entries.items()):
+            written += await _carry_one(store, ns, key, value, path)
+    await store.put(CARRIED_OVER_NAMESPACE, marker, dt.datetime.now(tz=dt.UTC).isoformat())
+    log.warning(
+        "state: carried %d entries of the SQLite state file %s into the state topic (once "
+        "for this host and file; the file can be removed)",
+        written,
+        path,
+    )
+    return written
+
+
+async def _carry_one(store: StateStore, namespace: str, key: str, value: str, path: Path) -> int:
+    """Write one entry of a carried-over file while the topic lacks it; 1 if written."""
+    for _ in range(3):
+        held = store.get(namespace, key)
+        if held == value:
+            return 0
+        if held is not None:
+            break
+        expected = {k: v for k, v in store.items(namespace).items() if k.startswith(key)}
+        if await store.put_all_if(namespace, {key: value}, prefix=key, expected=expected):
+            return 1
+    raise StateStoreError(
+        f"the SQLite state file {path}: {namespace} {key!r} was set in the state topic while "
+        "it was carried over; start again"
+    )

@@ -53,17 +53,12 @@ def test_a_policy_row_the_gateway_cannot_read_is_not_taken_as_none(
     assert records_at(broker, topic) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Open: a gateway moved from state.store: sqlite to kafka starts on the empty state "
-    "topic while the SQLite file at state.path still holds every topic's "
-    "record.validation.policy, and validates nothing; importing the file (which value wins "
-    "over one already in the topic, and a fleet of hosts each with a file of its own) or "
-    "refusing to start beside a file with rows is a choice left to the lead",
-)
 def test_a_move_to_the_kafka_state_store_keeps_the_policies(
     broker: HostPort, tmp_path: Path
 ) -> None:
+    """A gateway moved from ``state.store: sqlite`` to ``kafka`` started on an empty state
+    topic while the file at ``state.path`` held every topic's record.validation.policy, and
+    validated nothing: it now carries the file over once, and the policy holds."""
     path = tmp_path / "state.db"
     topic = unique_name("moved")
     on_sqlite = GatewayThread(gateway_config(broker, state={"path": str(path)})).start()
@@ -81,3 +76,47 @@ def test_a_move_to_the_kafka_state_store_keeps_the_policies(
     finally:
         client.close()
         on_kafka.stop()
+
+
+def _file_with(path: Path, rows: dict[str, str]) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS gateway_state (namespace TEXT NOT NULL, key TEXT NOT "
+            "NULL, value TEXT NOT NULL, updated_at REAL NOT NULL, PRIMARY KEY (namespace, key)) "
+            "WITHOUT ROWID"
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO gateway_state VALUES (?, ?, ?, 0)",
+            [(STATE_NAMESPACE, topic, value) for topic, value in rows.items()],
+        )
+        conn.commit()
+    path.chmod(0o600)
+
+
+def test_a_file_is_carried_over_once_and_a_differing_entry_stops_the_start(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """Carried over once per host and file: an entry added to the file later is not (the
+    topic has been the state since, and later changes through it must not be undone); a
+    file whose entry the topic holds with another value stops the start, naming it."""
+    path = tmp_path / "state.db"
+    first, later = unique_name("first"), unique_name("later")
+    _file_with(path, {first: POLICY})
+    state = {"store": "kafka", "topic": unique_name("kpg-state"), "path": str(path)}
+    gw = GatewayThread(gateway_config(broker, state=state)).start()
+    try:
+        assert gw.gateway.state.get(STATE_NAMESPACE, first) == POLICY
+    finally:
+        gw.stop()
+    _file_with(path, {later: POLICY})
+    gw = GatewayThread(gateway_config(broker, state=state)).start()
+    try:
+        assert gw.gateway.state.get(STATE_NAMESPACE, later) is None
+        assert gw.gateway.state.get(STATE_NAMESPACE, first) == POLICY
+    finally:
+        gw.stop()
+
+    other = tmp_path / "other.db"
+    _file_with(other, {first: "key-required"})
+    with pytest.raises(Exception, match=rf"{STATE_NAMESPACE} '{first}'"):
+        GatewayThread(gateway_config(broker, state={**state, "path": str(other)})).start()
