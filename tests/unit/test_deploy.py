@@ -93,6 +93,19 @@ def test_reload_instructions_name_the_pid_file_the_gateway_writes(compose: dict)
     assert f"kpg reload --pid-file {pid_file}" in guide
 
 
+def test_make_run_writes_the_pid_file_the_readme_reloads() -> None:
+    """`make run` is the README's first step; its reload instruction must name the pid file
+    the Makefile's `kpg run` writes (without one, a user had only `kpg reload --pid N` and
+    no pid to give it)."""
+    makefile = (ROOT / "Makefile").read_text()
+    (run,) = re.findall(r"^run:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
+    words = run.split()
+    pid_file = words[words.index("--pid-file") + 1]
+    readme = (ROOT / "README.md").read_text()
+    assert f".venv/bin/kpg reload --pid-file {pid_file}" in readme
+    assert f"--pid-file {pid_file}  # what `make run` does" in readme
+
+
 def test_dockerfile_copies_what_exists() -> None:
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
     copied = re.findall(r"^COPY (?!--from=)(.+) \S+$", dockerfile, flags=re.M)
