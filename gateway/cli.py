@@ -250,6 +250,14 @@ def _pid_file_argument(argv: list[str]) -> str | None:
 def _read_pid(pid_file: Path) -> int | None:
     try:
         return int(pid_file.read_text().strip())
+    except FileNotFoundError:
+        # kpg run removes its pid file when it stops: the usual case is no gateway at all.
+        print(
+            f"kpg reload: {pid_file}: no such file: no kpg run --pid-file {pid_file} is "
+            "running (a gateway started without --pid-file takes kpg reload --pid PID)",
+            file=sys.stderr,
+        )
+        return None
     except (OSError, ValueError) as exc:
         print(f"kpg reload: {pid_file}: no pid in it: {exc}", file=sys.stderr)
         return None
