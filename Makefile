@@ -37,8 +37,9 @@ $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	npm ci --prefix $(NODE_CLIENTS) --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+# --pid-file: `kpg reload --pid-file var/kpg.pid` from another shell applies an edited config.
 run: install
-	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml
+	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml --pid-file var/kpg.pid
 
 test: install system-deps node-deps lint
 	$(PY) -m pytest

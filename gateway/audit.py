@@ -140,6 +140,11 @@ class _Segment:
     unsynced: bool = False
 
 
+def _is_stop(event: AuditEvent) -> bool:
+    """The gateway's own stop event: the last of its chain (verify reads "stopped" so)."""
+    return event.event_kind == "lifecycle" and event.action == "stop"
+
+
 def _past(now: float, since: float, span: float) -> bool:
     """Whether ``span`` has passed since ``since`` by the wall clock (the audit's own times,
     and its tests', are wall-clock times). A clock set back (``now`` before ``since``: an NTP
@@ -953,7 +958,11 @@ class AuditEmitter:
         while True:
             batch = await self._next_batch()
             now = self._clock()
-            if self._summarizer is not None and self._summarizer.due(int(now * 1000)):
+            stop = next((i for i, e in enumerate(batch) if _is_stop(e)), None)
+            if self._summarizer is not None and stop is not None:
+                # the last interval's summaries go before the stop, which ends the chain
+                batch[stop:stop] = self._flush_summaries(now)
+            elif self._summarizer is not None and self._summarizer.due(int(now * 1000)):
                 batch.extend(self._flush_summaries(now))
             if batch:
                 await self._write(batch)

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -56,7 +57,8 @@ def _run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             "Run the gateway. Clients point bootstrap.servers at the address it prints. "
             "With no upstream configured it starts an embedded Tansu broker (the "
             "kafka-policy-gateway[embedded] extra; not in the image) on a free "
-            "loopback port and fronts it. Flags override the config file."
+            "loopback port and fronts it (and stops, exit status 1, if that broker exits). "
+            "Flags override the config file."
         ),
     )
     run.add_argument(
@@ -250,6 +252,14 @@ def _pid_file_argument(argv: list[str]) -> str | None:
 def _read_pid(pid_file: Path) -> int | None:
     try:
         return int(pid_file.read_text().strip())
+    except FileNotFoundError:
+        # kpg run removes its pid file when it stops: the usual case is no gateway at all.
+        print(
+            f"kpg reload: {pid_file}: no such file: no kpg run --pid-file {pid_file} is "
+            "running (a gateway started without --pid-file takes kpg reload --pid PID)",
+            file=sys.stderr,
+        )
+        return None
     except (OSError, ValueError) as exc:
         print(f"kpg reload: {pid_file}: no pid in it: {exc}", file=sys.stderr)
         return None
@@ -459,8 +469,10 @@ def _start(
     """Run the gateway (its supervisor, with more than one worker), with an embedded broker
     when no upstream is configured."""
     embedded: EmbeddedBroker | None = None
+    stopping = threading.Event()
+    broker_lost = threading.Event()
     if not config.upstream.bootstrap_servers:
-        embedded = EmbeddedBroker()
+        embedded = EmbeddedBroker(own_session=True)
         try:
             address = embedded.start()
         except EmbeddedBrokerError as exc:
@@ -471,6 +483,7 @@ def _start(
             flush=True,
         )
         config = with_embedded_upstream(config, address)
+        _watch_embedded(embedded, stopping, broker_lost)
 
     def reloaded() -> GatewayConfig:
         fresh = load(args.config, overrides)
@@ -481,11 +494,38 @@ def _start(
             if not written:
                 return 2
             if workers > 1:
-                return _supervise(config, workers, args, overrides, embedded is not None)
-            return _serve(config, reloaded, args)
+                status = _supervise(config, workers, args, overrides, embedded is not None)
+            else:
+                status = _serve(config, reloaded, args)
+            return 1 if broker_lost.is_set() else status
     finally:
+        stopping.set()
         if embedded is not None:
             embedded.stop()
+
+
+def _watch_embedded(
+    embedded: EmbeddedBroker, stopping: threading.Event, lost: threading.Event
+) -> None:
+    """When the embedded broker exits on its own, say so and stop the gateway (SIGTERM to
+    this process: the graceful stop), which then exits 1: its topics and records went with
+    it, and a gateway left in front of nothing answered every client "no broker reachable"."""
+    process = embedded.process
+    assert process is not None
+
+    def watch() -> None:
+        status = process.wait()
+        if stopping.is_set():
+            return
+        lost.set()
+        log.error(
+            "the embedded broker exited (status %s), its topics and records with it: "
+            "stopping the gateway; start kpg run again",
+            status,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kpg-embedded-broker", daemon=True).start()
 
 
 def _record_scanner_known() -> bool:

@@ -533,8 +533,11 @@ COMMAND_CONFIG_HELP: Final = (
 )
 
 
-def unreachable_hint(security: ClientSecurity) -> str:
-    """What to add to a failure on a plaintext connection: the gateway may require more."""
+def unreachable_hint(security: ClientSecurity, exc: BaseException) -> str:
+    """What to add to a failure on a plaintext connection: the gateway may require more.
+    A refused connection reached no listener at all: no setting would have helped."""
+    if isinstance(exc, ConnectionRefusedError):
+        return " (nothing listens there: is the gateway running, and is that its address?)"
     if security.security_protocol == "PLAINTEXT":
         return " (if the gateway requires TLS or SASL, give --command-config)"
     return ""

@@ -517,7 +517,7 @@ def cmd_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"kpg configs: {address}: {exc}", file=sys.stderr)
         return 2
     except (OSError, Undecodable, FrameRejected) as exc:
-        hint = unreachable_hint(security)
+        hint = unreachable_hint(security, exc)
         print(f"kpg configs: no usable answer from {address}: {exc}{hint}", file=sys.stderr)
         return 2
 

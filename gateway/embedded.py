@@ -58,6 +58,9 @@ class EmbeddedBroker:
     port: int = 0
     advertised_port: int | None = None
     """The port the broker names in its answers, when something relays to it (a test tap)."""
+    own_session: bool = False
+    """Start it in a session of its own: a Ctrl-C in the terminal reaches only the gateway,
+    which finishes its requests and then stops the broker (``kpg run``)."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,6 +85,7 @@ class EmbeddedBroker:
                 "--silent",
             ],
             stdin=subprocess.DEVNULL,
+            start_new_session=self.own_session,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -315,18 +315,19 @@ def cmd_dry_run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"kpg dry-run: topic {', '.join(twice)} given more than once", file=sys.stderr)
         return 2
     specs = [_spec(r) for r in requests]
-    hint = unreachable_hint(security)
     try:
         results = _ask(address, security, specs, args.timeout)
     except AuthenticationFailed as exc:
         print(f"kpg dry-run: {address}: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
+        hint = unreachable_hint(security, exc)
         print(f"kpg dry-run: cannot reach {address}: {exc}{hint}", file=sys.stderr)
         return 2
     except (FrameRejected, Undecodable) as exc:
         print(
-            f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}{hint}",
+            f"kpg dry-run: {address} did not answer as a Kafka gateway: {exc}"
+            f"{unreachable_hint(security, exc)}",
             file=sys.stderr,
         )
         return 2

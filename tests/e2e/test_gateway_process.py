@@ -277,6 +277,39 @@ def test_embedded_broker_by_default_and_sigterm_stops_cleanly() -> None:
         socket.create_connection(("127.0.0.1", int(embedded.group(1))), timeout=2)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_gateway_stops_when_its_embedded_broker_dies(workers: str) -> None:
+    """`make run`'s broker is the gateway's child, in memory: when it exits on its own (a
+    crash, a kill), its topics and records are gone. The gateway went on listening, /readyz
+    503 and every client closed with "no broker reachable" naming a loopback port, and
+    nothing said the embedded broker was gone; it now says so and exits 1."""
+    process, _ = start_kpg(
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--node-port-base",
+        str(free_port()),
+        "--workers",
+        workers,
+    )
+    try:
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        (broker,) = [
+            pid
+            for pid in map(int, children)
+            if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        ]
+        os.kill(broker, signal.SIGKILL)
+        assert process.wait(60) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.stderr is not None
+    said = process.stderr.read()
+    assert "the embedded broker exited" in said, said
+    assert "Traceback" not in said
+
+
 def test_log_format_json_writes_one_object_per_line(broker: HostPort) -> None:
     process, _ = start_kpg(
         "--upstream",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit import AuditEmitter, SpoolSink
+from gateway.audit import AuditEmitter, ProduceSummarizer, SpoolSink
 from gateway.cli import main as kpg_main
 from spark_audit.chain import (
     ChainStatus,
@@ -89,6 +89,47 @@ def test_the_emitter_writes_one_linked_chain_across_segments(tmp_path: Path) -> 
         assert after.prev_hash == line_hash(before)
     assert status.intact and status.ended_with_stop
     assert (status.events, status.first_seq, status.last_seq) == (22, 0, 21)
+
+
+def test_a_gateway_stopped_after_produce_traffic_ends_its_chain_with_the_stop(
+    tmp_path: Path,
+) -> None:
+    """The last interval's Produce summaries are written before the stop, not after it: a
+    gateway stopped cleanly after serving Produce (make run, then Ctrl-C) was reported by
+    kpg audit verify and the report's chains as "no stop event", which reads as a gateway
+    killed, or a chain whose tail was cut off."""
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=0
+    )
+    emitter = AuditEmitter(
+        [SpoolSink(tmp_path, fsync="segment")], gateway_instance="kpg-1", summarizer=summarizer
+    )
+
+    async def scenario() -> None:
+        await emitter.start()
+        emitter.lifecycle("start", policy_version=VERSION, message="started")
+        emitter.record_allowed_produce(
+            topic="orders",
+            principal=None,
+            client_id="app",
+            api_version=9,
+            records_examined=3,
+            bytes_examined=300,
+            policy_version=VERSION,
+        )
+        emitter.lifecycle("stop", policy_version=VERSION, message="stopped")
+        await emitter.close()
+
+    asyncio.run(scenario())
+
+    events = [AuditEvent.from_json(line) for line in all_lines(tmp_path)]
+    assert [(e.event_kind, e.action) for e in events] == [
+        ("lifecycle", "start"),
+        ("summary", "produce"),
+        ("lifecycle", "stop"),
+    ]
+    status = only_status(tmp_path)
+    assert status.intact and status.ended_with_stop
 
 
 def test_every_sink_gets_the_same_bytes(tmp_path: Path) -> None:

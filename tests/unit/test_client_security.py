@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
 from kio.schema.sasl_handshake.v1.response import SaslHandshakeResponse
 
+from gateway import cli
 from gateway.client_security import (
     AuthenticationFailed,
     ClientSecurity,
@@ -350,3 +351,28 @@ def test_a_mechanism_the_server_does_not_enable_is_named() -> None:
     _, failure = exchange_with(credentials, "PLAIN", [])
     assert isinstance(failure, AuthenticationFailed)
     assert "does not enable SASL mechanism SCRAM-SHA-512 (it enables: PLAIN)" in str(failure)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        ["dry-run", "--topic", "team.orders.v1:1:1"],
+        ["configs", "--describe", "--user", "alice"],
+    ],
+)
+def test_a_gateway_not_running_is_not_blamed_on_missing_security_settings(
+    tool: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused connection reached no listener: the tools said to give --command-config, as
+    if a TLS gateway had been there (what a user meets running them before `make run`)."""
+    address = f"127.0.0.1:{_closed_port()}"
+    assert cli.main([tool[0], "--bootstrap-server", address, *tool[1:]]) == 2
+    said = capsys.readouterr().err
+    assert "is the gateway running" in said
+    assert "--command-config" not in said

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.config import GatewayConfig, load
+from gateway.config import RESTART_ONLY, GatewayConfig, load
 from gateway.supervisor import STOP_MARGIN_S
 
 pytestmark = pytest.mark.unit
@@ -91,6 +91,37 @@ def test_reload_instructions_name_the_pid_file_the_gateway_writes(compose: dict)
     assert any(pid_file.startswith(path + "/") for path in writable), (pid_file, writable)
     guide = (ROOT / "deploy" / "kubernetes" / "README.md").read_text()
     assert f"kpg reload --pid-file {pid_file}" in guide
+
+
+def test_make_run_writes_the_pid_file_the_readme_reloads() -> None:
+    """`make run` is the README's first step; its reload instruction must name the pid file
+    the Makefile's `kpg run` writes (without one, a user had only `kpg reload --pid N` and
+    no pid to give it)."""
+    makefile = (ROOT / "Makefile").read_text()
+    (run,) = re.findall(r"^run:.*\n\t(.*)$", makefile, flags=re.MULTILINE)
+    words = run.split()
+    pid_file = words[words.index("--pid-file") + 1]
+    readme = (ROOT / "README.md").read_text()
+    assert f".venv/bin/kpg reload --pid-file {pid_file}" in readme
+    assert f"--pid-file {pid_file}  # what `make run` does" in readme
+
+
+def test_every_guide_names_every_setting_a_reload_cannot_change() -> None:
+    """A reload keeps what RESTART_ONLY names and says so; each place that lists them for an
+    operator must list them all (the Kubernetes guide left out upstream.tls, upstream.sasl
+    and sasl, so a changed broker credential would look applied by a reload)."""
+    guides = ("README.md", "deploy/kubernetes/README.md", "deploy/gateway.example.yaml")
+    for guide in guides:
+        paragraphs = [
+            " ".join(p.split()) for p in re.split(r"\n\s*#?\s*\n", (ROOT / guide).read_text())
+        ]
+        (paragraph, *_) = [p for p in paragraphs if "a restart" in p and "advertised_host" in p]
+        missing = [
+            key
+            for key in RESTART_ONLY
+            if not re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", paragraph)
+        ]
+        assert not missing, (guide, missing)
 
 
 def test_dockerfile_copies_what_exists() -> None:

@@ -230,6 +230,19 @@ def test_kpg_reload_does_not_signal_a_process_a_stale_pid_file_names(
     assert "not signalled" in said
 
 
+def test_kpg_reload_of_a_missing_pid_file_says_no_gateway_is_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a user meets after the gateway stopped (it removes its pid file), or when it was
+    started without --pid-file: the message says so, not an errno and "no pid in it"."""
+    pid_file = tmp_path / "kpg.pid"
+    assert cli.main(["reload", "--pid-file", str(pid_file)]) == 2
+    said = capsys.readouterr().err
+    assert f"no kpg run --pid-file {pid_file} is running" in said
+    assert "kpg reload --pid PID" in said
+    assert "Errno" not in said
+
+
 def test_kpg_reload_does_not_signal_a_gateway_of_another_pid_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
