@@ -91,11 +91,16 @@ decides whether a value matches (in Rust: some hundred times faster than the ``j
 package on a 1 KiB document), and by ``jsonschema``, which words the rejection (its
 ``best_match``: the error a person would look at first). As the JSON Schema specification
 says, ``pattern`` is an ECMA-262 regular expression: ``\\d`` is ``[0-9]``, not any Unicode
-digit as in Python's ``re``; where the two disagree and a value is rejected, the message is
-jsonschema-rs's. ``format`` is an annotation only, in every draft, as the ``jsonschema``
-package has it by default. A schema that jsonschema-rs cannot compile (a regular expression
-only Python reads, such as ``a{,2}``) is checked by ``jsonschema`` alone, with a warning at
-start-up. Nothing is ever fetched: schemas refer to each other by file name or ``$id``.
+digit as in Python's ``re``. Both libraries match patterns (``pattern``, ``patternProperties``)
+with jsonschema-rs's engine, in time linear in the string (:class:`_EcmaPatterns`): Python's
+``re``, which the ``jsonschema`` package calls, backtracks without bound (hours for a record
+against ``^(\\w+\\s?)*$``). A pattern jsonschema-rs cannot compile (one only Python reads,
+such as ``a{,2}``) stops ``configure``, naming the file and the place; a string holding a lone
+surrogate (``"\\ud800"``, which jsonschema-rs cannot take) that a pattern must be checked
+against rejects its record. ``format`` is an annotation only, in every draft, as the
+``jsonschema`` package has it by default. A schema that jsonschema-rs cannot compile
+otherwise is checked by ``jsonschema`` alone, with a warning at start-up. Nothing is ever
+fetched: schemas refer to each other by file name or ``$id``.
 """
 
 from __future__ import annotations
@@ -113,6 +118,9 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import jsonschema_rs
 import orjson
+from jsonschema import _keywords as jsonschema_keywords
+from jsonschema import _legacy_keywords as jsonschema_legacy_keywords
+from jsonschema import _utils as jsonschema_utils
 from jsonschema import validators
 from jsonschema.exceptions import SchemaError, best_match
 from referencing import Registry, Resource
@@ -418,16 +426,76 @@ class _JsonSchema:
             else:
                 try:
                     error = best_match(self.reference.iter_errors(instance))
-                except (RecursionError, re.error):
+                except (RecursionError, _Unmatchable):
                     error = None
                 if error is not None:
                     return error.message, error.json_path
                 fast_error = next(self.fast.iter_errors(instance))
                 return fast_error.message, _json_path(fast_error.instance_path)
-        if next(self.reference.iter_errors(instance), None) is None:
-            return None
-        error = best_match(self.reference.iter_errors(instance))
+        try:
+            if next(self.reference.iter_errors(instance), None) is None:
+                return None
+            error = best_match(self.reference.iter_errors(instance))
+        except _Unmatchable as exc:
+            return str(exc), "$"
         return error.message, error.json_path
+
+
+class _Unmatchable(ValueError):
+    """A string no ECMA-262 engine here can match: one holding a lone surrogate (JSON's
+    ``"\\ud800"``), which is not Unicode text. The record is rejected."""
+
+
+class _EcmaPatterns:
+    """What the ``jsonschema`` package calls as ``re`` (:func:`_match_patterns_as_ecma`):
+    ``search(pattern, string)``, answered by jsonschema-rs's ECMA-262 engine, the one that
+    decides. Python's ``re`` backtracks without bound: ``^(\\w+\\s?)*$`` took 0.26 s on 22
+    letters and a ``!``, four times as long with each two letters more, on the event loop, where
+    the rejection of such a value was worded; the Rust engine is linear (or, for a pattern with
+    a backreference, stops at its backtracking limit and does not match)."""
+
+    __slots__ = ("_compiled",)
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, jsonschema_rs.Validator] = {}
+
+    def compile(self, pattern: str) -> jsonschema_rs.Validator:
+        """:raises ValueError: a pattern that is not ECMA-262 as jsonschema-rs reads it."""
+        compiled = self._compiled.get(pattern)
+        if compiled is None:
+            compiled = jsonschema_rs.validator_for(
+                {"type": "string", "pattern": pattern}, validate_formats=False, offline=True
+            )
+            self._compiled[pattern] = compiled
+        return compiled
+
+    def search(self, pattern: str, string: str) -> bool:
+        """Whether ``pattern`` matches somewhere in ``string``, as ECMA-262 has it.
+
+        :raises _Unmatchable: for a string holding a lone surrogate.
+        """
+        compiled = self.compile(pattern)
+        try:
+            return compiled.is_valid(string)
+        except UnicodeEncodeError:
+            raise _Unmatchable(
+                f"{_cut(repr(string))} holds a lone surrogate (not Unicode text), which "
+                f"pattern {pattern!r} cannot be checked against"
+            ) from None
+
+
+_ECMA_PATTERNS: Final = _EcmaPatterns()
+
+
+def _match_patterns_as_ecma() -> None:
+    """Make the ``jsonschema`` package match ``pattern`` and ``patternProperties`` (in
+    ``additionalProperties`` and ``unevaluatedProperties`` too) with :data:`_ECMA_PATTERNS`:
+    it calls ``re.search`` in these modules, nowhere else that record content reaches."""
+    for module in (jsonschema_keywords, jsonschema_legacy_keywords, jsonschema_utils):
+        module.re = _ECMA_PATTERNS
+
+
+_match_patterns_as_ecma()
 
 
 def _json_path(path: list[str | int]) -> str:
@@ -856,6 +924,7 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
             )
             validator_class.check_schema(schema)
             _check_keywords(schema, validator_class, "#")
+            _check_patterns(schema, "#")
         except _ReadsOtherwise as exc:
             raise ValueError(f"{JSON_SCHEMA_DIR}: {path}: {exc}") from None
         except UnknownDialect:
@@ -964,6 +1033,36 @@ def _check_keywords(schema: object, validator_class: Any, where: str) -> None:
                     f"{at}: {key!r} is no JSON Schema keyword, so the validator ignores it "
                     f"(did you mean {meant!r}?)"
                 )
+        stack.extend(_subschemas(node, at))
+
+
+def _check_patterns(schema: object, where: str) -> None:
+    """Every ``pattern`` and ``patternProperties`` key must be an ECMA-262 regular expression
+    that jsonschema-rs compiles (:class:`_EcmaPatterns` matches them all): one only Python's
+    ``re`` read (``a{,2}``) was matched by it, which backtracks without bound.
+
+    :raises _ReadsOtherwise: naming the place.
+    """
+    stack: list[tuple[object, str]] = [(schema, where)]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        pattern = node.get("pattern")
+        found = [(pattern, f"{at}/pattern")] if isinstance(pattern, str) else []
+        named = node.get("patternProperties")
+        if isinstance(named, dict):
+            found += [(key, f"{at}/patternProperties") for key in named]
+        for regex, place in found:
+            try:
+                _ECMA_PATTERNS.compile(regex)
+            except ValueError as exc:
+                first_line = str(exc).partition("\n")[0]
+                raise _ReadsOtherwise(
+                    f"{place}: {regex!r} is not an ECMA-262 regular expression, as JSON Schema "
+                    f"patterns are ({first_line}); Python's re, which reads it, can take hours "
+                    "on a record"
+                ) from None
         stack.extend(_subschemas(node, at))
 
 
