@@ -21,8 +21,9 @@ rule                     a record passes when
 ``<key>``                the same: a bare word that is no rule keyword and has no ``:``, so
                          the proposal's sample value ``trace-id`` keeps its meaning
 ``key-required``         its key is neither null nor empty
-``json``                 its value is one JSON document (RFC 8259) in UTF-8; ``NaN`` and
-                         ``Infinity`` are not JSON
+``json``                 its value is one JSON document (RFC 8259) in UTF-8 whose objects
+                         give each key once (I-JSON, RFC 7493: readers take a key given
+                         twice differently); ``NaN`` and ``Infinity`` are not JSON
 ``json-schema:<name>``   its value is JSON (as for ``json``) that the JSON Schema
                          ``<name>.json`` accepts; schemas are read once, at start-up, from the
                          directory in the policy config ``record.validation.json.schema.dir``
@@ -535,7 +536,90 @@ except ImportError:  # built without a C compiler: the same answer, four times t
     _has_digit_run = _has_digit_run_python
 
 
+class _DuplicateKey(Exception):
+    """A JSON object that gives ``key`` twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """:raises _DuplicateKey: for the first key given twice."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
+_JSON_EACH_KEY_ONCE: Final = json.JSONDecoder(
+    parse_constant=_reject_constant, object_pairs_hook=_each_key_once
+)
+
+
+def _duplicate_key(document: bytes) -> str | None:
+    """The first key an object of a JSON document (one that decodes) gives twice, if any."""
+    try:
+        _JSON_EACH_KEY_ONCE.decode(str(document, "utf-8"))
+    except _DuplicateKey as exc:
+        return exc.key
+    return None
+
+
+def _keys_once_python(document: bytes, decoded: Any) -> bool:
+    """Whether every object of the document gives each key once: policies/_digits.c's
+    count, by decoding the text again."""
+    return _duplicate_key(document) is None
+
+
+_keys_once: Callable[[bytes, Any], bool]
+try:
+    from ._digits import count_keys as _count_keys
+    from ._digits import count_members as _count_members
+
+    def _keys_once(document: bytes, decoded: Any) -> bool:
+        """Whether every object of the document gives each key once: the members its text
+        writes are the keys its dicts hold. :raises RecursionError: nested too deeply."""
+        return _count_members(document) == _count_keys(decoded)
+
+except ImportError:  # built without a C compiler: the same answer, more slowly
+    _keys_once = _keys_once_python
+
+
 def _decode_json(document: bytes, json_rule: str, where: str) -> Any:
+    """The JSON document of a record value (:func:`_decode_any_json`), whose objects give
+    each key once: readers take ``{"amount": -5, "amount": 10}`` differently (json, orjson,
+    Jackson the last; simdjson's and some Go readers the first; serde's derive and Gson's maps
+    refuse it), so the schema would judge one reading and a consumer act on another.
+
+    :raises InvalidRecord: not UTF-8, not JSON, too deeply nested, or a key given twice.
+    """
+    decoded = _decode_any_json(document, json_rule, where)
+    try:
+        once = _keys_once(document, decoded)
+    except RecursionError:
+        raise InvalidRecord(
+            f"Record value is JSON nested too deeply to check; "
+            f"rule {json_rule} needs a JSON document{where}"
+        ) from None
+    if not once:
+        try:
+            key = repr(_duplicate_key(document))
+        except (ValueError, RecursionError):
+            key = "a key"
+        raise InvalidRecord(
+            f"Record value gives the key {key} twice in one object, which JSON readers take "
+            f"differently (the first, the last, or an error); rule {json_rule} needs each "
+            f"key once{where}"
+        )
+    return decoded
+
+
+def _decode_any_json(document: bytes, json_rule: str, where: str) -> Any:
     """The JSON document of a record value, as the standard library's json decodes it.
 
     orjson decodes it (in a third of the time) when it gives the same: not when the value has
@@ -804,20 +888,22 @@ def _json_check(
 
 def _accepting_fast(fast: jsonschema_rs.Validator, check: ValueCheck) -> ValueCheck:
     """``check`` for a ``json-schema`` rule, with the common case taken first: a value that
-    orjson decodes as _decode_json would (no run of 19 digits) and jsonschema-rs accepts
-    passes in three calls. Every other value goes to ``check``, which decides it and words
-    a rejection, as before."""
+    orjson decodes as _decode_json would (no run of 19 digits), whose keys are each given
+    once and which jsonschema-rs accepts passes in four calls. Every other value goes to
+    ``check``, which decides it and words a rejection, as before."""
     is_valid = fast.is_valid
     loads = orjson.loads
     has_digit_run = _has_digit_run
+    keys_once = _keys_once
 
     def check_value(value: bytes | None) -> None:
         if value is not None and not has_digit_run(value, _LONG_NUMBER_DIGITS):
             try:
-                if is_valid(loads(value)):
+                decoded = loads(value)
+                if is_valid(decoded) and keys_once(value, decoded):
                     return
-            except ValueError:  # orjson refuses it, or jsonschema-rs cannot take it
-                pass
+            except (ValueError, RecursionError):  # orjson refuses it, or jsonschema-rs
+                pass  # cannot take it, or it is nested too deeply to count its keys
         check(value)
 
     return check_value

@@ -1334,3 +1334,105 @@ def test_a_lone_surrogate_does_not_take_a_pattern_to_another_reading(tmp_path: P
     with pytest.raises(InvalidRecord, match="holds a lone surrogate"):
         policy.validate(topic("json-schema:digits"), record(value=b'{"id": "12\\ud800"}'))
     policy.validate(topic("json-schema:digits"), record(value=b'{"id": "12", "x": "\\ud800"}'))
+
+
+# --- JSON: a key given twice ---------------------------------------------------------------------
+
+TWICE = [
+    # (a value giving a key twice, that key, the value with it once)
+    (b'{"id": "o-1", "amount": -5, "amount": 10}', "'amount'", b'{"id": "o-1", "amount": 10}'),
+    (  # the same key, escaped
+        b'{"id": "o-1", "amount": 1, "\\u0061mount": 2}',
+        "'amount'",
+        b'{"id": "o-1", "amount": 1, "\\u0062mount": 2}',
+    ),
+    (
+        b'{"id": "o-1", "amount": 1, "x": [{"k": 1, "k": 2}]}',
+        "'k'",
+        b'{"id": "o-1", "amount": 1, "x": [{"k": 1}, {"k": 2}]}',
+    ),
+    (
+        b'{"id": "o:1\\"", "amount": 1, "x": {"a": {}, "a": {}}}',
+        "'a'",
+        b'{"id": "o:1\\"", "amount": 1, "x": {"a": {}, "a:": {}}}',
+    ),
+]
+
+
+@pytest.mark.parametrize("keys_once", ["native", "python"])
+@pytest.mark.parametrize("rule", ["json", "json-schema:orders-v1", "schema-id;json"])
+@pytest.mark.parametrize(
+    ("value", "key", "once"), TWICE, ids=["last-valid", "escaped", "in-a-list", "colon-in-string"]
+)
+def test_a_key_given_twice_in_one_object_is_rejected(
+    schema_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    keys_once: str,
+    rule: str,
+    value: bytes,
+    key: str,
+    once: bytes,
+) -> None:
+    """json, orjson and jsonschema-rs keep the last of two, so {"amount": -5, "amount": 10}
+    passed "minimum": 0, while a reader that keeps the first (simdjson's, several Go ones)
+    hands the consumer -5, and serde's derive and Gson's maps refuse the record."""
+    if keys_once == "python":
+        monkeypatch.setattr(records_module, "_keys_once", records_module._keys_once_python)
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(schema_dir)})
+    if rule.startswith("schema-id"):
+        value, once = schema_id(7, value), schema_id(7, once)
+    check = policy.value_check_for(rule)
+    assert check is not None
+    for validate in (lambda v: policy.validate(topic(rule), record(value=v)), check):
+        with pytest.raises(InvalidRecord, match=f"gives the key {re.escape(key)} twice"):
+            validate(value)
+    check(once)
+    policy.validate(topic(rule), record(value=once))
+
+
+def test_the_key_count_in_c_answers_as_decoding_again() -> None:
+    """Random documents, with keys given twice or not, escapes, colons and quotes in strings."""
+    from policies._digits import count_keys, count_members
+
+    rng = random.Random(20261125)
+    keys = ["a", "b", "\\u0061", "c:d", 'e\\"', "\\\\", ""]
+    duplicated = 0
+
+    def node(depth: int) -> str:
+        kind = rng.randrange(4 if depth < 4 else 2)
+        if kind == 0:
+            return rng.choice(["1", "true", "null", '"x:\\"y"', '"\\\\"', "-2.5e3"])
+        if kind == 1:
+            return '"' + rng.choice(keys) + '"'
+        if kind == 2:
+            return "[" + ",".join(node(depth + 1) for _ in range(rng.randrange(4))) + "]"
+        members = [f'"{rng.choice(keys)}": {node(depth + 1)}' for _ in range(rng.randrange(4))]
+        return "{" + ", ".join(members) + "}"
+
+    for _ in range(5_000):
+        document = node(0).encode()
+        decoded = json.loads(document)
+        once = records_module._keys_once_python(document, decoded)
+        assert (count_members(document) == count_keys(decoded)) == once, document
+        duplicated += not once
+    assert 200 < duplicated < 4_800  # both answers were asked for, many times
+    assert records_module._keys_once is not records_module._keys_once_python
+    with pytest.raises(RecursionError):
+        count_keys(_deep(5_000))
+
+
+def _deep(depth: int) -> object:
+    document: object = {}
+    for _ in range(depth):
+        document = [document]
+    return document
+
+
+def test_json_orjson_reads_but_too_deep_to_count_is_rejected(
+    policy: BuiltinRecordValidationPolicy,
+) -> None:
+    """orjson reads 1024 levels; counting its keys stops at the recursion limit."""
+    deep = b"[" * 1000 + b"{}" + b"]" * 1000
+    with pytest.raises(InvalidRecord, match="nested too deeply"):
+        policy.validate(topic("json"), record(value=deep))
