@@ -99,7 +99,9 @@ against ``^(\\w+\\s?)*$``). A pattern jsonschema-rs cannot compile (one only Pyt
 such as ``a{,2}``) stops ``configure``, naming the file and the place; a string holding a lone
 surrogate (``"\\ud800"``, which jsonschema-rs cannot take) that a pattern must be checked
 against rejects its record. ``format`` is an annotation only, in every draft, as the
-``jsonschema`` package has it by default. A schema that jsonschema-rs cannot compile
+``jsonschema`` package has it by default. The ``jsonschema`` package words the rejections
+of values up to 16 KiB (its ``uniqueItems`` made linear), jsonschema-rs's first error those
+of larger ones (see :meth:`_JsonSchema.problem`). A schema that jsonschema-rs cannot compile
 otherwise is checked by ``jsonschema`` alone, with a warning at start-up. Nothing is ever
 fetched: schemas refer to each other by file name or ``$id``.
 """
@@ -112,7 +114,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -123,7 +125,7 @@ from jsonschema import _keywords as jsonschema_keywords
 from jsonschema import _legacy_keywords as jsonschema_legacy_keywords
 from jsonschema import _utils as jsonschema_utils
 from jsonschema import validators
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
@@ -415,31 +417,100 @@ class _JsonSchema:
     fast: jsonschema_rs.Validator | None
     """jsonschema-rs's, which decides; None when it cannot compile the schema."""
 
-    def problem(self, instance: Any) -> tuple[str, str] | None:
-        """(message, JSON path) of what is wrong with a decoded JSON document, or None when
-        the schema accepts it."""
-        if self.fast is not None:
+    def problem(self, instance: Any, size: int) -> tuple[str, str] | None:
+        """(message, JSON path) of what is wrong with a decoded JSON document of ``size``
+        bytes, or None when the schema accepts it.
+
+        The jsonschema package's work grows faster than the document (each error's message
+        holds its instance whole: a list nested 250 deep around 900 KB took it 2.8 s), so it
+        words the rejections of documents of at most :data:`_WORDED_BY_PYTHON` bytes, and
+        jsonschema-rs's first error those of larger ones. A document jsonschema-rs cannot take
+        (a lone surrogate in a string the schema checks) the jsonschema package decides alone,
+        up to that size too: a larger one is rejected unchecked.
+        """
+        small = size <= _WORDED_BY_PYTHON
+        if self.fast is None:
+            return self._reference_problem(instance)
+        try:
+            if self.fast.is_valid(instance):
+                return None
+        except ValueError as exc:
+            if small:
+                return self._reference_problem(instance)
+            return (
+                f"it cannot be checked: jsonschema-rs cannot take it ({_cut(str(exc))}), and the "
+                f"slower checker is given at most {_WORDED_BY_PYTHON} bytes, not {size}",
+                "$",
+            )
+        if small:
             try:
-                if self.fast.is_valid(instance):
-                    return None
-            except ValueError:
-                pass  # a string jsonschema-rs cannot take (a lone surrogate): the reference decides
-            else:
-                try:
-                    error = best_match(self.reference.iter_errors(instance))
-                except (RecursionError, _Unmatchable):
-                    error = None
-                if error is not None:
-                    return error.message, error.json_path
-                fast_error = next(self.fast.iter_errors(instance))
-                return fast_error.message, _json_path(fast_error.instance_path)
+                error = best_match(self.reference.iter_errors(instance))
+            except (RecursionError, _Unmatchable):
+                error = None
+            if error is not None:
+                return error.message, error.json_path
+        return _first_error(self.fast, instance)
+
+    def _reference_problem(self, instance: Any) -> tuple[str, str] | None:
+        """:meth:`problem`, as the jsonschema package alone decides it."""
         try:
             if next(self.reference.iter_errors(instance), None) is None:
                 return None
             error = best_match(self.reference.iter_errors(instance))
         except _Unmatchable as exc:
             return str(exc), "$"
+        except RecursionError:
+            return "it is nested too deeply to check", "$"
         return error.message, error.json_path
+
+
+def _first_error(fast: jsonschema_rs.Validator, instance: Any) -> tuple[str, str]:
+    """jsonschema-rs's first error, for an instance it refuses: ``validate`` stops there,
+    where ``iter_errors`` makes them all first (each message holding its instance whole: 1.2 s
+    for a list nested 250 deep around 900 KB)."""
+    try:
+        fast.validate(instance)
+    except jsonschema_rs.ValidationError as error:
+        return error.message, _json_path(list(error.instance_path))
+    except ValueError:  # its recursion limit
+        return "it is nested too deeply to say where", "$"
+    return "jsonschema-rs refused it, then accepted it", "$"
+
+
+_WORDED_BY_PYTHON: Final = 16 * 1024
+"""The largest JSON document whose rejection the jsonschema package words (with its
+``best_match``, the error a person would look at first); about 50 ms of its work at worst."""
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """The jsonschema package's ``uniqueItems``, in time linear in the array: it compared every
+    pair of items that do not sort (objects, lists), and 4,000 objects took it 27 s, on the
+    event loop, to word the rejection of a 50 KB value."""
+    if unique and validator.is_type(instance, "array"):
+        items = [_canonical(item) for item in instance]
+        if len(set(items)) != len(items):
+            yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable value equal to another's exactly when JSON Schema calls the two equal: 1
+    and 1.0 are, true and 1 are not, objects are whatever their order.
+
+    :raises RecursionError: nested too deeply.
+    """
+    if isinstance(value, bool):
+        return (bool, value)
+    if isinstance(value, dict):
+        return (dict, frozenset((key, _canonical(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(_canonical(item) for item in value))
+    return value  # str, int, float, None
+
+
+@functools.cache
+def _linear(validator_class: Any) -> Any:
+    """``validator_class`` with :func:`_unique_items` for ``uniqueItems``."""
+    return validators.extend(validator_class, {"uniqueItems": _unique_items})
 
 
 class _Unmatchable(ValueError):
@@ -875,7 +946,7 @@ def _json_check(
                     return
             except ValueError:
                 pass  # validator.problem says what to do with it
-        problem = validator.problem(instance)
+        problem = validator.problem(instance, len(document))
         if problem is not None:
             message, path = problem
             raise InvalidRecord(
@@ -1033,7 +1104,9 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
         raise ValueError(f"{JSON_SCHEMA_DIR}: the schemas in {directory}: {exc}") from None
     fast = _compile_fast(directory, schemas, resources)
     return {
-        name: _JsonSchema(reference=validator_class(schema, registry=registry), fast=fast.get(name))
+        name: _JsonSchema(
+            reference=_linear(validator_class)(schema, registry=registry), fast=fast.get(name)
+        )
         for name, (validator_class, schema) in schemas.items()
     }
 

@@ -4,11 +4,13 @@ JSON Schema loading, and the schema registry lookup."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -418,7 +420,8 @@ def test_a_schema_mismatch_message_stays_short_for_a_large_value(
     huge = json.dumps(list(range(50_000))).encode()
     with pytest.raises(InvalidRecord) as raised:
         policy.validate(topic("json-schema:orders-v1"), record(value=huge))
-    assert "is not of type 'object' at $" in raised.value.message
+    # over 16 KiB: worded by jsonschema-rs (double quotes), not the jsonschema package
+    assert 'is not of type "object" at $' in raised.value.message
     assert len(raised.value.message) < 400
 
 
@@ -1436,3 +1439,87 @@ def test_json_orjson_reads_but_too_deep_to_count_is_rejected(
     deep = b"[" * 1000 + b"{}" + b"]" * 1000
     with pytest.raises(InvalidRecord, match="nested too deeply"):
         policy.validate(topic("json"), record(value=deep))
+
+
+# --- JSON Schema: the wording of a rejection is bounded work -------------------------------------
+
+
+def test_unique_items_costs_the_wording_linear_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jsonschema package's uniqueItems compared every pair of objects: 4,000 of them, a
+    50 KB value with another mistake to word, took it 27 s on the event loop (a 1 MB one,
+    hours). Counted, not timed: the equality of two items is never asked."""
+    import jsonschema._utils
+
+    schema = {"properties": {"id": {"type": "string"}, "items": {"uniqueItems": True}}}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", u=schema))})
+    compared = 0
+    equal = jsonschema._utils.equal
+
+    def counting(one: object, two: object) -> bool:
+        nonlocal compared
+        compared += 1
+        return equal(one, two)
+
+    monkeypatch.setattr(jsonschema._utils, "equal", counting)
+    many = [{"a": i} for i in range(1_000)]
+    for value, problem in [
+        ({"id": 5, "items": many}, "5 is not of type 'string' at $.id"),
+        ({"id": "x", "items": [*many, {"a": 0}]}, "has non-unique elements at $.items"),
+        ({"id": "x", "items": [True, 1]}, None),
+        ({"id": "x", "items": [1, 1.0]}, "has non-unique elements"),
+        ({"id": "x", "items": [{"a": [1, {"b": 2}]}, {"a": [1, {"b": 2.0}]}]}, "non-unique"),
+    ]:
+        document = json.dumps(value).encode()
+        assert len(document) <= 16 * 1024  # worded by the jsonschema package
+        if problem is None:
+            policy.validate(topic("json-schema:u"), record(value=document))
+            continue
+        with pytest.raises(InvalidRecord, match=re.escape(problem)):
+            policy.validate(topic("json-schema:u"), record(value=document))
+    assert compared < 100  # 499,500 pairs before
+
+
+def test_a_large_rejection_is_worded_by_jsonschema_rs_stopping_at_its_first_error(
+    tmp_path: Path,
+) -> None:
+    """Each error's message holds its instance whole: a list nested 250 deep around 900 KB
+    held the event loop 2.8 s in the jsonschema package, and 1.2 s in jsonschema-rs's
+    iter_errors, which makes every error first. Counted: neither is asked."""
+    nested = {"type": "object", "items": {"$ref": "#"}}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", n=nested))})
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("asked for every error")
+
+    class FirstErrorOnly:
+        def __init__(self, fast: Any) -> None:
+            self.is_valid, self.validate, self.iter_errors = fast.is_valid, fast.validate, refuse
+
+    class NoReference:
+        iter_errors = staticmethod(refuse)
+
+    (name, schema), *_ = policy._schemas.items()
+    policy._schemas = {
+        name: dataclasses.replace(schema, fast=FirstErrorOnly(schema.fast), reference=NoReference())
+    }
+    document = b"[" * 250 + json.dumps(["x" * 1000] * 900).encode() + b"]" * 250
+    with pytest.raises(InvalidRecord, match='is not of type "object" at \\$ '):
+        policy.validate(topic("json-schema:n"), record(value=document))
+
+
+def test_a_large_value_jsonschema_rs_cannot_take_is_rejected_unchecked(tmp_path: Path) -> None:
+    """A lone surrogate in a string the schema checks left the jsonschema package to decide
+    alone, whatever the size (and its time grows faster than the size)."""
+    schema = {"type": "array", "items": {"enum": ["x", "y"]}}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", s=schema))})
+    policy.validate(topic("json-schema:s"), record(value=b'["x", "y"]'))
+    with pytest.raises(InvalidRecord, match="'\\\\ud800' is not one of"):
+        policy.validate(topic("json-schema:s"), record(value=b'["\\ud800", "x"]'))
+    large = b'["\\ud800", ' + b'"x", ' * 5_000 + b'"x"]'
+    with pytest.raises(InvalidRecord, match="cannot be checked: jsonschema-rs cannot take it"):
+        policy.validate(topic("json-schema:s"), record(value=large))
