@@ -111,6 +111,7 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
+import itertools
 import json
 import logging
 import re
@@ -444,7 +445,8 @@ class _JsonSchema:
             )
         if small:
             try:
-                error = best_match(self.reference.iter_errors(instance))
+                errors = self.reference.iter_errors(instance)
+                error = best_match(itertools.islice(errors, _WORDED_ERRORS))
             except (RecursionError, _Unmatchable):
                 error = None
             if error is not None:
@@ -480,6 +482,9 @@ def _first_error(fast: jsonschema_rs.Validator, instance: Any) -> tuple[str, str
 _WORDED_BY_PYTHON: Final = 16 * 1024
 """The largest JSON document whose rejection the jsonschema package words (with its
 ``best_match``, the error a person would look at first); about 50 ms of its work at worst."""
+_WORDED_ERRORS: Final = 64
+"""The errors the jsonschema package finds before ``best_match`` picks one: each may cost a
+pattern's backtracking limit, and 400 strings that fail one cost 400 times that."""
 
 
 def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
@@ -536,7 +541,10 @@ class _EcmaPatterns:
         compiled = self._compiled.get(pattern)
         if compiled is None:
             compiled = jsonschema_rs.validator_for(
-                {"type": "string", "pattern": pattern}, validate_formats=False, offline=True
+                {"type": "string", "pattern": pattern},
+                validate_formats=False,
+                offline=True,
+                pattern_options=_PATTERN_OPTIONS,
             )
             self._compiled[pattern] = compiled
         return compiled
@@ -557,6 +565,12 @@ class _EcmaPatterns:
 
 
 _ECMA_PATTERNS: Final = _EcmaPatterns()
+_BACKTRACK_LIMIT: Final = 10_000
+"""Steps a pattern that needs backtracking (a backreference, a lookbehind: the others run in
+linear time) may take on one string before it is taken as not matching. fancy-regex's own
+limit, a million, took 34 ms a string: 12 s to word the rejection of 14 KB of strings against
+``^(\\w+\\s?)*\\1$``."""
+_PATTERN_OPTIONS: Final = jsonschema_rs.FancyRegexOptions(backtrack_limit=_BACKTRACK_LIMIT)
 
 
 def _match_patterns_as_ecma() -> None:
@@ -1269,7 +1283,11 @@ def _compile_fast(
     for name, (_, schema) in schemas.items():
         try:
             compiled[name] = jsonschema_rs.validator_for(
-                schema, registry=registry, validate_formats=False, offline=True
+                schema,
+                registry=registry,
+                validate_formats=False,
+                offline=True,
+                pattern_options=_PATTERN_OPTIONS,
             )
         except (ValueError, jsonschema_rs.ReferencingError) as exc:  # jsonschema checks it
             first_line = str(exc).partition("\n")[0]
