@@ -77,7 +77,7 @@ count_members(PyObject *Py_UNUSED(module), PyObject *arg)
         } else if (byte == '"') {
             while (at < end) { /* to the string's closing quote; an escape is two bytes */
                 byte = *at++;
-                if (byte == '\\') {
+                if (byte == '\\' && at < end) { /* never past the end, even unclosed */
                     at++;
                 } else if (byte == '"') {
                     break;
