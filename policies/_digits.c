@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 PyDoc_STRVAR(has_digit_run_doc,
 "has_digit_run(value, n, /)\n"
@@ -75,11 +76,20 @@ count_members(PyObject *Py_UNUSED(module), PyObject *arg)
         if (byte == ':') {
             members++;
         } else if (byte == '"') {
-            while (at < end) { /* to the string's closing quote; an escape is two bytes */
-                byte = *at++;
-                if (byte == '\\' && at < end) { /* never past the end, even unclosed */
-                    at++;
-                } else if (byte == '"') {
+            /* To the string's closing quote: the first quote after an even run of
+             * backslashes (none included); an unclosed string ends the text. */
+            for (;;) {
+                const unsigned char *quote = memchr(at, '"', (size_t)(end - at));
+                if (quote == NULL) {
+                    at = end;
+                    break;
+                }
+                const unsigned char *run = quote;
+                while (run > at && run[-1] == '\\') {
+                    run--;
+                }
+                at = quote + 1;
+                if (((quote - run) & 1) == 0) {
                     break;
                 }
             }
@@ -101,6 +111,9 @@ keys_of(PyObject *node)
         PyObject *key, *value;
         total = PyDict_GET_SIZE(node);
         while (PyDict_Next(node, &position, &key, &value)) {
+            if (!PyDict_CheckExact(value) && !PyList_CheckExact(value)) {
+                continue; /* a string, number, true, false or null */
+            }
             Py_ssize_t inner = keys_of(value);
             if (inner < 0) {
                 total = -1;
