@@ -576,7 +576,8 @@ _PATTERN_OPTIONS: Final = jsonschema_rs.FancyRegexOptions(backtrack_limit=_BACKT
 def _match_patterns_as_ecma() -> None:
     """Make the ``jsonschema`` package match ``pattern`` and ``patternProperties`` (in
     ``additionalProperties`` and ``unevaluatedProperties`` too) with :data:`_ECMA_PATTERNS`:
-    it calls ``re.search`` in these modules, nowhere else that record content reaches."""
+    it calls ``re.search`` in these modules, nowhere else that record content reaches. For
+    the whole process: a plug-in's use of the package matches patterns the same way."""
     for module in (jsonschema_keywords, jsonschema_legacy_keywords, jsonschema_utils):
         module.re = _ECMA_PATTERNS
 
