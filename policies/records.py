@@ -1181,6 +1181,7 @@ _ANNOTATIONS: Final = frozenset(
 """Keywords that are not validators but are the dialects' own (and OpenAPI's ``example``)."""
 _SUBSCHEMA_MAPS: Final = (
     "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+    "dependencies",  # drafts 4 to 7: a schema, or a list of names (no schema)
 )  # fmt: skip
 _SUBSCHEMA: Final = (
     "additionalProperties", "additionalItems", "items", "contains", "not", "if", "then",

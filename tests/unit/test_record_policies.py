@@ -1227,6 +1227,13 @@ def test_format_is_an_annotation_in_draft_07_too(tmp_path: Path) -> None:
         ({"type": "string", "pattern": "^a{,2}$"}, "#/pattern"),
         ({"properties": {"id": {"pattern": "^[a-z]{,3}$"}}}, "#/properties/id/pattern"),
         ({"patternProperties": {"^x{,2}$": {}}}, "#/patternProperties"),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "dependencies": {"a": ["b"], "c": {"properties": {"d": {"pattern": "^d{,2}$"}}}},
+            },
+            "#/dependencies/c/properties/d/pattern",
+        ),
     ],
 )
 def test_a_pattern_only_python_reads_stops_configure(
