@@ -21,8 +21,9 @@ rule                     a record passes when
 ``<key>``                the same: a bare word that is no rule keyword and has no ``:``, so
                          the proposal's sample value ``trace-id`` keeps its meaning
 ``key-required``         its key is neither null nor empty
-``json``                 its value is one JSON document (RFC 8259) in UTF-8; ``NaN`` and
-                         ``Infinity`` are not JSON
+``json``                 its value is one JSON document (RFC 8259) in UTF-8 whose objects
+                         give each key once (I-JSON, RFC 7493: readers take a key given
+                         twice differently); ``NaN`` and ``Infinity`` are not JSON
 ``json-schema:<name>``   its value is JSON (as for ``json``) that the JSON Schema
                          ``<name>.json`` accepts; schemas are read once, at start-up, from the
                          directory in the policy config ``record.validation.json.schema.dir``
@@ -91,11 +92,18 @@ decides whether a value matches (in Rust: some hundred times faster than the ``j
 package on a 1 KiB document), and by ``jsonschema``, which words the rejection (its
 ``best_match``: the error a person would look at first). As the JSON Schema specification
 says, ``pattern`` is an ECMA-262 regular expression: ``\\d`` is ``[0-9]``, not any Unicode
-digit as in Python's ``re``; where the two disagree and a value is rejected, the message is
-jsonschema-rs's. ``format`` is an annotation only, in every draft, as the ``jsonschema``
-package has it by default. A schema that jsonschema-rs cannot compile (a regular expression
-only Python reads, such as ``a{,2}``) is checked by ``jsonschema`` alone, with a warning at
-start-up. Nothing is ever fetched: schemas refer to each other by file name or ``$id``.
+digit as in Python's ``re``. Both libraries match patterns (``pattern``, ``patternProperties``)
+with jsonschema-rs's engine, in time linear in the string (:class:`_EcmaPatterns`): Python's
+``re``, which the ``jsonschema`` package calls, backtracks without bound (hours for a record
+against ``^(\\w+\\s?)*$``). A pattern jsonschema-rs cannot compile (one only Python reads,
+such as ``a{,2}``) stops ``configure``, naming the file and the place; a string holding a lone
+surrogate (``"\\ud800"``, which jsonschema-rs cannot take) that a pattern must be checked
+against rejects its record. ``format`` is an annotation only, in every draft, as the
+``jsonschema`` package has it by default. The ``jsonschema`` package words the rejections
+of values up to 16 KiB (its ``uniqueItems`` made linear), jsonschema-rs's first error those
+of larger ones (see :meth:`_JsonSchema.problem`). A schema that jsonschema-rs cannot compile
+otherwise is checked by ``jsonschema`` alone, with a warning at start-up. Nothing is ever
+fetched: schemas refer to each other by file name or ``$id``.
 """
 
 from __future__ import annotations
@@ -103,18 +111,22 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
+import itertools
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
 import jsonschema_rs
 import orjson
+from jsonschema import _keywords as jsonschema_keywords
+from jsonschema import _legacy_keywords as jsonschema_legacy_keywords
+from jsonschema import _utils as jsonschema_utils
 from jsonschema import validators
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
 from referencing.jsonschema import DRAFT202012, UnknownDialect, specification_with
@@ -406,28 +418,171 @@ class _JsonSchema:
     fast: jsonschema_rs.Validator | None
     """jsonschema-rs's, which decides; None when it cannot compile the schema."""
 
-    def problem(self, instance: Any) -> tuple[str, str] | None:
-        """(message, JSON path) of what is wrong with a decoded JSON document, or None when
-        the schema accepts it."""
-        if self.fast is not None:
+    def problem(self, instance: Any, size: int) -> tuple[str, str] | None:
+        """(message, JSON path) of what is wrong with a decoded JSON document of ``size``
+        bytes, or None when the schema accepts it.
+
+        The jsonschema package's work grows faster than the document (each error's message
+        holds its instance whole: a list nested 250 deep around 900 KB took it 2.8 s), so it
+        words the rejections of documents of at most :data:`_WORDED_BY_PYTHON` bytes, and
+        jsonschema-rs's first error those of larger ones. A document jsonschema-rs cannot take
+        (a lone surrogate in a string the schema checks) the jsonschema package decides alone,
+        up to that size too: a larger one is rejected unchecked.
+        """
+        small = size <= _WORDED_BY_PYTHON
+        if self.fast is None:
+            return self._reference_problem(instance)
+        try:
+            if self.fast.is_valid(instance):
+                return None
+        except ValueError as exc:
+            if small:
+                return self._reference_problem(instance)
+            return (
+                f"it cannot be checked: jsonschema-rs cannot take it ({_cut(str(exc))}), and the "
+                f"slower checker is given at most {_WORDED_BY_PYTHON} bytes, not {size}",
+                "$",
+            )
+        if small:
             try:
-                if self.fast.is_valid(instance):
-                    return None
-            except ValueError:
-                pass  # a string jsonschema-rs cannot take (a lone surrogate): the reference decides
-            else:
-                try:
-                    error = best_match(self.reference.iter_errors(instance))
-                except (RecursionError, re.error):
-                    error = None
-                if error is not None:
-                    return error.message, error.json_path
-                fast_error = next(self.fast.iter_errors(instance))
-                return fast_error.message, _json_path(fast_error.instance_path)
-        if next(self.reference.iter_errors(instance), None) is None:
-            return None
-        error = best_match(self.reference.iter_errors(instance))
+                errors = self.reference.iter_errors(instance)
+                error = best_match(itertools.islice(errors, _WORDED_ERRORS))
+            except (RecursionError, _Unmatchable):
+                error = None
+            if error is not None:
+                return error.message, error.json_path
+        return _first_error(self.fast, instance)
+
+    def _reference_problem(self, instance: Any) -> tuple[str, str] | None:
+        """:meth:`problem`, as the jsonschema package alone decides it."""
+        try:
+            if next(self.reference.iter_errors(instance), None) is None:
+                return None
+            error = best_match(self.reference.iter_errors(instance))
+        except _Unmatchable as exc:
+            return str(exc), "$"
+        except RecursionError:
+            return "it is nested too deeply to check", "$"
         return error.message, error.json_path
+
+
+def _first_error(fast: jsonschema_rs.Validator, instance: Any) -> tuple[str, str]:
+    """jsonschema-rs's first error, for an instance it refuses: ``validate`` stops there,
+    where ``iter_errors`` makes them all first (each message holding its instance whole: 1.2 s
+    for a list nested 250 deep around 900 KB)."""
+    try:
+        fast.validate(instance)
+    except jsonschema_rs.ValidationError as error:
+        return error.message, _json_path(list(error.instance_path))
+    except ValueError:  # its recursion limit
+        return "it is nested too deeply to say where", "$"
+    return "jsonschema-rs refused it, then accepted it", "$"
+
+
+_WORDED_BY_PYTHON: Final = 16 * 1024
+"""The largest JSON document whose rejection the jsonschema package words (with its
+``best_match``, the error a person would look at first); about 50 ms of its work at worst."""
+_WORDED_ERRORS: Final = 64
+"""The errors the jsonschema package finds before ``best_match`` picks one: each may cost a
+pattern's backtracking limit, and 400 strings that fail one cost 400 times that."""
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """The jsonschema package's ``uniqueItems``, in time linear in the array: it compared every
+    pair of items that do not sort (objects, lists), and 4,000 objects took it 27 s, on the
+    event loop, to word the rejection of a 50 KB value."""
+    if unique and validator.is_type(instance, "array"):
+        items = [_canonical(item) for item in instance]
+        if len(set(items)) != len(items):
+            yield ValidationError(f"{instance!r} has non-unique elements")
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable value equal to another's exactly when JSON Schema calls the two equal: 1
+    and 1.0 are, true and 1 are not, objects are whatever their order.
+
+    :raises RecursionError: nested too deeply.
+    """
+    if isinstance(value, bool):
+        return (bool, value)
+    if isinstance(value, dict):
+        return (dict, frozenset((key, _canonical(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return (list, tuple(_canonical(item) for item in value))
+    return value  # str, int, float, None
+
+
+@functools.cache
+def _linear(validator_class: Any) -> Any:
+    """``validator_class`` with :func:`_unique_items` for ``uniqueItems``."""
+    return validators.extend(validator_class, {"uniqueItems": _unique_items})
+
+
+class _Unmatchable(ValueError):
+    """A string no ECMA-262 engine here can match: one holding a lone surrogate (JSON's
+    ``"\\ud800"``), which is not Unicode text. The record is rejected."""
+
+
+class _EcmaPatterns:
+    """What the ``jsonschema`` package calls as ``re`` (:func:`_match_patterns_as_ecma`):
+    ``search(pattern, string)``, answered by jsonschema-rs's ECMA-262 engine, the one that
+    decides. Python's ``re`` backtracks without bound: ``^(\\w+\\s?)*$`` took 0.26 s on 22
+    letters and a ``!``, four times as long with each two letters more, on the event loop, where
+    the rejection of such a value was worded; the Rust engine is linear (or, for a pattern with
+    a backreference, stops at its backtracking limit and does not match)."""
+
+    __slots__ = ("_compiled",)
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, jsonschema_rs.Validator] = {}
+
+    def compile(self, pattern: str) -> jsonschema_rs.Validator:
+        """:raises ValueError: a pattern that is not ECMA-262 as jsonschema-rs reads it."""
+        compiled = self._compiled.get(pattern)
+        if compiled is None:
+            compiled = jsonschema_rs.validator_for(
+                {"type": "string", "pattern": pattern},
+                validate_formats=False,
+                offline=True,
+                pattern_options=_PATTERN_OPTIONS,
+            )
+            self._compiled[pattern] = compiled
+        return compiled
+
+    def search(self, pattern: str, string: str) -> bool:
+        """Whether ``pattern`` matches somewhere in ``string``, as ECMA-262 has it.
+
+        :raises _Unmatchable: for a string holding a lone surrogate.
+        """
+        compiled = self.compile(pattern)
+        try:
+            return compiled.is_valid(string)
+        except UnicodeEncodeError:
+            raise _Unmatchable(
+                f"{_cut(repr(string))} holds a lone surrogate (not Unicode text), which "
+                f"pattern {pattern!r} cannot be checked against"
+            ) from None
+
+
+_ECMA_PATTERNS: Final = _EcmaPatterns()
+_BACKTRACK_LIMIT: Final = 10_000
+"""Steps a pattern that needs backtracking (a backreference, a lookbehind: the others run in
+linear time) may take on one string before it is taken as not matching. fancy-regex's own
+limit, a million, took 34 ms a string: 12 s to word the rejection of 14 KB of strings against
+``^(\\w+\\s?)*\\1$``."""
+_PATTERN_OPTIONS: Final = jsonschema_rs.FancyRegexOptions(backtrack_limit=_BACKTRACK_LIMIT)
+
+
+def _match_patterns_as_ecma() -> None:
+    """Make the ``jsonschema`` package match ``pattern`` and ``patternProperties`` (in
+    ``additionalProperties`` and ``unevaluatedProperties`` too) with :data:`_ECMA_PATTERNS`:
+    it calls ``re.search`` in these modules, nowhere else that record content reaches. For
+    the whole process: a plug-in's use of the package matches patterns the same way."""
+    for module in (jsonschema_keywords, jsonschema_legacy_keywords, jsonschema_utils):
+        module.re = _ECMA_PATTERNS
+
+
+_match_patterns_as_ecma()
 
 
 def _json_path(path: list[str | int]) -> str:
@@ -467,7 +622,90 @@ except ImportError:  # built without a C compiler: the same answer, four times t
     _has_digit_run = _has_digit_run_python
 
 
+class _DuplicateKey(Exception):
+    """A JSON object that gives ``key`` twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _each_key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """:raises _DuplicateKey: for the first key given twice."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
+_JSON_EACH_KEY_ONCE: Final = json.JSONDecoder(
+    parse_constant=_reject_constant, object_pairs_hook=_each_key_once
+)
+
+
+def _duplicate_key(document: bytes) -> str | None:
+    """The first key an object of a JSON document (one that decodes) gives twice, if any."""
+    try:
+        _JSON_EACH_KEY_ONCE.decode(str(document, "utf-8"))
+    except _DuplicateKey as exc:
+        return exc.key
+    return None
+
+
+def _keys_once_python(document: bytes, decoded: Any) -> bool:
+    """Whether every object of the document gives each key once: policies/_digits.c's
+    count, by decoding the text again."""
+    return _duplicate_key(document) is None
+
+
+_keys_once: Callable[[bytes, Any], bool]
+try:
+    from ._digits import count_keys as _count_keys
+    from ._digits import count_members as _count_members
+
+    def _keys_once(document: bytes, decoded: Any) -> bool:
+        """Whether every object of the document gives each key once: the members its text
+        writes are the keys its dicts hold. :raises RecursionError: nested too deeply."""
+        return _count_members(document) == _count_keys(decoded)
+
+except ImportError:  # built without a C compiler: the same answer, more slowly
+    _keys_once = _keys_once_python
+
+
 def _decode_json(document: bytes, json_rule: str, where: str) -> Any:
+    """The JSON document of a record value (:func:`_decode_any_json`), whose objects give
+    each key once: readers take ``{"amount": -5, "amount": 10}`` differently (json, orjson,
+    Jackson the last; simdjson's and some Go readers the first; serde's derive and Gson's maps
+    refuse it), so the schema would judge one reading and a consumer act on another.
+
+    :raises InvalidRecord: not UTF-8, not JSON, too deeply nested, or a key given twice.
+    """
+    decoded = _decode_any_json(document, json_rule, where)
+    try:
+        once = _keys_once(document, decoded)
+    except RecursionError:
+        raise InvalidRecord(
+            f"Record value is JSON nested too deeply to check; "
+            f"rule {json_rule} needs a JSON document{where}"
+        ) from None
+    if not once:
+        try:
+            key = repr(_duplicate_key(document))
+        except (ValueError, RecursionError):
+            key = "a key"
+        raise InvalidRecord(
+            f"Record value gives the key {key} twice in one object, which JSON readers take "
+            f"differently (the first, the last, or an error); rule {json_rule} needs each "
+            f"key once{where}"
+        )
+    return decoded
+
+
+def _decode_any_json(document: bytes, json_rule: str, where: str) -> Any:
     """The JSON document of a record value, as the standard library's json decodes it.
 
     orjson decodes it (in a third of the time) when it gives the same: not when the value has
@@ -723,7 +961,7 @@ def _json_check(
                     return
             except ValueError:
                 pass  # validator.problem says what to do with it
-        problem = validator.problem(instance)
+        problem = validator.problem(instance, len(document))
         if problem is not None:
             message, path = problem
             raise InvalidRecord(
@@ -736,20 +974,22 @@ def _json_check(
 
 def _accepting_fast(fast: jsonschema_rs.Validator, check: ValueCheck) -> ValueCheck:
     """``check`` for a ``json-schema`` rule, with the common case taken first: a value that
-    orjson decodes as _decode_json would (no run of 19 digits) and jsonschema-rs accepts
-    passes in three calls. Every other value goes to ``check``, which decides it and words
-    a rejection, as before."""
+    orjson decodes as _decode_json would (no run of 19 digits), whose keys are each given
+    once and which jsonschema-rs accepts passes in four calls. Every other value goes to
+    ``check``, which decides it and words a rejection, as before."""
     is_valid = fast.is_valid
     loads = orjson.loads
     has_digit_run = _has_digit_run
+    keys_once = _keys_once
 
     def check_value(value: bytes | None) -> None:
         if value is not None and not has_digit_run(value, _LONG_NUMBER_DIGITS):
             try:
-                if is_valid(loads(value)):
+                decoded = loads(value)
+                if is_valid(decoded) and keys_once(value, decoded):
                     return
-            except ValueError:  # orjson refuses it, or jsonschema-rs cannot take it
-                pass
+            except (ValueError, RecursionError):  # orjson refuses it, or jsonschema-rs
+                pass  # cannot take it, or it is nested too deeply to count its keys
         check(value)
 
     return check_value
@@ -856,6 +1096,7 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
             )
             validator_class.check_schema(schema)
             _check_keywords(schema, validator_class, "#")
+            _check_patterns(schema, "#")
         except _ReadsOtherwise as exc:
             raise ValueError(f"{JSON_SCHEMA_DIR}: {path}: {exc}") from None
         except UnknownDialect:
@@ -878,7 +1119,9 @@ def _load_json_schemas(directory: str) -> dict[str, _JsonSchema]:
         raise ValueError(f"{JSON_SCHEMA_DIR}: the schemas in {directory}: {exc}") from None
     fast = _compile_fast(directory, schemas, resources)
     return {
-        name: _JsonSchema(reference=validator_class(schema, registry=registry), fast=fast.get(name))
+        name: _JsonSchema(
+            reference=_linear(validator_class)(schema, registry=registry), fast=fast.get(name)
+        )
         for name, (validator_class, schema) in schemas.items()
     }
 
@@ -938,6 +1181,7 @@ _ANNOTATIONS: Final = frozenset(
 """Keywords that are not validators but are the dialects' own (and OpenAPI's ``example``)."""
 _SUBSCHEMA_MAPS: Final = (
     "properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+    "dependencies",  # drafts 4 to 7: a schema, or a list of names (no schema)
 )  # fmt: skip
 _SUBSCHEMA: Final = (
     "additionalProperties", "additionalItems", "items", "contains", "not", "if", "then",
@@ -964,6 +1208,36 @@ def _check_keywords(schema: object, validator_class: Any, where: str) -> None:
                     f"{at}: {key!r} is no JSON Schema keyword, so the validator ignores it "
                     f"(did you mean {meant!r}?)"
                 )
+        stack.extend(_subschemas(node, at))
+
+
+def _check_patterns(schema: object, where: str) -> None:
+    """Every ``pattern`` and ``patternProperties`` key must be an ECMA-262 regular expression
+    that jsonschema-rs compiles (:class:`_EcmaPatterns` matches them all): one only Python's
+    ``re`` read (``a{,2}``) was matched by it, which backtracks without bound.
+
+    :raises _ReadsOtherwise: naming the place.
+    """
+    stack: list[tuple[object, str]] = [(schema, where)]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        pattern = node.get("pattern")
+        found = [(pattern, f"{at}/pattern")] if isinstance(pattern, str) else []
+        named = node.get("patternProperties")
+        if isinstance(named, dict):
+            found += [(key, f"{at}/patternProperties") for key in named]
+        for regex, place in found:
+            try:
+                _ECMA_PATTERNS.compile(regex)
+            except ValueError as exc:
+                first_line = str(exc).partition("\n")[0]
+                raise _ReadsOtherwise(
+                    f"{place}: {regex!r} is not an ECMA-262 regular expression, as JSON Schema "
+                    f"patterns are ({first_line}); Python's re, which reads it, can take hours "
+                    "on a record"
+                ) from None
         stack.extend(_subschemas(node, at))
 
 
@@ -1011,7 +1285,11 @@ def _compile_fast(
     for name, (_, schema) in schemas.items():
         try:
             compiled[name] = jsonschema_rs.validator_for(
-                schema, registry=registry, validate_formats=False, offline=True
+                schema,
+                registry=registry,
+                validate_formats=False,
+                offline=True,
+                pattern_options=_PATTERN_OPTIONS,
             )
         except (ValueError, jsonschema_rs.ReferencingError) as exc:  # jsonschema checks it
             first_line = str(exc).partition("\n")[0]
