@@ -1,6 +1,7 @@
 """The Spark tests share the session-scoped ``spark`` fixture of tests/conftest.py, and those
 that run the job on a cluster the session-scoped ``spark_cluster``."""
 
+import ctypes
 import os
 import re
 import shutil
@@ -39,6 +40,8 @@ class SparkCluster:
 
     master_url: str
     spark_home: Path
+    conf_dir: Path
+    """The cluster's ``spark-defaults.conf`` (``SPARK_CONF_DIR``) for its submitters."""
     bare_python: Path
     """A Python of the driver's version with nothing but its standard library: what a
     cluster node has that was set up for Spark alone. Spark adds its own pyspark."""
@@ -71,7 +74,17 @@ def _start_daemon(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=_terminate_with_parent,
         )
+
+
+def _terminate_with_parent() -> None:
+    """SIGTERM to the daemon (its JVM, which spark-class executes in its place) when the test
+    process dies without its teardown (killed); the worker's shutdown then stops its
+    executors. Linux only; elsewhere the teardown alone stops them."""
+    if sys.platform == "linux":
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _wait_for_line(
@@ -115,8 +128,18 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
         + [str(bare)],
         check=True,
     )
-    conf_dir = base / "conf"  # none of the machine's spark-defaults.conf
+    # The cluster's own defaults, read by every spark-submit (and kpg's) that names it, in
+    # place of the machine's: small executors that start quickly (the JIT's first tier, the
+    # serial collector), no web UI, one partition per shuffle (the inputs are a few rows).
+    conf_dir = base / "conf"
     conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        "spark.executor.memory 512m\n"
+        "spark.default.parallelism 1\n"
+        "spark.sql.shuffle.partitions 1\n"
+        "spark.executor.extraJavaOptions -XX:+UseSerialGC -XX:TieredStopAtLevel=1\n"
+        "spark.ui.enabled false\n"
+    )
     env = {
         key: value
         for key, value in os.environ.items()
@@ -153,7 +176,9 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
             *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0"),
         )
         _wait_for_line(worker, worker_log, r"Successfully registered with master")
-        yield SparkCluster(master_url=url, spark_home=home, bare_python=bare / "bin" / "python")
+        yield SparkCluster(
+            master_url=url, spark_home=home, conf_dir=conf_dir, bare_python=bare / "bin" / "python"
+        )
     finally:
         if worker is not None:
             _stop_daemon(worker)

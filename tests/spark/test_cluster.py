@@ -65,14 +65,22 @@ def submit_env(cluster: SparkCluster, python: Path) -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.startswith(("PYSPARK_", "SPARK_")) and key != "PYTHONPATH"
     }
-    return env | {"SPARK_HOME": str(cluster.spark_home), "PYSPARK_PYTHON": str(python)}
+    return env | {
+        "SPARK_HOME": str(cluster.spark_home),
+        "SPARK_CONF_DIR": str(cluster.conf_dir),
+        "PYSPARK_PYTHON": str(python),
+    }
 
 
-def kpg_env(executor_python: Path) -> dict[str, str]:
+def kpg_env(cluster: SparkCluster, executor_python: Path) -> dict[str, str]:
     """A ``kpg`` process of this checkout (the driver) whose executors run
     ``executor_python``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPARK_")}
-    return env | {"PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": str(executor_python)}
+    return env | {
+        "PYTHONPATH": str(ROOT),
+        "SPARK_CONF_DIR": str(cluster.conf_dir),
+        "PYSPARK_PYTHON": str(executor_python),
+    }
 
 
 def run(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -172,7 +180,7 @@ def test_kpg_audit_report_on_the_cluster_gives_the_in_process_figures(
     reported = run(
         [KPG, "audit", "report", "--master", spark_cluster.master_url]
         + ["--input", str(streamed.cluster_table), "--out", str(out)],
-        kpg_env(spark_cluster.bare_python),
+        kpg_env(spark_cluster, spark_cluster.bare_python),
         tmp_path,
     )
 
@@ -217,7 +225,7 @@ def test_kpg_audit_replay_on_the_cluster_ships_the_policies_and_agrees_in_proces
     replayed = run(
         [KPG, "audit", "replay", "--master", spark_cluster.master_url, "--config", str(candidate)]
         + ["--input", str(streamed.cluster_table), "--output", str(out)],
-        kpg_env(dependencies_python),
+        kpg_env(spark_cluster, dependencies_python),
         tmp_path,
     )
 
@@ -239,7 +247,7 @@ def test_kpg_audit_replay_names_what_the_executors_lack_and_exits_2(
     replayed = run(
         [KPG, "audit", "replay", "--master", spark_cluster.master_url, "--config", str(candidate)]
         + ["--input", str(streamed.cluster_table), "--output", str(tmp_path / "replay")],
-        kpg_env(spark_cluster.bare_python),
+        kpg_env(spark_cluster, spark_cluster.bare_python),
         tmp_path,
     )
 
