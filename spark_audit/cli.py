@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_MASTER_HELP = (
+    "Spark master, such as spark://HOST:7077 (default: local[*]); this process is the driver "
+    "and writes the output"
+)
+
 
 def add_audit_commands(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -70,7 +75,7 @@ def add_audit_commands(
     report.add_argument(
         "--topic", help="only events about this topic (Produce partitions count as it)"
     )
-    report.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    report.add_argument("--master", help=_MASTER_HELP)
     report.set_defaults(func=report_command)
 
     stream = commands.add_parser(
@@ -81,7 +86,7 @@ def add_audit_commands(
         "partitioned by date; a checkpoint makes a restart lose and repeat nothing.",
     )
     add_stream_arguments(stream)
-    stream.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    stream.add_argument("--master", help=_MASTER_HELP)
     stream.set_defaults(func=stream_command)
 
     replay = commands.add_parser(
@@ -95,7 +100,7 @@ def add_audit_commands(
         "not replayable (their records or topic state are not recorded).",
     )
     add_replay_arguments(replay)
-    replay.add_argument("--master", help="Spark master (default: local[*], or spark-submit's)")
+    replay.add_argument("--master", help=_MASTER_HELP)
     replay.set_defaults(func=replay_command)
     add_verify_command(commands)
     return audit
@@ -160,14 +165,14 @@ def stream_command(args: argparse.Namespace) -> int:
 
 def replay_command(args: argparse.Namespace) -> int:
     """``kpg audit replay --config FILE --input DIR [--since T] [--until T] [--output DIR]``."""
-    from spark_audit.replay import CandidateError, build_replay
+    from spark_audit.replay import CandidateError, ExecutorsCannotJudgeError, build_replay
 
     spark = _session("kpg-audit-replay", args.master)
     try:
         summary = build_replay(
             spark, args.input, args.config, args.output, since=args.since, until=args.until
         )
-    except (CandidateError, OSError) as exc:
+    except (CandidateError, ExecutorsCannotJudgeError, OSError) as exc:
         logger.error("%s", exc)
         return 2
     for warning in summary["warnings"]:

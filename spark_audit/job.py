@@ -290,7 +290,8 @@ def run_stream(spark: SparkSession, **settings: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """spark-submit entry point."""
+    """spark-submit entry point: the exit status of ``kpg audit stream`` (2 for settings it
+    refuses, such as a ``--spool`` directory that does not exist)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     add_stream_arguments(parser)
     parser.add_argument("--master", help="Spark master; leave unset under spark-submit")
@@ -300,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = build_spark_session(master=args.master)
     try:
         run_stream(spark, **stream_settings(args))
+    except (KafkaConnectorMissingError, ValueError) as exc:
+        # As ``kpg audit stream``: a refused setting is status 2 and one line, not a traceback.
+        logger.error("%s", exc)
+        return 2
     finally:
         if not had_session:
             spark.stop()

@@ -68,6 +68,7 @@ from policies.loader import PolicyConfigError, load_policy_chain
 from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
 from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
 from spark_audit.report import load_events, unread_warnings
+from spark_audit.session import runs_on_a_cluster, ship_packages
 from spark_audit.spreadsheet import safe_cell
 from spark_audit.transforms import event_kind, filter_events, principal_name, with_topic
 
@@ -95,6 +96,11 @@ JUDGEMENT: Final = T.StructType(
 
 class CandidateError(ValueError):
     """The candidate configuration cannot be replayed: no ``policies:``, or a bad one."""
+
+
+class ExecutorsCannotJudgeError(RuntimeError):
+    """The cluster's executors cannot build the candidate's policy chain: their Python lacks
+    a dependency of the policies (google-re2, PyYAML) or a plug-in the candidate names."""
 
 
 def load_candidate(path: str) -> dict[str, Any]:
@@ -309,6 +315,45 @@ def _unrecorded_synonym(chain: PolicyChain, changed: Mapping[str, str | None]) -
     return None
 
 
+def prepare_executors(spark: SparkSession, section: Mapping[str, Any]) -> None:
+    """On a cluster: ship ``spark_audit`` and ``policies`` to the executors, then build the
+    candidate's chain on them once, so that a Python without the policies' dependencies
+    stops the replay with their name instead of failing every task of the first job.
+
+    :raises ExecutorsCannotJudgeError: if an executor cannot build the chain.
+    """
+    if not runs_on_a_cluster(spark):
+        return
+    ship_packages(spark, ["spark_audit", "policies"])
+    section_json = json.dumps(section, sort_keys=True)
+
+    def try_chain(_: Any) -> str | None:
+        # Runs on an executor; defined here so that unpickling it imports nothing.
+        import importlib
+
+        try:
+            replay = importlib.import_module("spark_audit.replay")
+        except ImportError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        try:
+            replay._chain(section_json)
+        except replay.PolicyConfigError as exc:  # a plug-in the executors cannot import
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    context = spark.sparkContext
+    slots = max(1, context.defaultParallelism)
+    problems = {p for p in context.parallelize(range(slots), slots).map(try_chain).collect() if p}
+    if problems:
+        raise ExecutorsCannotJudgeError(
+            "the Spark executors cannot run the candidate's policies: "
+            + "; ".join(sorted(problems))
+            + ". Their Python (PYSPARK_PYTHON, spark.pyspark.python) needs the gateway's "
+            "dependencies (pip install of this project, or of google-re2 and PyYAML) and "
+            "any plug-in the candidate names; spark_audit and policies are shipped to them"
+        )
+
+
 def _judge_udf(section_json: str) -> Any:
     def judge(item: Any) -> dict[str, Any]:
         try:
@@ -451,10 +496,12 @@ def build_replay(
 
     :returns: the content of ``summary.json``.
     :raises CandidateError: if the candidate's policies are invalid.
+    :raises ExecutorsCannotJudgeError: see :func:`prepare_executors`.
     :raises FileNotFoundError: if ``input_path`` does not exist.
     """
     started = time.monotonic()
     section = load_candidate(config_path)
+    prepare_executors(spark, section)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     events = filter_events(with_topic(load_events(spark, input_path)), since=since, until=until)

@@ -763,7 +763,15 @@ def _write_frame_csv(path: Path, frame: DataFrame) -> None:
         writer = csv.writer(file)
         writer.writerow(frame.columns)
         for row in frame.toLocalIterator():
-            writer.writerow(safe_cell(_plain(value)) for value in row)
+            writer.writerow(safe_cell(_csv_value(value)) for value in row)
+
+
+def _csv_value(value: Any) -> Any:
+    """A value as Spark's CSV writer writes it in local mode: ``true``/``false``, not
+    Python's ``True``/``False`` (the files were not the same on a cluster)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _plain(value)
 
 
 def _join_parts(parts: Sequence[Path], path: Path, columns: Sequence[str]) -> None:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import io
 import os
+import shutil
 import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from pyspark.sql import SparkSession
@@ -71,6 +79,42 @@ def _runs_here(master: str | None) -> bool:
     if master is None:
         return "PYSPARK_GATEWAY_PORT" not in os.environ
     return master.startswith("local")
+
+
+def runs_on_a_cluster(spark: SparkSession) -> bool:
+    """Whether the session's tasks run in executors of a cluster (a master that is not
+    ``local``), whose Python has none of this process's modules unless they are shipped."""
+    return not (spark.sparkContext.master or "local").startswith("local")
+
+
+def ship_packages(spark: SparkSession, packages: Sequence[str]) -> None:
+    """On a cluster, add the Python sources of the imported ``packages`` (by name) to the
+    executors' ``sys.path`` (one zip, ``SparkContext.addPyFile``), so that a UDF's code
+    imports there as it does in the driver. Their compiled modules and third-party imports
+    are not shipped: those must be installed on the executors. A no-op in local mode, where
+    the tasks' Python workers import from the driver's own paths.
+    """
+    if not runs_on_a_cluster(spark):
+        return
+    content = io.BytesIO()
+    with zipfile.ZipFile(content, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in packages:
+            root = Path(next(iter(sys.modules[package].__path__)))
+            for source in sorted(root.rglob("*.py")):
+                name = source.relative_to(root.parent)
+                # A fixed time: the same sources make the same zip, named by its digest.
+                info = zipfile.ZipInfo(str(name), date_time=(1980, 1, 1, 0, 0, 0))
+                archive.writestr(info, source.read_bytes(), zipfile.ZIP_DEFLATED)
+    # In a directory of this process's own (others cannot put their code in its place),
+    # removed when the process exits; the executors fetch the file when their first task of
+    # this session starts. The name has the content's digest: Spark serves a file by its name
+    # for the whole session, and ignores another one of that name.
+    directory = Path(tempfile.mkdtemp(prefix="kpg-py-files-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    data = content.getvalue()
+    path = directory / f"kpg-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    path.write_bytes(data)
+    spark.sparkContext.addPyFile(str(path))
 
 
 def path_exists(spark: SparkSession, path: str) -> bool:

@@ -244,6 +244,23 @@ def test_spark_submit_entry_point_runs_the_stream(
     assert not spark.sparkContext._jsc.sc().isStopped()  # main() leaves a caller's session be
 
 
+def test_spark_submit_entry_point_refuses_a_missing_spool_with_status_2(
+    spark: SparkSession, dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As ``kpg audit stream`` (and the README) have it: a mistyped ``--spool`` is status 2
+    and a line saying so; under spark-submit it was a traceback and status 1."""
+    missing = dirs["spool"] / "missing"
+
+    status = job.main(
+        ["--spool", str(missing), "--table", str(dirs["table"]), "--checkpoint"]
+        + [str(dirs["checkpoint"]), "--available-now"]
+    )
+
+    assert status == 2
+    assert f"spool directory {missing} does not exist" in caplog.text
+    assert not dirs["table"].exists()
+
+
 # --- reports ---------------------------------------------------------------------------------
 
 
