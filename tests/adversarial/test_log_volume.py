@@ -26,6 +26,58 @@ pytestmark = pytest.mark.adversarial
 API_VERSIONS = 18
 RATE = 2
 """client.audit.events.per.sec in these cases: a client may have 10 s of it written at once."""
+API_VERSIONS_REQUEST = encode_request(
+    API_VERSIONS,
+    3,
+    1,
+    "t",
+    ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+)
+
+
+def assert_paced(
+    caplog: pytest.LogCaptureFixture,
+    address: tuple[str, int],
+    send: Callable[[socket.socket], None],
+    needle: str,
+    level: int,
+) -> threading.Thread:
+    """One client opens connection after connection to ``address``, each sending with
+    ``send`` and closed: the gateway's log lines holding ``needle`` come no faster than its
+    client.audit.events.per.sec allows (10 s of RATE at once, then RATE a second). Returns
+    the client's thread, to join once the gateway has stopped."""
+
+    def flood() -> None:
+        for _ in range(200):
+            try:
+                with socket.create_connection(address, timeout=30) as sock:
+                    send(sock)
+            except OSError:
+                return  # the gateway has stopped
+
+    def lines() -> int:
+        return sum(needle in r.getMessage() for r in caplog.records)
+
+    attacker = threading.Thread(target=flood, daemon=True)
+    with caplog.at_level(level, logger="gateway.connection"):
+        started = time.monotonic()
+        attacker.start()
+        assert wait_for(lambda: lines() >= 40, 60)
+        elapsed = time.monotonic() - started
+        logged = lines()
+    assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+    return attacker
+
+
+def answered_unread(frame: bytes) -> Callable[[socket.socket], None]:
+    """Send ``frame`` and wait for the connection to close unanswered, as a client does
+    before it reconnects."""
+
+    def send(sock: socket.socket) -> None:
+        sock.sendall(frame)
+        sock.recv(64)
+
+    return send
 
 
 def half_a_frame(sock: socket.socket) -> None:
@@ -54,26 +106,14 @@ def test_connections_left_half_way_are_logged_at_the_clients_pace(
     config = gateway_config(tap.address, limits={"client.audit.events.per.sec": RATE})
     gw = GatewayThread(config).start()
     host, _, port = gw.bootstrap.rpartition(":")
-    send: Callable[[socket.socket], None] = LEAVING[name]
-
-    def flood() -> None:
-        for _ in range(200):
-            with socket.create_connection((host, int(port)), timeout=30) as sock:
-                send(sock)
-
-    def lines() -> int:
-        return sum("closing connection: truncated" in r.getMessage() for r in caplog.records)
-
     try:
-        with caplog.at_level(logging.WARNING, logger="gateway.connection"):
-            started = time.monotonic()
-            attacker = threading.Thread(target=flood, daemon=True)
-            attacker.start()
-            assert wait_for(lambda: lines() >= 40, 60)
-            elapsed = time.monotonic() - started
-            logged = lines()
-        burst = RATE * 10
-        assert logged <= burst + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        attacker = assert_paced(
+            caplog,
+            (host, int(port)),
+            LEAVING[name],
+            "closing connection: truncated",
+            logging.WARNING,
+        )
         assert gw.metric("kpg_audit_paced_total") >= 1
         attacker.join(60)
     finally:
@@ -92,35 +132,14 @@ def test_connections_while_no_broker_answers_are_logged_at_the_clients_pace(
     config = gateway_config(nowhere, limits={"client.audit.events.per.sec": RATE})
     gw = GatewayThread(config).start()
     host, _, port = gw.bootstrap.rpartition(":")
-    request = encode_request(
-        API_VERSIONS,
-        3,
-        1,
-        "t",
-        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
-    )
-
-    def flood() -> None:
-        for _ in range(200):
-            try:
-                with socket.create_connection((host, int(port)), timeout=30) as sock:
-                    sock.sendall(request)
-                    sock.recv(64)  # closed unanswered: reconnect, as a client does
-            except OSError:
-                return  # the gateway has stopped
-
-    def lines() -> int:
-        return sum("closing client connection" in r.getMessage() for r in caplog.records)
-
-    attacker = threading.Thread(target=flood, daemon=True)
     try:
-        with caplog.at_level(logging.WARNING, logger="gateway.connection"):
-            started = time.monotonic()
-            attacker.start()
-            assert wait_for(lambda: lines() >= 40, 60)
-            elapsed = time.monotonic() - started
-            logged = lines()
-        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        attacker = assert_paced(
+            caplog,
+            (host, int(port)),
+            answered_unread(API_VERSIONS_REQUEST),
+            "closing client connection",
+            logging.WARNING,
+        )
     finally:
         gw.stop()
     attacker.join(30)
@@ -144,28 +163,10 @@ def test_connections_whose_broker_drops_them_are_logged_at_the_clients_pace(
     host, _, port = gw.bootstrap.rpartition(":")
     body = struct.pack(">hhih", SYNC_GROUP, 0, 1, 1) + b"t" + b"\xff" * 20
     frame = SIZE.pack(len(body)) + body
-
-    def flood() -> None:
-        for _ in range(200):
-            try:
-                with socket.create_connection((host, int(port)), timeout=30) as sock:
-                    sock.sendall(frame)
-                    sock.recv(64)  # closed unanswered: reconnect, as a client does
-            except OSError:
-                return  # the gateway has stopped
-
-    def lines() -> int:
-        return sum("upstream gone" in r.getMessage() for r in caplog.records)
-
-    attacker = threading.Thread(target=flood, daemon=True)
     try:
-        with caplog.at_level(logging.INFO, logger="gateway.connection"):
-            started = time.monotonic()
-            attacker.start()
-            assert wait_for(lambda: lines() >= 40, 60)
-            elapsed = time.monotonic() - started
-            logged = lines()
-        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        attacker = assert_paced(
+            caplog, (host, int(port)), answered_unread(frame), "upstream gone", logging.INFO
+        )
         assert gw.metric("kpg_audit_paced_total") >= 1
     finally:
         gw.stop()
@@ -191,35 +192,14 @@ def test_connections_to_a_node_that_left_are_logged_at_the_clients_pace(
     node_2 = dict(_advertised(gw.bootstrap))[2]
     script.present.discard(2)
     assert dict(_advertised(gw.bootstrap)).keys() == {1}
-    request = encode_request(
-        API_VERSIONS,
-        3,
-        1,
-        "t",
-        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
-    )
-
-    def flood() -> None:
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", node_2), timeout=30) as sock:
-                    sock.sendall(request)
-                    sock.recv(64)  # closed unanswered: reconnect, as a client does
-            except OSError:
-                return  # the gateway has stopped
-
-    def lines() -> int:
-        return sum("has left the cluster" in r.getMessage() for r in caplog.records)
-
-    attacker = threading.Thread(target=flood, daemon=True)
     try:
-        with caplog.at_level(logging.INFO, logger="gateway.connection"):
-            started = time.monotonic()
-            attacker.start()
-            assert wait_for(lambda: lines() >= 40, 60)
-            elapsed = time.monotonic() - started
-            logged = lines()
-        assert logged <= RATE * 10 + RATE * elapsed + 2, f"{logged} lines in {elapsed:.1f} s"
+        attacker = assert_paced(
+            caplog,
+            ("127.0.0.1", node_2),
+            answered_unread(API_VERSIONS_REQUEST),
+            "has left the cluster",
+            logging.INFO,
+        )
     finally:
         gw.stop()
     attacker.join(30)
