@@ -320,12 +320,17 @@ class Gateway:
         await self._check_upstream_credentials()
         try:
             await self.state.start()
-            if self.config.state.store == "kafka":
+        except StateStoreError as exc:
+            raise ConfigError(f"{self.config.source}: state: {exc}") from None
+        if self.config.state.store == "kafka":
+            try:
                 await carry_over_sqlite(
                     self.state, Path(self.config.state.path), host=socket.gethostname()
                 )
-        except StateStoreError as exc:
-            raise ConfigError(f"{self.config.source}: state: {exc}") from None
+            except StateStoreError as exc:
+                # the store is open: its clients would stay connected to the brokers
+                await self.state.close()
+                raise ConfigError(f"{self.config.source}: state: {exc}") from None
         self._state_loaded = True
         if self.audit is not None:
             for sink in self.audit.sinks:

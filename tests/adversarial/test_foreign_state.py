@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from gateway.config import HostPort
 from gateway.record_validation import STATE_NAMESPACE
+from gateway.state import KafkaTopicStore
 from tests.adversarial.test_shared_state_routes import POLICY, produce_error
 from tests.support import GatewayThread, RawClient, gateway_config, records_at, unique_name
 
@@ -118,5 +119,13 @@ def test_a_file_is_carried_over_once_and_a_differing_entry_stops_the_start(
 
     other = tmp_path / "other.db"
     _file_with(other, {first: "key-required"})
-    with pytest.raises(Exception, match=rf"{STATE_NAMESPACE} '{first}'"):
-        GatewayThread(gateway_config(broker, state={**state, "path": str(other)})).start()
+    refused = GatewayThread(gateway_config(broker, state={**state, "path": str(other)}))
+    try:
+        with pytest.raises(Exception, match=rf"{STATE_NAMESPACE} '{first}'"):
+            refused.start()
+        # the refused start left nothing connected to the broker (its state store closed)
+        store = refused.gateway.state
+        assert isinstance(store, KafkaTopicStore)
+        assert (store._consumer, store._producer) == (None, None)
+    finally:
+        refused.stop()
