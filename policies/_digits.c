@@ -1,6 +1,6 @@
 /*
- * policies._digits: has_digit_run(value, n), count_members(value) and count_keys(document),
- * in C.
+ * policies._digits: has_digit_run(value, n), count_members(value), count_keys(document) and
+ * double_suspects(value), in C.
  *
  * The JSON rules of policies/records.py decode a record value with orjson only when it holds
  * no run of 19 ASCII digits (an integer orjson would turn into a float); the Python way of
@@ -11,6 +11,10 @@
  * refuse it): count_members(value) counts the members the text writes, count_keys(document)
  * the keys its decoded dicts hold; the two differ exactly when a key is given twice. Without
  * this module, policies.records decodes the text again to ask (slower, same answer).
+ *
+ * double_suspects(value) lists the numbers a JSON Schema judges as doubles that may not be
+ * the number written (1000.0000000000000000001 is the double 1000.0); policies.records asks
+ * of each whether its double is it, and finds them by decoding again without this module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -152,17 +156,147 @@ count_keys(PyObject *Py_UNUSED(module), PyObject *document)
     return keys < 0 ? NULL : PyLong_FromSsize_t(keys);
 }
 
+/* Whether the number text[0:size] is written as Python prints its double (repr): then it is
+ * that double's value, whatever a reader keeps. As languages print doubles, nearly always. */
+static int
+as_printed(const char *text, Py_ssize_t size)
+{
+    char copy[64];
+    if (size >= (Py_ssize_t)sizeof(copy)) {
+        return 0; /* longer than any double's repr */
+    }
+    memcpy(copy, text, (size_t)size);
+    copy[size] = '\0';
+    char *parsed_to = NULL;
+    double value = PyOS_string_to_double(copy, &parsed_to, NULL);
+    if (value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (parsed_to != copy + size) {
+        return 0;
+    }
+    char *printed = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (printed == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int same = strlen(printed) == (size_t)size && memcmp(printed, copy, (size_t)size) == 0;
+    PyMem_Free(printed);
+    return same;
+}
+
+PyDoc_STRVAR(double_suspects_doc,
+"double_suspects(value, /)\n"
+"--\n\n"
+"The numbers outside strings of a bytes-like JSON text that have a fraction or an exponent,\n"
+"either more than 15 significant digits or an exponent of 3 digits or more, and are not\n"
+"written as Python prints their double, as bytes, in text order: every number whose double\n"
+"may be another number (15 significant digits and an exponent within 99 always tell two\n"
+"numbers apart as doubles; a double's repr is its value).");
+
+static PyObject *
+double_suspects(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *at = view.buf, *end = at + view.len;
+    while (at < end) {
+        unsigned char byte = *at;
+        if (byte == '"') {
+            at++;
+            for (;;) { /* to the closing quote, as count_members */
+                const unsigned char *quote = memchr(at, '"', (size_t)(end - at));
+                if (quote == NULL) {
+                    at = end;
+                    break;
+                }
+                const unsigned char *run = quote;
+                while (run > at && run[-1] == '\\') {
+                    run--;
+                }
+                at = quote + 1;
+                if (((quote - run) & 1) == 0) {
+                    break;
+                }
+            }
+            continue;
+        }
+        if (byte != '-' && (unsigned char)(byte - '0') > 9) {
+            at++;
+            continue;
+        }
+        /* A number: -? digits (. digits)? ([eE] [+-]? digits)?, read leniently (the decoder
+         * has already refused a malformed one). Zeros count as significant only between or
+         * before other digits: 1.000000000000000000 has one. */
+        const unsigned char *start = at;
+        Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0;
+        int nonzero = 0, fractional = 0;
+        if (*at == '-') {
+            at++;
+        }
+        for (; at < end; at++) {
+            if (*at == '.') {
+                fractional = 1;
+            } else if (*at == '0') {
+                zeros += nonzero;
+            } else if ((unsigned char)(*at - '1') <= 8) {
+                nonzero = 1;
+                significant += zeros + 1;
+                zeros = 0;
+            } else {
+                break;
+            }
+        }
+        if (at < end && (*at == 'e' || *at == 'E')) {
+            fractional = 1;
+            at++;
+            if (at < end && (*at == '+' || *at == '-')) {
+                at++;
+            }
+            while (at < end && *at == '0') {
+                at++;
+            }
+            for (; at < end && (unsigned char)(*at - '0') <= 9; at++) {
+                exponent_digits++;
+            }
+        }
+        if (fractional && (significant > 15 || exponent_digits >= 3)
+            && !as_printed((const char *)start, at - start)) {
+            PyObject *number = PyBytes_FromStringAndSize((const char *)start, at - start);
+            if (number == NULL || PyList_Append(found, number) < 0) {
+                Py_XDECREF(number);
+                Py_DECREF(found);
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            Py_DECREF(number);
+        }
+    }
+    PyBuffer_Release(&view);
+    return found;
+}
+
 static PyMethodDef digits_methods[] = {
     {"has_digit_run", has_digit_run, METH_VARARGS, has_digit_run_doc},
     {"count_members", count_members, METH_O, count_members_doc},
     {"count_keys", count_keys, METH_O, count_keys_doc},
+    {"double_suspects", double_suspects, METH_O, double_suspects_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef digits_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "policies._digits",
-    .m_doc = "has_digit_run, count_members and count_keys in C (see policies/_digits.c).",
+    .m_doc = "has_digit_run, count_members, count_keys and double_suspects in C (see "
+             "policies/_digits.c).",
     .m_size = -1,
     .m_methods = digits_methods,
 };

@@ -114,9 +114,11 @@ import functools
 import itertools
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -676,6 +678,77 @@ except ImportError:  # built without a C compiler: the same answer, more slowly
     _keys_once = _keys_once_python
 
 
+def _is_double_suspect(text: str) -> bool:
+    """policies/_digits.c's test of one number with a fraction or an exponent: more than 15
+    significant digits, or an exponent of 3 digits or more."""
+    mantissa, _, exponent = text.lower().partition("e")
+    digits = mantissa.lstrip("-").replace(".", "").strip("0")
+    return len(digits) > 15 or len(exponent.lstrip("+-").lstrip("0")) >= 3
+
+
+def _double_suspects_python(document: bytes) -> list[bytes]:
+    """policies/_digits.c's double_suspects, by decoding the text again: the decoder hands
+    every number with a fraction or an exponent to ``parse_float`` as written. A number
+    written as its double's ``repr`` is that double's value: not a suspect."""
+    found: list[bytes] = []
+
+    def keep(text: str) -> float:
+        double = float(text)
+        if _is_double_suspect(text) and repr(double) != text:
+            found.append(text.encode("ascii"))
+        return double
+
+    json.JSONDecoder(parse_float=keep, parse_constant=_reject_constant).decode(
+        str(document, "utf-8")
+    )
+    return found
+
+
+_double_suspects: Callable[[bytes], list[bytes]]
+try:
+    from ._digits import double_suspects as _double_suspects
+except ImportError:  # built without a C compiler: the same answer, by decoding again
+    _double_suspects = _double_suspects_python
+
+
+def _read_otherwise_as_double(document: bytes) -> tuple[str, str] | None:
+    """The first number of a (decoded) JSON text whose double is another number, as
+    written and as the double: ``1000.0000000000000000001`` is read as ``1000.0``, and
+    ``1e-400`` as ``0.0``. The schema judges the double (jsonschema-rs and the jsonschema
+    package take what the decoder gives, a float), while a consumer reading numbers whole
+    (Java's BigDecimal, Python's decimal, PostgreSQL's numeric) acts on the number written:
+    a value above a ``maximum``, or no integer, passed as one. A double's shortest form
+    (``0.30000000000000004``, as every language prints doubles) reads the same both ways.
+    """
+    return _first_read_otherwise(_double_suspects(document))
+
+
+def _first_read_otherwise(suspects: list[bytes]) -> tuple[str, str] | None:
+    """Of numbers as written (:func:`_double_suspects`), the first whose double is another
+    number: (as written, as the double)."""
+    for token in suspects:
+        text = token.decode("ascii")
+        double = float(text)
+        if not math.isfinite(double) or Decimal(text) != Decimal(repr(double)):
+            return text, repr(double)
+    return None
+
+
+def _check_doubles(document: bytes, json_rule: str, where: str) -> None:
+    """:raises InvalidRecord: for a number a JSON Schema would judge as another one."""
+    try:
+        found = _read_otherwise_as_double(document)
+    except (ValueError, RecursionError):  # only without the C module, decoding again
+        return  # the decoding that came first decided (and this one reads as it did)
+    if found is not None:
+        written, double = found
+        raise InvalidRecord(
+            f"Record value has the number {_cut(written)}, which the schema would judge as "
+            f"the double {double} and a reader of exact decimals as written; rule {json_rule} "
+            f"needs numbers that read alike{where}"
+        )
+
+
 def _decode_json(document: bytes, json_rule: str, where: str) -> Any:
     """The JSON document of a record value (:func:`_decode_any_json`), whose objects give
     each key once: readers take ``{"amount": -5, "amount": 10}`` differently (json, orjson,
@@ -955,6 +1028,7 @@ def _json_check(
 
     def check_json(document: bytes) -> None:
         instance = _decode_json(document, json_rule, where)
+        _check_doubles(document, json_rule, where)
         if fast is not None:
             try:
                 if fast.is_valid(instance):
@@ -975,19 +1049,23 @@ def _json_check(
 def _accepting_fast(fast: jsonschema_rs.Validator, check: ValueCheck) -> ValueCheck:
     """``check`` for a ``json-schema`` rule, with the common case taken first: a value that
     orjson decodes as _decode_json would (no run of 19 digits), whose keys are each given
-    once and which jsonschema-rs accepts passes in four calls. Every other value goes to
-    ``check``, which decides it and words a rejection, as before."""
+    once, whose numbers read alike as doubles and which jsonschema-rs accepts passes in five
+    calls. Every other value goes to ``check``, which decides it and words a rejection, as
+    before."""
     is_valid = fast.is_valid
     loads = orjson.loads
     has_digit_run = _has_digit_run
     keys_once = _keys_once
+    double_suspects = _double_suspects
 
     def check_value(value: bytes | None) -> None:
         if value is not None and not has_digit_run(value, _LONG_NUMBER_DIGITS):
             try:
                 decoded = loads(value)
                 if is_valid(decoded) and keys_once(value, decoded):
-                    return
+                    suspects = double_suspects(value)  # nearly always none
+                    if not suspects or _first_read_otherwise(suspects) is None:
+                        return
             except (ValueError, RecursionError):  # orjson refuses it, or jsonschema-rs
                 pass  # cannot take it, or it is nested too deeply to count its keys
         check(value)

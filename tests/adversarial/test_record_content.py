@@ -1,8 +1,9 @@
 """Routes through what a producer puts inside its records (the keys, values and headers the
 rules read), each through the real gateway in front of the tapped real broker: a value the
 topic's rule should reject that passed (the validator read it one way, a consumer reads it
-another), and a value whose judging held the gateway (a pattern Python's re backtracked on,
-a list of objects compared pair by pair, on the event loop). The record is refused with
+another: a key given twice, a number above a maximum read as the double within it), and a
+value whose judging held the gateway (a pattern Python's re backtracked on, a list of
+objects compared pair by pair, on the event loop). The record is refused with
 INVALID_RECORD and never reaches the broker."""
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ SCHEMAS = {
     "orders": {
         "type": "object",
         "required": ["id", "amount"],
-        "properties": {"id": {"type": "string"}, "amount": {"type": "number", "minimum": 0}},
+        "properties": {
+            "id": {"type": "string"},
+            "amount": {"type": "number", "minimum": 0, "maximum": 1000},
+        },
     },
 }
 
@@ -94,6 +98,11 @@ CASES = {
         "json-schema:orders",
         b'{"id": "o-1", "amount": -5, "amount": 10}',
         "gives the key 'amount' twice in one object",
+    ),
+    "an amount above the maximum in more digits than a double holds": (
+        "json-schema:orders",
+        b'{"id": "o-1", "amount": 1000.0000000000000000001}',
+        "the number 1000.0000000000000000001, which the schema would judge as the double 1000.0",
     ),
 }
 
