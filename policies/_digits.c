@@ -60,6 +60,27 @@ has_digit_run(PyObject *Py_UNUSED(module), PyObject *args)
     return PyBool_FromLong(found);
 }
 
+/* Past a JSON string whose opening quote is just before `at`: past the first quote after an
+ * even run of backslashes (none included); an unclosed string ends the text. */
+static const unsigned char *
+past_string(const unsigned char *at, const unsigned char *end)
+{
+    for (;;) {
+        const unsigned char *quote = memchr(at, '"', (size_t)(end - at));
+        if (quote == NULL) {
+            return end;
+        }
+        const unsigned char *run = quote;
+        while (run > at && run[-1] == '\\') {
+            run--;
+        }
+        at = quote + 1;
+        if (((quote - run) & 1) == 0) {
+            return at;
+        }
+    }
+}
+
 PyDoc_STRVAR(count_members_doc,
 "count_members(value, /)\n"
 "--\n\n"
@@ -80,23 +101,7 @@ count_members(PyObject *Py_UNUSED(module), PyObject *arg)
         if (byte == ':') {
             members++;
         } else if (byte == '"') {
-            /* To the string's closing quote: the first quote after an even run of
-             * backslashes (none included); an unclosed string ends the text. */
-            for (;;) {
-                const unsigned char *quote = memchr(at, '"', (size_t)(end - at));
-                if (quote == NULL) {
-                    at = end;
-                    break;
-                }
-                const unsigned char *run = quote;
-                while (run > at && run[-1] == '\\') {
-                    run--;
-                }
-                at = quote + 1;
-                if (((quote - run) & 1) == 0) {
-                    break;
-                }
-            }
+            at = past_string(at, end);
         }
     }
     PyBuffer_Release(&view);
@@ -211,22 +216,7 @@ double_suspects(PyObject *Py_UNUSED(module), PyObject *arg)
     while (at < end) {
         unsigned char byte = *at;
         if (byte == '"') {
-            at++;
-            for (;;) { /* to the closing quote, as count_members */
-                const unsigned char *quote = memchr(at, '"', (size_t)(end - at));
-                if (quote == NULL) {
-                    at = end;
-                    break;
-                }
-                const unsigned char *run = quote;
-                while (run > at && run[-1] == '\\') {
-                    run--;
-                }
-                at = quote + 1;
-                if (((quote - run) & 1) == 0) {
-                    break;
-                }
-            }
+            at = past_string(at + 1, end);
             continue;
         }
         if (byte != '-' && (unsigned char)(byte - '0') > 9) {
