@@ -23,9 +23,9 @@ def counted_as(api_key: int, version: int) -> str | None:
 
 
 def test_every_version_the_gateway_takes_is_counted_as_itself() -> None:
-    """CreateTopics v0 and v1 (taken as v2) and Fetch v0-v3 (passed as bytes), which the
-    gateway takes though kio has no schema for them, were counted as ``unsupported``: a
-    dashboard showed Sarama's and KafkaJS's creates as versions the gateway refuses."""
+    """CreateTopics v0 and v1 (taken as v2), DeleteTopics v0 (as v1) and Fetch v0-v3 (passed
+    as bytes), which the gateway takes though kio has no schema for them, were counted as
+    ``unsupported``: a dashboard showed Sarama's creates as versions the gateway refuses."""
     wrong = {
         (api_name(key), version): label
         for key, versions in version_caps().items()
