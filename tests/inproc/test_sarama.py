@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.config import HostPort
 from tests.sarama import Sarama, needs_sarama
 from tests.support import BrokerTap, GatewayThread, gateway_config, unique_name
 
@@ -52,6 +53,7 @@ POLICIES = {
 }
 TRACED = "trace-id"
 """A built-in record.validation.policy: every record needs a trace-id header."""
+POLICY_KEY = "record.validation.policy"
 
 POLICY_VIOLATION, INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED = 44, 87, 29
 
@@ -170,7 +172,7 @@ def test_record_validation_refuses_a_produce_as_invalid_record(
             "op": "createTopic",
             "topic": topic,
             "partitions": 1,
-            "configs": {"record.validation.policy": TRACED},
+            "configs": {POLICY_KEY: TRACED},
         },
         *bad,
         {"op": "produce", "topic": topic, "values": ["good"], "headers": {"trace-id": "abc"}},
@@ -283,11 +285,16 @@ def base(topic: str) -> str:
 
 
 def judged(result: dict[str, Any]) -> Any:
-    """Each topic's error code in the answer, or "closed" (Sarama met the end of the
-    connection)."""
+    """Each topic's error code in the answer (a Fetch: its partition's code and how many
+    records came; a DescribeConfigs: the topic's record.validation.policy), or "closed"
+    (Sarama met the end of the connection)."""
     if not result["ok"]:
         assert result["error"]["text"] == "EOF", result
         return "closed"
+    if "records" in result["result"]:
+        return result["result"]
+    if POLICY_KEY in result["result"]:  # DescribeConfigs: the configs by name
+        return {POLICY_KEY: result["result"][POLICY_KEY]}
     return {
         base(topic): answer if isinstance(answer, int) else answer["code"]
         for topic, answer in result["result"].items()
@@ -298,17 +305,16 @@ def test_every_version_sarama_writes_is_judged_alike(
     sarama: Sarama, gw: GatewayThread, tap: BrokerTap, tapped_broker: BrokerTap
 ) -> None:
     """Every version of each judged API that Sarama 1.22 has an encoder for, written by
-    Sarama's own encoders: the same request is judged the same way in each version, and a
-    version older than Kafka 4 takes (Produce v0-v2) closes the connection unforwarded, never
-    passes unjudged. Produce v5-v7 are not sent: Sarama 1.22 reads their answers as v4's and
+    Sarama's own encoders: the same request is judged the same way in each version (the
+    gateway's record.validation.policy shown in each DescribeConfigs), and a version older
+    than Kafka 4 takes (DescribeConfigs v0, Produce v0-v2) closes the connection unforwarded,
+    never passes unjudged. Produce v5-v7 are not sent: Sarama 1.22 reads their answers as v4's and
     fails."""
     x = unique_name("v").split("-")[1]
     keep, traced = f"keep-{x}", f"traced-{x}"
     on_broker(tapped_broker, keep)
     through = AdminClient({"bootstrap.servers": gw.bootstrap})
-    through.create_topics([NewTopic(traced, 1, 1, config={"record.validation.policy": TRACED})])[
-        traced
-    ].result(15)
+    through.create_topics([NewTopic(traced, 1, 1, config={POLICY_KEY: TRACED})])[traced].result(15)
     tap.requests.clear()
 
     def raw(api: str, version: int, **fields: Any) -> dict[str, Any]:
@@ -333,6 +339,7 @@ def test_every_version_sarama_writes_is_judged_alike(
         raw("DeleteRecords", 0, topic=keep, offset=-1),
         raw("AlterConfigs", 0, topic=keep, configs={"retention.ms": "7200000"}),
         raw("CreatePartitions", 0, topic=keep, count=2),
+        *[raw("DescribeConfigs", v, topic=traced) for v in range(3)],
         *[raw("Produce", v, topic=traced, value="no header") for v in range(5)],
         # v0-v3 always auto-create a missing topic; v4 and v5 say so
         *[
@@ -350,6 +357,8 @@ def test_every_version_sarama_writes_is_judged_alike(
         ("DeleteRecords", 0, {"keep": 44}),
         ("AlterConfigs", 0, {"keep": 44}),
         ("CreatePartitions", 0, {"keep": 44}),
+        ("DescribeConfigs", 0, "closed"),
+        *[("DescribeConfigs", v, {POLICY_KEY: TRACED}) for v in (1, 2)],
         *[("Produce", v, "closed") for v in range(3)],
         *[("Produce", v, {"traced": 87}) for v in (3, 4)],
         *[("Metadata", v, {"auto": 29}) for v in range(6)],
@@ -368,3 +377,47 @@ def test_every_version_sarama_writes_is_judged_alike(
     ]
     assert not tap.api_keys() & {0, 20, 21, 33, 37}
     assert not {f"auto{v}-{x}" for v in range(6)} & broker_topics(tapped_broker)
+
+
+def test_the_gateways_own_topic_in_every_version_sarama_writes(
+    sarama: Sarama, broker: HostPort
+) -> None:
+    """The gateway's state topic, in every version of the APIs Sarama reads and changes
+    topics with: Fetch v4 and ListOffsets v1 get TOPIC_AUTHORIZATION_FAILED, the older ones
+    (which name topics where the gateway does not read them, or which Kafka 4 dropped) close
+    the connection, and every change is a POLICY_VIOLATION or TOPIC_AUTHORIZATION_FAILED.
+    Sarama failed to read the Fetch answer ("invalid byteslice length"): the gateway wrote the
+    refused partition's records as null, where Kafka writes them empty."""
+    state_topic = unique_name("kpg-state")
+    config = gateway_config(broker, state={"store": "kafka", "topic": state_topic})
+    gw = GatewayThread(config).start()
+    try:
+
+        def raw(api: str, version: int, **fields: Any) -> dict[str, Any]:
+            return {"op": "raw", "api": api, "version": version, "topic": state_topic, **fields}
+
+        steps = [
+            *[raw("Fetch", v) for v in range(5)],
+            *[raw("ListOffsets", v) for v in range(2)],
+            *[raw("Produce", v, value="forged") for v in (3, 4)],
+            raw("DeleteRecords", 0),
+            *[raw("DeleteTopics", v, topics=[state_topic]) for v in range(2)],
+            raw("AlterConfigs", 0, configs={"retention.ms": "7200000"}),
+            raw("CreatePartitions", 0, count=4),
+        ]
+        run = sarama.run(gw.bootstrap, "2.1.0", *steps)
+    finally:
+        gw.stop()
+    seen = [(s["api"], s["version"], judged(r)) for s, r in zip(steps, run["results"], strict=True)]
+    own = base(state_topic)
+    assert seen == [
+        *[("Fetch", v, "closed") for v in range(4)],
+        ("Fetch", 4, {"code": TOPIC_AUTHORIZATION_FAILED, "records": 0}),
+        ("ListOffsets", 0, "closed"),
+        ("ListOffsets", 1, {own: TOPIC_AUTHORIZATION_FAILED}),
+        *[("Produce", v, {own: TOPIC_AUTHORIZATION_FAILED}) for v in (3, 4)],
+        ("DeleteRecords", 0, {own: TOPIC_AUTHORIZATION_FAILED}),
+        *[("DeleteTopics", v, {own: POLICY_VIOLATION}) for v in range(2)],
+        ("AlterConfigs", 0, {own: POLICY_VIOLATION}),
+        ("CreatePartitions", 0, {own: POLICY_VIOLATION}),
+    ]

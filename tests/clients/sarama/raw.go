@@ -45,6 +45,12 @@ func (s *session) raw(st step) (interface{}, error) {
 		return rawAlterConfigs(broker, st)
 	case "CreatePartitions":
 		return rawCreatePartitions(broker, st)
+	case "Fetch":
+		return rawFetch(broker, version, st)
+	case "ListOffsets":
+		return rawListOffsets(broker, version, st)
+	case "DescribeConfigs":
+		return rawDescribeConfigs(broker, version, st)
 	}
 	return nil, fmt.Errorf("no raw %q", st.str("api"))
 }
@@ -193,4 +199,66 @@ func rawCreatePartitions(broker *sarama.Broker, st step) (interface{}, error) {
 		topics[name] = topicAnswer{Code: int(e.Err), Message: e.ErrMsg}
 	}
 	return topics, nil
+}
+
+// rawFetch reads partition 0 of a topic from offset 0: its error code and how many values came.
+func rawFetch(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	request := &sarama.FetchRequest{Version: version, MaxWaitTime: 100, MinBytes: 1, MaxBytes: 1 << 20}
+	topic := st.str("topic")
+	request.AddBlock(topic, 0, 0, 1<<20)
+	answer, err := broker.Fetch(request)
+	if err != nil {
+		return nil, err
+	}
+	block := answer.GetBlock(topic, 0)
+	if block == nil {
+		return nil, fmt.Errorf("no partition 0 of %s in the answer", topic)
+	}
+	values := 0
+	for _, records := range block.RecordsSet {
+		if records.MsgSet != nil {
+			values += len(records.MsgSet.Messages)
+		}
+		if records.RecordBatch != nil {
+			values += len(records.RecordBatch.Records)
+		}
+	}
+	return map[string]int{"code": int(block.Err), "records": values}, nil
+}
+
+// rawListOffsets asks for partition 0's latest offset: its error code.
+func rawListOffsets(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	request := &sarama.OffsetRequest{Version: version}
+	topic := st.str("topic")
+	request.AddBlock(topic, 0, sarama.OffsetNewest, 1)
+	answer, err := broker.GetAvailableOffsets(request)
+	if err != nil {
+		return nil, err
+	}
+	block := answer.GetBlock(topic, 0)
+	if block == nil {
+		return nil, fmt.Errorf("no partition 0 of %s in the answer", topic)
+	}
+	return map[string]int{topic: int(block.Err)}, nil
+}
+
+// rawDescribeConfigs describes a topic: its configs by name, or its error code.
+func rawDescribeConfigs(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	answer, err := broker.DescribeConfigs(&sarama.DescribeConfigsRequest{
+		Version:   version,
+		Resources: []*sarama.ConfigResource{{Type: sarama.TopicResource, Name: st.str("topic")}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	configs := map[string]interface{}{}
+	for _, r := range answer.Resources {
+		if r.ErrorCode != 0 {
+			return map[string]int{r.Name: int(r.ErrorCode)}, nil
+		}
+		for _, c := range r.Configs {
+			configs[c.Name] = c.Value
+		}
+	}
+	return configs, nil
 }
