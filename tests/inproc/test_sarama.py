@@ -56,6 +56,7 @@ TRACED = "trace-id"
 POLICY_KEY = "record.validation.policy"
 
 POLICY_VIOLATION, INVALID_RECORD, TOPIC_AUTHORIZATION_FAILED = 44, 87, 29
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 VERSIONS = ("0.11.0.0", "1.0.0", "2.0.0", "2.1.0")
 """Sarama ``Config.Version``s whose every request the gateway takes (0.10.2.0: Produce v2)."""
@@ -385,7 +386,9 @@ def test_the_gateways_own_topic_in_every_version_sarama_writes(
     """The gateway's state topic, in every version of the APIs Sarama reads and changes
     topics with: Fetch v4 and ListOffsets v1 get TOPIC_AUTHORIZATION_FAILED, the older ones
     (which name topics where the gateway does not read them, or which Kafka 4 dropped) close
-    the connection, and every change is a POLICY_VIOLATION or TOPIC_AUTHORIZATION_FAILED.
+    the connection, and every change is a POLICY_VIOLATION or TOPIC_AUTHORIZATION_FAILED, an
+    ACL binding on it CLUSTER_AUTHORIZATION_FAILED (v0, which Kafka 4 dropped and Sarama
+    1.22's ClusterAdmin always sends, closes the connection).
     Sarama failed to read the Fetch answer ("invalid byteslice length"): the gateway wrote the
     refused partition's records as null, where Kafka writes them empty."""
     state_topic = unique_name("kpg-state")
@@ -404,6 +407,7 @@ def test_the_gateways_own_topic_in_every_version_sarama_writes(
             *[raw("DeleteTopics", v, topics=[state_topic]) for v in range(2)],
             raw("AlterConfigs", 0, configs={"retention.ms": "7200000"}),
             raw("CreatePartitions", 0, count=4),
+            *[raw(api, v) for api in ("CreateAcls", "DeleteAcls") for v in range(2)],
         ]
         run = sarama.run(gw.bootstrap, "2.1.0", *steps)
     finally:
@@ -420,4 +424,9 @@ def test_the_gateways_own_topic_in_every_version_sarama_writes(
         *[("DeleteTopics", v, {own: POLICY_VIOLATION}) for v in range(2)],
         ("AlterConfigs", 0, {own: POLICY_VIOLATION}),
         ("CreatePartitions", 0, {own: POLICY_VIOLATION}),
+        *[
+            (api, v, "closed" if v == 0 else {own: CLUSTER_AUTHORIZATION_FAILED})
+            for api in ("CreateAcls", "DeleteAcls")
+            for v in range(2)
+        ],
     ]

@@ -51,6 +51,10 @@ func (s *session) raw(st step) (interface{}, error) {
 		return rawListOffsets(broker, version, st)
 	case "DescribeConfigs":
 		return rawDescribeConfigs(broker, version, st)
+	case "CreateAcls":
+		return rawCreateAcls(broker, version, st)
+	case "DeleteAcls":
+		return rawDeleteAcls(broker, version, st)
 	}
 	return nil, fmt.Errorf("no raw %q", st.str("api"))
 }
@@ -261,4 +265,56 @@ func rawDescribeConfigs(broker *sarama.Broker, version int16, st step) (interfac
 		}
 	}
 	return configs, nil
+}
+
+// rawCreateAcls asks for one binding: DENY READ on a topic (a literal name) to User:*.
+func rawCreateAcls(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	answer, err := broker.CreateAcls(&sarama.CreateAclsRequest{
+		Version: version,
+		AclCreations: []*sarama.AclCreation{{
+			Resource: sarama.Resource{
+				ResourceType:       sarama.AclResourceTopic,
+				ResourceName:       st.str("topic"),
+				ResoucePatternType: sarama.AclPatternLiteral,
+			},
+			Acl: sarama.Acl{
+				Principal:      "User:*",
+				Host:           "*",
+				Operation:      sarama.AclOperationRead,
+				PermissionType: sarama.AclPermissionDeny,
+			},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	codes := map[string]int{}
+	for _, r := range answer.AclCreationResponses {
+		codes[st.str("topic")] = int(r.Err)
+	}
+	return codes, nil
+}
+
+// rawDeleteAcls deletes every binding on a topic (a literal name).
+func rawDeleteAcls(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	topic := st.str("topic")
+	answer, err := broker.DeleteAcls(&sarama.DeleteAclsRequest{
+		Version: int(version),
+		Filters: []*sarama.AclFilter{{
+			Version:                   int(version),
+			ResourceType:              sarama.AclResourceTopic,
+			ResourceName:              &topic,
+			ResourcePatternTypeFilter: sarama.AclPatternLiteral,
+			Operation:                 sarama.AclOperationAny,
+			PermissionType:            sarama.AclPermissionAny,
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	codes := map[string]int{}
+	for _, r := range answer.FilterResponses {
+		codes[topic] = int(r.Err)
+	}
+	return codes, nil
 }
