@@ -430,3 +430,42 @@ def test_the_gateways_own_topic_in_every_version_sarama_writes(
             for v in range(2)
         ],
     ]
+
+
+@pytest.mark.parametrize("version", ("0.10.2.0", "0.11.0.0", "1.0.0", "2.1.0"))
+def test_what_sarama_does_directly_it_does_through_the_gateway(
+    sarama: Sarama, gw: GatewayThread, tapped_broker: BrokerTap, version: str
+) -> None:
+    """Allowed ClusterAdmin calls and a producer's round trip answer Sarama the same way
+    straight from the broker and through the gateway. At 0.10.2.0 Sarama's DeleteTopic
+    (DeleteTopics v0) closed the connection through the gateway, and deleted the topic
+    directly; its producer (Produce v2) fails both ways, the test broker refusing it too."""
+
+    def steps(prefix: str) -> list[dict[str, Any]]:
+        topic = unique_name(prefix)
+        return [
+            {"op": "createTopic", "topic": topic, "partitions": 1},
+            {"op": "describeTopics", "topics": [topic]},
+            *(
+                []
+                if version == "0.10.2.0"
+                else [
+                    {"op": "produce", "topic": topic, "values": ["a", "b"], "compression": "lz4"},
+                    {"op": "consume", "topic": topic, "count": 2},
+                ]
+            ),
+            {"op": "deleteTopic", "topic": topic},
+            # before 0.11.0.0 DescribeTopics is Metadata v0, which would auto-create it again
+            *([] if version == "0.10.2.0" else [{"op": "describeTopics", "topics": [topic]}]),
+        ]
+
+    def answers(run: dict[str, Any]) -> list[Any]:
+        return [
+            (r["op"], r["ok"], list(r["result"].values()) if r["op"] == "describeTopics" else r)
+            for r in run["results"]
+        ]
+
+    direct = sarama.run(str(tapped_broker.broker), version, *steps("go-direct"))
+    through = sarama.run(gw.bootstrap, version, *steps("go-through"))
+    assert answers(through) == answers(direct)
+    assert all(r["ok"] for r in through["results"]), through["results"]
