@@ -469,3 +469,38 @@ def test_what_sarama_does_directly_it_does_through_the_gateway(
     through = sarama.run(gw.bootstrap, version, *steps("go-through"))
     assert answers(through) == answers(direct)
     assert all(r["ok"] for r in through["results"]), through["results"]
+
+
+def test_offset_commits_in_every_version_sarama_writes(
+    sarama: Sarama, gw: GatewayThread, tap: BrokerTap, tapped_broker: BrokerTap
+) -> None:
+    """Sarama's consumer groups commit with OffsetCommit v1 unless told a retention (v2 then).
+    v1 was not carried: the connection closed, where the broker takes it. It is sent as v2
+    with the broker's retention, its commit timestamps (from which Kafka counts the offset's
+    retention) left out; every commit reaches the broker with retention -1, as v2-v4's
+    retention is reset. v0 (Kafka 4 dropped both) still closes the connection."""
+    topic = unique_name("go-commit")
+    on_broker(tapped_broker, topic)
+    tap.requests.clear()
+    steps = [
+        {
+            "op": "raw",
+            "api": "OffsetCommit",
+            "version": v,
+            "topic": topic,
+            "groupId": f"{topic}-g{v}",
+            "offset": 10 + v,
+            "retentionMs": 1,
+        }
+        for v in range(5)
+    ]
+    run = sarama.run(gw.bootstrap, "2.1.0", *steps)
+    assert [r["result"] if r["ok"] else r["error"]["text"] for r in run["results"]] == [
+        "EOF",
+        *[{"code": 0, "committed": 10 + v} for v in range(1, 5)],
+    ]
+    sent = [
+        (r.api_version, int(c.retention_time.total_seconds() * 1000))
+        for r, c in zip([r for r in tap.requests if r.api_key == 8], tap.forwarded(8), strict=True)
+    ]
+    assert sent == [(2, -1), (2, -1), (3, -1), (4, -1)]

@@ -51,6 +51,8 @@ func (s *session) raw(st step) (interface{}, error) {
 		return rawListOffsets(broker, version, st)
 	case "DescribeConfigs":
 		return rawDescribeConfigs(broker, version, st)
+	case "OffsetCommit":
+		return rawOffsetCommit(broker, version, st)
 	case "CreateAcls":
 		return rawCreateAcls(broker, version, st)
 	case "DeleteAcls":
@@ -317,4 +319,36 @@ func rawDeleteAcls(broker *sarama.Broker, version int16, st step) (interface{}, 
 		codes[topic] = int(r.Err)
 	}
 	return codes, nil
+}
+
+// rawOffsetCommit commits an offset of partition 0 for a group with no members (generation
+// -1, as a tool resetting offsets does), then reads it back with OffsetFetch v1: the commit's
+// error code and the offset the group then has.
+func rawOffsetCommit(broker *sarama.Broker, version int16, st step) (interface{}, error) {
+	group, topic := st.str("groupId"), st.str("topic")
+	request := &sarama.OffsetCommitRequest{
+		Version:                 version,
+		ConsumerGroup:           group,
+		ConsumerGroupGeneration: -1,
+		RetentionTime:           int64(st.num("retentionMs", -1)),
+	}
+	request.AddBlock(topic, 0, int64(st.num("offset", 0)), time.Now().UnixNano()/1e6, "")
+	answer, err := broker.CommitOffset(request)
+	if err != nil {
+		return nil, err
+	}
+	fetch := &sarama.OffsetFetchRequest{Version: 1, ConsumerGroup: group}
+	fetch.AddPartition(topic, 0)
+	fetched, err := broker.FetchOffset(fetch)
+	if err != nil {
+		return nil, err
+	}
+	block := fetched.GetBlock(topic, 0)
+	if block == nil {
+		return nil, fmt.Errorf("no partition 0 of %s in the OffsetFetch answer", topic)
+	}
+	return map[string]int64{
+		"code":      int64(answer.Errors[topic][0]),
+		"committed": block.Offset,
+	}, nil
 }
