@@ -436,8 +436,8 @@ def test_the_gateways_own_topic_in_every_version_sarama_writes(
 def test_what_sarama_does_directly_it_does_through_the_gateway(
     sarama: Sarama, gw: GatewayThread, tapped_broker: BrokerTap, version: str
 ) -> None:
-    """Allowed ClusterAdmin calls and a producer's round trip answer Sarama the same way
-    straight from the broker and through the gateway. At 0.10.2.0 Sarama's DeleteTopic
+    """Allowed ClusterAdmin calls and an idempotent producer's round trip answer Sarama the
+    same way straight from the broker and through the gateway. At 0.10.2.0 Sarama's DeleteTopic
     (DeleteTopics v0) closed the connection through the gateway, and deleted the topic
     directly; its producer (Produce v2) fails both ways, the test broker refusing it too."""
 
@@ -450,7 +450,13 @@ def test_what_sarama_does_directly_it_does_through_the_gateway(
                 []
                 if version == "0.10.2.0"
                 else [
-                    {"op": "produce", "topic": topic, "values": ["a", "b"], "compression": "lz4"},
+                    {
+                        "op": "produce",
+                        "topic": topic,
+                        "values": ["a", "b"],
+                        "compression": "lz4",
+                        "idempotent": True,  # InitProducerId, then batches with sequences
+                    },
                     {"op": "consume", "topic": topic, "count": 2},
                 ]
             ),

@@ -175,6 +175,10 @@ func (s *session) produce(st step) (interface{}, error) {
 	conf := s.config()
 	conf.Producer.Compression = codecs[st.str("compression")]
 	conf.Producer.Retry.Max = st.num("retries", conf.Producer.Retry.Max)
+	if st.flag("idempotent") { // Sarama's requirements for it
+		conf.Producer.Idempotent = true
+		conf.Net.MaxOpenRequests = 1
+	}
 	producer, err := sarama.NewSyncProducer(s.bootstrap, conf)
 	if err != nil {
 		return nil, err
