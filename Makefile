@@ -7,7 +7,10 @@ STAMP  := $(VENV)/.installed
 NODE_CLIENTS := tests/clients
 NODE_STAMP   := $(NODE_CLIENTS)/node_modules/.installed
 
-.PHONY: install system-deps node-deps run test test-fast lint bench bench-omb bench-idle bench-audit clean
+SARAMA_SRC    := $(wildcard tests/clients/sarama/*.go)
+SARAMA_DRIVER := tests/clients/sarama/bin/sarama-driver
+
+.PHONY: install system-deps node-deps go-deps run test test-fast lint bench bench-omb bench-idle bench-audit clean
 
 install: $(STAMP)
 
@@ -37,11 +40,26 @@ $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	npm ci --prefix $(NODE_CLIENTS) --no-audit --no-fund --loglevel=error
 	touch $(NODE_STAMP)
 
+# Test-only Go client: Sarama 1.22 from Debian (golang-github-shopify-sarama-dev and its
+# dependencies, as Go sources under /usr/share/gocode; Go itself from golang-go), installed when
+# missing. The driver (tests/clients/sarama/*.go) is built offline from those sources, without
+# modules, into tests/clients/sarama/bin/ (git-ignored), again only when a source changes.
+go-deps: $(SARAMA_DRIVER)
+
+$(SARAMA_DRIVER): $(SARAMA_SRC)
+	@{ command -v go >/dev/null 2>&1 && [ -d /usr/share/gocode/src/github.com/Shopify/sarama ]; } || { \
+	  echo "installing golang-go and Sarama from Debian"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO apt-get install -y -qq golang-go golang-github-shopify-sarama-dev >/dev/null; }
+	cd tests/clients/sarama && GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= \
+	  CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go build -o bin/sarama-driver .
+
 # --pid-file: `kpg reload --pid-file var/kpg.pid` from another shell applies an edited config.
 run: install
 	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml --pid-file var/kpg.pid
 
-test: install system-deps node-deps lint
+test: install system-deps node-deps go-deps lint
 	$(PY) -m pytest
 
 test-fast: install
@@ -69,4 +87,4 @@ bench-audit: install
 	$(PY) bench/audit_bench.py --workers 0
 
 clean:
-	rm -rf $(VENV) $(NODE_CLIENTS)/node_modules .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so
+	rm -rf $(VENV) $(NODE_CLIENTS)/node_modules $(dir $(SARAMA_DRIVER)) .pytest_cache .mypy_cache .ruff_cache build protocol/_recscan.*.so policies/_digits.*.so

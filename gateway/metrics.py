@@ -13,7 +13,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from protocol.versions import API_NAMES, DECODABLE, UNREAD_API_KEY, api_name
+from protocol.versions import API_NAMES, TAKEN, UNREAD_API_KEY, api_name
 
 from .health import MetricsEndpoint, Readiness
 from .record_validation import PartitionOutcome
@@ -178,9 +178,9 @@ class GatewayMetrics:
         self._latency_children: dict[int, Histogram] = {}
 
     def count_request(self, api_key: int, api_version: int) -> None:
-        """Count a request under its API and version; a version the gateway cannot decode
+        """Count a request under its API and version; a version the gateway cannot take
         counts as ``unsupported``, so that a client cannot make a series of every int16."""
-        versions = DECODABLE.get(api_key)
+        versions = TAKEN.get(api_key)
         if versions is None or api_version not in versions:
             api_version = _UNSUPPORTED_VERSION
         child = self._request_children.get((api_key, api_version))

@@ -35,11 +35,11 @@ from .codec import (
 )
 from .framing import RequestHeader, frame_bytes, response_header
 from .results import ItemError, Note
-from .versions import VersionRange
+from .versions import DECODABLE, TAKEN, VersionRange
 
 CREATE_TOPICS: Final = 19
-VERSIONS: Final = VersionRange(min_version=0, max_version=7)
-BROKER_MIN_VERSION: Final = 2
+VERSIONS: Final[VersionRange] = TAKEN[CREATE_TOPICS]
+BROKER_MIN_VERSION: Final = DECODABLE[CREATE_TOPICS].min_version
 CONFIGS_IN_ANSWER_SINCE: Final = 5
 """From v5 (KIP-525) an answer carries the topic's partitions, replication factor and configs."""
 

@@ -1,8 +1,11 @@
-"""CreatePartitions (v0-v3) and DeleteTopics (v1-v6): requests read into plain values,
+"""CreatePartitions (v0-v3) and DeleteTopics (v0-v6): requests read into plain values,
 reduced requests for the broker, and answers in the client's version.
 
 Both are decoded and encoded with kio's schema for the version the client sent, and forwarded
-in that same version, so no translation is needed. What changes with the version:
+in that same version, so no translation is needed, but for DeleteTopics v0 (Kafka 0.10.1's,
+which Sarama sends before its 0.11.0.0; Kafka 4 takes v1 on): its request is v1's, its answer
+v1's without the throttle time; it is read and sent to the broker as v1, as CreateTopics v0
+and v1 are sent as v2, and answered in v0's layout. What changes with the version:
 
 - CreatePartitions: v2 and v3 are flexible; every version has ``error_message``.
 - DeleteTopics: v4 and later are flexible; v5 adds ``error_message`` to each result; v6 names
@@ -15,6 +18,7 @@ taken from the broker's answer.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -45,19 +49,22 @@ from .codec import (
     built,
     decode_request_as,
     decode_response_as,
+    encode_body,
     encode_request,
     encode_response,
     replaced,
     schema_of,
 )
-from .framing import RequestHeader
+from .framing import RequestHeader, response_header
 from .results import ItemError
-from .versions import DECODABLE, VersionRange
+from .versions import DECODABLE, TAKEN, VersionRange
 
 CREATE_PARTITIONS: Final = 37
 DELETE_TOPICS: Final = 20
 CREATE_PARTITIONS_VERSIONS: Final[VersionRange] = DECODABLE[CREATE_PARTITIONS]
-DELETE_TOPICS_VERSIONS: Final[VersionRange] = DECODABLE[DELETE_TOPICS]
+DELETE_TOPICS_BROKER_MIN_VERSION: Final = DECODABLE[DELETE_TOPICS].min_version
+"""The oldest DeleteTopics kio reads (v1, Kafka 4's oldest); v0 is read and forwarded as it."""
+DELETE_TOPICS_VERSIONS: Final[VersionRange] = TAKEN[DELETE_TOPICS]
 DELETE_TOPICS_ERROR_MESSAGE_VERSION: Final = 5
 DELETE_TOPICS_TOPIC_ID_VERSION: Final = 6
 
@@ -256,7 +263,10 @@ class DeleteTopics:
 def read_delete_topics(header: RequestHeader, frame: bytes) -> DeleteTopics:
     """:raises Undecodable: for a malformed body, a version kio lacks, or a v6 entry with
     neither a name nor a topic id."""
-    payload = decode_request_as(_DELETE_TOPICS_REQUESTS, header, frame)
+    wire = header
+    if header.api_version < DELETE_TOPICS_BROKER_MIN_VERSION:
+        wire = dataclasses.replace(header, api_version=DELETE_TOPICS_BROKER_MIN_VERSION)
+    payload = decode_request_as(_DELETE_TOPICS_REQUESTS, wire, frame)
     return DeleteTopics(
         version=header.api_version,
         targets=tuple(_target(entry) for entry in _entries(payload)),
@@ -272,12 +282,24 @@ def delete_topics_for_broker(
     entries = tuple(e for e in _entries(request.payload) if _target(e) in keep)
     field = "topics" if request.version >= DELETE_TOPICS_TOPIC_ID_VERSION else "topic_names"
     payload = replaced(request.payload, **{field: entries})
-    return _request_frame(DELETE_TOPICS, header, payload)
+    version = delete_topics_broker_version(request)
+    return _request_frame(DELETE_TOPICS, dataclasses.replace(header, api_version=version), payload)
+
+
+def delete_topics_broker_version(request: DeleteTopics) -> int:
+    """The version the broker is sent (v1 for a v0 client)."""
+    return max(request.version, DELETE_TOPICS_BROKER_MIN_VERSION)
+
+
+def is_legacy_delete_topics(request: DeleteTopics) -> bool:
+    """A v0 request: sent to the broker as v1, its answer written in v0's layout."""
+    return request.version < DELETE_TOPICS_BROKER_MIN_VERSION
 
 
 def read_delete_topics_response(request: DeleteTopics, frame: bytes) -> DeleteTopicsResponse:
     """:raises Undecodable: when the broker's answer does not decode."""
-    return decode_response_as(_DELETE_TOPICS_RESPONSES, DELETE_TOPICS, request.version, frame)
+    version = delete_topics_broker_version(request)
+    return decode_response_as(_DELETE_TOPICS_RESPONSES, DELETE_TOPICS, version, frame)
 
 
 def deleted(broker: DeleteTopicsResponse) -> tuple[frozenset[str], frozenset[uuid.UUID]]:
@@ -310,7 +332,7 @@ def delete_topics_answer(
 
     :raises KeyError: when a target is neither in ``local`` nor in the broker's answer.
     """
-    version = request.version
+    version = delete_topics_broker_version(request)
     result_cls = schema_of(_DELETE_TOPICS_RESULTS, version)
     by_id: dict[uuid.UUID, DeletableTopicResult] = {}
     by_name: dict[str, DeletableTopicResult] = {}
@@ -334,6 +356,9 @@ def delete_topics_answer(
         schema_of(_DELETE_TOPICS_RESPONSES, version),
         {"throttle_time": _throttle(broker), "responses": tuple(results)},
     )
+    if is_legacy_delete_topics(request):  # v0: v1's body without the leading throttle time
+        body = encode_body(payload)[4:]
+        return response_header(correlation_id, DELETE_TOPICS, request.version) + body
     return encode_response(correlation_id, DELETE_TOPICS, version, payload)
 
 
@@ -424,6 +449,7 @@ __all__ = [
     "CREATE_PARTITIONS",
     "CREATE_PARTITIONS_VERSIONS",
     "DELETE_TOPICS",
+    "DELETE_TOPICS_BROKER_MIN_VERSION",
     "DELETE_TOPICS_VERSIONS",
     "CreatePartitions",
     "CreatePartitionsRequest",
@@ -436,9 +462,11 @@ __all__ = [
     "create_partitions_answer",
     "create_partitions_for_broker",
     "delete_topics_answer",
+    "delete_topics_broker_version",
     "delete_topics_for_broker",
     "describe_all_topics",
     "error_name",
+    "is_legacy_delete_topics",
     "read_create_partitions",
     "read_create_partitions_response",
     "read_delete_topics",

@@ -43,6 +43,19 @@ DECODABLE: dict[int, VersionRange] = _build_decodable()
 """API key -> the versions kio can decode and encode. Also the set of API keys the gateway
 knows: a key missing here is never forwarded."""
 
+OLDEST_TAKEN: Final[dict[int, int]] = {1: 0, 8: 1, 19: 0, 20: 0}
+"""API key -> the oldest version the gateway takes where that is older than kio's oldest
+(Kafka 4 dropped them; older Kafka and clients such as Sarama 1.22 still speak them):
+CreateTopics v0 and v1, read and sent to the broker as v2; DeleteTopics v0, as v1;
+OffsetCommit v1, as v2 (:mod:`protocol.offset_commit`); Fetch v0-v3, passed as bytes
+(:mod:`gateway.handlers.fetch`)."""
+
+TAKEN: dict[int, VersionRange] = {
+    key: VersionRange(min_version=OLDEST_TAKEN.get(key, r.min_version), max_version=r.max_version)
+    for key, r in DECODABLE.items()
+}
+"""API key -> the versions the gateway can take: :data:`DECODABLE` and :data:`OLDEST_TAKEN`."""
+
 API_NAMES: dict[int, str] = {
     key: "".join(part.capitalize() for part in name.split("_")) for key, name in api_key_map.items()
 }

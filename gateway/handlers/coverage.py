@@ -70,8 +70,8 @@ COVERAGE: Final[dict[int, Coverage]] = {
     8: _w(
         "commits a group's own offsets; the broker authorizes the group and topic. A client's "
         "retention time (v2-v4) set to -1, the broker's: a short one deletes the offsets at "
-        "the next offset cleanup, an OffsetDelete unjudged. v0-v1 (a commit timestamp per "
-        "partition does the same) not carried"
+        "the next offset cleanup, an OffsetDelete unjudged. v1 (a commit timestamp per "
+        "partition does the same) sent as v2 with -1 and no timestamps; v0 not carried"
     ),
     9: _p(_READ),
     10: _w("the coordinator's address replaced by the gateway's"),

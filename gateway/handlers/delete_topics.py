@@ -1,5 +1,6 @@
-"""DeleteTopics, v1-v6: each topic's deletion through the policy chain as a KIP-201 DELETE,
-with the topic's current state from the cluster.
+"""DeleteTopics, v0-v6 (v0 sent to the broker as v1, answered in v0's layout): each topic's
+deletion through the policy chain as a KIP-201 DELETE, with the topic's current state from the
+cluster.
 
 Items are the request's entries (by name, or by topic id from v6). An entry given twice ->
 INVALID_REQUEST; so is a v6 entry naming both a topic and a topic id, as Kafka answers it
@@ -163,8 +164,9 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
             if target in request.names
             and services.validation_policy_of(request.names[target]) is not None
         }
+        legacy = ta.is_legacy_delete_topics(request.request)
         if not validated:
-            return Settlement()
+            return Settlement(reencode_request=legacy, reencode_answer=legacy)
         claim = uuid.uuid4().hex
         try:
             await services.claim_validation_policy_keys(set(validated.values()), claim)
@@ -187,7 +189,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                 )
                 for target, name in validated.items()
             }
-            return Settlement(local=local)
+            return Settlement(local=local, reencode_request=legacy, reencode_answer=legacy)
 
         async def forget_policies(response: bytes) -> Mapping[ta.DeleteTarget, ItemError]:
             """Forget the record.validation.policy of each topic the broker reports deleted,
@@ -212,7 +214,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
                     )
             return {}
 
-        return Settlement(after=forget_policies)
+        return Settlement(after=forget_policies, reencode_request=legacy, reencode_answer=legacy)
 
     def for_broker(
         self, request: Deletion, header: RequestHeader, allowed: Sequence[ta.DeleteTarget]

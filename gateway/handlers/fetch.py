@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from protocol.codec import Undecodable, can_decode
 from protocol.fetch_replica import fetch_replica_ids, is_consumer
-from protocol.versions import DECODABLE, VersionRange
+from protocol.versions import TAKEN
 
 from ..engine import RequestContext
 from ..outcomes import Close, Forward, Outcome
@@ -34,7 +34,7 @@ from ._partitioned import TopicPartitions
 from .base import Handler, enforced
 
 API_KEY = 1
-VERSIONS = VersionRange(min_version=0, max_version=DECODABLE[API_KEY].max_version)
+VERSIONS = TAKEN[API_KEY]
 _TOPIC_IDS_SINCE = 13
 
 

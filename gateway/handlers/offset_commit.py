@@ -5,9 +5,10 @@ protected topic can be moved: README, coverage 8). What it may not do is delete 
 the gateway judges as OffsetDelete (and DeleteGroups) on each topic: a ``retention_time_ms``
 of the client's (v2-v4) makes the broker expire the offsets at its next offset cleanup, a few
 minutes on, when no member consumes the topic (:mod:`protocol.offset_commit`). It is set to -1, the
-broker's ``offsets.retention.minutes``, on the way; Kafka's clients send -1 already. v0 and v1,
+broker's ``offsets.retention.minutes``, on the way; Kafka's clients send -1 already. v1,
 whose per-partition commit timestamp starts the offset's retention wherever the client puts
-it, are not carried (Kafka 4.0 dropped them too); clients use v2 or later.
+it, is sent as v2 with -1 and no timestamps (Sarama 1.22's consumer groups commit with v1);
+v0 is not carried (Kafka 4.0 dropped v0 and v1).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ VERSIONS = oc.VERSIONS
 def handler(services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         try:
+            if ctx.header.api_version == oc.V1:
+                return Forward(frame=oc.v1_as_v2(ctx.header, frame))
             retention = oc.retention_time_ms(ctx.header, frame)
             if retention is not None and retention != oc.BROKER_RETENTION:
                 frame = oc.with_broker_retention(ctx.header, frame)

@@ -7,8 +7,9 @@ minutes by default) deletes them once it has passed, when no member consumes the
 classic group with no members, as one used for commits alone). A commit with a retention of
 1 ms is an OffsetDelete a few minutes late. OffsetCommit v1 has a commit timestamp per
 partition that starts the offset's retention instead: one from 1970 expires it at the next
-cleanup the same way. The gateway carries OffsetCommit v2 and later only (Kafka
-4.0 dropped v0 and v1) and sets the retention to -1, the broker's own.
+cleanup the same way. The gateway sets the retention to -1, the broker's own, and sends v1
+(which Sarama 1.22's consumer groups send) as v2 with -1 and no commit timestamps; it carries
+no v0 (Kafka 4.0 dropped v0 and v1).
 
 Against the tapped real broker (the test broker does not expire offsets: the tap shows what
 reached it); real clients' commits still land.
@@ -85,24 +86,26 @@ def test_a_commit_cannot_have_its_offsets_expire_at_once(
     assert [(r.group_id, r.member_id) for r in forwarded] == [(request.group_id, "")]
 
 
-def test_offset_commit_v1_with_its_commit_timestamps_is_not_carried(
+def test_offset_commit_v1_is_sent_without_its_commit_timestamps(
     setup: tuple[GatewayThread, str], tap: BrokerTap
 ) -> None:
     """v1 (kio has no schema for it: written here) commits offset 0 with a commit timestamp of
-    1970, which Kafka takes as the start of its retention."""
+    1970, which Kafka takes as the start of its retention: it reaches the broker as v2 with
+    the broker's retention and no timestamp, and the commit lands."""
     gw, topic = setup
     client = RawClient(gw.bootstrap, timeout=5)
     versions = client.request(
         API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1")
     )
     advertised = {int(k.api_key): int(k.min_version) for k in versions.api_keys}
-    assert advertised[OFFSET_COMMIT] == 2
+    assert advertised[OFFSET_COMMIT] == 1
 
     def string(text: str) -> bytes:
         return struct.pack(">h", len(text)) + text.encode()
 
+    group = "g-" + uuid.uuid4().hex[:6]
     body = (
-        string("g-" + uuid.uuid4().hex[:6])
+        string(group)
         + struct.pack(">i", -1)
         + string("")
         + struct.pack(">i", 1)
@@ -113,9 +116,15 @@ def test_offset_commit_v1_with_its_commit_timestamps_is_not_carried(
     )
     frame = struct.pack(">hhi", OFFSET_COMMIT, 1, 7) + string("raw") + body
     client.send_bytes(struct.pack(">i", len(frame)) + frame)
-    with pytest.raises((ConnectionError, OSError)):
-        client.recv_frame()
-    assert OFFSET_COMMIT not in tap.api_keys()
+    # v1's answer: correlation id, one topic, one partition, error code 0
+    answer = client.recv_frame()
+    assert answer == struct.pack(">ii", 7, 1) + string(topic) + struct.pack(">iih", 1, 0, 0)
+    [sent] = [r.api_version for r in tap.requests if r.api_key == OFFSET_COMMIT]
+    [forwarded] = tap.forwarded(OFFSET_COMMIT)
+    assert (sent, forwarded.retention_time, forwarded.group_id) == (2, BROKER_RETENTION, group)
+    assert [
+        (p.partition_index, p.committed_offset) for t in forwarded.topics for p in t.partitions
+    ] == [(0, 0)]
 
 
 def test_real_clients_commits_still_land(setup: tuple[GatewayThread, str], tap: BrokerTap) -> None:

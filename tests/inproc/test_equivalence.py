@@ -318,7 +318,8 @@ def create_topics(version: int, topics: Topics) -> Any:
 
 
 def delete_topics(version: int, topics: Topics) -> Any:
-    m = request_module("delete_topics", version)
+    """v0 is built as v1, which has its layout (:func:`legacy_delete_topics`)."""
+    m = request_module("delete_topics", max(version, 1))
     if version < 6:
         return m.DeleteTopicsRequest(topic_names=tuple(topics.names), timeout=TIMEOUT)
     return m.DeleteTopicsRequest(
@@ -611,8 +612,8 @@ TABLE: list[tuple[str, range, str, Build, Prepare, frozenset[int]]] = [
     ("CreateTopics", range(0, 8), "new", create_topics, nothing, OK),
     ("CreateTopics", range(0, 8), "existing", create_topics, existing, EXISTS),
     ("CreateTopics", range(4, 8), "defaults", create_with_defaults, nothing, OK),
-    ("DeleteTopics", range(1, 7), "by-name", delete_topics, existing, OK),
-    ("DeleteTopics", range(1, 7), "missing", delete_topics, nothing, MISSING),
+    ("DeleteTopics", range(0, 7), "by-name", delete_topics, existing, OK),
+    ("DeleteTopics", range(0, 7), "missing", delete_topics, nothing, MISSING),
     ("DeleteTopics", range(6, 7), "by-id", delete_topics_by_id, existing, OK),
     ("IncrementalAlterConfigs", range(0, 2), "set-delete", alter_incrementally, configured, OK),
     ("IncrementalAlterConfigs", range(0, 2), "missing", alter_incrementally, nothing, OK),
@@ -816,6 +817,27 @@ def read_legacy_create_topics(version: int, frame: bytes, correlation_id: int) -
     return {"topics": tuple(topics)}
 
 
+def legacy_delete_topics(client: RawClient, payload: Any) -> dict[str, Any]:
+    """DeleteTopics v0, which kio lacks: v1's request, and the answer read here (v1's
+    without the throttle time: per topic the name and error code)."""
+    correlation_id = 8
+    frame = encode_request(DELETE_TOPICS, 1, correlation_id, "raw-test", payload)[4:]
+    frame = frame[:2] + struct.pack(">h", 0) + frame[4:]
+    client.send_bytes(struct.pack(">i", len(frame)) + frame)
+    body = io.BytesIO(client.recv_frame())
+
+    def take(fmt: str) -> Any:
+        return struct.unpack(fmt, body.read(struct.calcsize(fmt)))[0]
+
+    assert take(">i") == correlation_id
+    topics = []
+    for _ in range(take(">i")):
+        name = body.read(take(">h")).decode()
+        topics.append({"name": name, "error_code": take(">h")})
+    assert body.read() == b"", "trailing bytes after the answer"
+    return {"responses": tuple(topics)}
+
+
 def legacy_fetch(client: RawClient, version: int, payload: Any) -> dict[str, Any]:
     """Fetch v0-v3, which kio lacks, from v4's fields: replica id, max wait, min bytes, (v3)
     max bytes, then per topic its name and per partition its index, offset and max bytes.
@@ -877,6 +899,8 @@ def ask(address: str, case: Case, topics: Topics) -> Any:
         request = case.build(case.version, topics)
         if case.api_key == CREATE_TOPICS and case.version < 2:
             answer = legacy_create_topics(client, case.version, request)
+        elif case.api_key == DELETE_TOPICS and case.version == 0:
+            answer = legacy_delete_topics(client, request)
         elif case.api_key == FETCH and case.version < 4:
             answer = legacy_fetch(client, case.version, request)
         else:
