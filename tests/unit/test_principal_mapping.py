@@ -167,6 +167,18 @@ def test_oauthbearer_claim() -> None:
     assert oauthbearer_claim("n,,\x01auth=Bearer not-a-jwt\x01\x01") is None
 
 
+def test_oauthbearer_scheme_is_read_in_any_case_and_only_a_nonempty_string_claim_names() -> None:
+    """Kafka reads the scheme case-insensitively (OAuthBearerClientInitialResponse), so the
+    gateway names the user of ``BEARER`` and ``bearer`` as of ``Bearer``; a claim that is not
+    a non-empty string (Kafka refuses such a token) names nobody, never its text."""
+    token = _jwt({"sub": "svc-orders"})
+    for scheme in ("bearer", "BEARER"):
+        assert oauthbearer_claim(f"n,,\x01auth={scheme} {token}\x01\x01") == "svc-orders"
+    for sub in (123, "", ["svc-orders"], {"name": "svc-orders"}, True):
+        message = f"n,,\x01auth=Bearer {_jwt({'sub': sub})}\x01\x01"
+        assert oauthbearer_claim(message) is None, sub
+
+
 def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:
     token = _jwt({"sub": "svc-orders", "client_id": "orders"})
     for success, expected in ((False, None), (True, "User:orders")):

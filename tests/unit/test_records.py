@@ -221,6 +221,16 @@ def test_a_batch_length_shorter_than_the_header_is_refused() -> None:
         read_batches(bytes(buffer))
 
 
+@pytest.mark.parametrize("count", [-1, -2, -(2**31)])
+def test_a_negative_record_count_is_refused(count: int) -> None:
+    """Kafka refuses any negative count (DefaultRecordBatch); -1 read as "no records" would
+    lower the records a request declares against its budget."""
+    buffer = reframe(batch_with("none"), records_section=b"", record_count=count)
+
+    with pytest.raises(CorruptBatch, match=f"negative record_count {count}"):
+        read_batches(buffer)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_fewer_records_than_record_count_is_refused(codec: str) -> None:
     buffer = reframe(batch_with(codec), record_count=6)
