@@ -142,6 +142,22 @@ def test_replacement_references() -> None:
     assert SslPrincipalMapper(r"RULE:^CN=(.*)$/\$1:$1/").name("CN=x") == "$1:x"
 
 
+def test_a_rule_maps_only_a_name_its_pattern_matches_whole() -> None:
+    """Java's Matcher.matches(): a pattern that matches only the start of the name maps
+    nothing, and the next rule (here DEFAULT) names the client, as Kafka's broker does."""
+    mapper = SslPrincipalMapper("RULE:CN=([a-z]+)/$1/,DEFAULT")
+    assert mapper.name("CN=alice") == "alice"
+    assert mapper.name("CN=alice,OU=guests") == "CN=alice,OU=guests"
+
+
+def test_a_leading_space_or_hash_is_escaped_as_rfc_2253_writes_it() -> None:
+    """Kafka names a certificate by X500Principal.getName() (RFC 2253), which escapes a
+    value's leading space or '#' and its trailing space: the rules see that name."""
+    for value, escaped in ((" alice", "\\ alice"), ("#alice", "\\#alice"), ("alice ", "alice\\ ")):
+        cert = {"subject": ((("commonName", value),),)}
+        assert ssl_principal(cert) == f"User:CN={escaped}"
+
+
 def test_no_rule_maps_the_name() -> None:
     mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/")
     with pytest.raises(NoMatchingRule):
