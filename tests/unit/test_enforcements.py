@@ -1033,9 +1033,18 @@ def test_produce_mixed_forwards_the_valid_partitions_and_merges(
     ]
 
 
+def summaries_written(gateway: Harness) -> list[tuple[str, int]]:
+    """The produce summaries the audit writes, once it has written everything (closed)."""
+    gateway.run(gateway.emitter.close())
+    return [
+        (e.resource_name, e.event_count) for e in gateway.sink.events if e.event_kind == "summary"
+    ]
+
+
 def test_produce_with_acks_0_and_a_rejection_closes_the_connection(validating: Harness) -> None:
     outcome = validating.send(produce(9, {("orders", 0): UNTRACED, ("plain", 0): TRACED}, acks=0))
     assert isinstance(outcome, Close) and outcome.metric_reason == "rejected_acks0_produce"
+    assert summaries_written(validating) == []
 
 
 def test_produce_transactional_with_a_rejection_refuses_every_partition(
@@ -1054,6 +1063,8 @@ def test_produce_transactional_with_a_rejection_refuses_every_partition(
         (("plain", 0), INVALID_RECORD),
     ]
     assert all(m is not None and m.startswith("Not written") for _, _, m in results[1:])
+    # nothing of it is written, so nothing of it is counted as written in the summaries
+    assert summaries_written(validating) == []
 
 
 def test_produce_to_the_gateways_own_topics_is_refused(
