@@ -131,6 +131,20 @@ def test_the_records_budget_is_the_requests_not_each_partitions() -> None:
     assert third.records == 3 and third.error.record_errors  # read: b"v" is not JSON
 
 
+def test_the_records_budget_takes_its_count_and_not_one_more() -> None:
+    def records(count: int) -> bytes:
+        return batch_with("none", tuple(record(i, b"k", b"v") for i in range(count)))
+
+    (exact,) = with_budget(max_records=6).validate([("t", 0, "key-required", records(6))])
+    (over,) = with_budget(max_records=6).validate([("t", 0, "key-required", records(7))])
+
+    assert (exact.error, exact.records) == (None, 6)
+    assert over.error is not None and over.error.error_message is not None
+    assert "declare 7 records, 1 over the record validation budget of 6" in (
+        over.error.error_message
+    )
+
+
 # --- the budget: inflated bytes ------------------------------------------------------------
 
 
