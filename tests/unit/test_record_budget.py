@@ -183,12 +183,24 @@ def test_inflation_past_the_budget_is_refused_and_spends_it() -> None:
 
 
 @pytest.mark.parametrize("codec", ["snappy-raw", "snappy-xerial"])
-def test_a_snappy_block_over_the_budget_is_refused_before_it_is_inflated(codec: str) -> None:
-    """A snappy block declares its size: the message says by how much it is over."""
+def test_a_snappy_block_over_the_budget_is_refused_before_it_is_inflated(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snappy block declares its size: the message says by how much it is over, and no
+    block past the budget is inflated (a raw block may declare up to 4 GiB)."""
     validator = with_budget(max_inflated_bytes=64 * 1024)
     section = records_section((b"k", bytes(100_000)))
+    uncompress = records_module.snappy.uncompress
+    inflated: list[int] = []
 
+    def counted(block: object) -> bytes:
+        output: bytes = uncompress(block)
+        inflated.append(len(output))
+        return output
+
+    monkeypatch.setattr(records_module.snappy, "uncompress", counted)
     (outcome,) = validator.validate([("t", 0, "key-required", batch_of(section, 1, codec))])
+    assert sum(inflated) <= 64 * 1024
 
     assert outcome.error is not None
     block = len(section) if codec == "snappy-raw" else 32 * 1024 * 2  # the xerial blocks so far
