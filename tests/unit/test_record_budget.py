@@ -242,6 +242,22 @@ def test_a_record_over_max_record_bytes_is_refused_before_it_is_read(
     assert records.records_read == 1
 
 
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_max_record_bytes_counts_the_length_varint_too(codec: str, full: bool) -> None:
+    """A record's size is its size_in_bytes, length varint included: exactly the limit is
+    read, one byte less refuses it, in both readers."""
+    buffer = batch_with(codec, (record(0, b"k", bytes(5000)),))
+    (batch,) = read_batches(buffer)
+    size = len(records_section((b"k", bytes(5000))))
+
+    with full_reader_alone() if full else nullcontext():
+        assert len(list(read_records(batch, RecordReading(), max_record_bytes=size))) == 1
+        with pytest.raises(OverLimit) as refused:
+            list(read_records(batch, RecordReading(), max_record_bytes=size - 1))
+    assert refused.value.size == size
+
+
 def test_a_record_over_the_limit_refuses_its_partition(validator: RecordValidator) -> None:
     big = batch_with("zstd", (record(0, b"k", b"v"), record(1, b"k", bytes(2 * 1024 * 1024))))
 
