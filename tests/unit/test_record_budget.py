@@ -378,6 +378,18 @@ def test_a_long_validation_gives_way_to_other_connections(validator: RecordValid
     assert turns >= 20
 
 
+def test_records_that_all_pass_a_header_rule_give_way_too(validator: RecordValidator) -> None:
+    """Where the reader looks for the header itself it hands over no record that has it:
+    the empty windows of a million records that all pass still end their slices."""
+    traced = uncompressed_batch((record(0, None, None, ((b"trace-id", b"x"),)),))[HEADER_SIZE:]
+    (outcome,), turns = sliced(
+        validator, [("t", 0, "trace-id", batch_of(traced * 1_000_000, 1_000_000))]
+    )
+
+    assert (outcome.error, outcome.records) == (None, 1_000_000)
+    assert turns >= 10
+
+
 # --- the reader's bounded steps ---------------------------------------------------------------
 
 
