@@ -26,7 +26,7 @@ from gateway.record_validation import (
 )
 from policies.records import BuiltinRecordValidationPolicy
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.records import OverLimit, RecordReading, read_batches, read_records
+from protocol.records import CorruptBatch, OverLimit, RecordReading, read_batches, read_records
 from tests.batches import CODECS, HEADER_SIZE, batch_with, record, reframe, uncompressed_batch
 
 pytestmark = pytest.mark.unit
@@ -388,6 +388,27 @@ def test_records_that_all_pass_a_header_rule_give_way_too(validator: RecordValid
 
     assert (outcome.error, outcome.records) == (None, 1_000_000)
     assert turns >= 10
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_record_past_the_declared_count_is_found_beyond_the_first_window(
+    codec: str, full: bool
+) -> None:
+    """The declared records end exactly where the first window of inflated bytes does: the
+    one after them, still in the stream, makes the batch corrupt (Kafka: records still
+    remaining), not a batch of one record that a broker may keep whole, the other unread."""
+    window = records_module._SCAN_WINDOW
+    size = next(
+        n for n in range(window - 16, window) if len(records_section((None, bytes(n)))) == window
+    )
+    section = records_section((None, bytes(size))) + TINY
+    (batch,) = read_batches(batch_of(section, 1, codec))
+
+    with full_reader_alone() if full else nullcontext():
+        records = read_records(batch, RecordReading(), max_record_bytes=2 * window)
+        with pytest.raises(CorruptBatch, match="bytes left after the 1 records"):
+            list(records)
 
 
 # --- the reader's bounded steps ---------------------------------------------------------------
