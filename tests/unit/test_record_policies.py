@@ -1573,3 +1573,31 @@ def test_a_number_with_more_digits_than_a_double_holds_is_not_judged_rounded(
     for value in (b"1000.0000000000000000001", b"1000.000000000000001"):
         with pytest.raises(InvalidRecord):
             policy.validate(topic("json-schema:n"), record(value=value))
+
+
+def test_an_integer_beyond_64_bits_is_judged_whole(tmp_path: Path) -> None:
+    """orjson reads an integer past 64 bits as the nearest double: 2**64 + 1 would pass a
+    maximum of 2**64 as 2**64.0. Such a value never takes the fast path, in either form of
+    the check (a record, or its value alone)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 2**64}}}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", big=schema))})
+    check = policy.value_check_for("json-schema:big")
+    assert check is not None
+    at_most, over = b'{"n": 18446744073709551616}', b'{"n": 18446744073709551617}'
+    policy.validate(topic("json-schema:big"), record(value=at_most))
+    check(at_most)
+    with pytest.raises(InvalidRecord, match="18446744073709551617 is greater than the maximum"):
+        policy.validate(topic("json-schema:big"), record(value=over))
+    with pytest.raises(InvalidRecord, match="18446744073709551617 is greater than the maximum"):
+        check(over)
+
+
+@pytest.mark.parametrize("value", ["trace-id", "trace-id;key-required", "trace-id;tenant"])
+def test_a_required_header_is_found_only_by_its_whole_key(
+    policy: BuiltinRecordValidationPolicy, value: str
+) -> None:
+    """A key that starts or ends like the required one is another header."""
+    near = record(key=b"k", headers=(("trace-idx", b"1"), ("trace", b"1"), ("tenant", b"1")))
+    with pytest.raises(InvalidRecord, match="missing required header.*trace-id"):
+        policy.validate(topic(value), near)
