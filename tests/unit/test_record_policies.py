@@ -1601,3 +1601,15 @@ def test_a_required_header_is_found_only_by_its_whole_key(
     near = record(key=b"k", headers=(("trace-idx", b"1"), ("trace", b"1"), ("tenant", b"1")))
     with pytest.raises(InvalidRecord, match="missing required header.*trace-id"):
         policy.validate(topic(value), near)
+
+
+def test_unique_items_holds_where_jsonschema_rs_cannot_judge(tmp_path: Path) -> None:
+    """A lone surrogate (which jsonschema-rs cannot take) sends the value to the Python
+    validator, whose linear uniqueItems must still find the items given twice."""
+    policy = BuiltinRecordValidationPolicy()
+    schema = {"type": "array", "uniqueItems": True}
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", u=schema))})
+    policy.validate(topic("json-schema:u"), record(value=b'["\\ud800", "x"]'))
+    for twice in (b'["\\ud800", "\\ud800"]', b'[{"a": "\\ud800"}, {"a": "\\ud800"}]'):
+        with pytest.raises(InvalidRecord, match="has non-unique elements"):
+            policy.validate(topic("json-schema:u"), record(value=twice))
