@@ -247,6 +247,22 @@ def test_more_records_than_record_count_is_refused(codec: str) -> None:
         read_all(buffer)
 
 
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+def test_a_negative_header_count_is_refused(full: bool) -> None:
+    """Kafka refuses a record whose header count is negative (DefaultRecord.readFrom); -1
+    is not read as no headers."""
+    plain = uncompressed_batch((record(0, b"k", b"v"),))
+    section = plain[HEADER_SIZE:]
+    assert section[-1] == 0  # no headers
+    minus_one = section[:-1] + b"\x01"  # zigzag varint -1
+
+    with (
+        full_reader_alone() if full else nullcontext(),
+        pytest.raises(CorruptBatch, match="header count -1 does not fit the record"),
+    ):
+        read_all(reframe(plain, records_section=minus_one))
+
+
 def test_a_record_longer_than_its_fields_is_refused() -> None:
     plain = uncompressed_batch((record(0, b"k", b"v"),))
     section = plain[HEADER_SIZE:]
