@@ -258,8 +258,12 @@ def test_max_record_bytes_counts_the_length_varint_too(codec: str, full: bool) -
     assert refused.value.size == size
 
 
-def test_a_record_over_the_limit_refuses_its_partition(validator: RecordValidator) -> None:
-    big = batch_with("zstd", (record(0, b"k", b"v"), record(1, b"k", bytes(2 * 1024 * 1024))))
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_a_record_over_the_limit_refuses_its_partition(
+    validator: RecordValidator, codec: str
+) -> None:
+    """Compressed or not: an uncompressed record is bounded by the frame, not by this limit."""
+    big = batch_with(codec, (record(0, b"k", b"v"), record(1, b"k", bytes(2 * 1024 * 1024))))
 
     outcome = validator.validate_partition("t", 0, "json", big)
 
