@@ -1047,6 +1047,17 @@ def test_produce_with_acks_0_and_a_rejection_closes_the_connection(validating: H
     assert summaries_written(validating) == []
 
 
+@pytest.mark.parametrize("version", [3, 9])
+def test_produce_too_short_to_hold_acks_closes_the_connection(
+    validating: Harness, version: int
+) -> None:
+    """Nothing of it can be judged, so nothing of it reaches the broker."""
+    frame = produce(version, {("orders", 0): TRACED})
+    cut = frame[: parse_request_header(frame).size + 2]
+    outcome = validating.send(cut)
+    assert isinstance(outcome, Close) and outcome.metric_reason == "bad_body"
+
+
 def test_produce_transactional_with_a_rejection_refuses_every_partition(
     validating: Harness,
 ) -> None:
