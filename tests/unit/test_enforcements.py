@@ -1058,6 +1058,15 @@ def test_produce_too_short_to_hold_acks_closes_the_connection(
     assert isinstance(outcome, Close) and outcome.metric_reason == "bad_body"
 
 
+def test_produce_with_acks_0_of_valid_records_waits_for_no_answer(validating: Harness) -> None:
+    """Read and judged (a validated topic), an acks=0 request still gets no answer from the
+    broker: waiting for one would hold every later answer on the connection behind it."""
+    frame = produce(9, {("orders", 0): TRACED, ("plain", 0): UNTRACED}, acks=0)
+    outcome = validating.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    assert outcome.expect_response is False
+
+
 def test_produce_transactional_with_a_rejection_refuses_every_partition(
     validating: Harness,
 ) -> None:
