@@ -129,6 +129,15 @@ GROUPS: dict[str, list[str]] = {
         "tests/inproc/test_equivalence.py",
         "tests/inproc/test_gateway_topics.py",
     ],
+    "k5": [
+        "tests/unit/test_enforcements.py",
+        "tests/unit/test_acl_patterns.py",
+        "tests/adversarial/test_partitioned_routes.py",
+        "tests/adversarial/test_acl_routes.py",
+        "tests/adversarial/test_produce_by_topic_id.py",
+        "tests/adversarial/test_transaction_routes.py",
+        "tests/inproc/test_equivalence.py",
+    ],
 }
 
 MUTANTS: list[tuple[str, str, str, str, str]] = [
@@ -1415,5 +1424,47 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
         "        if unread and services.audit is None:\n            return Forward(frame=frame, expect_response=acks != 0)",
         "        if unread and services.audit is None:\n            return Forward(frame=frame, expect_response=True)",
         "p4",
+    ),
+    (
+        "k01",
+        "protocol/partitioned.py",
+        "            if (name, _index(shape, p)) in keep",
+        "            if name in {t for t, _ in keep}",
+        "k5",
+    ),
+    (
+        "k02",
+        "protocol/acls.py",
+        "    items = tuple(item for index, item in enumerate(request.items) if index in keep)",
+        "    items = tuple(request.items)",
+        "k5",
+    ),
+    (
+        "k03",
+        "gateway/handlers/_partitioned.py",
+        "        if any(topic_id not in names for topic_id in ids):",
+        "        if all(topic_id not in names for topic_id in ids):",
+        "k5",
+    ),
+    (
+        "k04",
+        "gateway/handlers/produce.py",
+        "            names.setdefault(p.topic, None)  # a null id names no topic",
+        "            pass",
+        "k5",
+    ),
+    (
+        "k05",
+        "protocol/acls.py",
+        "                int(c.resource_type), str(c.resource_name), int(c.resource_pattern_type), False",
+        "                int(c.resource_type), str(c.resource_name), int(c.resource_pattern_type), True",
+        "k5",
+    ),
+    (
+        "k06",
+        "gateway/handlers/list_offsets.py",
+        '        except Undecodable as exc:\n            return Close(reason=str(exc), metric_reason="undecodable")',
+        "        except Undecodable as exc:\n            return frame",
+        "k5",
     ),
 ]
