@@ -57,10 +57,16 @@ def setup(tap: BrokerTap) -> Iterator[tuple[GatewayThread, str]]:
         gw.stop()
 
 
-@pytest.mark.parametrize("m", [v2, v3, v4], ids=["v2", "v3", "v4"])
+@pytest.mark.parametrize(
+    ("m", "retention_ms"),
+    [(v2, 1), (v3, 1), (v4, 1), (v2, -2)],
+    ids=["v2", "v3", "v4", "v2-negative"],
+)
 def test_a_commit_cannot_have_its_offsets_expire_at_once(
-    setup: tuple[GatewayThread, str], tap: BrokerTap, m: object
+    setup: tuple[GatewayThread, str], tap: BrokerTap, m: object, retention_ms: int
 ) -> None:
+    """Any retention but -1 is the client's: a negative one (Kafka stores ``now +
+    retention``) expires the offsets at the next cleanup as surely as 1 ms does."""
     gw, topic = setup
     version = int(m.OffsetCommitRequest.__version__)  # type: ignore[attr-defined]
     partition = m.OffsetCommitRequestPartition(  # type: ignore[attr-defined]
@@ -70,7 +76,7 @@ def test_a_commit_cannot_have_its_offsets_expire_at_once(
         group_id=GroupId(f"g-{uuid.uuid4().hex[:6]}"),
         generation_id_or_member_epoch=i32(-1),
         member_id="",
-        retention_time=i64Timedelta.parse(timedelta(milliseconds=1)),
+        retention_time=i64Timedelta.parse(timedelta(milliseconds=retention_ms)),
         topics=(
             m.OffsetCommitRequestTopic(  # type: ignore[attr-defined]
                 name=TopicName(topic), partitions=(partition,)

@@ -615,6 +615,14 @@ def test_acks_zero_cannot_escape_an_acks_config_of_all(relayed: BrokerTap) -> No
             assert [r.acks for r in relayed.forwarded(0)] == [-1, -1]
         finally:
             client.close()
+        # every partition refused: answered by the gateway, which its client would not read
+        refused = RawClient(gw.bootstrap)
+        try:
+            refused.send(0, 9, produce_v9({traced: {0: one_record_batch()}}, acks=0))
+            assert refused.is_closed(10), "an acks=0 produce refused whole left it open"
+            assert [r.acks for r in relayed.forwarded(0)] == [-1, -1]
+        finally:
+            refused.close()
     finally:
         gw.stop()
 

@@ -16,7 +16,7 @@ from kio.static.primitive import i8, i32Timedelta
 from gateway.outcomes import Forward
 from protocol.acls import CREATE_ACLS, AclPattern
 from protocol.codec import decode_response, encode_request, encode_response
-from tests.enforcement_support import Harness, forwarded, upstream
+from tests.enforcement_support import Harness, answer_of, forwarded, upstream
 
 pytestmark = pytest.mark.unit
 
@@ -33,6 +33,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
         (AclPattern(TOPIC, "*", LITERAL, False), True),
         (AclPattern(TOPIC, "_kpg", PREFIXED, False), True),
         (AclPattern(TOPIC, "", PREFIXED, False), True),
+        (AclPattern(TOPIC, OWN, PREFIXED, False), True),  # a prefix is its own prefix
         (AclPattern(TOPIC, "orders", LITERAL, False), False),
         (AclPattern(TOPIC, "_kpg_audit_x", PREFIXED, False), False),
         (AclPattern(TOPIC, "_kpg", LITERAL, False), False),
@@ -54,6 +55,7 @@ def test_a_binding_covers_the_topics_its_pattern_names(pattern: AclPattern, cove
         (AclPattern(TOPIC, OWN, LITERAL, True), True),
         (AclPattern(TOPIC, "*", LITERAL, True), True),
         (AclPattern(ANY, "_kpg", PREFIXED, True), True),
+        (AclPattern(TOPIC, OWN, PREFIXED, True), True),
         (AclPattern(TOPIC, "_kpg", P_ANY, True), True),  # the prefixed binding "_kpg"
         (AclPattern(TOPIC, "*", P_ANY, True), True),
         (AclPattern(TOPIC, "orders", MATCH, True), True),  # takes the "*" binding with it
@@ -140,3 +142,10 @@ def test_a_request_of_bindings_on_other_topics_forwards_the_clients_bytes(
     frame = create_acls(creation("orders"), creation("pay", PREFIXED))
     outcome = guarded.send(frame)
     assert isinstance(outcome, Forward) and outcome.frame == frame
+
+
+def test_a_binding_on_each_of_the_own_topics_is_refused(guarded: Harness) -> None:
+    """Every own topic is guarded, not only the first of them (state and audit both)."""
+    for topic in OWN_TOPICS:
+        answer = answer_of(guarded.send(create_acls(creation(topic))))
+        assert [code for code, _ in results(answer)] == [CLUSTER_AUTHORIZATION_FAILED], topic

@@ -1033,9 +1033,38 @@ def test_produce_mixed_forwards_the_valid_partitions_and_merges(
     ]
 
 
+def summaries_written(gateway: Harness) -> list[tuple[str, int]]:
+    """The produce summaries the audit writes, once it has written everything (closed)."""
+    gateway.run(gateway.emitter.close())
+    return [
+        (e.resource_name, e.event_count) for e in gateway.sink.events if e.event_kind == "summary"
+    ]
+
+
 def test_produce_with_acks_0_and_a_rejection_closes_the_connection(validating: Harness) -> None:
     outcome = validating.send(produce(9, {("orders", 0): UNTRACED, ("plain", 0): TRACED}, acks=0))
     assert isinstance(outcome, Close) and outcome.metric_reason == "rejected_acks0_produce"
+    assert summaries_written(validating) == []
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_produce_too_short_to_hold_acks_closes_the_connection(
+    validating: Harness, version: int
+) -> None:
+    """Nothing of it can be judged, so nothing of it reaches the broker."""
+    frame = produce(version, {("orders", 0): TRACED})
+    cut = frame[: parse_request_header(frame).size + 2]
+    outcome = validating.send(cut)
+    assert isinstance(outcome, Close) and outcome.metric_reason == "bad_body"
+
+
+def test_produce_with_acks_0_of_valid_records_waits_for_no_answer(validating: Harness) -> None:
+    """Read and judged (a validated topic), an acks=0 request still gets no answer from the
+    broker: waiting for one would hold every later answer on the connection behind it."""
+    frame = produce(9, {("orders", 0): TRACED, ("plain", 0): UNTRACED}, acks=0)
+    outcome = validating.send(frame)
+    assert isinstance(outcome, Forward) and outcome.frame == frame
+    assert outcome.expect_response is False
 
 
 def test_produce_transactional_with_a_rejection_refuses_every_partition(
@@ -1054,6 +1083,8 @@ def test_produce_transactional_with_a_rejection_refuses_every_partition(
         (("plain", 0), INVALID_RECORD),
     ]
     assert all(m is not None and m.startswith("Not written") for _, _, m in results[1:])
+    # nothing of it is written, so nothing of it is counted as written in the summaries
+    assert summaries_written(validating) == []
 
 
 def test_produce_to_the_gateways_own_topics_is_refused(
@@ -1133,10 +1164,12 @@ def test_produce_v13_learns_topic_ids_once_and_again_for_a_new_id(
     assert lookups() == 1
     later = gateway.cluster.add_topic("later")
     gateway.set_validation_policy("later", "trace-id")
-    answer = answer_of(gateway.send(produce(13, {(later, 0): UNTRACED})))
+    # beside an id already known, the new one is asked for all the same
+    answer = answer_of(gateway.send(produce(13, {(orders, 0): UNTRACED, (later, 0): UNTRACED})))
     assert lookups() == 2
     assert [(item, code) for item, code, _ in items(PRODUCE, 13, answer)] == [
-        ((later, 0), INVALID_RECORD)
+        ((orders, 0), INVALID_RECORD),
+        ((later, 0), INVALID_RECORD),
     ]
 
 

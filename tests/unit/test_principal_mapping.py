@@ -142,6 +142,22 @@ def test_replacement_references() -> None:
     assert SslPrincipalMapper(r"RULE:^CN=(.*)$/\$1:$1/").name("CN=x") == "$1:x"
 
 
+def test_a_rule_maps_only_a_name_its_pattern_matches_whole() -> None:
+    """Java's Matcher.matches(): a pattern that matches only the start of the name maps
+    nothing, and the next rule (here DEFAULT) names the client, as Kafka's broker does."""
+    mapper = SslPrincipalMapper("RULE:CN=([a-z]+)/$1/,DEFAULT")
+    assert mapper.name("CN=alice") == "alice"
+    assert mapper.name("CN=alice,OU=guests") == "CN=alice,OU=guests"
+
+
+def test_a_leading_space_or_hash_is_escaped_as_rfc_2253_writes_it() -> None:
+    """Kafka names a certificate by X500Principal.getName() (RFC 2253), which escapes a
+    value's leading space or '#' and its trailing space: the rules see that name."""
+    for value, escaped in ((" alice", "\\ alice"), ("#alice", "\\#alice"), ("alice ", "alice\\ ")):
+        cert = {"subject": ((("commonName", value),),)}
+        assert ssl_principal(cert) == f"User:CN={escaped}"
+
+
 def test_no_rule_maps_the_name() -> None:
     mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/")
     with pytest.raises(NoMatchingRule):
@@ -165,6 +181,18 @@ def test_oauthbearer_claim() -> None:
     assert oauthbearer_claim(message, "azp") == "orders-app"
     assert oauthbearer_claim(message, "email") is None
     assert oauthbearer_claim("n,,\x01auth=Bearer not-a-jwt\x01\x01") is None
+
+
+def test_oauthbearer_scheme_is_read_in_any_case_and_only_a_nonempty_string_claim_names() -> None:
+    """Kafka reads the scheme case-insensitively (OAuthBearerClientInitialResponse), so the
+    gateway names the user of ``BEARER`` and ``bearer`` as of ``Bearer``; a claim that is not
+    a non-empty string (Kafka refuses such a token) names nobody, never its text."""
+    token = _jwt({"sub": "svc-orders"})
+    for scheme in ("bearer", "BEARER"):
+        assert oauthbearer_claim(f"n,,\x01auth={scheme} {token}\x01\x01") == "svc-orders"
+    for sub in (123, "", ["svc-orders"], {"name": "svc-orders"}, True):
+        message = f"n,,\x01auth=Bearer {_jwt({'sub': sub})}\x01\x01"
+        assert oauthbearer_claim(message) is None, sub
 
 
 def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:

@@ -21,6 +21,7 @@ from protocol.framing import parse_request_header, response_correlation_id
 from protocol.produce import (
     PartitionRecords,
     ProduceView,
+    failed_partitions,
     produce_acks,
     produce_answer,
     produce_partition_count,
@@ -30,6 +31,7 @@ from protocol.produce import (
 )
 from protocol.records import read_batches
 from protocol.results import ItemError
+from tests.enforcement_support import produce_response
 
 pytestmark = pytest.mark.unit
 
@@ -612,3 +614,13 @@ def test_a_merged_answer_keeps_the_brokers_leader_endpoints(version: int) -> Non
     )
     assert answer.node_endpoints == (endpoint,)
     assert partition_answer(answer, "orders", 2) == moved
+
+
+def test_failed_partitions_are_those_with_any_error_code_but_none() -> None:
+    """What closes an acks=0 client's connection (its acks config made the request acks=all):
+    UNKNOWN_SERVER_ERROR is -1, an error as much as a positive code."""
+    answer = produce_response(9, {("t", 0): 0, ("t", 1): -1, ("t", 2): 19})
+    assert failed_partitions(9, answer) == [
+        "t-1 (UNKNOWN_SERVER_ERROR)",
+        "t-2 (NOT_ENOUGH_REPLICAS)",
+    ]

@@ -26,7 +26,7 @@ from gateway.record_validation import (
 )
 from policies.records import BuiltinRecordValidationPolicy
 from protocol.errors import CORRUPT_MESSAGE, INVALID_RECORD
-from protocol.records import OverLimit, RecordReading, read_batches, read_records
+from protocol.records import CorruptBatch, OverLimit, RecordReading, read_batches, read_records
 from tests.batches import CODECS, HEADER_SIZE, batch_with, record, reframe, uncompressed_batch
 
 pytestmark = pytest.mark.unit
@@ -131,6 +131,20 @@ def test_the_records_budget_is_the_requests_not_each_partitions() -> None:
     assert third.records == 3 and third.error.record_errors  # read: b"v" is not JSON
 
 
+def test_the_records_budget_takes_its_count_and_not_one_more() -> None:
+    def records(count: int) -> bytes:
+        return batch_with("none", tuple(record(i, b"k", b"v") for i in range(count)))
+
+    (exact,) = with_budget(max_records=6).validate([("t", 0, "key-required", records(6))])
+    (over,) = with_budget(max_records=6).validate([("t", 0, "key-required", records(7))])
+
+    assert (exact.error, exact.records) == (None, 6)
+    assert over.error is not None and over.error.error_message is not None
+    assert "declare 7 records, 1 over the record validation budget of 6" in (
+        over.error.error_message
+    )
+
+
 # --- the budget: inflated bytes ------------------------------------------------------------
 
 
@@ -169,12 +183,24 @@ def test_inflation_past_the_budget_is_refused_and_spends_it() -> None:
 
 
 @pytest.mark.parametrize("codec", ["snappy-raw", "snappy-xerial"])
-def test_a_snappy_block_over_the_budget_is_refused_before_it_is_inflated(codec: str) -> None:
-    """A snappy block declares its size: the message says by how much it is over."""
+def test_a_snappy_block_over_the_budget_is_refused_before_it_is_inflated(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snappy block declares its size: the message says by how much it is over, and no
+    block past the budget is inflated (a raw block may declare up to 4 GiB)."""
     validator = with_budget(max_inflated_bytes=64 * 1024)
     section = records_section((b"k", bytes(100_000)))
+    uncompress = records_module.snappy.uncompress
+    inflated: list[int] = []
 
+    def counted(block: object) -> bytes:
+        output: bytes = uncompress(block)
+        inflated.append(len(output))
+        return output
+
+    monkeypatch.setattr(records_module.snappy, "uncompress", counted)
     (outcome,) = validator.validate([("t", 0, "key-required", batch_of(section, 1, codec))])
+    assert sum(inflated) <= 64 * 1024
 
     assert outcome.error is not None
     block = len(section) if codec == "snappy-raw" else 32 * 1024 * 2  # the xerial blocks so far
@@ -216,8 +242,28 @@ def test_a_record_over_max_record_bytes_is_refused_before_it_is_read(
     assert records.records_read == 1
 
 
-def test_a_record_over_the_limit_refuses_its_partition(validator: RecordValidator) -> None:
-    big = batch_with("zstd", (record(0, b"k", b"v"), record(1, b"k", bytes(2 * 1024 * 1024))))
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_max_record_bytes_counts_the_length_varint_too(codec: str, full: bool) -> None:
+    """A record's size is its size_in_bytes, length varint included: exactly the limit is
+    read, one byte less refuses it, in both readers."""
+    buffer = batch_with(codec, (record(0, b"k", bytes(5000)),))
+    (batch,) = read_batches(buffer)
+    size = len(records_section((b"k", bytes(5000))))
+
+    with full_reader_alone() if full else nullcontext():
+        assert len(list(read_records(batch, RecordReading(), max_record_bytes=size))) == 1
+        with pytest.raises(OverLimit) as refused:
+            list(read_records(batch, RecordReading(), max_record_bytes=size - 1))
+    assert refused.value.size == size
+
+
+@pytest.mark.parametrize("codec", ["zstd", "none"])
+def test_a_record_over_the_limit_refuses_its_partition(
+    validator: RecordValidator, codec: str
+) -> None:
+    """Compressed or not: an uncompressed record is bounded by the frame, not by this limit."""
+    big = batch_with(codec, (record(0, b"k", b"v"), record(1, b"k", bytes(2 * 1024 * 1024))))
 
     outcome = validator.validate_partition("t", 0, "json", big)
 
@@ -334,6 +380,39 @@ def test_a_long_validation_gives_way_to_other_connections(validator: RecordValid
 
     assert outcome.error is not None and outcome.rejected == 1_000_000
     assert turns >= 20
+
+
+def test_records_that_all_pass_a_header_rule_give_way_too(validator: RecordValidator) -> None:
+    """Where the reader looks for the header itself it hands over no record that has it:
+    the empty windows of a million records that all pass still end their slices."""
+    traced = uncompressed_batch((record(0, None, None, ((b"trace-id", b"x"),)),))[HEADER_SIZE:]
+    (outcome,), turns = sliced(
+        validator, [("t", 0, "trace-id", batch_of(traced * 1_000_000, 1_000_000))]
+    )
+
+    assert (outcome.error, outcome.records) == (None, 1_000_000)
+    assert turns >= 10
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_record_past_the_declared_count_is_found_beyond_the_first_window(
+    codec: str, full: bool
+) -> None:
+    """The declared records end exactly where the first window of inflated bytes does: the
+    one after them, still in the stream, makes the batch corrupt (Kafka: records still
+    remaining), not a batch of one record that a broker may keep whole, the other unread."""
+    window = records_module._SCAN_WINDOW
+    size = next(
+        n for n in range(window - 16, window) if len(records_section((None, bytes(n)))) == window
+    )
+    section = records_section((None, bytes(size))) + TINY
+    (batch,) = read_batches(batch_of(section, 1, codec))
+
+    with full_reader_alone() if full else nullcontext():
+        records = read_records(batch, RecordReading(), max_record_bytes=2 * window)
+        with pytest.raises(CorruptBatch, match="bytes left after the 1 records"):
+            list(records)
 
 
 # --- the reader's bounded steps ---------------------------------------------------------------

@@ -414,6 +414,46 @@ def test_json_nested_too_deeply_is_rejected_not_crashed(
         policy.validate(topic("json"), record(value=b"[" * 200_000 + b"]" * 200_000))
 
 
+def test_an_integer_beyond_64_bits_is_judged_whole(tmp_path: Path) -> None:
+    """orjson reads an integer past 64 bits as the nearest double: 2**64 + 1 would pass a
+    maximum of 2**64 as 2**64.0. Such a value never takes the fast path, in either form of
+    the check (a record, or its value alone)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 2**64}}}
+    policy = BuiltinRecordValidationPolicy()
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", big=schema))})
+    check = policy.value_check_for("json-schema:big")
+    assert check is not None
+    at_most, over = b'{"n": 18446744073709551616}', b'{"n": 18446744073709551617}'
+    policy.validate(topic("json-schema:big"), record(value=at_most))
+    check(at_most)
+    with pytest.raises(InvalidRecord, match="18446744073709551617 is greater than the maximum"):
+        policy.validate(topic("json-schema:big"), record(value=over))
+    with pytest.raises(InvalidRecord, match="18446744073709551617 is greater than the maximum"):
+        check(over)
+
+
+@pytest.mark.parametrize("value", ["trace-id", "trace-id;key-required", "trace-id;tenant"])
+def test_a_required_header_is_found_only_by_its_whole_key(
+    policy: BuiltinRecordValidationPolicy, value: str
+) -> None:
+    """A key that starts or ends like the required one is another header."""
+    near = record(key=b"k", headers=(("trace-idx", b"1"), ("trace", b"1"), ("tenant", b"1")))
+    with pytest.raises(InvalidRecord, match="missing required header.*trace-id"):
+        policy.validate(topic(value), near)
+
+
+def test_unique_items_holds_where_jsonschema_rs_cannot_judge(tmp_path: Path) -> None:
+    """A lone surrogate (which jsonschema-rs cannot take) sends the value to the Python
+    validator, whose linear uniqueItems must still find the items given twice."""
+    policy = BuiltinRecordValidationPolicy()
+    schema = {"type": "array", "uniqueItems": True}
+    policy.configure({JSON_SCHEMA_DIR: str(write_schemas(tmp_path / "s", u=schema))})
+    policy.validate(topic("json-schema:u"), record(value=b'["\\ud800", "x"]'))
+    for twice in (b'["\\ud800", "\\ud800"]', b'[{"a": "\\ud800"}, {"a": "\\ud800"}]'):
+        with pytest.raises(InvalidRecord, match="has non-unique elements"):
+            policy.validate(topic("json-schema:u"), record(value=twice))
+
+
 def test_a_schema_mismatch_message_stays_short_for_a_large_value(
     policy: BuiltinRecordValidationPolicy,
 ) -> None:

@@ -221,6 +221,16 @@ def test_a_batch_length_shorter_than_the_header_is_refused() -> None:
         read_batches(bytes(buffer))
 
 
+@pytest.mark.parametrize("count", [-1, -2, -(2**31)])
+def test_a_negative_record_count_is_refused(count: int) -> None:
+    """Kafka refuses any negative count (DefaultRecordBatch); -1 read as "no records" would
+    lower the records a request declares against its budget."""
+    buffer = reframe(batch_with("none"), records_section=b"", record_count=count)
+
+    with pytest.raises(CorruptBatch, match=f"negative record_count {count}"):
+        read_batches(buffer)
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_fewer_records_than_record_count_is_refused(codec: str) -> None:
     buffer = reframe(batch_with(codec), record_count=6)
@@ -235,6 +245,22 @@ def test_more_records_than_record_count_is_refused(codec: str) -> None:
 
     with pytest.raises(CorruptBatch, match="bytes left after the 4 records"):
         read_all(buffer)
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["fast path", "full reader"])
+def test_a_negative_header_count_is_refused(full: bool) -> None:
+    """Kafka refuses a record whose header count is negative (DefaultRecord.readFrom); -1
+    is not read as no headers."""
+    plain = uncompressed_batch((record(0, b"k", b"v"),))
+    section = plain[HEADER_SIZE:]
+    assert section[-1] == 0  # no headers
+    minus_one = section[:-1] + b"\x01"  # zigzag varint -1
+
+    with (
+        full_reader_alone() if full else nullcontext(),
+        pytest.raises(CorruptBatch, match="header count -1 does not fit the record"),
+    ):
+        read_all(reframe(plain, records_section=minus_one))
 
 
 def test_a_record_longer_than_its_fields_is_refused() -> None:

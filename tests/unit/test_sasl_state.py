@@ -4,14 +4,27 @@ when it counts as authenticated (only once the broker has accepted the whole exc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_authenticate.v2.response import SaslAuthenticateResponse
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.static.primitive import i64Timedelta
 
 from gateway.config import ConfigError
+from gateway.engine import RequestContext, Session
+from gateway.handlers import sasl_authenticate, sasl_handshake
+from gateway.outcomes import Close, Forward, Outcome
 from gateway.principal import SaslState, UnnamedSaslPrincipal, scram_token_authentication
+from protocol.codec import encode_request, encode_response
+from protocol.framing import parse_request_header
 from tests.support import gateway_config
 
 pytestmark = pytest.mark.unit
@@ -222,3 +235,59 @@ def test_a_delegation_token_is_refused_where_a_principal_is_needed() -> None:
     with pytest.raises(UnnamedSaslPrincipal):
         token_exchange(again)
     assert again.failed and again.principal is None
+
+
+# --- the SaslHandshake and SaslAuthenticate handlers on a connection's session -------------
+
+
+def _handle(module: Any, session: Session, payload: Any) -> Outcome:
+    """What the handler of ``module`` decides about ``payload`` on ``session`` (the two SASL
+    handlers read no services and no cluster)."""
+    api_key, version = int(payload.__api_key__), int(payload.__version__)
+    frame = encode_request(api_key, version, 1, "sasl-test", payload)[4:]
+    ctx = RequestContext(
+        header=parse_request_header(frame), client_address="127.0.0.1:1", session=session
+    )
+    return asyncio.run(module.handler(None)(ctx, None, frame))
+
+
+def _broker_answers(outcome: Outcome, error_code: ErrorCode) -> None:
+    assert isinstance(outcome, Forward) and outcome.on_response is not None
+    answer = SaslAuthenticateResponse(
+        error_code=error_code,
+        error_message=None,
+        auth_bytes=b"",
+        session_lifetime=i64Timedelta.parse(timedelta(0)),
+    )
+    asyncio.run(outcome.on_response(encode_response(1, AUTHENTICATE, 2, answer)))
+
+
+@pytest.mark.parametrize("broker_accepts", [True, False])
+def test_a_failed_reauthentication_leaves_the_connection_no_principal(
+    broker_accepts: bool,
+) -> None:
+    """Re-authenticating as someone else (accepted by the broker, refused by the gateway) or
+    with credentials the broker refuses: the connection is no longer the principal it was,
+    for whatever it sends before it closes."""
+    session = Session(sasl=SaslState())
+    session.principal = authenticated(session.sasl)
+    assert session.principal == "User:alice"
+    assert session.sasl.handshake_sent("PLAIN") is None
+    session.sasl.handshake_answered(0)
+    outcome = _handle(
+        sasl_authenticate, session, SaslAuthenticateRequest(auth_bytes=b"\x00admin\x00pw")
+    )
+    _broker_answers(
+        outcome, ErrorCode.none if broker_accepts else ErrorCode.sasl_authentication_failed
+    )
+    assert session.sasl.failed
+    assert session.principal is None
+
+
+def test_a_reauthentication_handshake_with_another_mechanism_is_not_forwarded() -> None:
+    """With ``required`` the connection closes unforwarded: carried, the gateway would keep
+    the principal of the first mechanism for whomever the second one names."""
+    session = Session(sasl=SaslState(required=True))
+    session.principal = authenticated(session.sasl)
+    outcome = _handle(sasl_handshake, session, SaslHandshakeRequest(mechanism="SCRAM-SHA-512"))
+    assert isinstance(outcome, Close) and "change of mechanism" in outcome.reason
