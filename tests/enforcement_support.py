@@ -145,6 +145,9 @@ class StandInCluster:
     brokers: list[int] = field(default_factory=lambda: [1])
     configs: dict[tuple[int, str], DescribedResource] = field(default_factory=dict)
     metadata_errors: dict[str, int] = field(default_factory=dict)
+    left_out_topics: set[str] = field(default_factory=set)
+    """Topics Metadata leaves out of its answer altogether (no Kafka broker does; the gateway
+    must not take a topic it was told nothing of for one that does not exist)."""
     alter_refusals: dict[tuple[int, str], ItemError] = field(default_factory=dict)
     """What the broker answers an empty validate_only IncrementalAlterConfigs for a resource
     (its authorization check); OK for any other."""
@@ -185,7 +188,7 @@ class StandInCluster:
 
     async def describe_topics(self, names: Sequence[str]) -> Mapping[str, TopicDescription]:
         self.asked.append(("describe_topics", tuple(names)))
-        return {name: self._topic(name) for name in names}
+        return {name: self._topic(name) for name in names if name not in self.left_out_topics}
 
     async def broker_ids(self) -> Sequence[int]:
         self.asked.append(("broker_ids", ()))

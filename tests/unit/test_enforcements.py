@@ -117,7 +117,7 @@ POLICIES = {
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED = 0, 3, 7, 29
 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_TOPIC_EXCEPTION = 15, 16, 17
-GROUP_AUTHORIZATION_FAILED = 30
+GROUP_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR = 30, -1
 TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION = 36, 40, 42, 44
 INVALID_RECORD, UNKNOWN_TOPIC_ID = 87, 100
 USER_CLIENT, CLIENT = 121, 120
@@ -565,6 +565,20 @@ def test_create_topics_validation_policy_is_restored_when_the_broker_does_not_cr
     answer = gateway.broker_answers(outcome, create_topics_response(7, {"orders": 36}))
     assert codes(CREATE_TOPICS, 7, answer) == [("orders", TOPIC_ALREADY_EXISTS)]
     assert gateway.validation_policy("orders") == previous
+
+
+def test_create_topics_validation_policy_of_a_topic_metadata_does_not_describe_is_refused(
+    gateway: Harness,
+) -> None:
+    """The policy is stored only once Metadata shows the topic does not exist: an answer that
+    says nothing of it (the topic may exist, with a policy of its own) refuses the topic,
+    before anything is stored or forwarded."""
+    gateway.set_validation_policy("orders", "key-required")
+    gateway.cluster.left_out_topics.add("orders")
+    outcome = gateway.send(create_topics(7, NewTopic("orders", configs={POLICY_KEY: "trace-id"})))
+    answer = answer_of(outcome)
+    assert codes(CREATE_TOPICS, 7, answer) == [("orders", UNKNOWN_SERVER_ERROR)]
+    assert gateway.validation_policy("orders") == "key-required"
 
 
 def test_create_topics_validate_only_with_a_validation_policy_stores_nothing(
