@@ -151,6 +151,8 @@ class StandInCluster:
     alter_refusals: dict[tuple[int, str], ItemError] = field(default_factory=dict)
     """What the broker answers an empty validate_only IncrementalAlterConfigs for a resource
     (its authorization check); OK for any other."""
+    alter_unanswered: set[tuple[int, str]] = field(default_factory=set)
+    """Resources that answer leaves out altogether (no Kafka broker does)."""
     committed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """group -> the topics it has committed offsets for (partition 0 of each); a group not
     here has none, which is how a coordinator answers a group it does not know."""
@@ -215,7 +217,11 @@ class StandInCluster:
         self, resources: Sequence[tuple[int, str]]
     ) -> Mapping[tuple[int, str], ItemError]:
         self.asked.append(("authorize_alter_configs", tuple(resources)))
-        return {key: self.alter_refusals.get(key, OK) for key in resources}
+        return {
+            key: self.alter_refusals.get(key, OK)
+            for key in resources
+            if key not in self.alter_unanswered
+        }
 
     async def send(self, request: InternalRequest[Any]) -> Any:
         assert request.api_key == OFFSET_FETCH, f"the stand-in cannot answer {request}"

@@ -712,6 +712,39 @@ def test_delete_topics_mixed_with_duplicates_and_an_absent_topic(
     ]
 
 
+TOPIC_ACTION_POLICIES = {
+    "rules": RULES,
+    "topic.action.policy.class.name": "kafka_test_policies.RecordingTopicActionPolicy",
+    "topic.action.policy.class.path": PLUGINS,
+}
+
+
+def test_delete_topics_of_a_topic_whose_state_cannot_be_read_is_denied(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """A TopicActionPolicy judges a deletion with the topic's configs: a topic whose configs
+    the broker will not describe to the client is denied by the gateway, never forwarded
+    unjudged; its neighbour goes on."""
+    harness = gateway_with(policies=TOPIC_ACTION_POLICIES)
+    for name in ("orders", "payments"):
+        harness.cluster.add_topic(name)
+    harness.cluster.configs[(TOPIC, "payments")] = described(
+        TOPIC, "payments", error_code=TOPIC_AUTHORIZATION_FAILED, error_message="not for you"
+    )
+    outcome = harness.send(delete_topics(5, "orders", "payments"))
+    _, body = forwarded(outcome)
+    assert body.topic_names == ("orders",)
+    answer = harness.broker_answers(outcome, delete_topics_response(5, [("orders", None, 0)]))
+    message = (
+        "the gateway cannot read the state of topic payments that its policies need: "
+        "DescribeConfigs answered TOPIC_AUTHORIZATION_FAILED: not for you"
+    )
+    assert items(DELETE_TOPICS, 5, answer) == [
+        ("orders", NONE, None),
+        ("payments", POLICY_VIOLATION, message),
+    ]
+
+
 def test_delete_topics_by_id_are_resolved_judged_by_name_and_forwarded_as_ids(
     deletable: Harness,
 ) -> None:
@@ -881,6 +914,26 @@ def test_alter_configs_validation_policy_alone_is_answered_and_stored_here(
     assert ("describe_topics", ("orders",)) in configured.cluster.asked
 
 
+def test_alter_configs_validation_policy_the_broker_says_nothing_of_is_not_stored(
+    configured: Harness,
+) -> None:
+    """The broker authorizes a change of the policy first: an answer that leaves the topic
+    out authorizes nothing, and the change is refused, nothing stored."""
+    configured.set_validation_policy("orders", "trace-id")
+    configured.cluster.alter_unanswered.add((TOPIC, "orders"))
+    frame = alter_configs(
+        INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "orders", [(POLICY_KEY, DELETE, None)])]
+    )
+    assert items(INCREMENTAL_ALTER_CONFIGS, 1, answer_of(configured.send(frame))) == [
+        (
+            (TOPIC, "orders"),
+            UNKNOWN_SERVER_ERROR,
+            "The broker did not say whether 'orders' may be altered.",
+        )
+    ]
+    assert configured.validation_policy("orders") == "trace-id"
+
+
 def test_alter_configs_a_denied_validation_policy_change_is_not_stored(configured: Harness) -> None:
     changes = [(POLICY_KEY, SET, "trace-id")]
     frame = alter_configs(INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "protected-billing", changes)])
@@ -912,6 +965,34 @@ def test_alter_configs_validation_policy_with_other_configs_is_stripped_and_stor
     answer = configured.broker_answers(outcome, broker)
     assert codes(INCREMENTAL_ALTER_CONFIGS, 1, answer) == [((TOPIC, "orders"), broker_code)]
     assert configured.validation_policy("orders") == stored
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "frame_changes"),
+    [
+        (
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            [("retention.ms", SET, "7200000"), (POLICY_KEY, SET, "key-required")],
+        ),
+        (ALTER_CONFIGS, 2, [("retention.ms", SET, "7200000")]),  # implicitly deletes it
+    ],
+    ids=["incremental", "legacy"],
+)
+def test_alter_configs_validate_only_with_the_validation_policy_stores_nothing(
+    configured: Harness, api_key: int, version: int, frame_changes: list[Any]
+) -> None:
+    """A dry run before a broker that honours validate_only is forwarded as one; the broker's
+    success says the change would be made, so the stored policy stays as it was."""
+    configured.set_validation_policy("orders", "trace-id")
+    frame = alter_configs(api_key, version, [(TOPIC, "orders", frame_changes)], validate_only=True)
+    outcome = configured.send(frame)
+    _, body = forwarded(outcome)
+    assert body.validate_only
+    broker = alter_configs_response(api_key, version, {(TOPIC, "orders"): NONE})
+    answer = configured.broker_answers(outcome, broker)
+    assert codes(api_key, version, answer) == [((TOPIC, "orders"), NONE)]
+    assert configured.validation_policy("orders") == "trace-id"
 
 
 @pytest.mark.parametrize(("broker_code", "stored"), [(NONE, None), (POLICY_VIOLATION, "trace-id")])
