@@ -1989,6 +1989,33 @@ def test_reassignments_mixed_forward_the_allowed_and_merge_in_request_order(
     ]
 
 
+def test_reassignment_of_a_topic_whose_state_cannot_be_read_is_denied(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """As for a deletion: a TopicActionPolicy needs the topic's configs, and a topic whose
+    configs the broker will not describe is denied by the gateway, not forwarded unjudged."""
+    harness = gateway_with(policies=TOPIC_ACTION_POLICIES)
+    for name in ("orders", "payments"):
+        harness.cluster.add_topic(name)
+    harness.cluster.configs[(TOPIC, "payments")] = described(
+        TOPIC, "payments", error_code=TOPIC_AUTHORIZATION_FAILED, error_message="not for you"
+    )
+    frame = alter_partition_reassignments(0, ("orders", 0, (2,)), ("payments", 0, (2,)))
+    outcome = harness.send(frame)
+    _, body = forwarded(outcome)
+    assert [t.name for t in body.topics] == ["orders"]
+    broker = partitioned_response(ALTER_PARTITION_REASSIGNMENTS, 0, {("orders", 0): 0})
+    answer = harness.broker_answers(outcome, broker)
+    message = (
+        "the gateway cannot read the state of topic payments that its policies need: "
+        "DescribeConfigs answered TOPIC_AUTHORIZATION_FAILED: not for you"
+    )
+    assert items(ALTER_PARTITION_REASSIGNMENTS, 0, answer) == [
+        (("orders", 0), NONE, None),
+        (("payments", 0), POLICY_VIOLATION, message),
+    ]
+
+
 # --- DeleteGroups ----------------------------------------------------------------------------
 
 
@@ -2157,8 +2184,25 @@ OVER = 1_001
         ),
         (DELETE_GROUPS, 2, lambda: delete_groups(2, *(f"g{i}" for i in range(OVER)))),
         (DELETE_RECORDS, 2, lambda: delete_records(2, *((f"t{i}", 0) for i in range(OVER)))),
+        (
+            ELECT_LEADERS,
+            2,
+            lambda: elect_leaders(2, [(f"t{i}", 0) for i in range(OVER)], election_type=UNCLEAN),
+        ),
+        (
+            ALTER_PARTITION_REASSIGNMENTS,
+            0,
+            lambda: alter_partition_reassignments(0, *((f"t{i}", 0, (1,)) for i in range(OVER))),
+        ),
     ],
-    ids=["DeleteTopics", "IncrementalAlterConfigs", "DeleteGroups", "DeleteRecords"],
+    ids=[
+        "DeleteTopics",
+        "IncrementalAlterConfigs",
+        "DeleteGroups",
+        "DeleteRecords",
+        "ElectLeaders-unclean",
+        "AlterPartitionReassignments",
+    ],
 )
 def test_a_request_over_the_items_limit_is_refused_whole_unjudged(
     gateway: Harness, api_key: int, version: int, frame: Callable[[], bytes]
