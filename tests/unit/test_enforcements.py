@@ -9,6 +9,7 @@ the broker would, and its merge is fed a broker answer encoded here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import threading
@@ -1753,6 +1754,30 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert cluster.asked == [("describe_all_topics", ())] * 2  # each read learns them anew
     assert items(FETCH, version, answer_of(guarded.send(fetch(version, (own, 1))))) == [
         ((own, 1), TOPIC_AUTHORIZATION_FAILED, None)
+    ]
+
+
+@pytest.mark.parametrize("version", FETCH_BY_ID)
+def test_own_topic_ids_one_client_cannot_see_are_not_taken_as_all_of_them(
+    guarded: Harness, version: int
+) -> None:
+    """The broker hides the own topic from alice (its ACLs): her link's answer lacks its id,
+    and is kept for her alone. Kept for everyone, it let mallory's fetch by that id go on
+    unread, past the own-topic refusal, for a minute."""
+    full = guarded.cluster
+    own, orders = full.id_of(OWN), full.id_of("orders")
+    guarded.cluster = dataclasses.replace(
+        full,
+        topics={n: t for n, t in full.topics.items() if n != OWN},
+        topic_ids={i: n for i, n in full.topic_ids.items() if n != OWN},
+        asked=[],
+    )
+    first = fetch(version, (orders, 0))
+    assert_forwarded_as_sent(guarded.send(first, principal="User:alice"), first)
+    guarded.cluster = full
+    outcome = guarded.send(fetch(version, (own, 0)), principal="User:mallory")
+    assert items(FETCH, version, answer_of(outcome)) == [
+        ((own, 0), TOPIC_AUTHORIZATION_FAILED, None)
     ]
 
 
