@@ -145,9 +145,14 @@ class StandInCluster:
     brokers: list[int] = field(default_factory=lambda: [1])
     configs: dict[tuple[int, str], DescribedResource] = field(default_factory=dict)
     metadata_errors: dict[str, int] = field(default_factory=dict)
+    left_out_topics: set[str] = field(default_factory=set)
+    """Topics Metadata leaves out of its answer altogether (no Kafka broker does; the gateway
+    must not take a topic it was told nothing of for one that does not exist)."""
     alter_refusals: dict[tuple[int, str], ItemError] = field(default_factory=dict)
     """What the broker answers an empty validate_only IncrementalAlterConfigs for a resource
     (its authorization check); OK for any other."""
+    alter_unanswered: set[tuple[int, str]] = field(default_factory=set)
+    """Resources that answer leaves out altogether (no Kafka broker does)."""
     committed: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """group -> the topics it has committed offsets for (partition 0 of each); a group not
     here has none, which is how a coordinator answers a group it does not know."""
@@ -185,7 +190,7 @@ class StandInCluster:
 
     async def describe_topics(self, names: Sequence[str]) -> Mapping[str, TopicDescription]:
         self.asked.append(("describe_topics", tuple(names)))
-        return {name: self._topic(name) for name in names}
+        return {name: self._topic(name) for name in names if name not in self.left_out_topics}
 
     async def broker_ids(self) -> Sequence[int]:
         self.asked.append(("broker_ids", ()))
@@ -212,7 +217,11 @@ class StandInCluster:
         self, resources: Sequence[tuple[int, str]]
     ) -> Mapping[tuple[int, str], ItemError]:
         self.asked.append(("authorize_alter_configs", tuple(resources)))
-        return {key: self.alter_refusals.get(key, OK) for key in resources}
+        return {
+            key: self.alter_refusals.get(key, OK)
+            for key in resources
+            if key not in self.alter_unanswered
+        }
 
     async def send(self, request: InternalRequest[Any]) -> Any:
         assert request.api_key == OFFSET_FETCH, f"the stand-in cannot answer {request}"

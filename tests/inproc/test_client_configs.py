@@ -308,6 +308,20 @@ def test_refusals_name_the_key_and_store_nothing(
     assert dict(stored(gateway)) == {}
 
 
+def test_an_entity_larger_than_the_store_keeps_is_refused(gateway: GatewayThread) -> None:
+    """Every instance holds the whole store and reads it again after each change, so one
+    entity (its name and configs) is bounded; past it, the change is refused, nothing stored."""
+    name = "dave:" + "a" * 4096
+    results = alter(gateway.bootstrap, [(USER_CLIENT, name, [("linger.ms", SET, "1")])])
+    size = len(name) + len("linger.ms") + len("1")
+    message = (
+        f"Dynamic client configs of {name} would take {size} bytes; the gateway stores at "
+        "most 4096 per entity (its name and its configs)."
+    )
+    assert results == [(USER_CLIENT, name, INVALID_REQUEST, noted(message))]
+    assert dict(stored(gateway)) == {}
+
+
 def test_legacy_alter_configs_is_an_invalid_request(gateway: GatewayThread) -> None:
     """The test broker has no AlterConfigs; the gateway answers these types itself."""
     request = AlterConfigsRequest(

@@ -268,6 +268,8 @@ def test_sensitive_keys_as_kafka_marks_them(
         ("listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config", True),
         ("password.encoder.secret", True),
         ("listener.name.x.ssl.keystore.key", True),
+        # a plug-in's own broker config, named in capitals: a secret all the same
+        ("custom.plugin.API.PASSWORD", True),
         ("log.retention.ms", False),
         ("sasl.enabled.mechanisms", False),
     ],

@@ -9,6 +9,7 @@ the broker would, and its merge is fed a broker answer encoded here.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import logging
 import threading
@@ -117,7 +118,7 @@ POLICIES = {
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED = 0, 3, 7, 29
 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_TOPIC_EXCEPTION = 15, 16, 17
-GROUP_AUTHORIZATION_FAILED = 30
+GROUP_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR = 30, -1
 TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION = 36, 40, 42, 44
 INVALID_RECORD, UNKNOWN_TOPIC_ID = 87, 100
 USER_CLIENT, CLIENT = 121, 120
@@ -567,6 +568,20 @@ def test_create_topics_validation_policy_is_restored_when_the_broker_does_not_cr
     assert gateway.validation_policy("orders") == previous
 
 
+def test_create_topics_validation_policy_of_a_topic_metadata_does_not_describe_is_refused(
+    gateway: Harness,
+) -> None:
+    """The policy is stored only once Metadata shows the topic does not exist: an answer that
+    says nothing of it (the topic may exist, with a policy of its own) refuses the topic,
+    before anything is stored or forwarded."""
+    gateway.set_validation_policy("orders", "key-required")
+    gateway.cluster.left_out_topics.add("orders")
+    outcome = gateway.send(create_topics(7, NewTopic("orders", configs={POLICY_KEY: "trace-id"})))
+    answer = answer_of(outcome)
+    assert codes(CREATE_TOPICS, 7, answer) == [("orders", UNKNOWN_SERVER_ERROR)]
+    assert gateway.validation_policy("orders") == "key-required"
+
+
 def test_create_topics_validate_only_with_a_validation_policy_stores_nothing(
     gateway: Harness,
 ) -> None:
@@ -695,6 +710,39 @@ def test_delete_topics_mixed_with_duplicates_and_an_absent_topic(
         ("orders", NONE),
         ("ghost", UNKNOWN_TOPIC_OR_PARTITION),
         ("payments", INVALID_REQUEST),
+    ]
+
+
+TOPIC_ACTION_POLICIES = {
+    "rules": RULES,
+    "topic.action.policy.class.name": "kafka_test_policies.RecordingTopicActionPolicy",
+    "topic.action.policy.class.path": PLUGINS,
+}
+
+
+def test_delete_topics_of_a_topic_whose_state_cannot_be_read_is_denied(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """A TopicActionPolicy judges a deletion with the topic's configs: a topic whose configs
+    the broker will not describe to the client is denied by the gateway, never forwarded
+    unjudged; its neighbour goes on."""
+    harness = gateway_with(policies=TOPIC_ACTION_POLICIES)
+    for name in ("orders", "payments"):
+        harness.cluster.add_topic(name)
+    harness.cluster.configs[(TOPIC, "payments")] = described(
+        TOPIC, "payments", error_code=TOPIC_AUTHORIZATION_FAILED, error_message="not for you"
+    )
+    outcome = harness.send(delete_topics(5, "orders", "payments"))
+    _, body = forwarded(outcome)
+    assert body.topic_names == ("orders",)
+    answer = harness.broker_answers(outcome, delete_topics_response(5, [("orders", None, 0)]))
+    message = (
+        "the gateway cannot read the state of topic payments that its policies need: "
+        "DescribeConfigs answered TOPIC_AUTHORIZATION_FAILED: not for you"
+    )
+    assert items(DELETE_TOPICS, 5, answer) == [
+        ("orders", NONE, None),
+        ("payments", POLICY_VIOLATION, message),
     ]
 
 
@@ -867,6 +915,26 @@ def test_alter_configs_validation_policy_alone_is_answered_and_stored_here(
     assert ("describe_topics", ("orders",)) in configured.cluster.asked
 
 
+def test_alter_configs_validation_policy_the_broker_says_nothing_of_is_not_stored(
+    configured: Harness,
+) -> None:
+    """The broker authorizes a change of the policy first: an answer that leaves the topic
+    out authorizes nothing, and the change is refused, nothing stored."""
+    configured.set_validation_policy("orders", "trace-id")
+    configured.cluster.alter_unanswered.add((TOPIC, "orders"))
+    frame = alter_configs(
+        INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "orders", [(POLICY_KEY, DELETE, None)])]
+    )
+    assert items(INCREMENTAL_ALTER_CONFIGS, 1, answer_of(configured.send(frame))) == [
+        (
+            (TOPIC, "orders"),
+            UNKNOWN_SERVER_ERROR,
+            "The broker did not say whether 'orders' may be altered.",
+        )
+    ]
+    assert configured.validation_policy("orders") == "trace-id"
+
+
 def test_alter_configs_a_denied_validation_policy_change_is_not_stored(configured: Harness) -> None:
     changes = [(POLICY_KEY, SET, "trace-id")]
     frame = alter_configs(INCREMENTAL_ALTER_CONFIGS, 1, [(TOPIC, "protected-billing", changes)])
@@ -898,6 +966,34 @@ def test_alter_configs_validation_policy_with_other_configs_is_stripped_and_stor
     answer = configured.broker_answers(outcome, broker)
     assert codes(INCREMENTAL_ALTER_CONFIGS, 1, answer) == [((TOPIC, "orders"), broker_code)]
     assert configured.validation_policy("orders") == stored
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "frame_changes"),
+    [
+        (
+            INCREMENTAL_ALTER_CONFIGS,
+            1,
+            [("retention.ms", SET, "7200000"), (POLICY_KEY, SET, "key-required")],
+        ),
+        (ALTER_CONFIGS, 2, [("retention.ms", SET, "7200000")]),  # implicitly deletes it
+    ],
+    ids=["incremental", "legacy"],
+)
+def test_alter_configs_validate_only_with_the_validation_policy_stores_nothing(
+    configured: Harness, api_key: int, version: int, frame_changes: list[Any]
+) -> None:
+    """A dry run before a broker that honours validate_only is forwarded as one; the broker's
+    success says the change would be made, so the stored policy stays as it was."""
+    configured.set_validation_policy("orders", "trace-id")
+    frame = alter_configs(api_key, version, [(TOPIC, "orders", frame_changes)], validate_only=True)
+    outcome = configured.send(frame)
+    _, body = forwarded(outcome)
+    assert body.validate_only
+    broker = alter_configs_response(api_key, version, {(TOPIC, "orders"): NONE})
+    answer = configured.broker_answers(outcome, broker)
+    assert codes(api_key, version, answer) == [((TOPIC, "orders"), NONE)]
+    assert configured.validation_policy("orders") == "trace-id"
 
 
 @pytest.mark.parametrize(("broker_code", "stored"), [(NONE, None), (POLICY_VIOLATION, "trace-id")])
@@ -1661,6 +1757,30 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     ]
 
 
+@pytest.mark.parametrize("version", FETCH_BY_ID)
+def test_own_topic_ids_one_client_cannot_see_are_not_taken_as_all_of_them(
+    guarded: Harness, version: int
+) -> None:
+    """The broker hides the own topic from alice (its ACLs): her link's answer lacks its id,
+    and is kept for her alone. Kept for everyone, it let mallory's fetch by that id go on
+    unread, past the own-topic refusal, for a minute."""
+    full = guarded.cluster
+    own, orders = full.id_of(OWN), full.id_of("orders")
+    guarded.cluster = dataclasses.replace(
+        full,
+        topics={n: t for n, t in full.topics.items() if n != OWN},
+        topic_ids={i: n for i, n in full.topic_ids.items() if n != OWN},
+        asked=[],
+    )
+    first = fetch(version, (orders, 0))
+    assert_forwarded_as_sent(guarded.send(first, principal="User:alice"), first)
+    guarded.cluster = full
+    outcome = guarded.send(fetch(version, (own, 0)), principal="User:mallory")
+    assert items(FETCH, version, answer_of(outcome)) == [
+        ((own, 0), TOPIC_AUTHORIZATION_FAILED, None)
+    ]
+
+
 # --- ShareFetch and ShareAcknowledge: topics by id, the gateway's own refused ---------------
 
 
@@ -1894,6 +2014,33 @@ def test_reassignments_mixed_forward_the_allowed_and_merge_in_request_order(
     ]
 
 
+def test_reassignment_of_a_topic_whose_state_cannot_be_read_is_denied(
+    gateway_with: Callable[..., Harness],
+) -> None:
+    """As for a deletion: a TopicActionPolicy needs the topic's configs, and a topic whose
+    configs the broker will not describe is denied by the gateway, not forwarded unjudged."""
+    harness = gateway_with(policies=TOPIC_ACTION_POLICIES)
+    for name in ("orders", "payments"):
+        harness.cluster.add_topic(name)
+    harness.cluster.configs[(TOPIC, "payments")] = described(
+        TOPIC, "payments", error_code=TOPIC_AUTHORIZATION_FAILED, error_message="not for you"
+    )
+    frame = alter_partition_reassignments(0, ("orders", 0, (2,)), ("payments", 0, (2,)))
+    outcome = harness.send(frame)
+    _, body = forwarded(outcome)
+    assert [t.name for t in body.topics] == ["orders"]
+    broker = partitioned_response(ALTER_PARTITION_REASSIGNMENTS, 0, {("orders", 0): 0})
+    answer = harness.broker_answers(outcome, broker)
+    message = (
+        "the gateway cannot read the state of topic payments that its policies need: "
+        "DescribeConfigs answered TOPIC_AUTHORIZATION_FAILED: not for you"
+    )
+    assert items(ALTER_PARTITION_REASSIGNMENTS, 0, answer) == [
+        (("orders", 0), NONE, None),
+        (("payments", 0), POLICY_VIOLATION, message),
+    ]
+
+
 # --- DeleteGroups ----------------------------------------------------------------------------
 
 
@@ -2062,8 +2209,25 @@ OVER = 1_001
         ),
         (DELETE_GROUPS, 2, lambda: delete_groups(2, *(f"g{i}" for i in range(OVER)))),
         (DELETE_RECORDS, 2, lambda: delete_records(2, *((f"t{i}", 0) for i in range(OVER)))),
+        (
+            ELECT_LEADERS,
+            2,
+            lambda: elect_leaders(2, [(f"t{i}", 0) for i in range(OVER)], election_type=UNCLEAN),
+        ),
+        (
+            ALTER_PARTITION_REASSIGNMENTS,
+            0,
+            lambda: alter_partition_reassignments(0, *((f"t{i}", 0, (1,)) for i in range(OVER))),
+        ),
     ],
-    ids=["DeleteTopics", "IncrementalAlterConfigs", "DeleteGroups", "DeleteRecords"],
+    ids=[
+        "DeleteTopics",
+        "IncrementalAlterConfigs",
+        "DeleteGroups",
+        "DeleteRecords",
+        "ElectLeaders-unclean",
+        "AlterPartitionReassignments",
+    ],
 )
 def test_a_request_over_the_items_limit_is_refused_whole_unjudged(
     gateway: Harness, api_key: int, version: int, frame: Callable[[], bytes]

@@ -252,3 +252,35 @@ def test_every_version_kio_ships_is_judged(harness: Harness, version: int) -> No
     }
     assert cluster.created == [("new", 1, 1)]
     assert all(allow is False for key, allow in cluster.sent if key == METADATA)
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [{"num.partitions": "1"}, {"default.replication.factor": "1"}],
+    ids=["no-replication-factor", "no-partitions"],
+)
+def test_one_default_unknown_denies_and_says_why(
+    harness: Harness, reported: dict[str, str]
+) -> None:
+    """Both counts are needed: a broker reporting one of them leaves the topic as unknown as
+    one reporting neither, denied with TOPIC_AUTHORIZATION_FAILED and nothing created."""
+    cluster = harness.cluster
+    assert isinstance(cluster, BrokerStandIn)
+    cluster.set_broker_configs(1, reported)
+
+    assert ask(harness, 12, ["half"]) == {"half": (29, 0)}
+    assert cluster.created == [] and (CREATE_TOPICS, None) not in cluster.sent
+    messages = [e.message or "" for e in harness.sink.events if e.resource_name == "half"]
+    assert messages and "does not know the partitions and replication factor" in messages[0]
+
+
+def test_a_topic_created_meanwhile_is_answered_as_one_being_created(harness: Harness) -> None:
+    """The gateway's CreateTopics finds the topic there (another client created it after the
+    broker's answer): UNKNOWN_TOPIC_OR_PARTITION, which clients retry and then find it, as
+    for a topic the gateway created; not TOPIC_ALREADY_EXISTS, no Metadata error."""
+    cluster = harness.cluster
+    assert isinstance(cluster, BrokerStandIn)
+    cluster.set_broker_configs(1, {"num.partitions": "1", "default.replication.factor": "1"})
+    cluster.create_error = int(ErrorCode.topic_already_exists)
+
+    assert ask(harness, 12, ["raced"]) == {"raced": (3, 0)}

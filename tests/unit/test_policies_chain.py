@@ -246,6 +246,34 @@ def test_topic_action_policy_sees_the_whole_life_of_a_topic() -> None:
     assert (delete.pre_request_state, delete.post_request_state) == (STATE, None)
 
 
+def test_topic_action_policy_judges_a_reassignment_as_a_modify() -> None:
+    """AlterPartitionReassignments: the policy sees the replicas before and after, and its
+    denial denies (the built-in rules alone are not the whole chain)."""
+    moved = TopicState(
+        num_partitions=6,
+        replication_factor=3,
+        replicas_assignments={**(STATE.replicas_assignments or {}), 0: (4, 5, 6)},
+        configs=STATE.configs,
+    )
+    policy = RecordingTopicActionPolicy()
+    policy.deny = "replicas stay on racks 1-3"
+    with PolicyChain(topic_action_policy=PolicyPlugin(policy=policy, name="acme.Racks")) as c:
+        decision = c.run(
+            c.plan_reassign_partitions(
+                "orders", pre_state=STATE, post_state=moved, principal="User:alice"
+            )
+        )
+    assert (decision.allowed, decision.message) == (False, "replicas stay on racks 1-3")
+    [metadata] = policy.seen
+    assert isinstance(metadata, TopicActionRequestMetadata)
+    assert (metadata.action, metadata.topic, metadata.principal) == (
+        TopicAction.MODIFY,
+        "orders",
+        "User:alice",
+    )
+    assert (metadata.pre_request_state, metadata.post_request_state) == (STATE, moved)
+
+
 def test_topic_action_policy_without_the_topics_state_denies_a_config_change() -> None:
     policy = RecordingTopicActionPolicy()
     with PolicyChain(topic_action_policy=PolicyPlugin(policy=policy, name="acme.Lifecycle")) as c:
@@ -511,6 +539,25 @@ def test_an_unknown_default_is_denied_by_a_rule_that_bounds_it() -> None:
     dry = PartitionsRule(name="most", max=8, mode=Mode.DRY_RUN)
     with PolicyChain(rules=(dry,)) as chain:
         assert unknown_partitions(chain).allowed
+
+
+def test_an_unknown_replication_factor_is_denied_by_a_rule_that_bounds_it() -> None:
+    """The replication factor left to a default nobody could read: a replication-factor rule
+    cannot tell it is within bounds, so it denies (an empty list of factors judged nothing)."""
+    unknown = "Topic 'orders' leaves default.replication.factor to the broker's default (-1)"
+    with PolicyChain(rules=(ReplicationFactorRule(name="rf", min=2),)) as chain:
+        decision = chain.run(
+            chain.plan_create_topic_of_unknown_defaults(
+                "orders",
+                {},
+                num_partitions=6,
+                replication_factor=None,
+                partitions_unknown=None,
+                replication_factor_unknown=unknown,
+                principal="User:alice",
+            )
+        )
+    assert (decision.allowed, decision.message) == (False, f"{unknown} (rule rf)")
 
 
 def test_an_unknown_default_is_denied_for_a_plugin_without_calling_it() -> None:

@@ -277,6 +277,13 @@ CASES = [
         None,
         id="local-retention-as-retention",
     ),
+    # ... only on the local. configs: -2 on retention.ms is a negative like any other, no limit
+    pytest.param(
+        RETENTION_MAX,
+        create(retention_ms="-2"),
+        "retention.ms=-2 means no limit, above the maximum of 604800000",
+        id="max-only-minus-two-retention",
+    ),
     pytest.param(RATIO, create(min_cleanable_dirty_ratio="0.5"), None, id="bounds-float-ok"),
     pytest.param(
         RATIO,
@@ -307,6 +314,13 @@ CASES = [
         Alter({"retention.ms": "1"}, {"min.insync.replicas": "1"}),
         None,
         id="bounds-alter-untouched-old-value",
+    ),
+    # every key the change alters is judged, not only its first
+    pytest.param(
+        MIN_ISR,
+        Alter({"retention.ms": "1", "min.insync.replicas": "1"}, {"min.insync.replicas": "2"}),
+        "min.insync.replicas=1 is below",
+        id="bounds-alter-second-key",
     ),
     # allowed values; cleanup.policy is a list, compression.type is not
     pytest.param(CLEANUP, create(cleanup_policy="compact"), None, id="allowed-ok"),
@@ -355,6 +369,15 @@ CASES = [
         id="forbidden-create",
     ),
     pytest.param(FORBIDDEN, create(), None, id="forbidden-create-absent"),
+    # every config of the list is forbidden, not only its first
+    pytest.param(
+        ForbiddenConfigsRule(
+            name="no-unclean", configs=("unclean.leader.election.enable", "preallocate")
+        ),
+        create(preallocate="true"),
+        "config preallocate may not be set",
+        id="forbidden-second-of-two",
+    ),
     pytest.param(
         FORBIDDEN,
         Alter({"unclean.leader.election.enable": "false"}),
@@ -733,3 +756,34 @@ def test_topic_change_of_an_alter_sees_the_after_value_of_altered_keys_only() ->
     )
     assert change.set_configs == {"retention.ms": "5"}
     assert change.configs_after == {"retention.ms": "5", "cleanup.policy": "delete"}
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        pytest.param(
+            ConfigRule(
+                name="clean", config="unclean.leader.election.enable", allowed=frozenset({"false"})
+            ),
+            "topic orders: unclean.leader.election.enable=true: 'true' is not one of false "
+            "(rule clean)",
+            id="config",
+        ),
+        pytest.param(
+            FORBIDDEN,
+            "topic orders: config unclean.leader.election.enable may not be set (rule no-unclean)",
+            id="forbidden",
+        ),
+    ],
+)
+def test_an_unclean_election_is_judged_as_setting_the_config_that_permits_it(
+    rule: Rule, expected: str
+) -> None:
+    """Whether the topic's own value is false or unset, the election is the change to true:
+    a rule that allows only false refuses it, as one that forbids the config does."""
+    for configs in ({"unclean.leader.election.enable": "false"}, {}):
+        with PolicyChain(rules=[rule]) as chain:
+            decision = chain.run(
+                chain.plan_unclean_election("orders", configs=configs, principal="User:bob")
+            )
+        assert (decision.allowed, decision.message) == (False, expected)
