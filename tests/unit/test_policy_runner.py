@@ -160,8 +160,12 @@ def test_calls_that_gave_up_waiting_leave_nothing_behind() -> None:
     """Every thread held by a call that never returns, two clients calling on: a call that
     gave up waiting stayed in its client's line, skipped only when the line came first,
     which it never did while the other client had a call waiting (40 rounds, 40 kept, each
-    holding its call: a Produce's records). It now leaves the line as it gives up."""
-    with PolicyChain(timeout_s=0.05, max_workers=1) as chain:
+    holding its call: a Produce's records). It now leaves the line as it gives up.
+
+    The hung call is given seconds to reach its thread (on a loaded machine 50 ms was not
+    always enough, and a call that gives up before it runs holds nothing); the calls after it
+    give up at 50 ms."""
+    with PolicyChain(timeout_s=5.0, max_workers=1) as chain:
         runner = PolicyRunner(chain)
         release, ran = threading.Event(), list[str]()
         a, b = context("10.0.0.1:1"), context("10.0.0.2:1")
@@ -171,6 +175,7 @@ def test_calls_that_gave_up_waiting_leave_nothing_behind() -> None:
                 runner.call(a, "p", holding(release, ran, "hung"), what="x")
             )
             await settle(lambda: ran == ["hung"])
+            runner.timeout_s = 0.05
             try:
                 for round_ in range(40):
                     results = await asyncio.gather(
