@@ -472,7 +472,7 @@ def _start(
     stopping = threading.Event()
     broker_lost = threading.Event()
     if not config.upstream.bootstrap_servers:
-        embedded = EmbeddedBroker(own_session=True)
+        embedded = EmbeddedBroker(own_session=True, with_parent=True)
         try:
             address = embedded.start()
         except EmbeddedBrokerError as exc:

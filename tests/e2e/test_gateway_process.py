@@ -292,13 +292,7 @@ def test_the_gateway_stops_when_its_embedded_broker_dies(workers: str) -> None:
         workers,
     )
     try:
-        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
-        (broker,) = [
-            pid
-            for pid in map(int, children)
-            if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        ]
-        os.kill(broker, signal.SIGKILL)
+        os.kill(_embedded_broker_pid(process), signal.SIGKILL)
         assert process.wait(60) == 1
     finally:
         if process.poll() is None:
@@ -308,6 +302,42 @@ def test_the_gateway_stops_when_its_embedded_broker_dies(workers: str) -> None:
     said = process.stderr.read()
     assert "the embedded broker exited" in said, said
     assert "Traceback" not in said
+
+
+def _embedded_broker_pid(process: subprocess.Popen[str]) -> int:
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    (broker,) = [
+        pid
+        for pid in map(int, children)
+        if "tansu" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    ]
+    return broker
+
+
+def test_the_embedded_broker_goes_when_the_gateway_is_killed() -> None:
+    """`make run`'s broker outlived a gateway killed with SIGKILL (or by the OOM killer): it
+    kept the topics in memory and answered on its loopback port, with no gateway in front,
+    for as long as the machine ran. The kernel now sends it SIGTERM when the gateway dies."""
+    process, _ = start_kpg("--listen", f"127.0.0.1:{free_port()}", "--node-port-base", "0")
+    broker = _embedded_broker_pid(process)
+    embedded = re.search(r"embedded Tansu broker on 127.0.0.1:(\d+)", process.embedded_line)
+    assert embedded is not None
+    process.kill()
+    process.wait(30)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{broker}").exists() and _state(broker) != "Z":
+        assert time.monotonic() < deadline, "the embedded broker outlived its gateway"
+        time.sleep(0.1)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", int(embedded.group(1))), timeout=2)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Z: exited, not yet reaped by its new parent)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "Z"
 
 
 def test_log_format_json_writes_one_object_per_line(broker: HostPort) -> None:
