@@ -18,8 +18,9 @@ from tests.support import BrokerTap, GatewayThread, gateway_config
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[HostPort]:
-    """A real Tansu broker (memory storage) for the whole session."""
-    with EmbeddedBroker() as embedded:
+    """A real Tansu broker (memory storage) for the whole session; gone with the test process
+    even when it is killed (a CI timeout) and its teardown never runs."""
+    with EmbeddedBroker(with_parent=True) as embedded:
         yield embedded.address
 
 
@@ -71,7 +72,7 @@ def tapped_broker() -> Iterator[BrokerTap]:
     """A second real broker that advertises a recording relay (the tap) as its address, so
     every connection to it, node connections included, is recorded."""
     tap_port = free_port()
-    with EmbeddedBroker(advertised_port=tap_port) as embedded:
+    with EmbeddedBroker(advertised_port=tap_port, with_parent=True) as embedded:
         tap = BrokerTap(embedded.address, port=tap_port)
         tap.start()
         try:
