@@ -1,6 +1,6 @@
 /*
- * policies._digits: has_digit_run(value, n), count_members(value), count_keys(document) and
- * double_suspects(value), in C.
+ * policies._digits: has_digit_run(value, n), count_members(value), count_keys(document),
+ * double_suspects(value) and scan_json(value) (the last two at once), in C.
  *
  * The JSON rules of policies/records.py decode a record value with orjson only when it holds
  * no run of 19 ASCII digits (an integer orjson would turn into a float); the Python way of
@@ -87,6 +87,9 @@ PyDoc_STRVAR(count_members_doc,
 "The colons outside strings of a bytes-like JSON text: for a valid one, the members its\n"
 "objects write.");
 
+static int scan_text(const unsigned char *at, const unsigned char *end, Py_ssize_t *members,
+                     PyObject *found);
+
 static PyObject *
 count_members(PyObject *Py_UNUSED(module), PyObject *arg)
 {
@@ -94,16 +97,9 @@ count_members(PyObject *Py_UNUSED(module), PyObject *arg)
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    const unsigned char *at = view.buf, *end = at + view.len;
     Py_ssize_t members = 0;
-    while (at < end) {
-        unsigned char byte = *at++;
-        if (byte == ':') {
-            members++;
-        } else if (byte == '"') {
-            at = past_string(at, end);
-        }
-    }
+    const unsigned char *at = view.buf;
+    scan_text(at, at + view.len, &members, NULL);
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(members);
 }
@@ -200,78 +196,123 @@ PyDoc_STRVAR(double_suspects_doc,
 "may be another number (15 significant digits and an exponent within 99 always tell two\n"
 "numbers apart as doubles; a double's repr is its value).");
 
-static PyObject *
-double_suspects(PyObject *Py_UNUSED(module), PyObject *arg)
+/* Past the number at `at` (a '-' or a digit): -? digits (. digits)? ([eE] [+-]? digits)?,
+ * read leniently (the decoder has already refused a malformed one). *suspect: it has a
+ * fraction or an exponent, more than 15 significant digits (zeros count only between or
+ * before other digits: 1.000000000000000000 has one) or an exponent of 3 digits or more, and
+ * is not written as its double prints. */
+static const unsigned char *
+past_number(const unsigned char *at, const unsigned char *end, int *suspect)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
-        return NULL;
+    const unsigned char *start = at;
+    Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0;
+    int nonzero = 0, fractional = 0;
+    if (*at == '-') {
+        at++;
     }
-    PyObject *found = PyList_New(0);
-    if (found == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
+    for (; at < end; at++) {
+        if (*at == '.') {
+            fractional = 1;
+        } else if (*at == '0') {
+            zeros += nonzero;
+        } else if ((unsigned char)(*at - '1') <= 8) {
+            nonzero = 1;
+            significant += zeros + 1;
+            zeros = 0;
+        } else {
+            break;
+        }
     }
-    const unsigned char *at = view.buf, *end = at + view.len;
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        fractional = 1;
+        at++;
+        if (at < end && (*at == '+' || *at == '-')) {
+            at++;
+        }
+        while (at < end && *at == '0') {
+            at++;
+        }
+        for (; at < end && (unsigned char)(*at - '0') <= 9; at++) {
+            exponent_digits++;
+        }
+    }
+    *suspect = fractional && (significant > 15 || exponent_digits >= 3)
+               && !as_printed((const char *)start, at - start);
+    return at;
+}
+
+/* One pass over a JSON text: the colons outside strings into *members and, when `found` is a
+ * list, each double suspect appended to it (NULL: numbers are not read). -1 with an
+ * exception set when appending fails. */
+static int
+scan_text(const unsigned char *at, const unsigned char *end, Py_ssize_t *members,
+          PyObject *found)
+{
     while (at < end) {
         unsigned char byte = *at;
         if (byte == '"') {
             at = past_string(at + 1, end);
             continue;
         }
-        if (byte != '-' && (unsigned char)(byte - '0') > 9) {
+        if (byte == ':') {
+            (*members)++;
+        }
+        if (found == NULL || (byte != '-' && (unsigned char)(byte - '0') > 9)) {
             at++;
             continue;
         }
-        /* A number: -? digits (. digits)? ([eE] [+-]? digits)?, read leniently (the decoder
-         * has already refused a malformed one). Zeros count as significant only between or
-         * before other digits: 1.000000000000000000 has one. */
         const unsigned char *start = at;
-        Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0;
-        int nonzero = 0, fractional = 0;
-        if (*at == '-') {
-            at++;
-        }
-        for (; at < end; at++) {
-            if (*at == '.') {
-                fractional = 1;
-            } else if (*at == '0') {
-                zeros += nonzero;
-            } else if ((unsigned char)(*at - '1') <= 8) {
-                nonzero = 1;
-                significant += zeros + 1;
-                zeros = 0;
-            } else {
-                break;
-            }
-        }
-        if (at < end && (*at == 'e' || *at == 'E')) {
-            fractional = 1;
-            at++;
-            if (at < end && (*at == '+' || *at == '-')) {
-                at++;
-            }
-            while (at < end && *at == '0') {
-                at++;
-            }
-            for (; at < end && (unsigned char)(*at - '0') <= 9; at++) {
-                exponent_digits++;
-            }
-        }
-        if (fractional && (significant > 15 || exponent_digits >= 3)
-            && !as_printed((const char *)start, at - start)) {
+        int suspect = 0;
+        at = past_number(at, end, &suspect);
+        if (suspect) {
             PyObject *number = PyBytes_FromStringAndSize((const char *)start, at - start);
             if (number == NULL || PyList_Append(found, number) < 0) {
                 Py_XDECREF(number);
-                Py_DECREF(found);
-                PyBuffer_Release(&view);
-                return NULL;
+                return -1;
             }
             Py_DECREF(number);
         }
     }
+    return 0;
+}
+
+/* (members, suspects) of a bytes-like JSON text, or only the suspects. */
+static PyObject *
+scan(PyObject *arg, int with_members)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    Py_ssize_t members = 0;
+    const unsigned char *at = view.buf;
+    if (found != NULL && scan_text(at, at + view.len, &members, found) < 0) {
+        Py_CLEAR(found);
+    }
     PyBuffer_Release(&view);
-    return found;
+    if (found == NULL || !with_members) {
+        return found;
+    }
+    PyObject *answer = Py_BuildValue("(nN)", members, found);
+    return answer;
+}
+
+static PyObject *
+double_suspects(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    return scan(arg, 0);
+}
+
+PyDoc_STRVAR(scan_json_doc,
+"scan_json(value, /)\n"
+"--\n\n"
+"(count_members(value), double_suspects(value)) in one pass over the text.");
+
+static PyObject *
+scan_json(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    return scan(arg, 1);
 }
 
 static PyMethodDef digits_methods[] = {
@@ -279,14 +320,15 @@ static PyMethodDef digits_methods[] = {
     {"count_members", count_members, METH_O, count_members_doc},
     {"count_keys", count_keys, METH_O, count_keys_doc},
     {"double_suspects", double_suspects, METH_O, double_suspects_doc},
+    {"scan_json", scan_json, METH_O, scan_json_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef digits_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "policies._digits",
-    .m_doc = "has_digit_run, count_members, count_keys and double_suspects in C (see "
-             "policies/_digits.c).",
+    .m_doc = "has_digit_run, count_members, count_keys, double_suspects and scan_json in C "
+             "(see policies/_digits.c).",
     .m_size = -1,
     .m_methods = digits_methods,
 };

@@ -704,11 +704,27 @@ def _double_suspects_python(document: bytes) -> list[bytes]:
     return found
 
 
+def _keys_once_and_suspects_python(document: bytes, decoded: Any) -> tuple[bool, list[bytes]]:
+    """policies/_digits.c's scan_json, as used: (:func:`_keys_once`, the double suspects),
+    each by decoding the text again."""
+    return _keys_once_python(document, decoded), _double_suspects_python(document)
+
+
 _double_suspects: Callable[[bytes], list[bytes]]
+_keys_once_and_suspects: Callable[[bytes, Any], tuple[bool, list[bytes]]]
 try:
+    from ._digits import count_keys as _count_keys
     from ._digits import double_suspects as _double_suspects
+    from ._digits import scan_json as _scan_json
+
+    def _keys_once_and_suspects(document: bytes, decoded: Any) -> tuple[bool, list[bytes]]:
+        """(:func:`_keys_once`, :func:`_double_suspects`) in one pass over the text."""
+        members, suspects = _scan_json(document)
+        return members == _count_keys(decoded), suspects
+
 except ImportError:  # built without a C compiler: the same answer, by decoding again
     _double_suspects = _double_suspects_python
+    _keys_once_and_suspects = _keys_once_and_suspects_python
 
 
 def _read_otherwise_as_double(document: bytes) -> tuple[str, str] | None:
@@ -1055,16 +1071,15 @@ def _accepting_fast(fast: jsonschema_rs.Validator, check: ValueCheck) -> ValueCh
     is_valid = fast.is_valid
     loads = orjson.loads
     has_digit_run = _has_digit_run
-    keys_once = _keys_once
-    double_suspects = _double_suspects
+    keys_once_and_suspects = _keys_once_and_suspects
 
     def check_value(value: bytes | None) -> None:
         if value is not None and not has_digit_run(value, _LONG_NUMBER_DIGITS):
             try:
                 decoded = loads(value)
-                if is_valid(decoded) and keys_once(value, decoded):
-                    suspects = double_suspects(value)  # nearly always none
-                    if not suspects or _first_read_otherwise(suspects) is None:
+                if is_valid(decoded):
+                    once, suspects = keys_once_and_suspects(value, decoded)
+                    if once and (not suspects or _first_read_otherwise(suspects) is None):
                         return
             except (ValueError, RecursionError):  # orjson refuses it, or jsonschema-rs
                 pass  # cannot take it, or it is nested too deeply to count its keys

@@ -1428,6 +1428,11 @@ def test_a_key_given_twice_in_one_object_is_rejected(
     hands the consumer -5, and serde's derive and Gson's maps refuse the record."""
     if keys_once == "python":
         monkeypatch.setattr(records_module, "_keys_once", records_module._keys_once_python)
+        monkeypatch.setattr(
+            records_module,
+            "_keys_once_and_suspects",
+            records_module._keys_once_and_suspects_python,
+        )
     policy = BuiltinRecordValidationPolicy()
     policy.configure({JSON_SCHEMA_DIR: str(schema_dir)})
     if rule.startswith("schema-id"):
@@ -1612,6 +1617,11 @@ def test_a_number_whose_double_is_another_number_is_refused(
         monkeypatch.setattr(
             records_module, "_double_suspects", records_module._double_suspects_python
         )
+        monkeypatch.setattr(
+            records_module,
+            "_keys_once_and_suspects",
+            records_module._keys_once_and_suspects_python,
+        )
     schemas = write_schemas(
         tmp_path / "s",
         n={"type": "integer", "maximum": 1000},
@@ -1653,8 +1663,9 @@ def test_a_number_whose_double_is_another_number_is_refused(
 
 
 def test_the_double_suspects_in_c_answer_as_decoding_again() -> None:
-    """Random numbers in random documents, some in strings, with escapes before them."""
-    from policies._digits import double_suspects
+    """Random numbers in random documents, some in strings, with escapes before them; the
+    one-pass scan_json gives the same suspects and the same member count."""
+    from policies._digits import count_members, double_suspects, scan_json
 
     rng = random.Random(20261126)
 
@@ -1677,6 +1688,7 @@ def test_the_double_suspects_in_c_answer_as_decoding_again() -> None:
         document = ("[" + ", ".join(items) + "]").encode()
         expected = records_module._double_suspects_python(document)
         assert double_suspects(document) == expected, document
+        assert scan_json(document) == (count_members(document), expected), document
         found += bool(expected)
     assert 500 < found < 4_500  # both answers were asked for, many times
     assert records_module._double_suspects is double_suspects
