@@ -46,6 +46,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from gateway.config import GatewayConfig, HostPort, from_mapping
 from gateway.server import Gateway
 from protocol.codec import decode_request, decode_response, encode_request
+from protocol.create_topics import CREATE_TOPICS as CREATE_TOPICS_KEY
 from protocol.framing import SIZE, parse_request_header
 from spark_audit.event import AuditEvent
 
@@ -147,6 +148,15 @@ class GatewayThread:
     def metric(self, name: str, **labels: str) -> float:
         value = self.gateway.metrics.registry.get_sample_value(name, labels or None)
         return float(value or 0.0)
+
+    def requests_seen(self, api: str, version: int) -> int:
+        """How many requests of ``api`` in ``version`` the gateway took."""
+        return int(self.metric("kpg_requests_total", api=api, version=str(version)))
+
+    def addresses(self) -> set[str]:
+        """Every ``host:port`` the gateway hands clients: bootstrap and node listeners."""
+        nodes = self.gateway.nodes.gateway_addresses_snapshot()
+        return {f"{host}:{port}" for host, port in nodes} | {self.bootstrap}
 
 
 # --- raw Kafka requests ---------------------------------------------------------------
@@ -357,6 +367,14 @@ class BrokerTap:
             decode_request(parse_request_header(r.frame), r.frame)
             for r in self.requests
             if r.api_key == api_key
+        ]
+
+    def created(self) -> list[tuple[int, list[str]]]:
+        """(version, topic names) of each CreateTopics that reached the broker."""
+        sent = [r for r in self.requests if r.api_key == CREATE_TOPICS_KEY]
+        return [
+            (r.api_version, [t.name for t in c.topics])
+            for r, c in zip(sent, self.forwarded(CREATE_TOPICS_KEY), strict=True)
         ]
 
     def stop(self) -> None:
