@@ -59,7 +59,14 @@ from policies.api import (
     TopicActionRequestMetadata,
     TopicState,
 )
-from policies.rules import Mode, ResourceConfigChange, Rule, TopicChange, TopicOperation
+from policies.rules import (
+    Mode,
+    ResourceConfigChange,
+    Rule,
+    TopicChange,
+    TopicOperation,
+    UnknownDefaults,
+)
 from policies.violations import Violation, client_message, violations_of
 
 __all__ = [
@@ -243,17 +250,6 @@ def _decide(verdicts: Sequence[Verdict]) -> Decision:
     return Decision(allowed=all(v.outcome != "denied" for v in verdicts), verdicts=tuple(verdicts))
 
 
-def unknown_default(topic: str, config: str) -> str:
-    """Why a topic that leaves ``config`` (``num.partitions`` or
-    ``default.replication.factor``) to a broker default nobody could read is denied by a
-    policy that needs the count: the gateway's words, and a replay's of the event."""
-    return (
-        f"Topic '{topic}' leaves {config} to the broker's default (-1), which the gateway "
-        "cannot read, so its policies cannot judge the topic; give the count, or state the "
-        f"broker's default in the gateway's upstream.broker_defaults.{config}"
-    )
-
-
 class PolicyChain:
     """Built-in rules and plug-ins, asked in order for each action (see :mod:`policies.chain`).
 
@@ -359,36 +355,20 @@ class PolicyChain:
         return Check(steps=tuple(steps))
 
     def plan_create_topic_of_unknown_defaults(
-        self,
-        topic: str,
-        configs: Mapping[str, str],
-        *,
-        num_partitions: int | None,
-        replication_factor: int | None,
-        partitions_unknown: str | None,
-        replication_factor_unknown: str | None,
-        principal: str | None,
+        self, topic: UnknownDefaults, *, principal: str | None
     ) -> Check:
         """One topic of a CreateTopics request that leaves a count to the broker's default,
-        which could not be read (None; ``*_unknown`` says why). The rules judge it, and one
-        that bounds an unknown count denies it with that reason; a CreateTopicPolicy or
-        TopicActionPolicy, which Kafka always gives both counts, is not called and denies it
-        (in its own mode). A topic no policy needs the counts of is judged as any other.
+        which could not be read. The rules judge it, and one that bounds an unknown count
+        denies it with the reason; a CreateTopicPolicy or TopicActionPolicy, which Kafka
+        always gives both counts, is not called and denies it (in its own mode). A topic no
+        policy needs the counts of is judged as any other.
 
         :raises ValueError: when neither count is unknown (use :meth:`plan_create_topic`).
         """
-        unknown = partitions_unknown or replication_factor_unknown
+        unknown = topic.partitions_unknown or topic.replication_factor_unknown
         if unknown is None:
             raise ValueError("no count is unknown: plan_create_topic judges this topic")
-        change = TopicChange.create_topic_of_unknown_defaults(
-            topic,
-            configs,
-            num_partitions=num_partitions,
-            replication_factor=replication_factor,
-            partitions_unknown=partitions_unknown,
-            replication_factor_unknown=replication_factor_unknown,
-            principal=principal,
-        )
+        change = TopicChange.create_topic_of_unknown_defaults(topic, principal)
         steps: list[Verdict | PluginCall] = list(self._run_rules(change))
         for plugin in (self._create_topic, self._topic_action):
             if plugin is not None:

@@ -108,6 +108,42 @@ class TopicOperation(enum.Enum):
     authenticate as that user)."""
 
 
+def unknown_default(topic: str, config: str) -> str:
+    """Why a topic that leaves ``config`` (``num.partitions`` or
+    ``default.replication.factor``) to a broker default nobody could read is denied by a
+    policy that needs the count: the gateway's words, and a replay's of the event."""
+    return (
+        f"Topic '{topic}' leaves {config} to the broker's default (-1), which the gateway "
+        "cannot read, so its policies cannot judge the topic; give the count, or state the "
+        f"broker's default in the gateway's upstream.broker_defaults.{config}"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnknownDefaults:
+    """A topic of a CreateTopics that leaves a count to the broker's default, which could not
+    be read (none stated in ``upstream.broker_defaults``, none reported to the client): None
+    for that count. Judged by the policies that do not need it; one that does denies it,
+    saying why (:func:`unknown_default`)."""
+
+    topic: str
+    configs: Mapping[str, str]
+    num_partitions: int | None
+    replication_factor: int | None
+
+    @property
+    def partitions_unknown(self) -> str | None:
+        if self.num_partitions is not None:
+            return None
+        return unknown_default(self.topic, "num.partitions")
+
+    @property
+    def replication_factor_unknown(self) -> str | None:
+        if self.replication_factor is not None:
+            return None
+        return unknown_default(self.topic, "default.replication.factor")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicChange:
     """What the rules see of one topic in one request; build it with the class methods."""
@@ -153,28 +189,21 @@ class TopicChange:
 
     @classmethod
     def create_topic_of_unknown_defaults(
-        cls,
-        topic: str,
-        configs: Mapping[str, str],
-        *,
-        num_partitions: int | None,
-        replication_factor: int | None,
-        partitions_unknown: str | None,
-        replication_factor_unknown: str | None,
-        principal: str | None,
+        cls, topic: UnknownDefaults, principal: str | None
     ) -> TopicChange:
-        """A create that leaves a count to the broker's default, which the caller could not
-        read: None for that count, and why it is not known."""
+        """A create that leaves a count to the broker's default, which could not be read."""
         return cls(
             operation=TopicOperation.CREATE_TOPIC,
-            topic=topic,
+            topic=topic.topic,
             principal=principal,
-            num_partitions=num_partitions,
-            replication_factors=() if replication_factor is None else (replication_factor,),
-            set_configs=FrozenMap(configs),
-            configs_after=FrozenMap(configs),
-            partitions_unknown=partitions_unknown,
-            replication_factor_unknown=replication_factor_unknown,
+            num_partitions=topic.num_partitions,
+            replication_factors=()
+            if topic.replication_factor is None
+            else (topic.replication_factor,),
+            set_configs=FrozenMap(topic.configs),
+            configs_after=FrozenMap(topic.configs),
+            partitions_unknown=topic.partitions_unknown,
+            replication_factor_unknown=topic.replication_factor_unknown,
         )
 
     @classmethod

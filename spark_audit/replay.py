@@ -63,9 +63,9 @@ from pyspark.sql import types as T
 
 from policies import strict_yaml
 from policies.api import ConfigResource, ConfigResourceType, CreateTopicRequestMetadata
-from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain, unknown_default
+from policies.chain import CLUSTER_SETTINGS, Decision, PolicyChain
 from policies.loader import PolicyConfigError, load_policy_chain
-from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule
+from policies.rules import BROKER_SYNONYMS, ConfigRule, RequiredConfigsRule, UnknownDefaults
 from spark_audit.event import GATEWAY_REFUSALS, GATEWAY_RULES
 from spark_audit.report import load_events, unread_warnings
 from spark_audit.session import runs_on_a_cluster, ship_packages
@@ -218,22 +218,13 @@ def _judge(chain: PolicyChain, item: Mapping[str, Any]) -> dict[str, Any]:
         if partitions is None or replication is None:
             # a count left to a broker default the gateway could not read: judged, as live,
             # by the policies that do not need it, and denied by those that do
-            topic = item["resource_name"]
-            check = chain.plan_create_topic_of_unknown_defaults(
-                topic,
-                dict(spec["configs"] or {}),
+            unknown = UnknownDefaults(
+                topic=item["resource_name"],
+                configs=dict(spec["configs"] or {}),
                 num_partitions=partitions,
                 replication_factor=replication,
-                partitions_unknown=(
-                    None if partitions is not None else unknown_default(topic, "num.partitions")
-                ),
-                replication_factor_unknown=(
-                    None
-                    if replication is not None
-                    else unknown_default(topic, "default.replication.factor")
-                ),
-                principal=principal,
             )
+            check = chain.plan_create_topic_of_unknown_defaults(unknown, principal=principal)
             return _verdicts(chain.run(check))
         request = CreateTopicRequestMetadata(
             topic=item["resource_name"],

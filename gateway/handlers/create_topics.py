@@ -71,10 +71,11 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from policies.api import CreateTopicRequestMetadata
-from policies.chain import Decision, unknown_default
+from policies.chain import Decision
+from policies.rules import UnknownDefaults
 from protocol import admin
 from protocol import create_topics as ct
 from protocol.describe_configs import DescribedResource
@@ -195,13 +196,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
         policies = self._services.policies
         if isinstance(metadata, UnknownDefaults):
             check = policies.chain.plan_create_topic_of_unknown_defaults(
-                metadata.topic,
-                metadata.configs,
-                num_partitions=metadata.num_partitions,
-                replication_factor=metadata.replication_factor,
-                partitions_unknown=metadata.partitions_unknown,
-                replication_factor_unknown=metadata.replication_factor_unknown,
-                principal=ctx.principal,
+                metadata, principal=ctx.principal
             )
             return await policies.decide(ctx, check)
         return await policies.decide(
@@ -523,20 +518,6 @@ def _audited_spec(
     )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UnknownDefaults:
-    """A topic that leaves a count to the broker's default, which the gateway could not read
-    (none stated in ``upstream.broker_defaults``, none reported to the client): judged by the
-    policies that do not need that count; one that does denies it, saying why."""
-
-    topic: str
-    configs: Mapping[str, str]
-    num_partitions: int | None
-    replication_factor: int | None
-    partitions_unknown: str | None
-    replication_factor_unknown: str | None
-
-
 def _metadata(
     spec: ct.TopicSpec, defaults: BrokerDefaults
 ) -> CreateTopicRequestMetadata | UnknownDefaults:
@@ -563,10 +544,6 @@ def _metadata(
             configs=configs,
             num_partitions=partitions,
             replication_factor=replication,
-            partitions_unknown=None if partitions else unknown_default(spec.name, "num.partitions"),
-            replication_factor_unknown=(
-                None if replication else unknown_default(spec.name, "default.replication.factor")
-            ),
         )
     return CreateTopicRequestMetadata(
         topic=spec.name,

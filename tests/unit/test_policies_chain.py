@@ -33,6 +33,8 @@ from policies.rules import (
     Rule,
     TopicChange,
     TopicOperation,
+    UnknownDefaults,
+    unknown_default,
 )
 
 pytestmark = pytest.mark.unit
@@ -500,7 +502,7 @@ def test_close_closes_every_plugin_and_reports_failures() -> None:
 
 # --- a create whose broker defaults nobody could read ---------------------------------------
 
-PARTITIONS_UNKNOWN = "Topic 'orders' leaves num.partitions to the broker's default (-1)"
+PARTITIONS_UNKNOWN = unknown_default("orders", "num.partitions")
 
 
 def unknown_partitions(chain: PolicyChain) -> Decision:
@@ -508,12 +510,12 @@ def unknown_partitions(chain: PolicyChain) -> Decision:
     gateway could not read."""
     return chain.run(
         chain.plan_create_topic_of_unknown_defaults(
-            "orders",
-            {"retention.ms": "1000"},
-            num_partitions=None,
-            replication_factor=3,
-            partitions_unknown=PARTITIONS_UNKNOWN,
-            replication_factor_unknown=None,
+            UnknownDefaults(
+                topic="orders",
+                configs={"retention.ms": "1000"},
+                num_partitions=None,
+                replication_factor=3,
+            ),
             principal="User:alice",
         )
     )
@@ -544,18 +546,11 @@ def test_an_unknown_default_is_denied_by_a_rule_that_bounds_it() -> None:
 def test_an_unknown_replication_factor_is_denied_by_a_rule_that_bounds_it() -> None:
     """The replication factor left to a default nobody could read: a replication-factor rule
     cannot tell it is within bounds, so it denies (an empty list of factors judged nothing)."""
-    unknown = "Topic 'orders' leaves default.replication.factor to the broker's default (-1)"
+    unknown = unknown_default("orders", "default.replication.factor")
+    topic = UnknownDefaults(topic="orders", configs={}, num_partitions=6, replication_factor=None)
     with PolicyChain(rules=(ReplicationFactorRule(name="rf", min=2),)) as chain:
         decision = chain.run(
-            chain.plan_create_topic_of_unknown_defaults(
-                "orders",
-                {},
-                num_partitions=6,
-                replication_factor=None,
-                partitions_unknown=None,
-                replication_factor_unknown=unknown,
-                principal="User:alice",
-            )
+            chain.plan_create_topic_of_unknown_defaults(topic, principal="User:alice")
         )
     assert (decision.allowed, decision.message) == (False, f"{unknown} (rule rf)")
 
@@ -571,11 +566,6 @@ def test_an_unknown_default_is_denied_for_a_plugin_without_calling_it() -> None:
     assert create.seen == [] and action.seen == []
     with pytest.raises(ValueError, match="no count is unknown"):
         PolicyChain().plan_create_topic_of_unknown_defaults(
-            "orders",
-            {},
-            num_partitions=3,
-            replication_factor=3,
-            partitions_unknown=None,
-            replication_factor_unknown=None,
+            UnknownDefaults(topic="orders", configs={}, num_partitions=3, replication_factor=3),
             principal=None,
         )

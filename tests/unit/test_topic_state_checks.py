@@ -20,9 +20,10 @@ from gateway.config import (
     with_embedded_upstream,
 )
 from gateway.handlers._validation_policy import MAX_VALUE_BYTES, value_problem
-from gateway.handlers.create_topics import UnknownDefaults, _metadata, refusal
+from gateway.handlers.create_topics import _metadata, refusal
 from policies.builtin import RequireHeaderValidationPolicy
 from policies.records import JSON_SCHEMA_DIR, BuiltinRecordValidationPolicy
+from policies.rules import UnknownDefaults
 from protocol.create_topics import TopicSpec
 from protocol.results import ItemError
 
