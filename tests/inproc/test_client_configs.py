@@ -676,20 +676,25 @@ def test_an_acks_config_set_through_another_instance_decides_the_next_produce(
     assert set(seen["after"]) == {-1}
 
 
+def consumer_join() -> JoinGroupRequest:
+    """A consumer's first JoinGroup (v5) of a new group, asking a 45 s session timeout."""
+    return JoinGroupRequest(
+        group_id=unique_name("g"),
+        session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
+        rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
+    )
+
+
 @pytest.mark.parametrize("enforce", [True, False])
 def test_session_timeout_enforcement(relayed: BrokerTap, enforce: bool) -> None:
     gw = enforcing(relayed, acks=False, session_timeout=enforce)
     try:
         set_configs(gw.bootstrap, {"ANONYMOUS:group-app": {"session.timeout.ms": "11000"}})
-        request = JoinGroupRequest(
-            group_id=unique_name("g"),
-            session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
-            rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
-        )
+        request = consumer_join()
         exchange(gw.bootstrap, encode_request(11, 5, 3, "group-app", request))
         joins = [
             session_timeout_ms(parse_request_header(r.frame), r.frame)
@@ -983,15 +988,7 @@ def test_a_session_timeout_config_it_cannot_read_refuses_the_join(relayed: Broke
     gw = enforcing(relayed, acks=False, session_timeout=True)
     try:
         store_raw(gw, "ANONYMOUS/group-app/session.timeout.ms", "11s")
-        request = JoinGroupRequest(
-            group_id=unique_name("g"),
-            session_timeout=i32Timedelta.parse(timedelta(milliseconds=45000)),
-            rebalance_timeout=i32Timedelta.parse(timedelta(milliseconds=60000)),
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01"),),
-        )
+        request = consumer_join()
         answer = decode_response(
             11, 5, exchange(gw.bootstrap, encode_request(11, 5, 3, "group-app", request))
         )
