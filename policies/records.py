@@ -118,7 +118,7 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -745,9 +745,22 @@ def _first_read_otherwise(suspects: list[bytes]) -> tuple[str, str] | None:
     for token in suspects:
         text = token.decode("ascii")
         double = float(text)
-        if not math.isfinite(double) or Decimal(text) != Decimal(repr(double)):
+        if _reads_otherwise(text, double):
             return text, repr(double)
     return None
+
+
+def _reads_otherwise(text: str, double: float) -> bool:
+    """Whether the number ``text`` is another number than its ``double``."""
+    if not math.isfinite(double):
+        return True
+    try:
+        return Decimal(text) != Decimal(repr(double))
+    except InvalidOperation:
+        # An exponent past what Decimal holds (beyond 10**18 either way): the double is 0.0,
+        # which the number is only when it has no digit but zeros.
+        mantissa = text.lower().partition("e")[0]
+        return any(digit in mantissa for digit in "123456789")
 
 
 def _check_doubles(document: bytes, json_rule: str, where: str) -> None:
@@ -755,7 +768,10 @@ def _check_doubles(document: bytes, json_rule: str, where: str) -> None:
     try:
         found = _read_otherwise_as_double(document)
     except (ValueError, RecursionError):  # only without the C module, decoding again
-        return  # the decoding that came first decided (and this one reads as it did)
+        raise InvalidRecord(
+            f"Record value cannot be checked for numbers that read otherwise as doubles; "
+            f"rule {json_rule} needs a JSON document{where}"
+        ) from None
     if found is not None:
         written, double = found
         raise InvalidRecord(
