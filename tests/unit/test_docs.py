@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gateway import config as gateway_config
 from gateway import record_validation
@@ -242,3 +243,11 @@ def test_every_shipped_gateway_config_loads(path: str) -> None:
     """Each gateway configuration the guides point to loads as it is (the Kubernetes one is
     loaded from its ConfigMap by test_deploy.py)."""
     assert load(ROOT / path).policy_version.startswith("sha256:")
+
+
+def test_the_example_rules_show_every_kind_of_rule() -> None:
+    """The README and the example configs send readers to policies/example_rules.yaml "for
+    every kind": a rule type the loader takes must have an example there."""
+    example = yaml.safe_load((ROOT / "policies" / "example_rules.yaml").read_text())
+    shown = {rule["type"] for rule in example["policies"]["rules"]}
+    assert sorted(set(loader._RULE_KEYS) - shown) == []
