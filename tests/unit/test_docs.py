@@ -6,6 +6,7 @@ the guides cite against the checkout."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 import subprocess
 from pathlib import Path
@@ -251,3 +252,34 @@ def test_the_example_rules_show_every_kind_of_rule() -> None:
     example = yaml.safe_load((ROOT / "policies" / "example_rules.yaml").read_text())
     shown = {rule["type"] for rule in example["policies"]["rules"]}
     assert sorted(set(loader._RULE_KEYS) - shown) == []
+
+
+def _resolves(name: str) -> bool:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            value: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(value, attribute):
+                return False
+            value = getattr(value, attribute)
+        return True
+    return False
+
+
+def test_python_names_the_guides_cite_exist() -> None:
+    """A module, class or constant a guide names (`spark_audit.chain.verify_links`,
+    `policies.builtin.RequireHeaderValidationPolicy`) imports."""
+    missing = []
+    for guide in GUIDES:
+        text = (ROOT / guide).read_text()
+        for name in set(
+            re.findall(
+                r"`((?:gateway|policies|protocol|spark_audit|tests)\.[A-Za-z_][\w.]*)`", text
+            )
+        ):
+            if not name.endswith((".zip", ".py", ".yaml")) and not _resolves(name):
+                missing.append(f"{guide}: {name}")
+    assert sorted(missing) == []
