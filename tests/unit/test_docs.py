@@ -192,6 +192,27 @@ def test_every_metric_the_gateway_registers_is_documented_and_no_other() -> None
     assert not named - registered, "metrics the guides name that the gateway does not register"
 
 
+def test_the_labels_the_guides_give_a_metric_are_its_own() -> None:
+    """`kpg_policy_decisions_total{api,policy,outcome}`: each label a guide writes is one the
+    gateway gives the metric (read from its definition: name, help, label list)."""
+    code = "\n".join(p.read_text() for p in (ROOT / "gateway").rglob("*.py"))
+    labels = {
+        m.group(1): {x.strip().strip('"') for x in (m.group(2) or m.group(3) or "").split(",")}
+        - {""}
+        for m in re.finditer(
+            r'"(kpg_[a-z_]+)",\s*(?:"[^"]*"\s*)+,?\s*(?:\[([^\]]*)\]|labels=\[([^\]]*)\])?', code
+        )
+    }
+    assert sum(1 for names in labels.values() if names) >= 15
+    wrong = []
+    for guide in GUIDES:
+        for name, written in re.findall(r"(kpg_[a-z_]+)\{([^}]*)\}", (ROOT / guide).read_text()):
+            given = {part.partition("=")[0].strip() for part in written.split(",")}
+            if not given <= labels[re.sub(r"_(total|bucket|count|sum)$", "", name)]:
+                wrong.append(f"{guide}: {name}{{{written}}}")
+    assert wrong == []
+
+
 def _ignored(paths: list[str]) -> set[str]:
     result = subprocess.run(
         ["git", "check-ignore", "--no-index", *paths],
