@@ -5,6 +5,7 @@ the guides cite against the checkout."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import re
@@ -16,6 +17,7 @@ import yaml
 
 from gateway import config as gateway_config
 from gateway import record_validation
+from gateway.cli import build_parser
 from gateway.client_configs import ClientConfigCodes
 from gateway.config import load
 from policies import loader
@@ -304,3 +306,50 @@ def test_python_names_the_guides_cite_exist() -> None:
             if not name.endswith((".zip", ".py", ".yaml")) and not _resolves(name):
                 missing.append(f"{guide}: {name}")
     assert sorted(missing) == []
+
+
+def _kpg_flags() -> dict[tuple[str, ...], set[str]]:
+    """Each kpg command (``("audit", "report")``) and the options its parser takes."""
+    flags: dict[tuple[str, ...], set[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        flags[path] = {option for action in parser._actions for option in action.option_strings}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*path, name))
+
+    walk(build_parser(), ())
+    return flags
+
+
+def _kpg_uses(text: str, commands: set[tuple[str, ...]]) -> list[tuple[tuple[str, ...], str]]:
+    """(command, the flags written after it up to the end of its line or code span)."""
+    uses = []
+    for use in re.finditer(r"\bkpg((?: [a-z-]+)+)((?: [^\n`|]*)?)", re.sub(r"\\\n\s*", " ", text)):
+        words, path = use.group(1).split(), ()
+        for word in words:
+            if (*path, word) not in commands:
+                break
+            path = (*path, word)
+        rest = " ".join(words[len(path) :]) + use.group(2)
+        uses += [(path, flag) for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest) if path]
+    return uses
+
+
+def test_the_flags_the_guides_give_a_kpg_command_are_its_own() -> None:
+    """`kpg audit report --input ... --out ...`: each flag written after a kpg command is one
+    that command's parser takes."""
+    flags = _kpg_flags()
+    uses = [
+        (guide, *use)
+        for guide in GUIDES
+        for use in _kpg_uses((ROOT / guide).read_text(), set(flags))
+    ]
+    assert len(uses) >= 50
+    wrong = [
+        f"{guide}: kpg {' '.join(path)} {flag}"
+        for guide, path, flag in uses
+        if flag not in flags[path]
+    ]
+    assert wrong == []
