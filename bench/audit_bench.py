@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--incremental", type=int, default=1_000)
     parser.add_argument("--workers", type=int, default=2, help="0: one flat spool directory")

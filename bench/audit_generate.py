@@ -315,7 +315,7 @@ def generate(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--spool", type=Path, required=True, help="spool directory to write")
     parser.add_argument("--events", type=int, required=True, help="how many events")
     parser.add_argument(

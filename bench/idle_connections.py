@@ -141,7 +141,7 @@ async def measure(args: argparse.Namespace, gateway_pid: int, bootstrap: str) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument(
         "--steps",
         type=lambda text: [int(n) for n in text.split(",")],

@@ -654,7 +654,7 @@ def _print_table(summary: dict[str, Any]) -> None:
 
 
 def _parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--producers", type=int, default=3, help="producer processes")
     parser.add_argument("--consumers", type=int, default=3, help="consumer processes")
     parser.add_argument("--warmup", type=float, default=15, help="fixed rate: warm-up seconds")

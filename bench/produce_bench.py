@@ -547,7 +547,7 @@ def bench_hostile(gateway: str, gateway_pid: int, args: argparse.Namespace) -> d
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument(
         "--scenario",
         action="append",

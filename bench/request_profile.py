@@ -125,7 +125,7 @@ def report(profile: Path, top: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     parser.add_argument("--rate", type=float, default=500.0, help="records per second")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--top", type=int, default=25)

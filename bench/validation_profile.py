@@ -73,7 +73,7 @@ def measure(validator: RecordValidator, scenario: Scenario, seconds: float, prof
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join((__doc__ or "").split("\n\n")[0].split()))
     names = [name for name, s in SCENARIOS.items() if s.policy is not None]
     parser.add_argument("--scenario", action="append", choices=names, help="repeatable")
     parser.add_argument("--seconds", type=float, default=3.0, help="per scenario")

@@ -145,10 +145,12 @@ def add_configs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "configs",
         help="describe or alter dynamic client configs per user and client-id via a gateway",
         description=(
-            "Describe or alter dynamic client configs, kept by the gateway per user (a default "
-            "for all the user's clients) and per client-id (overriding the default), in "
-            "kafka-configs.sh's words. Only the dynamic client configs the gateway supports; "
-            "quotas are managed with kafka-configs.sh against the cluster."
+            "Describe or alter dynamic client configs, kept by the gateway per user (a default\n"
+            "for all the user's clients) and per client-id (overriding the default), in\n"
+            "kafka-configs.sh's words. Only the dynamic client configs the gateway supports;\n"
+            "quotas are managed with kafka-configs.sh against the cluster. Exits 1 when the\n"
+            "gateway refuses a change or a describe (its message printed), 2 on bad input or\n"
+            "no usable answer from the gateway."
         ),
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -55,6 +55,9 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", help="run these tests instead of the group's")
     args = parser.parse_args()
     groups, mutants = _mutants()
+    unknown = sorted(set(args.ids) - {m[0] for m in mutants})
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(unknown)}")  # a typo ran nothing, exit 0
     chosen = [m for m in mutants if not args.ids or m[0] in args.ids]
     with tempfile.TemporaryDirectory(prefix="kpg-mutants-") as scratch:
         copy = Path(scratch) / "repo"

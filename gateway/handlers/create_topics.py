@@ -14,7 +14,7 @@ is answered here (never forwarded) as Kafka's controller answers it (Replication
 - a ``record.validation.policy`` the record validator could not apply, or too large to store:
   INVALID_CONFIG naming the problem (:mod:`._validation_policy`);
 - assignments together with a count that is not -1: INVALID_REQUEST, "A manual partition
-  assignment was specified, but replication factor (numPartitions) was not set to -1.";
+  assignment was specified, but numPartitions was not set to -1." (or "replication factor");
 - assignments naming a partition twice, an empty or inconsistent replica list, a broker twice
   in one list, or indexes that are not 0 to n-1: INVALID_REPLICA_ASSIGNMENT with Kafka's
   message (so no policy or audit event sees a topic Kafka would never create);

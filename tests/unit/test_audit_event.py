@@ -86,6 +86,10 @@ def test_schema_doc_documents_every_field_and_its_example_is_valid() -> None:
     assert documented == [field.name for field in dataclasses.fields(AuditEvent)]
     assert example is not None
     assert AuditEvent.from_json(example.group(1)).verdict == "denied"
+    # The example is an event as the gateway writes it now: this version, every field, in
+    # order (it was a version 2 line, without request_events, under a version 3 heading).
+    assert json.loads(example.group(1))["schema_version"] == SCHEMA_VERSION
+    assert list(json.loads(example.group(1))) == documented
 
 
 def test_importing_the_schema_and_the_sinks_does_not_import_pyspark() -> None:
