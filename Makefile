@@ -59,8 +59,9 @@ $(SARAMA_DRIVER): $(SARAMA_SRC)
 run: install
 	$(VENV)/bin/kpg run --config deploy/gateway.example.yaml --pid-file var/kpg.pid
 
+# --durations: CI's log names the slowest tests (the suite must stay under CI's 30 minutes).
 test: install system-deps node-deps go-deps lint
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 test-fast: install
 	$(PY) -m pytest -m "unit"
