@@ -191,21 +191,29 @@ PyDoc_STRVAR(double_suspects_doc,
 "double_suspects(value, /)\n"
 "--\n\n"
 "The numbers outside strings of a bytes-like JSON text that have a fraction or an exponent,\n"
-"either more than 15 significant digits or an exponent of 3 digits or more, and are not\n"
-"written as Python prints their double, as bytes, in text order: every number whose double\n"
-"may be another number (15 significant digits and an exponent within 99 always tell two\n"
-"numbers apart as doubles; a double's repr is its value).");
+"either more than 15 significant digits, an exponent of 3 digits or more or more than 100\n"
+"digits before the exponent, and are not written as Python prints their double, as bytes,\n"
+"in text order: every number whose double may be another number (15 significant digits,\n"
+"an exponent within 99 and at most 100 digits always tell two numbers apart as doubles; a\n"
+"double's repr is its value).");
 
 /* Past the number at `at` (a '-' or a digit): -? digits (. digits)? ([eE] [+-]? digits)?,
  * read leniently (the decoder has already refused a malformed one). *suspect: it has a
  * fraction or an exponent, more than 15 significant digits (zeros count only between or
- * before other digits: 1.000000000000000000 has one) or an exponent of 3 digits or more, and
- * is not written as its double prints. */
+ * before other digits: 1.000000000000000000 has one), an exponent of 3 digits or more or
+ * more than MANTISSA_DIGITS digits before its exponent, and is not written as its double
+ * prints. */
+/* The most digits a number may write before its exponent and still be told apart as a
+ * double by its significant digits alone: with an exponent within 99, its first significant
+ * digit then stands within 10^-199 and 10^199, where doubles hold 15 digits. Zeros moved it
+ * anywhere: 0.<400 zeros>1 is the double 0.0, 1<400 zeros>.0 is inf. */
+#define MANTISSA_DIGITS 100
+
 static const unsigned char *
 past_number(const unsigned char *at, const unsigned char *end, int *suspect)
 {
     const unsigned char *start = at;
-    Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0;
+    Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0, digits = 0;
     int nonzero = 0, fractional = 0;
     if (*at == '-') {
         at++;
@@ -213,7 +221,9 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
     for (; at < end; at++) {
         if (*at == '.') {
             fractional = 1;
-        } else if (*at == '0') {
+            continue;
+        }
+        if (*at == '0') {
             zeros += nonzero;
         } else if ((unsigned char)(*at - '1') <= 8) {
             nonzero = 1;
@@ -222,6 +232,7 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
         } else {
             break;
         }
+        digits++;
     }
     if (at < end && (*at == 'e' || *at == 'E')) {
         fractional = 1;
@@ -236,7 +247,8 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
             exponent_digits++;
         }
     }
-    *suspect = fractional && (significant > 15 || exponent_digits >= 3)
+    *suspect = fractional
+               && (significant > 15 || exponent_digits >= 3 || digits > MANTISSA_DIGITS)
                && !as_printed((const char *)start, at - start);
     return at;
 }

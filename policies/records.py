@@ -678,12 +678,23 @@ except ImportError:  # built without a C compiler: the same answer, more slowly
     _keys_once = _keys_once_python
 
 
+_MANTISSA_DIGITS: Final = 100
+"""The most digits a number may write before its exponent and be told apart as a double by
+its significant digits (policies/_digits.c's MANTISSA_DIGITS): zeros move the first
+significant digit, and ``0.<400 zeros>1``, one significant digit and no exponent, is 0.0."""
+
+
 def _is_double_suspect(text: str) -> bool:
     """policies/_digits.c's test of one number with a fraction or an exponent: more than 15
-    significant digits, or an exponent of 3 digits or more."""
+    significant digits, an exponent of 3 digits or more, or more than
+    :data:`_MANTISSA_DIGITS` digits before the exponent."""
     mantissa, _, exponent = text.lower().partition("e")
-    digits = mantissa.lstrip("-").replace(".", "").strip("0")
-    return len(digits) > 15 or len(exponent.lstrip("+-").lstrip("0")) >= 3
+    written = mantissa.lstrip("-").replace(".", "")
+    return (
+        len(written.strip("0")) > 15
+        or len(exponent.lstrip("+-").lstrip("0")) >= 3
+        or len(written) > _MANTISSA_DIGITS
+    )
 
 
 def _double_suspects_python(document: bytes) -> list[bytes]:

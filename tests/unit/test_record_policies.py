@@ -1612,7 +1612,8 @@ def test_a_number_whose_double_is_another_number_is_refused(
     -0.0, which an exclusiveMaximum of 0 takes as 0. Such a number is refused, through the
     fast path and the worded one. A number written as its double prints (as languages print
     doubles), or with zeros that change nothing, is judged as before; so is every number
-    under a plain json rule, which judges no number."""
+    under a plain json rule, which judges no number. Zeros alone move a number of one
+    significant digit out of the doubles' range: 0.<400 zeros>1 passed as 0.0."""
     if suspects == "python":
         monkeypatch.setattr(
             records_module, "_double_suspects", records_module._double_suspects_python
@@ -1638,6 +1639,9 @@ def test_a_number_whose_double_is_another_number_is_refused(
         ("json-schema:tiny", b"-1E-0400", "-0.0"),
         ("json-schema:tiny", b"-1e-99999999999999999999", "-0.0"),  # past Decimal's exponents
         ("json-schema:any", b'{"a": ["x", {"b": 0.12345678901234567891}]}', "0.12345678901234568"),
+        # One significant digit and no exponent, moved out of the doubles' range by zeros.
+        ("json-schema:n", b"0." + b"0" * 400 + b"1", "0.0"),
+        ("json-schema:any", b'{"a": [1' + b"0" * 400 + b".0]}", "inf"),
     ]
     for rule, value, double in refused:
         check = policy.value_check_for(rule)
@@ -1653,6 +1657,8 @@ def test_a_number_whose_double_is_another_number_is_refused(
         ("json-schema:tiny", b"-0.30000000000000004"),
         ("json-schema:n", b"0.0e-99999999999999999999"),
         ("json-schema:tiny", b"-1.2345678901234568e-300"),
+        ("json-schema:n", b"1." + b"0" * 200),
+        ("json-schema:tiny", b"-0." + b"0" * 310 + b"1"),  # the double -1e-311 exactly
         ("json-schema:any", b'{"s": "1000.0000000000000000001", "t": 0.1, "u": 1e-5}'),
         ("json-schema:any", b'{"id": 123456789012345678901234567890}'),
     ]
@@ -1693,4 +1699,10 @@ def test_the_double_suspects_in_c_answer_as_decoding_again() -> None:
         assert scan_json(document) == (count_members(document), expected), document
         found += bool(expected)
     assert 500 < found < 4_500  # both answers were asked for, many times
+    for zeros in (98, 99, 100, 101, 400):  # digits before the exponent, around the bound
+        for text in (f"0.{'0' * zeros}1", f"1{'0' * zeros}.0", f"-0.{'0' * zeros}5e-7"):
+            document = f'["\\"", {text}]'.encode()
+            expected = records_module._double_suspects_python(document)
+            assert double_suspects(document) == expected, document
+            assert bool(expected) is (zeros + 2 > 100), document
     assert records_module._double_suspects is double_suspects
