@@ -699,13 +699,13 @@ def _is_double_suspect(text: str) -> bool:
 
 def _double_suspects_python(document: bytes) -> list[bytes]:
     """policies/_digits.c's double_suspects, by decoding the text again: the decoder hands
-    every number with a fraction or an exponent to ``parse_float`` as written. A number
-    written as its double's ``repr`` is that double's value: not a suspect."""
+    every number with a fraction or an exponent to ``parse_float`` as written. One whose
+    double's ``repr`` is the same number, however written, is no suspect."""
     found: list[bytes] = []
 
     def keep(text: str) -> float:
         double = float(text)
-        if _is_double_suspect(text) and repr(double) != text:
+        if _is_double_suspect(text) and _reads_otherwise(text, double):
             found.append(text.encode("ascii"))
         return double
 
@@ -751,8 +751,9 @@ def _read_otherwise_as_double(document: bytes) -> tuple[str, str] | None:
 
 
 def _first_read_otherwise(suspects: list[bytes]) -> tuple[str, str] | None:
-    """Of numbers as written (:func:`_double_suspects`), the first whose double is another
-    number: (as written, as the double)."""
+    """Of numbers as written (:func:`_double_suspects`, which lists only such numbers: each
+    is decided again here), the first whose double is another number: (as written, as the
+    double)."""
     for token in suspects:
         text = token.decode("ascii")
         double = float(text)
