@@ -39,6 +39,8 @@ from tests.support import (
 
 pytestmark = pytest.mark.adversarial
 
+METADATA = 3
+
 
 @pytest.fixture
 def unvalidated(tap: BrokerTap, tmp_path: Path) -> Iterator[tuple[GatewayThread, str, Path]]:
@@ -91,6 +93,23 @@ def test_an_own_topic_one_client_could_not_see_is_refused_by_id_to_another(
     tap.requests.clear()
     send_v13(gw, pki, "dave", own_id)
     assert not reached_broker(tap, own_id)
+
+
+def test_fetches_by_an_own_topics_id_do_not_each_ask_for_every_topic(
+    tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
+) -> None:
+    """A Fetch naming an own topic's id is read, and its partitions refused; each such read
+    learnt the own ids anew: a Metadata request for every topic of the cluster, its whole
+    answer decoded, for some 60 bytes sent (20 fetches, 20 asks). The ids are learnt once a
+    minute, as Produce v13 learns them. Counted at the tap, not timed."""
+    gw, own, pki = unvalidated
+    own_id = topic_ids(tap, [own])[own]
+    assert own_id is not None
+    tap.requests.clear()
+    for _ in range(20):
+        fetch_v13(gw, pki, "carol", own_id)
+    assert not any(t.topic_id == own_id for r in tap.forwarded(FETCH) for t in r.topics)
+    assert len([r for r in tap.requests if r.api_key == METADATA]) == 1
 
 
 @pytest.mark.xfail(
