@@ -340,8 +340,9 @@ class LimitsConfig:
     that cannot be split into turns on the event loop, so this bounds every turn."""
     judged_request_max_bytes: int = DEFAULT_JUDGED_REQUEST_MAX_BYTES
     """``judged.request.max.bytes``: the largest request of a judged API other than Produce
-    that the gateway decodes to judge it; a larger one closes the connection unread, as
-    Kafka closes one over ``socket.request.max.bytes``; -1 no cap."""
+    that the gateway decodes to judge it, and of OffsetCommit v1 and Fetch v15+, which it
+    walks partition by partition; a larger one closes the connection unread, as Kafka closes
+    one over ``socket.request.max.bytes``; -1 no cap."""
     produce_max_partitions: int = DEFAULT_PRODUCE_MAX_PARTITIONS
     """``produce.max.partitions``: the partition entries of a Produce request the gateway
     reads (to validate its records or count it in the audit summaries); one with more closes

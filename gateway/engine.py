@@ -284,15 +284,17 @@ class Engine:
     def oversized(self, ctx: RequestContext, frame: bytes) -> Close | None:
         """The refusal of a request too large to decode whole (``judged.request.max.bytes``):
         decoded, it would cost the gateway 10 to 18 times its size in memory and hold the
-        event loop, every other client's requests waiting, while it decodes. The connection is
-        closed unanswered, as Kafka closes one over ``socket.request.max.bytes``."""
+        event loop, every other client's requests waiting, while it decodes. So does a walk
+        over every partition (OffsetCommit v1 written again as v2, Fetch v15+ read to its
+        replica id), which those handlers ask here first. The connection is closed
+        unanswered, as Kafka closes one over ``socket.request.max.bytes``."""
         limit = self.limits.judged_request_max_bytes
         if limit == UNLIMITED or len(frame) <= limit:
             return None
         return Close(
             reason=f"{api_name(ctx.api_key)} v{ctx.api_version} request of {len(frame)} bytes "
             f"exceeds judged.request.max.bytes ({limit}), the largest the gateway decodes to "
-            "judge",
+            "judge or walks",
             metric_reason="oversized",
         )
 

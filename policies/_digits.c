@@ -12,9 +12,9 @@
  * the keys its decoded dicts hold; the two differ exactly when a key is given twice. Without
  * this module, policies.records decodes the text again to ask (slower, same answer).
  *
- * double_suspects(value) lists the numbers a JSON Schema judges as doubles that may not be
- * the number written (1000.0000000000000000001 is the double 1000.0); policies.records asks
- * of each whether its double is it, and finds them by decoding again without this module.
+ * double_suspects(value) lists the numbers a JSON Schema judges as doubles that are not the
+ * number written (1000.0000000000000000001 is the double 1000.0); policies.records finds
+ * them by decoding again without this module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -157,24 +157,107 @@ count_keys(PyObject *Py_UNUSED(module), PyObject *document)
     return keys < 0 ? NULL : PyLong_FromSsize_t(keys);
 }
 
-/* Whether the number text[0:size] is written as Python prints its double (repr): then it is
- * that double's value, whatever a reader keeps. As languages print doubles, nearly always. */
+/* The most significant digits a double's repr has. */
+#define REPR_DIGITS 17
+/* An exponent past this (either way) is read as this: no mantissa a frame can hold brings a
+ * number written with it back into the doubles' range. */
+#define EXPONENT_CAP 1000000000000000LL
+
+/* The value of the number text[0:size] (-? digits (. digits)? ([eE] [+-]? digits)?): its
+ * sign, its significant digits (no leading or trailing zeros) into digits[0:*count], and the
+ * power of ten of the first (*count 0: zero, whatever its exponent). -1 when it has more than
+ * REPR_DIGITS significant digits, an exponent past EXPONENT_CAP, or is no such number (inf):
+ * then it is no double's repr. */
 static int
-as_printed(const char *text, Py_ssize_t size)
+decimal_value(const char *text, Py_ssize_t size, char *digits, int *count, long long *power,
+              int *negative)
 {
-    char copy[64];
-    if (size >= (Py_ssize_t)sizeof(copy)) {
-        return 0; /* longer than any double's repr */
+    const char *at = text, *end = text + size;
+    long long whole = 0, index = 0, first = -1, zeros = 0, exponent = 0;
+    int fraction = 0, exponent_negative = 0;
+    *count = 0;
+    *negative = at < end && *at == '-';
+    at += *negative;
+    for (; at < end; at++) {
+        if (*at == '.') {
+            fraction = 1;
+            continue;
+        }
+        if ((unsigned char)(*at - '0') > 9) {
+            break;
+        }
+        whole += !fraction;
+        if (*at == '0') {
+            zeros += first >= 0;
+        } else {
+            if (first < 0) {
+                first = index;
+            }
+            if (*count + zeros + 1 > REPR_DIGITS) {
+                return -1;
+            }
+            memset(digits + *count, '0', (size_t)zeros);
+            *count += (int)zeros;
+            zeros = 0;
+            digits[(*count)++] = *at;
+        }
+        index++;
     }
-    memcpy(copy, text, (size_t)size);
-    copy[size] = '\0';
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        at++;
+        if (at < end && (*at == '+' || *at == '-')) {
+            exponent_negative = *at == '-';
+            at++;
+        }
+        for (; at < end && (unsigned char)(*at - '0') <= 9; at++) {
+            if (exponent < EXPONENT_CAP) {
+                exponent = exponent * 10 + (*at - '0');
+            }
+        }
+    }
+    if (at != end || index == 0) {
+        return -1;
+    }
+    if (*count == 0) {
+        return 0;
+    }
+    if (exponent >= EXPONENT_CAP) {
+        return -1;
+    }
+    *power = whole - 1 - first + (exponent_negative ? -exponent : exponent);
+    return 0;
+}
+
+/* Whether the number text[0:size] is the number Python prints its double as (repr), however
+ * written (30000000000000004e-17 is the double 0.30000000000000004): then a reader of exact
+ * decimals and the schema read one number. */
+static int
+reads_alike(const char *text, Py_ssize_t size)
+{
+    char digits[REPR_DIGITS], again[REPR_DIGITS];
+    int count, negative, again_count, again_negative;
+    long long power = 0, again_power = 0;
+    if (decimal_value(text, size, digits, &count, &power, &negative) < 0) {
+        return 0;
+    }
+    if (count == 0) {
+        return 1; /* zero: its double is 0.0 or -0.0, the same number */
+    }
+    if (power > 400 || power < -400) {
+        return 0; /* past the doubles' range: inf or 0.0 */
+    }
+    /* The same number in at most 30 characters, which Python's correctly rounded reading
+     * takes to the same double as the text. */
+    char shortest[48];
+    snprintf(shortest, sizeof(shortest), "%s0.%.*se%lld", negative ? "-" : "", count, digits,
+             power + 1);
     char *parsed_to = NULL;
-    double value = PyOS_string_to_double(copy, &parsed_to, NULL);
+    double value = PyOS_string_to_double(shortest, &parsed_to, NULL);
     if (value == -1.0 && PyErr_Occurred()) {
         PyErr_Clear();
         return 0;
     }
-    if (parsed_to != copy + size) {
+    if (*parsed_to != '\0') {
         return 0;
     }
     char *printed = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
@@ -182,7 +265,10 @@ as_printed(const char *text, Py_ssize_t size)
         PyErr_Clear();
         return 0;
     }
-    int same = strlen(printed) == (size_t)size && memcmp(printed, copy, (size_t)size) == 0;
+    int same = decimal_value(printed, (Py_ssize_t)strlen(printed), again, &again_count,
+                             &again_power, &again_negative) == 0
+               && again_count == count && again_negative == negative && again_power == power
+               && memcmp(again, digits, (size_t)count) == 0;
     PyMem_Free(printed);
     return same;
 }
@@ -190,22 +276,30 @@ as_printed(const char *text, Py_ssize_t size)
 PyDoc_STRVAR(double_suspects_doc,
 "double_suspects(value, /)\n"
 "--\n\n"
-"The numbers outside strings of a bytes-like JSON text that have a fraction or an exponent,\n"
-"either more than 15 significant digits or an exponent of 3 digits or more, and are not\n"
-"written as Python prints their double, as bytes, in text order: every number whose double\n"
-"may be another number (15 significant digits and an exponent within 99 always tell two\n"
-"numbers apart as doubles; a double's repr is its value).");
+"The numbers outside strings of a bytes-like JSON text whose double is another number, as\n"
+"bytes, in text order. Only numbers with a fraction or an exponent that have more than 15\n"
+"significant digits, an exponent of 3 digits or more or more than 100 digits before the\n"
+"exponent are asked (15 significant digits, an exponent within 99 and at most 100 digits\n"
+"always tell two numbers apart as doubles), and one is listed unless it is the number its\n"
+"double prints as (repr), however written. policies.records decides each listed one again.");
+
+/* The most digits a number may write before its exponent and still be told apart as a
+ * double by its significant digits alone: with an exponent within 99, its first significant
+ * digit then stands within 10^-199 and 10^199, where doubles hold 15 digits. Zeros moved it
+ * anywhere: 0.<400 zeros>1 is the double 0.0, 1<400 zeros>.0 is inf. */
+#define MANTISSA_DIGITS 100
 
 /* Past the number at `at` (a '-' or a digit): -? digits (. digits)? ([eE] [+-]? digits)?,
  * read leniently (the decoder has already refused a malformed one). *suspect: it has a
  * fraction or an exponent, more than 15 significant digits (zeros count only between or
- * before other digits: 1.000000000000000000 has one) or an exponent of 3 digits or more, and
- * is not written as its double prints. */
+ * before other digits: 1.000000000000000000 has one), an exponent of 3 digits or more or
+ * more than MANTISSA_DIGITS digits before its exponent, and is not the number its double
+ * prints as (reads_alike). */
 static const unsigned char *
 past_number(const unsigned char *at, const unsigned char *end, int *suspect)
 {
     const unsigned char *start = at;
-    Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0;
+    Py_ssize_t significant = 0, zeros = 0, exponent_digits = 0, digits = 0;
     int nonzero = 0, fractional = 0;
     if (*at == '-') {
         at++;
@@ -213,7 +307,9 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
     for (; at < end; at++) {
         if (*at == '.') {
             fractional = 1;
-        } else if (*at == '0') {
+            continue;
+        }
+        if (*at == '0') {
             zeros += nonzero;
         } else if ((unsigned char)(*at - '1') <= 8) {
             nonzero = 1;
@@ -222,6 +318,7 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
         } else {
             break;
         }
+        digits++;
     }
     if (at < end && (*at == 'e' || *at == 'E')) {
         fractional = 1;
@@ -236,8 +333,9 @@ past_number(const unsigned char *at, const unsigned char *end, int *suspect)
             exponent_digits++;
         }
     }
-    *suspect = fractional && (significant > 15 || exponent_digits >= 3)
-               && !as_printed((const char *)start, at - start);
+    *suspect = fractional
+               && (significant > 15 || exponent_digits >= 3 || digits > MANTISSA_DIGITS)
+               && !reads_alike((const char *)start, at - start);
     return at;
 }
 

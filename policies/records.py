@@ -678,23 +678,34 @@ except ImportError:  # built without a C compiler: the same answer, more slowly
     _keys_once = _keys_once_python
 
 
+_MANTISSA_DIGITS: Final = 100
+"""The most digits a number may write before its exponent and be told apart as a double by
+its significant digits (policies/_digits.c's MANTISSA_DIGITS): zeros move the first
+significant digit, and ``0.<400 zeros>1``, one significant digit and no exponent, is 0.0."""
+
+
 def _is_double_suspect(text: str) -> bool:
     """policies/_digits.c's test of one number with a fraction or an exponent: more than 15
-    significant digits, or an exponent of 3 digits or more."""
+    significant digits, an exponent of 3 digits or more, or more than
+    :data:`_MANTISSA_DIGITS` digits before the exponent."""
     mantissa, _, exponent = text.lower().partition("e")
-    digits = mantissa.lstrip("-").replace(".", "").strip("0")
-    return len(digits) > 15 or len(exponent.lstrip("+-").lstrip("0")) >= 3
+    written = mantissa.lstrip("-").replace(".", "")
+    return (
+        len(written.strip("0")) > 15
+        or len(exponent.lstrip("+-").lstrip("0")) >= 3
+        or len(written) > _MANTISSA_DIGITS
+    )
 
 
 def _double_suspects_python(document: bytes) -> list[bytes]:
     """policies/_digits.c's double_suspects, by decoding the text again: the decoder hands
-    every number with a fraction or an exponent to ``parse_float`` as written. A number
-    written as its double's ``repr`` is that double's value: not a suspect."""
+    every number with a fraction or an exponent to ``parse_float`` as written. One whose
+    double's ``repr`` is the same number, however written, is no suspect."""
     found: list[bytes] = []
 
     def keep(text: str) -> float:
         double = float(text)
-        if _is_double_suspect(text) and repr(double) != text:
+        if _is_double_suspect(text) and _reads_otherwise(text, double):
             found.append(text.encode("ascii"))
         return double
 
@@ -740,8 +751,9 @@ def _read_otherwise_as_double(document: bytes) -> tuple[str, str] | None:
 
 
 def _first_read_otherwise(suspects: list[bytes]) -> tuple[str, str] | None:
-    """Of numbers as written (:func:`_double_suspects`), the first whose double is another
-    number: (as written, as the double)."""
+    """Of numbers as written (:func:`_double_suspects`, which lists only such numbers: each
+    is decided again here), the first whose double is another number: (as written, as the
+    double)."""
     for token in suspects:
         text = token.decode("ascii")
         double = float(text)

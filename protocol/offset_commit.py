@@ -103,27 +103,35 @@ def v1_as_v2(header: RequestHeader, frame: bytes) -> bytes:
 
 
 def _rewrite_v1(header: RequestHeader, frame: bytes) -> bytes:
+    view = memoryview(frame)
     pos = _string_end(frame, header.size, nullable=False)  # group id
     pos = _string_end(frame, pos + _GENERATION.size, nullable=False)  # member id
-    out = [frame[:2], _INT16.pack(2), frame[4:pos], _RETENTION.pack(BROKER_RETENTION)]
+    out = bytearray(view[:2])
+    out += _INT16.pack(2)
+    out += view[4:pos]
+    out += _RETENTION.pack(BROKER_RETENTION)
     topics, pos = _count(frame, pos)
-    out.append(_INT32.pack(topics))
+    out += _INT32.pack(topics)
+    unpack_int16, size_of_frame = _INT16.unpack_from, len(frame)
     for _ in range(topics):
         end = _string_end(frame, pos, nullable=False)
-        out.append(frame[pos:end])
-        partitions, pos = _count(frame, end)
-        out.append(_INT32.pack(partitions))
+        partitions, after = _count(frame, end)
+        out += view[pos:after]
+        pos = after
         for _ in range(partitions):
-            kept = pos + _PARTITION.size
-            _PARTITION.unpack_from(frame, pos)
-            out.append(frame[pos:kept])
-            pos = kept + _TIMESTAMP_SIZE
-            end = _string_end(frame, pos, nullable=True)  # committed metadata
-            out.append(frame[pos:end])
+            # index and committed offset kept, the commit timestamp dropped, then the
+            # committed metadata (a nullable string), inline: a request may hold millions
+            metadata = pos + _PARTITION.size + _TIMESTAMP_SIZE
+            (size,) = unpack_int16(frame, metadata)
+            end = metadata + 2 + size if size > 0 else metadata + 2
+            if size < -1 or end > size_of_frame:
+                raise FrameRejected("bad_body", "OffsetCommit v1 request has a malformed string")
+            out += view[pos : pos + _PARTITION.size]
+            out += view[metadata:end]
             pos = end
     if pos != len(frame):
         raise FrameRejected("bad_body", "OffsetCommit v1 request has bytes after its last field")
-    return b"".join(out)
+    return bytes(out)
 
 
 def _string_end(frame: bytes, pos: int, *, nullable: bool) -> int:

@@ -201,7 +201,13 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         refused: dict[str, ItemError] = {}
         own_ids: frozenset[str] = frozenset()
         if request.by_id and self._services.own_topics:
-            own_ids = frozenset(map(str, await self._own_ids.learn(cluster, principal)))
+            # learnt at most once a minute (per principal, for a partial answer): learnt
+            # anew for each request read, a Fetch naming an own topic's id cost the gateway
+            # the cluster's whole Metadata, asked and decoded, for 60 bytes sent
+            ids = self._own_ids.fresh(principal)
+            if ids is None:
+                ids = await self._own_ids.learn(cluster, principal)
+            own_ids = frozenset(map(str, ids))
         for topic in pt.topics(request):
             illegal = None if request.by_id else illegal_topic(topic)
             if illegal is not None:

@@ -17,13 +17,16 @@ that replica's progress (the high watermark and the ISR move), guarded only by t
 CLUSTER_ACTION ACL, which a broker without an authorizer grants anyone. So is -3, a broker's
 own replica move between disks, which Kafka also serves to the log end (asking only READ on
 the topic). Any replica id Kafka does not serve as a consumer's closes the connection
-unforwarded, as the inter-broker APIs do.
+unforwarded, as the inter-broker APIs do. From v15 that takes a walk over every partition of
+the request, so a v15+ request over ``judged.request.max.bytes`` closes the connection unread,
+as a judged request decoded whole does: 96 MB of partitions held the event loop 1.8 s (every
+client waiting), and its answer's walk (v16+) as long again.
 """
 
 from __future__ import annotations
 
 from protocol.codec import Undecodable, can_decode
-from protocol.fetch_replica import fetch_replica_ids, is_consumer
+from protocol.fetch_replica import REPLICA_STATE_SINCE, fetch_replica_ids, is_consumer
 from protocol.versions import TAKEN
 
 from ..engine import RequestContext
@@ -40,6 +43,10 @@ _TOPIC_IDS_SINCE = 13
 
 class Fetch(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
+        if ctx.api_version >= REPLICA_STATE_SINCE:
+            oversized = self._services.engine.oversized(ctx, frame)
+            if oversized is not None:
+                return oversized
         refused = _as_replica(ctx, frame)
         if refused is not None:
             return refused

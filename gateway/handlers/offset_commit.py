@@ -8,7 +8,10 @@ minutes on, when no member consumes the topic (:mod:`protocol.offset_commit`). I
 broker's ``offsets.retention.minutes``, on the way; Kafka's clients send -1 already. v1,
 whose per-partition commit timestamp starts the offset's retention wherever the client puts
 it, is sent as v2 with -1 and no timestamps (Sarama 1.22's consumer groups commit with v1);
-v0 is not carried (Kafka 4.0 dropped v0 and v1).
+v0 is not carried (Kafka 4.0 dropped v0 and v1). Writing v1 again walks every partition, so
+a v1 request over ``judged.request.max.bytes`` closes the connection unread, as the requests
+the gateway decodes whole do: 88 MB of one-byte partitions held the event loop 6 s and took
+1.2 GB.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ def handler(services: Services) -> Handler:
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
         try:
             if ctx.header.api_version == oc.V1:
+                oversized = services.engine.oversized(ctx, frame)
+                if oversized is not None:
+                    return oversized
                 return Forward(frame=oc.v1_as_v2(ctx.header, frame))
             retention = oc.retention_time_ms(ctx.header, frame)
             if retention is not None and retention != oc.BROKER_RETENTION:

@@ -5,7 +5,10 @@ case runs the real gateway in front of the tapped real broker.
 A judged request is decoded whole into Python objects before it is judged: 10 to 18 times its
 size in memory, with the event loop held (every other client waiting) while it decodes. An
 8 MB DescribeProducers of two million partitions grew a process by 140 MB and took 0.5 s of
-CPU in one step; at the 100 MiB frame limit, over 1.5 GB and seconds per request. Kafka's
+CPU in one step; at the 100 MiB frame limit, over 1.5 GB and seconds per request. So is an
+OffsetCommit v1, which the gateway writes again as v2 partition by partition (88 MB: 6 s and
+1.2 GB), and a consumer's Fetch v15+, walked to its tagged fields partition by partition
+(96 MB: 1.8 s). Kafka's
 brokers decode in request handler threads beside each other; the gateway has one loop.
 ``limits."judged.request.max.bytes"`` (8 MiB) closes such a connection unread, as Kafka
 closes one over ``socket.request.max.bytes``.
@@ -62,7 +65,15 @@ from tests.support import (
 pytestmark = pytest.mark.adversarial
 
 MiB = 1024 * 1024
-PRODUCE, METADATA, LIST_OFFSETS, CREATE_TOPICS, DESCRIBE_PRODUCERS = 0, 3, 2, 19, 61
+PRODUCE, FETCH, METADATA, LIST_OFFSETS, OFFSET_COMMIT, CREATE_TOPICS, DESCRIBE_PRODUCERS = (
+    0,
+    1,
+    3,
+    2,
+    8,
+    19,
+    61,
+)
 POLICY_VIOLATION = 44
 JUDGED_MAX = 8 * MiB
 """The default of ``judged.request.max.bytes``."""
@@ -111,6 +122,42 @@ def metadata(topics: int) -> bytes:
     return encode_request(METADATA, 12, 1, "cost", request)
 
 
+def offset_commit_v1(partitions: int) -> bytes:
+    """An OffsetCommit v1 frame (kio has no schema for it: written here) committing
+    ``partitions`` partitions of one topic, 22 bytes each: the gateway writes it again as v2,
+    partition by partition."""
+    body = (
+        struct.pack(">h", 1)
+        + b"g"
+        + struct.pack(">ih", -1, 0)
+        + struct.pack(">ih", 1, 4)
+        + b"cost"
+        + struct.pack(">i", partitions)
+        + struct.pack(">iqqh", 0, 0, 0, 0) * partitions
+    )
+    frame = struct.pack(">hhih", OFFSET_COMMIT, 1, 1, 4) + b"cost" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+def fetch_v17(partitions: int) -> bytes:
+    """A consumer's Fetch v17 of ``partitions`` partitions of one topic id, 33 bytes each: the
+    gateway walks every one to the request's tagged fields, where v15+ says who fetches."""
+
+    def uvarint(value: int) -> bytes:
+        out = b""
+        while value > 0x7F:
+            out += bytes([value & 0x7F | 0x80])
+            value >>= 7
+        return out + bytes([value])
+
+    body = struct.pack(">iiibii", 10, 0, MiB, 0, 0, -1)
+    body += uvarint(2) + uuid.uuid4().bytes + uvarint(partitions + 1)
+    body += (struct.pack(">iiqiqi", 0, -1, 0, -1, -1, MiB) + b"\x00") * partitions
+    body += b"\x00" + uvarint(1) + uvarint(1) + b"\x00"  # no forgotten topics, rack id ""
+    frame = struct.pack(">hhih", FETCH, 17, 1, 4) + b"cost\x00" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
 OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
     # name: (API key, a frame just over 8 MiB)
     "ListOffsets of 600,000 partitions": (LIST_OFFSETS, lambda: list_offsets(600_000)),
@@ -119,6 +166,8 @@ OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
         lambda: describe_producers(2_200_000),
     ),
     "Metadata naming 220,000 topics": (METADATA, lambda: metadata(220_000)),
+    "OffsetCommit v1 of 390,000 partitions": (OFFSET_COMMIT, lambda: offset_commit_v1(390_000)),
+    "Fetch v17 of 260,000 partitions": (FETCH, lambda: fetch_v17(260_000)),
 }
 
 

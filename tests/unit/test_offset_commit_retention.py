@@ -138,8 +138,19 @@ def test_v1_is_sent_as_v2_with_the_brokers_retention_and_no_commit_timestamps() 
         _commit_v1((0, 42, 0, "m"), tail=b"\x00"),  # a byte after the last field
         _commit_v1((0, 42, 0, "m"))[:-27] + struct.pack(">i", -1),  # a null partitions array
         _commit_v1()[:-4] + struct.pack(">i", 2**31 - 1),  # more partitions than bytes
+        _commit_v1((0, 42, 0, "m"))[:-3] + struct.pack(">h", -2),  # metadata of length -2
+        _commit_v1((0, 42, 0, "m"))[:-3] + struct.pack(">h", 5) + b"m",  # past the end
+        _commit_v1((0, 42, 0, "m"))[:-5],  # the last partition cut inside its timestamp
     ],
-    ids=["cut-short", "trailing-byte", "null-partitions", "huge-count"],
+    ids=[
+        "cut-short",
+        "trailing-byte",
+        "null-partitions",
+        "huge-count",
+        "negative-metadata",
+        "metadata-past-the-end",
+        "cut-in-timestamp",
+    ],
 )
 def test_a_v1_body_that_does_not_read_is_refused(frame: bytes) -> None:
     with pytest.raises(FrameRejected):
