@@ -746,6 +746,8 @@ def raw_record(body: bytes) -> bytes:
         ("eleven-byte-timestamp", b"\x00" + b"\x80" * 10 + b"\x00\x00" + varint(-1) * 2 + b"\x00"),
         # an offset delta is an int32: six bytes are too many for Kafka and the full reader
         ("six-byte-offset", b"\x00\x00" + b"\x80" * 5 + b"\x00" + varint(-1) * 2 + b"\x00"),
+        # three headers in four bytes: more than one byte a header does not fit
+        ("header-count-over-half", b"\x00\x00\x00" + varint(-1) * 2 + varint(3) + b"\x00" * 4),
         ("null-header-key", b"\x00\x00\x00" + varint(-1) * 2 + varint(1) + varint(-1) * 2),
         (
             "header",

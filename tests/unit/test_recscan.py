@@ -62,6 +62,8 @@ def test_the_window_refuses_arguments_outside_its_buffer() -> None:
         NATIVE.record_window(None, False, -2, 0, section, 0, 0, 5, len(section))
     with pytest.raises(TypeError):
         NATIVE.record_window(("h",), True, 0, 0, section, 0, 0, 5, len(section))  # type: ignore[arg-type]
+    # No record asked for (first == count): none read, the position as given.
+    assert NATIVE.record_window(None, False, 0, -1, section, 7, 5, 5, len(section)) == (7, 5, 0, [])
     # Within bounds, the same section reads whole.
     window = NATIVE.record_window(None, False, 0, -1, section, 0, 0, 5, len(section))
     assert window is not None and window[:3] == (len(section), 5, 0) and len(window[3]) == 5
