@@ -3063,6 +3063,7 @@ GROUPS.update(
         ],
         "c-digits": [
             "tests/unit/test_record_policies.py",
+            "tests/unit/test_digits_memory.py",
             "tests/adversarial/test_record_content.py",
             "tests/inproc/test_record_validation.py",
         ],

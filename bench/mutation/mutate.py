@@ -13,7 +13,7 @@ into the copy (setup.py's extensions, ``build_ext --inplace``, its build directo
 scratch directory) before its tests run, and the copy's unmutated module is put back after.
 A mutant that does not compile is ``invalid: build failed``, not killed (setup.py makes the
 extensions optional, so a failed build is told by the module it did not write). Its tests
-run under a 300 s timeout rather than 900 s: a scan that loops forever shows sooner.
+run under a 180 s timeout rather than 900 s: a scan that loops forever shows sooner.
 """
 
 from __future__ import annotations
@@ -100,6 +100,23 @@ def _build(copy: Path, source: Path, scratch: Path) -> tuple[bool, str]:
     return built, (errors[0] if errors else done.stderr.strip()[-300:])
 
 
+def _keep(source: Path, scratch: Path) -> tuple[Path, Path]:
+    """The built module of the C source and a copy of it in scratch."""
+    module = _extension(source)
+    assert module is not None, f"{source} is not built in the repository"
+    kept = scratch / module.name
+    shutil.copy2(module, kept)
+    return module, kept
+
+
+def _put_back(source: Path, kept: tuple[Path, Path]) -> None:
+    """The unmutated module back in the copy, in place of the mutant's."""
+    built = _extension(source)
+    if built is not None:
+        built.unlink()
+    shutil.copy2(kept[1], kept[0])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("ids", nargs="*", help="mutant ids (default: all)")
@@ -119,35 +136,25 @@ def main() -> int:
             if source.count(text) != 1:
                 print(json.dumps({"id": mid, "result": "stale: text not found once"}), flush=True)
                 continue
-            native = target.suffix == ".c"
-            if native:
-                module = _extension(target)
-                assert module is not None, f"{path} is not built in the repository"
-                kept = Path(scratch) / module.name
-                shutil.copy2(module, kept)
-                times = target.stat()
+            # A C mutant: the copy's unmutated module, kept to be put back after.
+            kept = _keep(target, Path(scratch)) if target.suffix == ".c" else None
             target.write_text(source.replace(text, replacement))
             started = time.monotonic()
             try:
-                if native:
+                if kept is not None:
                     built, why = _build(copy, target, Path(scratch))
                     if not built:
                         seconds = round(time.monotonic() - started)
                         invalid = {"id": mid, "result": "invalid: build failed", "s": seconds}
                         print(json.dumps({**invalid, "tail": why}), flush=True)
                         continue
-                # A C mutant that makes the scan loop forever shows as a timeout, sooner.
-                code, tail = _pytest(copy, args.tests or groups[group], 300 if native else 900)
+                # A C mutant that makes a scan loop forever shows as a timeout, sooner.
+                timeout = 900 if kept is None else 180
+                code, tail = _pytest(copy, args.tests or groups[group], timeout)
             finally:
                 target.write_text(source)
-                if native:
-                    # The unmutated module back, and the source's time with it: setup.py
-                    # then sees the other extension up to date and leaves it be.
-                    os.utime(target, ns=(times.st_atime_ns, times.st_mtime_ns))
-                    built_module = _extension(target)
-                    if built_module is not None:
-                        built_module.unlink()
-                    shutil.copy2(kept, module)
+                if kept is not None:
+                    _put_back(target, kept)
             result = {0: "survived", 1: "killed"}.get(code, f"pytest exit {code}")
             seconds = round(time.monotonic() - started)
             print(json.dumps({"id": mid, "result": result, "s": seconds, "tail": tail}), flush=True)
