@@ -3055,8 +3055,8 @@ MUTANTS += [
 GROUPS.update(
     {
         "c-recscan": [
-            "tests/unit/test_records.py",
             "tests/unit/test_recscan.py",
+            "tests/unit/test_records.py",
             "tests/unit/test_records_as_kafka_reads.py",
             "tests/unit/test_record_scanner_choice.py",
             "tests/adversarial/test_record_bombs.py",
