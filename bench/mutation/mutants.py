@@ -3060,6 +3060,7 @@ GROUPS.update(
             "tests/unit/test_records_as_kafka_reads.py",
             "tests/unit/test_record_scanner_choice.py",
             "tests/adversarial/test_record_bombs.py",
+            "tests/inproc/test_record_validation.py",
         ],
         "c-digits": [
             "tests/unit/test_record_policies.py",
