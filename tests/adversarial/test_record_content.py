@@ -104,6 +104,11 @@ CASES = {
         b'{"id": "o-1", "amount": 1000.0000000000000000001}',
         "the number 1000.0000000000000000001, which the schema would judge as the double 1000.0",
     ),
+    "an amount above the maximum written longer than any double prints": (
+        "json-schema:orders",
+        b'{"id": "o-1", "amount": 1000.' + b"0" * 70 + b"1}",
+        "which the schema would judge as the double 1000.0",
+    ),
 }
 
 

@@ -18,7 +18,7 @@ from kio.static.primitive import i16, i32, i32Timedelta
 
 from gateway.config import HostPort
 from protocol.codec import decode_response
-from tests.batches import batch_with, record
+from tests.batches import batch_with, record, reframe, varint
 from tests.support import BrokerTap, GatewayThread, RawClient, gateway_config, unique_name
 
 pytestmark = pytest.mark.inproc
@@ -251,6 +251,24 @@ def test_corrupt_batch_is_refused_and_not_forwarded(
     partition = answer.responses[0].partition_responses[0]
     assert partition.error_code == 2  # CORRUPT_MESSAGE
     assert "crc" in (partition.error_message or "").lower()
+    assert not [r for r in tap.requests if r.api_key == 0]
+
+
+def test_a_header_count_the_record_cannot_hold_is_refused_under_a_value_rule(
+    tapped: tuple[GatewayThread, BrokerTap],
+) -> None:
+    """A value rule reads no header, but a record's header count must still fit what is left
+    of it (each header takes two bytes at least), as Kafka's reader checks: three headers in
+    four bytes is a corrupt record, refused by the C scanner's fast path as by the full
+    reader (bench/mutation: CR25), never forwarded."""
+    gw, tap = tapped
+    topic = create_validated_topic(gw.bootstrap, policy="json")
+    body = b"\x00\x00\x00" + varint(-1) + varint(2) + b"{}" + varint(3) + b"\x00" * 4
+    batch = reframe(_batch("none", [(b"{}", False)]), records_section=varint(len(body)) + body)
+    answer = _leader(gw, topic).request(0, 9, _produce(topic, {0: batch}))
+    partition = answer.responses[0].partition_responses[0]
+    assert partition.error_code == 2  # CORRUPT_MESSAGE
+    assert "header count 3 does not fit the record" in (partition.error_message or "")
     assert not [r for r in tap.requests if r.api_key == 0]
 
 

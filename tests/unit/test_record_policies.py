@@ -1475,6 +1475,11 @@ def test_the_key_count_in_c_answers_as_decoding_again() -> None:
     assert records_module._keys_once is not records_module._keys_once_python
     with pytest.raises(RecursionError):
         count_keys(_deep(5_000))
+    deep_objects: dict[str, object] = {}
+    for _ in range(5_000):
+        deep_objects = {"a": deep_objects}
+    with pytest.raises(RecursionError):
+        count_keys(deep_objects)
 
 
 def _deep(depth: int) -> object:
@@ -1642,6 +1647,10 @@ def test_a_number_whose_double_is_another_number_is_refused(
         # One significant digit and no exponent, moved out of the doubles' range by zeros.
         ("json-schema:n", b"0." + b"0" * 400 + b"1", "0.0"),
         ("json-schema:any", b'{"a": [1' + b"0" * 400 + b".0]}", "inf"),
+        # 16 significant digits, where doubles are further apart than the 16th digit
+        ("json-schema:any", b'{"a": 9.000000000000001}', "9.000000000000002"),
+        # longer than any double prints
+        ("json-schema:any", b'{"a": 1000.' + b"0" * 70 + b"1}", "1000.0"),
     ]
     for rule, value, double in refused:
         check = policy.value_check_for(rule)
@@ -1734,3 +1743,33 @@ def test_the_double_suspects_in_c_answer_as_decoding_again() -> None:
             assert double_suspects(document) == expected, document
             assert expected == ([text.encode()] if zeros >= 330 else []), document
     assert records_module._double_suspects is double_suspects
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        "0.0000000000000000123",  # zeros before the first digit are not significant
+        "-0.000000000000000000000010e-5",
+        "1.5e0001",  # zeros leading an exponent are not its digits
+        "2E+007",
+        "1.23456789012345e0",  # 15 significant digits, not as its double prints
+        "0.30000000000000004",  # as its double prints
+        "1.2345678901234568e-300",
+        "9.000000000000001",  # 16 significant digits: the double is 9.000000000000002
+        "1000." + "0" * 70 + "1",  # longer than any double prints
+        "1." + "0" * 62,  # as long as the longest number written out and compared
+        "1." + "0" * 61 + "1",
+        "-9.99999999999999999e-999",
+    ],
+)
+def test_the_double_suspects_in_c_answer_as_decoding_again_at_the_edges(number: str) -> None:
+    """Numbers the random ones above seldom write: each alone, in an array and as an
+    object's member after a key with a colon and an escaped quote."""
+    from policies._digits import count_members, double_suspects, scan_json
+
+    for document in (number, f"[{number}, {number}]", f'{{"k:\\"": {number}}}'):
+        encoded = document.encode()
+        expected = records_module._double_suspects_python(encoded)
+        assert double_suspects(encoded) == expected, document
+        assert scan_json(encoded) == (count_members(encoded), expected), document
+        assert count_members(encoded) == records_module._count_keys(json.loads(encoded)), document

@@ -744,6 +744,10 @@ def raw_record(body: bytes) -> bytes:
         ("five-byte-size", b"\x00\x00\x00" + varint(-1) + b"\x82\x80\x80\x80\x00v\x00"),
         ("ten-byte-timestamp", b"\x00" + b"\x80" * 9 + b"\x01\x00" + varint(-1) * 2 + b"\x00"),
         ("eleven-byte-timestamp", b"\x00" + b"\x80" * 10 + b"\x00\x00" + varint(-1) * 2 + b"\x00"),
+        # an offset delta is an int32: six bytes are too many for Kafka and the full reader
+        ("six-byte-offset", b"\x00\x00" + b"\x80" * 5 + b"\x00" + varint(-1) * 2 + b"\x00"),
+        # three headers in four bytes: more than one byte a header does not fit
+        ("header-count-over-half", b"\x00\x00\x00" + varint(-1) * 2 + varint(3) + b"\x00" * 4),
         ("null-header-key", b"\x00\x00\x00" + varint(-1) * 2 + varint(1) + varint(-1) * 2),
         (
             "header",

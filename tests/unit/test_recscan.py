@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 import protocol.records as records_module
+from tests.batches import record, varint
 from tests.unit.test_records import (
     HEADER_SIZE,
     batch_with,
     damaged_section,
+    raw_record,
     uncompressed_batch,
     varied_records,
 )
@@ -60,6 +62,8 @@ def test_the_window_refuses_arguments_outside_its_buffer() -> None:
         NATIVE.record_window(None, False, -2, 0, section, 0, 0, 5, len(section))
     with pytest.raises(TypeError):
         NATIVE.record_window(("h",), True, 0, 0, section, 0, 0, 5, len(section))  # type: ignore[arg-type]
+    # No record asked for (first == count): none read, the position as given.
+    assert NATIVE.record_window(None, False, 0, -1, section, 7, 5, 5, len(section)) == (7, 5, 0, [])
     # Within bounds, the same section reads whole.
     window = NATIVE.record_window(None, False, 0, -1, section, 0, 0, 5, len(section))
     assert window is not None and window[:3] == (len(section), 5, 0) and len(window[3]) == 5
@@ -93,3 +97,43 @@ def test_the_scanning_core_stays_in_bounds_on_damaged_records(tmp_path: Path) ->
     # Not a vacuous run: records were read whole, cut short and refused, values handed out.
     assert int(seen["copies"]) == COPIES
     assert all(int(seen[what]) > 10_000 for what in ("read", "cut", "irregular", "value_bytes"))
+
+
+def test_a_record_cut_anywhere_is_cut_not_irregular() -> None:
+    """A window's stop can fall anywhere in a record, inside its length varint too (a
+    compressed batch is scanned in windows of 256 KiB): the record is cut, with the bytes it
+    needs from its start (at least a longest length varint's, 5), not called irregular,
+    which would leave the rest of the batch to the full reader."""
+    assert NATIVE is not None
+    section = uncompressed_batch((record(0, b"k", b"v"), record(1, b"k", b"v" * 100)))[HEADER_SIZE:]
+    whole = NATIVE.record_window(None, False, 0, -1, section, 0, 0, 2, len(section))
+    assert whole is not None and whole[:3] == (len(section), 2, 0)
+    first = whole[3][0][6]  # the first record's size_in_bytes
+    second = len(section) - first
+    assert section[first] >= 0x80  # the second record's length takes two bytes
+    for cut in range(second):
+        window = NATIVE.record_window(None, False, 0, -1, section, 0, 0, 2, first + cut)
+        assert window is not None, cut
+        assert window[:3] == (first, 1, max(5, second) if cut >= 5 else 5), cut
+        assert [fields[2] for fields in window[3]] == [b"v"]
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        # attributes, timestamp delta, offset delta, key, value, header count, headers
+        ("ten-byte-timestamp", b"\x00" + b"\x80" * 9 + b"\x01\x00" + varint(-1) * 2 + b"\x00"),
+        ("five-byte-offset", b"\x00\x00" + b"\x80" * 4 + b"\x0f" + varint(-1) * 2 + b"\x00"),
+        ("five-byte-size", b"\x00\x00\x00" + varint(-1) + b"\x82\x80\x80\x80\x00v\x00"),
+        ("one-byte-fields", b"\x00\x00\x00" + (varint(1) + b"k") * 2 + varint(1) + b"\x02h\x02v"),
+    ],
+)
+def test_what_kafka_reads_the_scanner_reads(name: str, body: bytes) -> None:
+    """Encodings Kafka's reader takes (a long timestamp delta is a record written a long
+    time from its batch's first) are read by the scanner, not left to the full reader: it is
+    irregular only for what the full reader refuses or Kafka would read otherwise."""
+    assert NATIVE is not None
+    section = raw_record(body)
+    for wanted, headers in [(None, False), (None, True), ((b"trace-id",), True)]:
+        window = NATIVE.record_window(wanted, headers, -1, -1, section, 0, 0, 1, len(section))
+        assert window is not None and window[:3] == (len(section), 1, 0), (name, wanted)
