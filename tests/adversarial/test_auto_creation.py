@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 from kio.schema.types import TopicName
 
+from protocol.addresses import METADATA
 from protocol.codec import decode_request
 from protocol.framing import parse_request_header
 from protocol.metadata import read_request as read_metadata_request
@@ -40,7 +41,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.adversarial
 
-METADATA, CREATE_TOPICS = 3, 19
+CREATE_TOPICS = 19
 TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC, UNKNOWN_TOPIC = 29, 17, 3
 JUDGED_PARTITIONS = 3
 """The partitions the gateways here judge and create (the stated broker default)."""

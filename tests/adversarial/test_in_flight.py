@@ -19,6 +19,7 @@ import pytest
 from kio.schema.metadata.v12.request import MetadataRequest
 
 from gateway.config import HostPort
+from protocol.addresses import METADATA
 from protocol.codec import decode_request, encode_response
 from protocol.framing import SIZE, parse_request_header
 from tests.scripted import ScriptedBroker, ScriptedCluster, metadata_response
@@ -26,7 +27,6 @@ from tests.support import GatewayThread, RawClient, gateway_config, wait_for
 
 pytestmark = pytest.mark.adversarial
 
-METADATA = 3
 LIMIT = 2
 SENT = 6
 SETTLE_S = 1.5

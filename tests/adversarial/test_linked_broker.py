@@ -27,6 +27,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32
 
+from protocol.addresses import METADATA
 from protocol.framing import RequestHeader
 from tests.scripted import (
     ScriptedBroker,
@@ -46,7 +47,6 @@ from tests.support import (
 
 pytestmark = pytest.mark.adversarial
 
-METADATA = 3
 CREATE_TOPICS = 19
 DESCRIBE_CONFIGS = 32
 BROKER = 4

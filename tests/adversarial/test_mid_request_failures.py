@@ -32,6 +32,7 @@ from kio.static.primitive import i32Timedelta
 from gateway.client_configs import ClientConfigCodes
 from gateway.config import HostPort
 from protocol import client_configs as wire
+from protocol.addresses import METADATA
 from protocol.alter_configs import SET
 from protocol.codec import decode_response
 from tests.support import (
@@ -50,7 +51,6 @@ from tests.support import (
 pytestmark = pytest.mark.adversarial
 
 PRODUCE = 0
-METADATA = 3
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 UNKNOWN_SERVER_ERROR = -1

@@ -39,6 +39,7 @@ from kio.schema.metadata.v12.response import MetadataResponseBroker
 from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32
 
+from protocol.addresses import METADATA
 from protocol.codec import decode_response
 from protocol.framing import RequestHeader
 from tests.scripted import (
@@ -52,7 +53,6 @@ from tests.support import GatewayThread, RawClient, gateway_config
 
 pytestmark = pytest.mark.adversarial
 
-METADATA = 3
 PROBES = 16
 """Connections to the bootstrap port: with two listeners on it, the kernel picks either at
 random for each, so all 16 reaching the bootstrap listener by chance is 1 in 65,536."""

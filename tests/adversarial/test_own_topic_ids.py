@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.addresses import METADATA
 from tests.adversarial.test_produce_by_topic_id import GOOD, PRODUCE, produce, topic_ids
 from tests.adversarial.test_replica_fetch import FETCH
 from tests.adversarial.test_replica_fetch import _fetch as replica_fetch
@@ -38,8 +39,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.adversarial
-
-METADATA = 3
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ import pytest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import TopicName
 
+from protocol.addresses import METADATA
 from protocol.codec import encode_request
 from tests.adversarial.test_connection_limits import served
 from tests.adversarial.test_replica_fetch import FETCH, TANSU_NODE, _fetch
@@ -42,7 +43,6 @@ from tests.support import BrokerTap, GatewayThread, RawClient
 
 pytestmark = pytest.mark.adversarial
 
-METADATA = 3
 CREATE_TOPICS = 19
 
 

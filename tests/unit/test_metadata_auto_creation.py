@@ -26,14 +26,14 @@ from kio.static.primitive import i32, i32Timedelta
 from gateway.config import BrokerDefaults, UpstreamConfig
 from gateway.handlers.metadata import MetadataHandler
 from gateway.outcomes import Answer
-from protocol.addresses import BrokerEndpoint
+from protocol.addresses import METADATA, BrokerEndpoint
 from protocol.admin import InternalRequest
 from protocol.codec import decode_response, encode_request
 from tests.enforcement_support import BROKER, Harness, StandInCluster, context, described, make
 
 pytestmark = pytest.mark.unit
 
-METADATA, CREATE_TOPICS = 3, 19
+CREATE_TOPICS = 19
 RULES = {"rules": [{"name": "partition-count", "type": "partitions", "max": 6}]}
 
 

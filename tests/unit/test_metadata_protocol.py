@@ -15,13 +15,13 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i32, i32Timedelta
 
 from protocol import metadata as md
+from protocol.addresses import METADATA
 from protocol.codec import Undecodable, decode_request, decode_response, encode_request
 from protocol.framing import parse_request_header
 from protocol.results import ItemError
 
 pytestmark = pytest.mark.unit
 
-METADATA = 3
 VERSIONS = range(md.VERSIONS.min_version, md.VERSIONS.max_version + 1)
 
 
