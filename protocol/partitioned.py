@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -249,9 +249,15 @@ def answer(
     correlation_id: int,
     local: Mapping[Item, ItemError],
     broker_frame: bytes | None,
+    refused_topics: Callable[[str], ItemError | None] = lambda topic: None,
 ) -> bytes:
     """The response frame (no size prefix): each partition of the request once, in request
-    order, grouped by topic: from ``local`` where given, else from the broker's answer.
+    order, grouped by topic: from ``local`` where given, else from the broker's answer;
+    then each partition of the broker's answer the request did not name, in the broker's
+    order (under its topic's group), refused as ``refused_topics`` says for its topic where
+    it says so. A Fetch in an incremental session (KIP-227, v7+) is answered with every
+    partition of the session that has news, named by that request or not: dropped, its
+    records were lost to the client (the broker's session has moved past them).
 
     :raises Undecodable: when the broker's answer does not decode.
     :raises KeyError: when a partition is in neither.
@@ -272,22 +278,28 @@ def answer(
             for partition in getattr(topic, shape.response_partitions):
                 from_broker[(name, int(getattr(partition, shape.response_index)))] = partition
     grouped: dict[str, dict[int, object]] = {}
+
+    def refusal(index: int, error: ItemError) -> object:
+        return filled(
+            partition_cls,
+            {
+                shape.response_index: i32(index),
+                shape.response_error: ErrorCode(error.error_code),
+                "error_message": error.error_message,
+            },
+        )
+
     for name, index in request.items:
         group = grouped.setdefault(name, {})
         if index in group:
             continue
         error = local.get((name, index))
-        if error is None:
-            group[index] = from_broker[(name, index)]
-        else:
-            group[index] = filled(
-                partition_cls,
-                {
-                    shape.response_index: i32(index),
-                    shape.response_error: ErrorCode(error.error_code),
-                    "error_message": error.error_message,
-                },
-            )
+        group[index] = from_broker[(name, index)] if error is None else refusal(index, error)
+    for (name, index), partition in from_broker.items():
+        group = grouped.setdefault(name, {})
+        if index not in group:
+            error = refused_topics(name)
+            group[index] = partition if error is None else refusal(index, error)
     topic_entries: tuple[Entity, ...] = tuple(
         filled(
             topic_cls,

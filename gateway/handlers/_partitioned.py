@@ -97,6 +97,14 @@ class TopicNamesById:
             own in frame for own in self._own
         )
 
+    def is_own(self, topic_id: str) -> bool:
+        """Whether ``topic_id`` (a UUID's string form; anything else is not) was learnt to
+        name one of the gateway's own topics."""
+        try:
+            return uuid.UUID(topic_id).bytes in self._own
+        except ValueError:
+            return False
+
     async def _ask(self, cluster: ClusterView) -> Mapping[uuid.UUID, str]:
         _, names = await cluster.describe_all_topics()
         own = self._own_topics
@@ -141,6 +149,13 @@ UNKNOWN_ID = ItemError(
 )
 """A topic id the cluster does not know, or not yet in the gateway's view: as Kafka answers
 an id a broker has not learnt yet, and clients retry after refreshing their metadata."""
+
+
+_OWN_TOPIC = ItemError(
+    error_code=int(TOPIC_AUTHORIZATION_FAILED),
+    error_message="This topic is the policy gateway's own; clients may not read, write or "
+    "change it.",
+)
 
 
 class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
@@ -199,11 +214,7 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
             elif name is None:
                 refused[topic] = UNKNOWN_ID
             elif name in self._services.own_topics:
-                refused[topic] = ItemError(
-                    error_code=int(TOPIC_AUTHORIZATION_FAILED),
-                    error_message="This topic is the policy gateway's own; clients may not "
-                    "read, write or change it.",
-                )
+                refused[topic] = _OWN_TOPIC
         return refused
 
     async def judge_topics(
@@ -229,7 +240,16 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         local: Mapping[Item, ItemError],
         broker: bytes | None,
     ) -> bytes:
-        return pt.answer(request, correlation_id, local, broker)
+        """The broker's answer whole, with the gateway's refusals merged in; a partition it
+        holds that the request did not name (a Fetch's incremental session carries them) is
+        kept, unless its topic is one of the gateway's own (never sent to the broker by this
+        gateway, but refused wherever it comes from)."""
+        return pt.answer(request, correlation_id, local, broker, self._refused_unnamed)
+
+    def _refused_unnamed(self, topic: str) -> ItemError | None:
+        if topic in self._services.own_topics or self._names.is_own(topic):
+            return _OWN_TOPIC
+        return None
 
 
 class RulesPerTopic(TopicPartitions):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.static.primitive import i32
 
 from gateway import client_configs
 from gateway.audit import AuditEmitter, EventLine
@@ -96,6 +97,7 @@ from tests.enforcement_support import (
     produce,
     produce_response,
     record_errors,
+    fetch_payload,
     request,
     request_ids,
     top_level,
@@ -1756,6 +1758,46 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert cluster.asked == [("describe_all_topics", ())]
     assert items(FETCH, version, answer_of(guarded.send(fetch(version, (own, 1))))) == [
         ((own, 1), TOPIC_AUTHORIZATION_FAILED, None)
+    ]
+
+
+INCREMENTAL_SESSION = [pytest.param(v, id=f"v{v}") for v in (7, 12, 13, 15)]
+"""Fetch sessions (KIP-227) from v7; by name and by id."""
+
+
+@pytest.mark.parametrize("version", INCREMENTAL_SESSION)
+def test_an_incremental_fetch_keeps_the_sessions_partitions_it_did_not_name(
+    guarded: Harness, version: int
+) -> None:
+    """An incremental fetch (session id and epoch over 0) lists only the partitions whose
+    fetch state changed; Kafka answers it with every partition of the session that has news
+    (records, a moved high watermark), named or not. Read to refuse an own topic, the
+    merged answer held the request's partitions only: orders-0's records, already counted
+    as fetched by the broker's session, never reached the client. The broker's answer is
+    kept whole, the gateway's refusals added; an unnamed partition of an own topic in it is
+    refused still.
+
+    Tansu keeps no fetch sessions (it answers session id 0 to every Fetch), so the broker's
+    incremental answer is written here."""
+    cluster = guarded.cluster
+    by_id = version >= 13
+    own, orders = (cluster.id_of(n) if by_id else n for n in (OWN, "orders"))
+    if by_id:
+        guarded.send(fetch(version, (orders, 0)))  # the ids learnt
+    payload = dataclasses.replace(
+        fetch_payload(version, (own, 0), (orders, 1)), session_id=i32(7), session_epoch=i32(3)
+    )
+    outcome = guarded.send(request(FETCH, version, payload))
+    assert forwarded_partitions(outcome) == [(orders, 1)]
+    broker = partitioned_response(
+        FETCH, version, {(orders, 0): NONE, (orders, 1): NONE, (own, 2): NONE}
+    )
+    answer = guarded.broker_answers(outcome, broker)
+    assert codes(FETCH, version, answer) == [
+        ((own, 0), TOPIC_AUTHORIZATION_FAILED),
+        ((own, 2), TOPIC_AUTHORIZATION_FAILED),
+        ((orders, 1), NONE),
+        ((orders, 0), NONE),
     ]
 
 
