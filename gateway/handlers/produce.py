@@ -445,6 +445,7 @@ _UNKNOWN_PARTITION = ItemError(
     error_message="This server does not host this topic-partition.",
 )
 
+
 async def _missing_partitions(
     cluster: ClusterView,
     request: ProduceView,

@@ -246,9 +246,7 @@ def share_fetch(topic_id: uuid.UUID) -> Any:
 
 
 def share_fetch_reached(tap: BrokerTap, topic_id: uuid.UUID) -> bool:
-    return any(
-        t.topic_id == topic_id for r in tap.forwarded(SHARE_FETCH) for t in r.topics
-    )
+    return any(t.topic_id == topic_id for r in tap.forwarded(SHARE_FETCH) for t in r.topics)
 
 
 def test_a_share_fetch_by_an_own_topics_new_id_is_refused(

@@ -80,7 +80,6 @@ def test_a_request_cut_short_is_undecodable() -> None:
             fetch_replica_ids(header, frame[:cut])
 
 
-
 def _fields(cls: type, values: dict[str, object]) -> object:
     """``cls`` (one version's kio entity) from the ``values`` it has fields for."""
     return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})

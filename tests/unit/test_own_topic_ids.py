@@ -41,7 +41,9 @@ class Cluster:
         return {}, self.by_id
 
 
-def resolve(names: TopicNamesById, cluster: Cluster, *ids: uuid.UUID) -> dict[uuid.UUID, str | None]:
+def resolve(
+    names: TopicNamesById, cluster: Cluster, *ids: uuid.UUID
+) -> dict[uuid.UUID, str | None]:
     return asyncio.run(names.resolve(cluster, ids))  # type: ignore[arg-type]
 
 
