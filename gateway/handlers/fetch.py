@@ -5,10 +5,17 @@ leadership moved: each answer's layout is walked to its tagged fields (records s
 their length, never copied or read), and only one holding leader endpoints is decoded and has
 them swapped for the gateway's listeners (:mod:`._addresses`).
 
-The gateway's own topics (state and audit) are read by no client: a request whose bytes hold
-one of their names (or, from v13, which names topics by id, one of their ids) is decoded and
-those partitions get TOPIC_AUTHORIZATION_FAILED (:mod:`._partitioned`); the rest is fetched
-as asked. Any other request is never decoded.
+The gateway's own topics (state and audit) are read by no client: before v13, a request whose
+bytes hold one of their names is decoded and those partitions get TOPIC_AUTHORIZATION_FAILED
+(:mod:`._partitioned`); the rest is fetched as asked. From v13 topics are named by id: the
+request is walked to its topic ids (:func:`protocol.fetch_replica.read_fetch`, under
+``judged.request.max.bytes``) and passes unread only when each was learnt to name a topic not
+the gateway's own (:class:`._partitioned.TopicNamesById`: an id names one topic forever, so
+nothing learnt goes stale, on any worker); otherwise it is decoded, an own topic's partitions
+refused and an id still not known once asked again answered UNKNOWN_TOPIC_ID (an own topic made
+again has a new id, unknown until learnt). Any other request is never decoded. The answer of
+a decoded request is the broker's whole, the refusals added: an incremental fetch session's
+(KIP-227) answer holds partitions the request did not name.
 
 A follower's fetch (a replica id of 0 or more: v0-v14 in the body's first field, from v15 in
 the ``replica_state`` tagged field, :mod:`protocol.fetch_replica`) is inter-broker

@@ -1,9 +1,11 @@
-"""The ids of the gateway's own topics, as the shortcuts by id use them: Produce v13 with no
-validated topic, Fetch v13+ and ShareFetch forward a request unread unless its bytes hold one
-of those ids. The gateway learns the ids from a Metadata answer on a client's link and keeps
-them a minute; an answer that lacks an own topic (hidden from the asking client by the
-broker's ACLs, or not there at that moment) must not be kept for other clients, or the
-topic's id, named by one that can reach it, passes unread for that minute.
+"""The ids of the gateway's own topics, as the shortcuts by id use them: Fetch v13+,
+ShareFetch and ShareAcknowledge forwarded a request unread unless its bytes held one of the own
+topics' ids, learnt from a Metadata answer and trusted for a minute. An own topic deleted at
+the broker and made again has a new id, which passed for that minute; an answer lacking an own
+topic (hidden from the asking client by the broker's ACLs) let that topic's id pass for other
+clients. A request now passes unread only when every id it names was learnt to name another
+topic (an id names one topic forever); any other is read, and an id not known is never
+forwarded.
 
 Against the tapped real broker, the clients named by TLS certificates. Tansu has no ACLs to
 hide the own topic (the audit topic) from one client, so it is deleted straight at the broker
@@ -123,7 +125,7 @@ def test_an_own_topic_made_again_is_refused_by_its_new_id(
     tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
 ) -> None:
     """Produce v13 is read whole wherever the gateway has own topics (the audit summaries
-    count it by name), so it finds the new id; Fetch takes the shortcut."""
+    count it by name), so it finds the new id; Fetch took the shortcut, its ids unread."""
     gw, own, pki = unvalidated
     # carol's Fetch is read (no id known yet): every own topic's id is learnt, complete
     fetch_v13(gw, pki, "carol", uuid.uuid4())
