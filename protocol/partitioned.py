@@ -271,12 +271,7 @@ def answer(
         if broker_frame is None
         else decode_response(request.api_key, request.version, broker_frame)
     )
-    from_broker: dict[Item, object] = {}
-    if broker is not None:
-        for topic in getattr(broker, shape.response_topics):
-            name = _topic_of(request, topic, shape.response_topic)
-            for partition in getattr(topic, shape.response_partitions):
-                from_broker[(name, int(getattr(partition, shape.response_index)))] = partition
+    from_broker = {} if broker is None else _partitions_of(request, broker)
     grouped: dict[str, dict[int, object]] = {}
 
     def refusal(index: int, error: ItemError) -> object:
@@ -320,6 +315,17 @@ def answer(
         top["error_message"] = None
     payload: Entity = filled(response_cls, top)
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
+
+
+def _partitions_of(request: Partitioned, broker: Any) -> dict[Item, object]:
+    """Each partition of the broker's answer (decoded), in its order, by item."""
+    shape = request.shape
+    found: dict[Item, object] = {}
+    for topic in getattr(broker, shape.response_topics):
+        name = _topic_of(request, topic, shape.response_topic)
+        for partition in getattr(topic, shape.response_partitions):
+            found[(name, int(getattr(partition, shape.response_index)))] = partition
+    return found
 
 
 def refuse_all(request: Partitioned, correlation_id: int, error: ItemError) -> bytes:

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 
 from policies.rules import TopicOperation
 from protocol import partitioned as pt
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.codec import Undecodable
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
 from protocol.share_topics import share_topic_ids

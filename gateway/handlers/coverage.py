@@ -182,12 +182,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
     76: _r(_SHARE),
     77: _r(_SHARE),
     78: _w(
-        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not "
-        "known"
+        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not known"
     ),
     79: _w(
-        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not "
-        "known"
+        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not known"
     ),
     80: _r("changes the controller quorum: an operator's task"),
     81: _r("changes the controller quorum: an operator's task"),

@@ -28,10 +28,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.static.primitive import i32, i32Timedelta
 
+from protocol.addresses import METADATA
 from protocol.codec import decode_response, encode_request
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
-
-from protocol.addresses import METADATA
 from protocol.node_endpoints import SHARE_FETCH
 from tests.adversarial.test_produce_by_topic_id import GOOD, PRODUCE, produce, topic_ids
 from tests.adversarial.test_replica_fetch import FETCH
