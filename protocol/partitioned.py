@@ -239,9 +239,22 @@ def keeping(request: Partitioned, header: RequestHeader, keep: Collection[Item])
         if partitions:
             kept_topics.append(dataclasses.replace(topic, **{shape.request_partitions: partitions}))
     payload = dataclasses.replace(request.payload, **{shape.request_topics: tuple(kept_topics)})
+    if _opens_fetch_session(request) and any(item not in keep for item in request.items):
+        # partitions are answered by the gateway, and that answer closes the client's session
+        # (:func:`answer`): a sessionless fetch (epoch -1), so that the broker keeps no session
+        # no client will use
+        payload = dataclasses.replace(payload, session_epoch=i32(-1))
     return encode_request(
         request.api_key, request.version, header.correlation_id, header.client_id, payload
     )[4:]
+
+
+def _opens_fetch_session(request: Partitioned) -> bool:
+    """A Fetch (v7+) asking for a new session: a full fetch, session id 0 and epoch 0."""
+    payload = request.payload
+    return (
+        getattr(payload, "session_id", None) == 0 and getattr(payload, "session_epoch", None) == 0
+    )
 
 
 def answer(
@@ -313,6 +326,13 @@ def answer(
     else:
         top["error_code"] = ErrorCode.none
         top["error_message"] = None
+    if local and "session_id" in top:
+        # a Fetch in a session (KIP-227): the partitions answered here never reached the
+        # broker's session, and a client keeps what it sent in its own, fetching a partition
+        # again only when its state changes; session id 0 closes the session for the client
+        # (Kafka's FetchSessionHandler), whose next fetch is a full one, naming every
+        # partition again, for the gateway to look at again
+        top["session_id"] = i32(0)
     payload: Entity = filled(response_cls, top)
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
 

@@ -15,7 +15,9 @@ nothing learnt goes stale, on any worker); otherwise it is decoded, an own topic
 refused and an id still not known once asked again answered UNKNOWN_TOPIC_ID (an own topic made
 again has a new id, unknown until learnt). Any other request is never decoded. The answer of
 a decoded request is the broker's whole, the refusals added: an incremental fetch session's
-(KIP-227) answer holds partitions the request did not name.
+(KIP-227) answer holds partitions the request did not name. An answer with refusals closes the
+client's fetch session (:func:`protocol.partitioned.answer`), so that its next fetch names the
+refused partitions again.
 
 A follower's fetch (a replica id of 0 or more: v0-v14 in the body's first field, from v15 in
 the ``replica_state`` tagged field, :mod:`protocol.fetch_replica`) is inter-broker

@@ -27,7 +27,7 @@ from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
 from gateway.outcomes import Answer, Close, Forward
-from protocol.codec import Undecodable, decode_response
+from protocol.codec import Undecodable, decode_response, encode_response
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
 from tests.batches import record, uncompressed_batch
@@ -1789,16 +1789,65 @@ def test_an_incremental_fetch_keeps_the_sessions_partitions_it_did_not_name(
     )
     outcome = guarded.send(request(FETCH, version, payload))
     assert forwarded_partitions(outcome) == [(orders, 1)]
-    broker = partitioned_response(
-        FETCH, version, {(orders, 0): NONE, (orders, 1): NONE, (own, 2): NONE}
+    broker = in_session(
+        partitioned_response(
+            FETCH, version, {(orders, 0): NONE, (orders, 1): NONE, (own, 2): NONE}
+        ),
+        version,
     )
     answer = guarded.broker_answers(outcome, broker)
+    # the partitions refused never reached the broker's session: the client's is closed, and
+    # its next fetch, a full one, names them again
+    assert int(decode_response(FETCH, version, answer).session_id) == 0
     assert codes(FETCH, version, answer) == [
         ((own, 0), TOPIC_AUTHORIZATION_FAILED),
         ((own, 2), TOPIC_AUTHORIZATION_FAILED),
         ((orders, 1), NONE),
         ((orders, 0), NONE),
     ]
+
+
+def in_session(frame: bytes, version: int, session_id: int = 7) -> bytes:
+    """A broker's Fetch answer, as given in session ``session_id``."""
+    payload = decode_response(FETCH, version, frame)
+    return encode_response(
+        CORRELATION_ID, FETCH, version, dataclasses.replace(payload, session_id=i32(session_id))
+    )
+
+
+@pytest.mark.parametrize("version", INCREMENTAL_SESSION)
+def test_a_fetch_opening_a_session_with_a_refused_partition_opens_none(
+    guarded: Harness, version: int
+) -> None:
+    """A full fetch asking for a session (id 0, epoch 0) that names an own topic's partition:
+    the broker's session would hold the other partitions only, while the client's holds
+    them all, and it would never fetch the refused one again (an id not known yet, say,
+    answered UNKNOWN_TOPIC_ID). The rest goes to the broker sessionless (epoch -1), and the
+    answer opens no session: the next fetch is a full one again."""
+    cluster = guarded.cluster
+    by_id = version >= 13
+    own, orders = (cluster.id_of(n) if by_id else n for n in (OWN, "orders"))
+    if by_id:
+        guarded.send(fetch(version, (orders, 0)))  # the ids learnt
+    payload = dataclasses.replace(
+        fetch_payload(version, (own, 0), (orders, 1)), session_id=i32(0), session_epoch=i32(0)
+    )
+    outcome = guarded.send(request(FETCH, version, payload))
+    header, body = forwarded(outcome)
+    assert (int(body.session_id), int(body.session_epoch)) == (0, -1)
+    answer = guarded.broker_answers(
+        outcome, partitioned_response(FETCH, version, {(orders, 1): NONE})
+    )
+    assert int(decode_response(FETCH, version, answer).session_id) == 0
+    # nothing refused: the session is asked for as the client asked
+    plain = request(
+        FETCH,
+        version,
+        dataclasses.replace(
+            fetch_payload(version, (orders, 1)), session_id=i32(0), session_epoch=i32(0)
+        ),
+    )
+    assert_forwarded_as_sent(guarded.send(plain), plain)
 
 
 @pytest.mark.parametrize("version", FETCH_BY_ID)
