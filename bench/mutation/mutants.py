@@ -3738,8 +3738,8 @@ MUTANTS += [
     (
         "ti05",
         "gateway/handlers/_partitioned.py",
-        "        if any(name is None for name in resolved.values()):",
-        "        if False:",
+        "        if names.all_others(id_bytes, frame):\n            return Forward(frame=frame)\n        if any(",
+        "        if True:\n            return Forward(frame=frame)\n        if any(",
         "part",
     ),
     (
@@ -3747,6 +3747,20 @@ MUTANTS += [
         "gateway/handlers/fetch.py",
         "        if version >= REPLICA_STATE_SINCE or by_id:",
         "        if version >= REPLICA_STATE_SINCE:",
+        "part",
+    ),
+    (
+        "ti07",
+        "protocol/partitioned.py",
+        '    if local and "session_id" in top:',
+        "    if False:",
+        "part",
+    ),
+    (
+        "ti08",
+        "protocol/partitioned.py",
+        "    if _opens_fetch_session(request) and any(item not in keep for item in request.items):",
+        "    if False:",
         "part",
     ),
 ]

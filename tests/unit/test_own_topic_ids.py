@@ -56,8 +56,10 @@ def test_only_ids_learnt_as_other_topics_pass_unread() -> None:
     assert not names.all_others([STATE.bytes], STATE.bytes)
     # an own id anywhere in the request's bytes is read, whatever the walk found
     assert not names.all_others([ORDERS.bytes], ORDERS.bytes + STATE.bytes)
-    # the audit topic's id, hidden from that view, is not known: never passed unread
+    # the audit topic's id, hidden from that view, is not known: never passed unread, alone
+    # or beside a known one
     assert not names.all_others([AUDIT.bytes], AUDIT.bytes)
+    assert not names.all_others([ORDERS.bytes, AUDIT.bytes], ORDERS.bytes + AUDIT.bytes)
 
 
 def test_an_own_topic_made_again_is_not_taken_for_another_topic() -> None:
