@@ -281,6 +281,7 @@ def test_a_request_by_topic_id_too_large_to_read_is_refused_unread(
         small.send_bytes(fetch_v13(1, topic_id))
         assert small.recv_frame()  # read: the gateway learns the topic's id
         assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 0
+        tap.requests.clear()
         client = RawClient(gw.bootstrap, timeout=30)
         client.send_bytes(frame)
         assert client.is_closed(30), f"{name}: the connection stays open"
