@@ -137,11 +137,17 @@ class ConfigChange:
         return cls(name=name, before=before, after=after, sensitive=sensitive)
 
 
+SENSITIVE_TOPIC_CONFIG: Final = "(sensitive: not recorded)"
+"""What a topic spec's ``configs`` record for a key named like a secret (a password, a key
+store secret, ``sasl.jaas.config``): the key was set, its value is never written."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSpec:
     """A topic creation as the policies judged it: partitions and replication factor (broker
     defaults resolved, null where unknown; for a replica assignment its partition count and
-    largest replica list), and the topic configs the request set."""
+    largest replica list), and the topic configs the request set (a sensitive key's value as
+    :data:`SENSITIVE_TOPIC_CONFIG`)."""
 
     partitions: int | None
     replication_factor: int | None

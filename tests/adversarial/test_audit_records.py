@@ -25,7 +25,7 @@ from gateway.audit import EVENT_MAX_BYTES, recorded_client_id
 from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 from protocol import client_configs as wire
 from protocol.codec import decode_response, encode_request
-from spark_audit.event import AuditEvent
+from spark_audit.event import SENSITIVE_TOPIC_CONFIG, AuditEvent
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
 from tests.e2e.test_gateway_process import KPG
@@ -284,3 +284,56 @@ def test_an_event_too_large_for_the_audit_topic_is_recorded_shortened(
     kept = many_configs.topic_spec.configs
     assert 0 < len(kept) < len(many) + 1
     assert f"{len(kept)} of {len(many) + 1} topic configs recorded" in (many_configs.message or "")
+
+
+SECRETS = (
+    ("ssl.keystore.password", "hunter2-keystore"),
+    ("sasl.jaas.config", 'PlainLoginModule required username="a" password="hunter2-jaas";'),
+    ("listener.name.internal.ssl.key.password", "hunter2-listener"),
+    ("Some.Plugin.SECRET", "hunter2-plugin"),
+)
+
+
+def test_a_creation_s_secret_configs_keep_their_key_and_never_their_value(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A CreateTopics may carry any config a client pastes into it, its own client's secrets
+    too (``ssl.keystore.password``, ``sasl.jaas.config``): the broker refuses the key, but the
+    event's ``topic_spec.configs`` recorded every value whole, in the spool, the audit topic
+    and the report's events CSV. Config changes never recorded a secret's value; a creation's
+    configs now keep the key with :data:`SENSITIVE_TOPIC_CONFIG` for its value, in a dry run
+    and a real one, allowed or denied."""
+    rule = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.v[0-9]+"}
+    spool = tmp_path / "audit"
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(spool)}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        configs = (("retention.ms", "60000"), *SECRETS)
+        asked = [  # (name, validate_only): denied by the rule, allowed dry run, allowed
+            (f"denied-{uuid.uuid4().hex[:8]}", False),
+            (f"dry.v{uuid.uuid4().int % 10**6}", True),
+            (f"real.v{uuid.uuid4().int % 10**6}", False),
+        ]
+        for name, validate_only in asked:
+            request = create_topic_request(name, configs=configs, validate_only=validate_only)
+            answer = client.request(CREATE_TOPICS, 7, request)
+            for topic in answer.topics:
+                assert "hunter2" not in (topic.error_message or "")
+        names = {name for name, _ in asked}
+        events = spool_events(spool, lambda e: e.resource_name in names, count=len(asked))
+    finally:
+        gw.stop()
+    assert {e.resource_name for e in events} == names
+    assert {e.verdict for e in events} == {"denied", "allowed"}
+    for event in events:
+        assert event.topic_spec is not None
+        assert event.topic_spec.configs == {
+            "retention.ms": "60000",
+            **{key: SENSITIVE_TOPIC_CONFIG for key, _ in SECRETS},
+        }
+    for path in spool.iterdir():
+        if path.is_file():
+            assert b"hunter2" not in path.read_bytes(), path.name
