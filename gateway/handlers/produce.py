@@ -63,7 +63,6 @@ from protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
-    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
@@ -94,7 +93,7 @@ from ..record_validation import PartitionOutcome
 from ..services import Services
 from ..state import StateStoreError
 from ._addresses import with_leader_endpoints
-from ._partitioned import OwnTopicIds, TopicNamesById
+from ._partitioned import OwnTopicIds, TopicNamesById, own_topic_refusal
 from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
@@ -227,7 +226,11 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         rulings: dict[Key, Ruling] = {}
         for p in request.partitions:
             name = names.get(p.topic, p.topic)
-            refused = _UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)
+            refused = (
+                _UNKNOWN_ID
+                if name is None
+                else _refused_topic(name, p.partition, services.own_topics)
+            )
             if refused is not None:
                 rulings[(p.topic, p.partition)] = refused
         if request.acks not in _VALID_ACKS:
@@ -507,16 +510,17 @@ def _too_many_partitions(ctx: RequestContext, frame: bytes, limit: int) -> Close
     )
 
 
-def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
+def _refused_topic(topic: str, partition: int, own_topics: frozenset[str]) -> Ruling | None:
     """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
-    gateway's own topics."""
+    gateway's own topics (audited: a client writing into the audit topic is forging events)."""
     illegal = illegal_topic(topic)
     if illegal is not None:
         return illegal
     if topic in own_topics:
-        return ItemError(
-            error_code=int(TOPIC_AUTHORIZATION_FAILED),
-            error_message=f"Topic '{topic}' is written by the gateway only.",
+        return own_topic_refusal(
+            f"Topic '{topic}' is written by the gateway only.",
+            resource_name=f"{topic}-{partition}",
+            action="produce",
         )
     return None
 

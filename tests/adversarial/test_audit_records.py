@@ -26,6 +26,12 @@ from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 from protocol import client_configs as wire
 from protocol.codec import decode_response, encode_request
 from spark_audit.event import SENSITIVE_TOPIC_CONFIG, AuditEvent
+from tests.adversarial.test_partitioned_routes import (
+    _delete_records,
+    _fetch,
+    _list_offsets,
+    _produce,
+)
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
 from tests.e2e.test_gateway_process import KPG
@@ -337,3 +343,45 @@ def test_a_creation_s_secret_configs_keep_their_key_and_never_their_value(
     for path in spool.iterdir():
         if path.is_file():
             assert b"hunter2" not in path.read_bytes(), path.name
+
+
+def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The gateway's own topics are refused to every client (TOPIC_AUTHORIZATION_FAILED), but
+    the refusal was an answer made here with no audit event: a client that fetched the audit
+    topic (every principal's decisions and config values), produced made-up events into it or
+    truncated it with DeleteRecords left no trace in the audit it went for. Each attempt is
+    now one denied event of policy ``own_topics``, as the gateway's other own-topic refusals
+    are, its request id ending the client's message where the API carries one."""
+    own = f"_kpg_audit_{uuid.uuid4().hex[:8]}"
+    spool = tmp_path / "audit"
+    config = gateway_config(tap.address, audit={"topic": own, "spool_dir": str(spool)})
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=10)
+        attempts = [  # (API, version, request, action, resource, topics and partitions fields)
+            ("Fetch", 1, 12, _fetch(own), "fetch", own, ("responses", "partitions")),
+            ("ListOffsets", 2, 7, _list_offsets(own), "list_offsets", own, ("topics", "partitions")),
+            ("Produce", 0, 9, _produce(own), "produce", f"{own}-0",
+             ("responses", "partition_responses")),
+            ("DeleteRecords", 21, 2, _delete_records(own), "delete_records", own,
+             ("topics", "partitions")),
+        ]  # fmt: skip
+        answers = {}
+        for api, api_key, version, request, *_ in attempts:
+            answers[api] = client.request(api_key, version, request)
+        events = spool_events(spool, lambda e: e.event_kind == "decision", count=len(attempts))
+    finally:
+        gw.stop()
+    assert [(e.api, e.action, e.resource_name) for e in events] == [
+        (api, action, resource) for api, _, _, _, action, resource, _ in attempts
+    ]
+    for event, (api, *_, fields) in zip(events, attempts, strict=True):
+        assert (event.verdict, event.policy, event.error_code) == ("denied", "own_topics", 29)
+        assert event.client_id == "raw-test" and event.request_id is not None
+        partitions = [p for t in getattr(answers[api], fields[0]) for p in getattr(t, fields[1])]
+        assert [int(p.error_code) for p in partitions] == [29], api
+        message = getattr(partitions[0], "error_message", None)
+        if message is not None:
+            assert message.endswith(f"(audit request id {event.request_id})"), message

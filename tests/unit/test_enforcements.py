@@ -1493,7 +1493,8 @@ def test_data_deletion_of_protected_own_or_illegal_topics_is_answered_here(
             DATA_ACTIONS[api_key],
             "denied",
             protected("protected-billing", DATA_VERBS[api_key]),
-        )
+        ),
+        (OWN, DATA_ACTIONS[api_key], "denied", OWN_REFUSAL),
     ]
 
 
