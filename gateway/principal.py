@@ -410,9 +410,12 @@ class SaslState:
 
     def handshake_sent(self, mechanism: str) -> str | None:
         """A SaslHandshake for ``mechanism`` is about to be forwarded (after
-        :meth:`refuse_unfollowable`); a reason to refuse it instead (``required`` only), else
-        None."""
-        if self.required and self.phase == "complete" and mechanism != self.mechanism:
+        :meth:`refuse_unfollowable`); a reason to refuse it instead, else None: a
+        re-authentication with another mechanism, whatever ``sasl.client_auth`` says (Kafka
+        refuses it too). Carried, a mechanism the gateway cannot follow (GSSAPI) names no one,
+        and the connection kept the principal of the first exchange for whomever the broker
+        authenticated next: every event after it named the wrong principal."""
+        if self.phase == "complete" and mechanism != self.mechanism:
             return (
                 f"re-authentication with {mechanism} after {self.mechanism}: Kafka refuses a "
                 "change of mechanism"
