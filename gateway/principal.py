@@ -509,7 +509,16 @@ class SaslState:
             return None
         self._successes += 1
         needed = SASL_ROUNDS.get(self.mechanism or "")
-        if needed is None or self._user is None or self._successes != needed:
+        if needed is None or self._successes != needed:
+            return None
+        if self._user is None:
+            if self._previous is not None:
+                # the connection would stay the principal it was for whomever this names
+                self._fail(
+                    f"re-authentication after {self._previous} names no user the gateway "
+                    f"can read in its {self.mechanism} message",
+                    code=SASL_AUTHENTICATION_FAILED,
+                )
             return None
         principal = f"User:{self._user}"
         if self._previous is not None and self._previous != principal:

@@ -109,6 +109,28 @@ def test_the_mechanism_counts_only_once_the_broker_accepts_it() -> None:
     assert state.failed and state.principal is None
 
 
+@pytest.mark.parametrize("claims", [{"scope": "admin"}, {"sub": ""}])
+def test_a_reauthentication_naming_no_one_fails(claims: dict[str, str]) -> None:
+    """A re-authentication whose message names no user the gateway can read (an OAUTHBEARER
+    token without its principal claim, the broker reading another) left the exchange
+    unfinished and the connection User:alice for whomever the broker accepted; it fails, as
+    one naming someone else does. A first exchange naming no one stays unauthenticated."""
+    state = SaslState()
+    for expected in ("User:alice", None):
+        assert state.handshake_sent("OAUTHBEARER") is None
+        state.handshake_answered(0)
+        who = {"sub": "alice"} if expected else claims
+        state.client_message(f"n,,\x01auth=Bearer {_jwt(who)}\x01\x01".encode())
+        assert state.broker_answered(True) == expected
+    assert state.failed and state.principal is None
+    first = SaslState()
+    assert first.handshake_sent("OAUTHBEARER") is None
+    first.handshake_answered(0)
+    first.client_message(f"n,,\x01auth=Bearer {_jwt(claims)}\x01\x01".encode())
+    assert first.broker_answered(True) is None
+    assert not first.failed and first.principal is None
+
+
 def test_authenticate_outside_an_exchange_names_nobody() -> None:
     """A SaslAuthenticate with no accepted handshake (only possible without ``required``)
     is read as no one's."""
