@@ -224,13 +224,15 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         if unsettled is not None:
             return dict.fromkeys(keys, unsettled)
         rulings: dict[Key, Ruling] = {}
+        refusals: dict[str, Ruling | None] = {}  # one per topic: one event for all its partitions
         for p in request.partitions:
             name = names.get(p.topic, p.topic)
-            refused = (
-                _UNKNOWN_ID
-                if name is None
-                else _refused_topic(name, p.partition, services.own_topics)
-            )
+            if name is None:
+                refused: Ruling | None = _UNKNOWN_ID
+            elif name in refusals:
+                refused = refusals[name]
+            else:
+                refused = refusals[name] = _refused_topic(name, services.own_topics)
             if refused is not None:
                 rulings[(p.topic, p.partition)] = refused
         if request.acks not in _VALID_ACKS:
@@ -510,16 +512,18 @@ def _too_many_partitions(ctx: RequestContext, frame: bytes, limit: int) -> Close
     )
 
 
-def _refused_topic(topic: str, partition: int, own_topics: frozenset[str]) -> Ruling | None:
+def _refused_topic(topic: str, own_topics: frozenset[str]) -> Ruling | None:
     """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
-    gateway's own topics (audited: a client writing into the audit topic is forging events)."""
+    gateway's own topics (audited: a client writing into the audit topic is forging events;
+    one event for the topic, not one per partition: 20,000 made-up partitions of it in one
+    request would be 20,000 events)."""
     illegal = illegal_topic(topic)
     if illegal is not None:
         return illegal
     if topic in own_topics:
         return own_topic_refusal(
             f"Topic '{topic}' is written by the gateway only.",
-            resource_name=f"{topic}-{partition}",
+            resource_name=topic,
             action="produce",
         )
     return None

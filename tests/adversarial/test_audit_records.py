@@ -30,7 +30,6 @@ from tests.adversarial.test_partitioned_routes import (
     _delete_records,
     _fetch,
     _list_offsets,
-    _produce,
 )
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
@@ -353,7 +352,8 @@ def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
     topic (every principal's decisions and config values), produced made-up events into it or
     truncated it with DeleteRecords left no trace in the audit it went for. Each attempt is
     now one denied event of policy ``own_topics``, as the gateway's other own-topic refusals
-    are, its request id ending the client's message where the API carries one."""
+    are, its request id ending the client's message where the API carries one; one per topic
+    however many partitions of it the request names."""
     own = f"_kpg_audit_{uuid.uuid4().hex[:8]}"
     spool = tmp_path / "audit"
     config = gateway_config(tap.address, audit={"topic": own, "spool_dir": str(spool)})
@@ -363,7 +363,7 @@ def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
         attempts = [  # (API, version, request, action, resource, topics and partitions fields)
             ("Fetch", 1, 12, _fetch(own), "fetch", own, ("responses", "partitions")),
             ("ListOffsets", 2, 7, _list_offsets(own), "list_offsets", own, ("topics", "partitions")),
-            ("Produce", 0, 9, _produce(own), "produce", f"{own}-0",
+            ("Produce", 0, 9, produce_v9({own: dict.fromkeys(range(50))}), "produce", own,
              ("responses", "partition_responses")),
             ("DeleteRecords", 21, 2, _delete_records(own), "delete_records", own,
              ("topics", "partitions")),
@@ -381,7 +381,7 @@ def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
         assert (event.verdict, event.policy, event.error_code) == ("denied", "own_topics", 29)
         assert event.client_id == "raw-test" and event.request_id is not None
         partitions = [p for t in getattr(answers[api], fields[0]) for p in getattr(t, fields[1])]
-        assert [int(p.error_code) for p in partitions] == [29], api
+        assert {int(p.error_code) for p in partitions} == {29}, api  # one event, however many
         message = getattr(partitions[0], "error_message", None)
         if message is not None:
             assert message.endswith(f"(audit request id {event.request_id})"), message
