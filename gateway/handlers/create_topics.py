@@ -94,8 +94,8 @@ from spark_audit.event import SENSITIVE_TOPIC_CONFIG
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import broker_defaults, linked_broker_configs
-from ..config_changes import looks_sensitive
 from ..config import BrokerDefaults
+from ..config_changes import looks_sensitive
 from ..engine import (
     STATE_STORE,
     BaseEnforcement,

@@ -223,18 +223,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         unsettled = await self._settle() or self._acks_learnt(ctx, request)
         if unsettled is not None:
             return dict.fromkeys(keys, unsettled)
-        rulings: dict[Key, Ruling] = {}
-        refusals: dict[str, Ruling | None] = {}  # one per topic: one event for all its partitions
-        for p in request.partitions:
-            name = names.get(p.topic, p.topic)
-            if name is None:
-                refused: Ruling | None = _UNKNOWN_ID
-            elif name in refusals:
-                refused = refusals[name]
-            else:
-                refused = refusals[name] = _refused_topic(name, services.own_topics)
-            if refused is not None:
-                rulings[(p.topic, p.partition)] = refused
+        rulings = _refused_partitions(request, names, services.own_topics)
         if request.acks not in _VALID_ACKS:
             # Kafka's answer (ReplicaManager.appendRecords), which not every broker gives:
             # Tansu writes acks=2 as acks=1, past a client's acks config of all
@@ -510,6 +499,27 @@ def _too_many_partitions(ctx: RequestContext, frame: bytes, limit: int) -> Close
         "(limits: produce.max.partitions), more than the gateway reads in one request",
         metric_reason="oversized",
     )
+
+
+def _refused_partitions(
+    request: ProduceView, names: Mapping[str, str | None], own_topics: frozenset[str]
+) -> dict[Key, Ruling]:
+    """The partitions refused before any policy: of a topic id the cluster does not know, of
+    an illegal name, of the gateway's own topics (one ruling per topic, so one event for all
+    its partitions)."""
+    rulings: dict[Key, Ruling] = {}
+    refusals: dict[str, Ruling | None] = {}
+    for p in request.partitions:
+        name = names.get(p.topic, p.topic)
+        if name is None:
+            refused: Ruling | None = _UNKNOWN_ID
+        elif name in refusals:
+            refused = refusals[name]
+        else:
+            refused = refusals[name] = _refused_topic(name, own_topics)
+        if refused is not None:
+            rulings[(p.topic, p.partition)] = refused
+    return rulings
 
 
 def _refused_topic(topic: str, own_topics: frozenset[str]) -> Ruling | None:

@@ -362,7 +362,8 @@ def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
         client = RawClient(gw.bootstrap, timeout=10)
         attempts = [  # (API, version, request, action, resource, topics and partitions fields)
             ("Fetch", 1, 12, _fetch(own), "fetch", own, ("responses", "partitions")),
-            ("ListOffsets", 2, 7, _list_offsets(own), "list_offsets", own, ("topics", "partitions")),
+            ("ListOffsets", 2, 7, _list_offsets(own), "list_offsets", own,
+             ("topics", "partitions")),
             ("Produce", 0, 9, produce_v9({own: dict.fromkeys(range(50))}), "produce", own,
              ("responses", "partition_responses")),
             ("DeleteRecords", 21, 2, _delete_records(own), "delete_records", own,
