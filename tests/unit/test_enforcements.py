@@ -1919,11 +1919,22 @@ def test_elect_unclean_leaders_mixed_forwards_the_allowed_and_merges_in_request_
 def test_elect_unclean_leaders_of_every_partition_is_invalid_request(
     guarded: Harness, version: int
 ) -> None:
-    """The gateway judges unclean elections topic by topic, so it must be told the topics."""
+    """The gateway judges unclean elections topic by topic, so it must be told the topics.
+    The refusal is audited (it was answered with no event: an unclean election of the whole
+    cluster, the widest a client can ask for, left no trace)."""
     answer = answer_of(guarded.send(elect_leaders(version, None, election_type=UNCLEAN)))
     assert top_level(ELECT_LEADERS, version, answer)["error_code"] == INVALID_REQUEST
     assert items(ELECT_LEADERS, version, answer) == []
-    assert (guarded.cluster.asked, guarded.sink.events) == ([], [])
+    assert guarded.cluster.asked == []
+    [event] = guarded.sink.events
+    assert (event.api, event.action, event.resource_type, event.resource_name) == (
+        "ElectLeaders",
+        "elect_unclean_leader",
+        "cluster",
+        "",
+    )
+    assert (event.verdict, event.policy, event.error_code) == ("denied", "gateway", INVALID_REQUEST)
+    assert event.message is not None and "topic by topic" in event.message
 
 
 # --- AlterPartitionReassignments -------------------------------------------------------------
