@@ -1758,6 +1758,8 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert items(FETCH, version, answer_of(guarded.send(fetch(version, (own, 1))))) == [
         ((own, 1), TOPIC_AUTHORIZATION_FAILED, None)
     ]
+    # each refusal audited once per request, under the topic's name, not its id
+    assert audited(guarded) == [(OWN, "fetch", "denied", OWN_REFUSAL)] * 2
 
 
 @pytest.mark.parametrize("version", FETCH_BY_ID)
