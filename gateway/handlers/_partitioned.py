@@ -10,11 +10,14 @@ any name. Then each API's :meth:`judge_topics` decides the rest.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import Final
 
+from policies.chain import Decision, Mode, Verdict
 from policies.rules import TopicOperation
 from protocol import partitioned as pt
 from protocol.errors import TOPIC_AUTHORIZATION_FAILED
@@ -52,6 +55,8 @@ class OwnTopicIds:
         self._own = own_topics
         self._complete: tuple[frozenset[uuid.UUID], float] = (frozenset(), float("-inf"))
         self._partial: dict[str | None, tuple[frozenset[uuid.UUID], float]] = {}
+        self._names: dict[str, str] = {}
+        """Each own topic id learnt (as text) -> its topic's name (an id names one topic)."""
 
     def fresh(self, principal: str | None) -> frozenset[uuid.UUID] | None:
         """The ids as ``principal``'s requests are to be judged, or None when they must be
@@ -69,6 +74,7 @@ class OwnTopicIds:
         """The ids, asked of the cluster now on ``principal``'s link."""
         _, by_id = await cluster.describe_all_topics()
         found = {topic_id: name for topic_id, name in by_id.items() if name in self._own}
+        self._names.update((str(topic_id), name) for topic_id, name in found.items())
         ids = frozenset(found)
         now = time.monotonic()
         if set(found.values()) == self._own:
@@ -80,6 +86,10 @@ class OwnTopicIds:
             }
             self._partial[principal] = (ids, now)
         return ids
+
+    def name_of(self, topic_id: str) -> str:
+        """The name of the own topic of ``topic_id`` (text) as learnt; the id when unknown."""
+        return self._names.get(topic_id, topic_id)
 
 
 class TopicNamesById:
@@ -197,8 +207,8 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
 
     async def _refused_topics(
         self, cluster: ClusterView, request: pt.Partitioned, principal: str | None
-    ) -> dict[str, ItemError]:
-        refused: dict[str, ItemError] = {}
+    ) -> dict[str, Ruling]:
+        refused: dict[str, Ruling] = {}
         own_ids: frozenset[str] = frozenset()
         if request.by_id and self._services.own_topics:
             # learnt at most once a minute (per principal, for a partial answer): learnt
@@ -213,12 +223,19 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
             if illegal is not None:
                 refused[topic] = illegal
             elif topic in self._services.own_topics or topic in own_ids:
-                refused[topic] = ItemError(
-                    error_code=int(TOPIC_AUTHORIZATION_FAILED),
-                    error_message="This topic is the policy gateway's own; clients may not "
-                    "read, write or change it.",
+                refused[topic] = own_topic_refusal(
+                    "This topic is the policy gateway's own; clients may not read, write or "
+                    "change it.",
+                    resource_name=self._own_ids.name_of(topic) if request.by_id else topic,
+                    action=self.own_topic_action,
                 )
         return refused
+
+    @property
+    def own_topic_action(self) -> str:
+        """The audited ``action`` of a refusal of one of the gateway's own topics: the
+        API's name in Kafka's snake case (``fetch``, ``list_offsets``)."""
+        return _snake_case(api_name(self.api_key))
 
     async def judge_topics(
         self,
@@ -246,6 +263,31 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         return pt.answer(request, correlation_id, local, broker)
 
 
+OWN_TOPICS_POLICY: Final = "own_topics"
+"""The audit's ``policy`` of a refusal of one of the gateway's own topics (state and audit),
+as for the gateway's other own-topic refusals (ACLs, a request naming one by id closed)."""
+
+
+def own_topic_refusal(message: str, *, resource_name: str, action: str) -> Judged:
+    """A refusal of one of the gateway's own topics, audited: a client reading the audit topic,
+    truncating it or writing into it is refused TOPIC_AUTHORIZATION_FAILED before any policy,
+    and the attempt is a decision like any other (it was answered here with no event)."""
+    verdict = Verdict(
+        policy=OWN_TOPICS_POLICY, mode=Mode.ENFORCE, outcome="denied", message=message
+    )
+    return Judged(
+        decision=Decision(allowed=False, verdicts=(verdict,)),
+        resource_type="topic",
+        resource_name=resource_name,
+        action=action,
+        denial=ItemError(error_code=int(TOPIC_AUTHORIZATION_FAILED), error_message=message),
+    )
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 class RulesPerTopic(TopicPartitions):
     """Each topic through the rules alone, as ``operation`` (recorded as ``action``): no Kafka
     policy interface is asked about these APIs."""
@@ -265,6 +307,10 @@ class RulesPerTopic(TopicPartitions):
 
     def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
         return len({topic for topic, _ in keys})
+
+    @property
+    def own_topic_action(self) -> str:
+        return self._action
 
     async def judge_topics(
         self,
