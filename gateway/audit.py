@@ -588,8 +588,12 @@ class ProduceSummarizer:
     Names are counted as the client wrote them, before any broker says whether the topic
     exists, so a client could make up a new name for every share. An interval keeps at most
     ``max_keys`` keys; the shares of further keys, and of names no topic can have, are folded
-    into one summary per policy version, topic :data:`FOLDED` with a null principal and client
-    id and a message saying so: every share is still counted, in bounded memory and events.
+    into one summary per principal and policy version, topic :data:`FOLDED` with a null
+    client id and a message saying so: every share is still counted, in bounded memory and
+    events. The principal is kept: one client's made-up names fill the keys for everyone, and
+    folded under a null principal every other principal's writes of the interval after them
+    were nobody's. At most ``max_keys`` principals are folded so; the shares of further ones
+    fold under a null principal.
     """
 
     def __init__(
@@ -614,6 +618,8 @@ class ProduceSummarizer:
         self._tallies: dict[_SummaryKey, _ProduceTally] = {}
         self._keys = 0
         """Keys of the interval other than the folded ones."""
+        self._folded = 0
+        """Folded keys of the interval (one per principal and policy version)."""
 
     def add(
         self,
@@ -632,7 +638,7 @@ class ProduceSummarizer:
         tally = self._tallies.get(key)
         if tally is None:
             if self._keys >= self.max_keys or topic_name_problem(topic) is not None:
-                key = (FOLDED, None, None, policy_version)
+                key = self._folded_key(principal, policy_version)
                 tally = self._tallies.setdefault(key, _ProduceTally())
             else:
                 self._keys += 1
@@ -641,6 +647,19 @@ class ProduceSummarizer:
         tally.records_examined += records_examined
         tally.bytes_examined += bytes_examined
         tally.api_version = max(tally.api_version, api_version)
+
+    def _folded_key(self, principal: str | None, policy_version: str | None) -> _SummaryKey:
+        """The folded key of ``principal``'s shares; under a null principal once
+        ``max_keys`` principals are folded."""
+        key = (FOLDED, principal, None, policy_version)
+        if key in self._tallies:
+            return key
+        if self._folded >= self.max_keys:
+            key = (FOLDED, None, None, policy_version)
+            if key in self._tallies:
+                return key
+        self._folded += 1
+        return key
 
     def due(self, now_ms: int) -> bool:
         """True once the current interval is ``interval_ms`` long, or the clock has gone back
@@ -680,6 +699,7 @@ class ProduceSummarizer:
         )
         self._tallies.clear()
         self._keys = 0
+        self._folded = 0
         self._interval_start_ms = now_ms  # earlier than the interval's end if the clock went back
         return events
 
@@ -688,7 +708,8 @@ class ProduceSummarizer:
         return (
             f"Produce traffic of (topic, principal, client id) keys beyond the first "
             f"{self.max_keys:,} of this interval (audit.produce_summary_max_keys), and to names "
-            "no topic can have, counted here together: event_count is the requests' shares"
+            "no topic can have, counted here together by principal: event_count is the "
+            "requests' shares"
         )
 
 

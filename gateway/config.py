@@ -176,7 +176,7 @@ class AuditConfig:
     produce_summary_interval_s: float = 60.0
     produce_summary_max_keys: int = 10_000
     """Keys (topic, principal, client id) an interval's produce summaries keep; the traffic of
-    further keys is counted in one folded summary (topic ``*``)."""
+    further keys is counted in one folded summary (topic ``*``) per principal."""
     instance: str = "kpg"
     on_failure: str = "continue"
     """When a sink cannot write a decision's events: ``continue`` (counted and logged; the

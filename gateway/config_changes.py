@@ -156,6 +156,7 @@ PASSWORD_TYPE: Final = 9
 
 _SENSITIVE_NAMES: Final = (
     "password",
+    "passphrase",
     "secret",
     "jaas.config",
     "ssl.keystore.key",

@@ -343,6 +343,28 @@ class Engine:
         :data:`STATE_STORE`) as a decision of its own, denied by ``policy``; ``error`` for the
         client, with the audit request id. The item's "allowed" event stays: it says what the
         policies decided, and this one what the client was answered."""
+        return await self.refused(
+            ctx,
+            error,
+            policy=policy,
+            resource_type=resource_type,
+            resource_name=resource_name,
+            action=action,
+        )
+
+    async def refused(
+        self,
+        ctx: RequestContext,
+        error: ItemError,
+        *,
+        policy: str,
+        resource_type: str,
+        resource_name: str,
+        action: str,
+    ) -> ItemError:
+        """Audit a refusal the gateway makes instead of judging, or after judging, as one
+        denied decision of its own (a request of one event), by ``policy``; ``error`` for the
+        client, with the audit request id."""
         verdict = Verdict(
             policy=policy, mode=Mode.ENFORCE, outcome="denied", message=error.error_message or ""
         )

@@ -227,7 +227,26 @@ SASL_ROUNDS = {"PLAIN": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2, "OAUTHBEARER"
 class AmbiguousSaslMessage(ValueError):
     """A client's first SASL message that names its user twice: brokers need not agree on
     which one counts (Kafka's OAUTHBEARER reads pairs into a map, the last of a repeated key
-    winning), so the gateway cannot know whom the broker will have authenticated."""
+    winning), so the gateway cannot know whom the broker will have authenticated. So is one
+    asking for an authorization id other than its user (PLAIN's ``authzid``, the ``a=`` of
+    SCRAM's and OAUTHBEARER's GS2 header): Kafka refuses it, and a broker that honours it
+    acts as that id, whom the gateway would not name."""
+
+
+def _other_authorization_id(authzid: str, user: str | None, mechanism: str) -> None:
+    """:raises AmbiguousSaslMessage: when ``authzid`` is set and is not ``user``."""
+    if authzid and authzid != user:
+        raise AmbiguousSaslMessage(
+            f"{mechanism}: the first message asks for an authorization id other than its user"
+        )
+
+
+def _gs2_authorization_id(text: str) -> str:
+    """The ``a=`` of a GS2 header (``n,a=<id>,``), SASL-name decoded; empty without one."""
+    fields = text.split(",", 2)
+    if len(fields) < 2 or not fields[1].startswith("a="):
+        return ""
+    return fields[1][2:].replace("=2C", ",").replace("=3D", "=")
 
 
 def oauthbearer_claim(first_message: str, claim: str = "sub") -> str | None:
@@ -304,15 +323,23 @@ def sasl_username(mechanism: str, first_message: bytes, claim: str = "sub") -> s
         return None
     if mechanism == "PLAIN":
         parts = text.split("\x00")
-        return parts[1] or None if len(parts) == 3 else None
+        if len(parts) != 3:
+            return None
+        _other_authorization_id(parts[0], parts[1], mechanism)
+        return parts[1] or None
     if mechanism in SCRAM_MECHANISMS:
         # gs2-header "n,," (or "y,," / "n,a=authzid,"), then "n=<user>,r=<nonce>"
         users = [f[2:] for f in text.split(",")[2:] if f.startswith("n=")]
         if len(users) > 1:
             raise AmbiguousSaslMessage(f"{mechanism}: the first message names a user twice")
-        return users[0].replace("=2C", ",").replace("=3D", "=") or None if users else None
+        user = users[0].replace("=2C", ",").replace("=3D", "=") or None if users else None
+        if not scram_token_authentication(first_message):  # n= is the token's id, not a user
+            _other_authorization_id(_gs2_authorization_id(text), user, mechanism)
+        return user
     if mechanism == "OAUTHBEARER":
-        return oauthbearer_claim(text, claim)
+        user = oauthbearer_claim(text, claim)
+        _other_authorization_id(_gs2_authorization_id(text.split("\x01", 1)[0]), user, mechanism)
+        return user
     return None
 
 
@@ -410,9 +437,12 @@ class SaslState:
 
     def handshake_sent(self, mechanism: str) -> str | None:
         """A SaslHandshake for ``mechanism`` is about to be forwarded (after
-        :meth:`refuse_unfollowable`); a reason to refuse it instead (``required`` only), else
-        None."""
-        if self.required and self.phase == "complete" and mechanism != self.mechanism:
+        :meth:`refuse_unfollowable`); a reason to refuse it instead, else None: a
+        re-authentication with another mechanism, whatever ``sasl.client_auth`` says (Kafka
+        refuses it too). Carried, a mechanism the gateway cannot follow (GSSAPI) names no one,
+        and the connection kept the principal of the first exchange for whomever the broker
+        authenticated next: every event after it named the wrong principal."""
+        if self.phase == "complete" and mechanism != self.mechanism:
             return (
                 f"re-authentication with {mechanism} after {self.mechanism}: Kafka refuses a "
                 "change of mechanism"
@@ -506,7 +536,16 @@ class SaslState:
             return None
         self._successes += 1
         needed = SASL_ROUNDS.get(self.mechanism or "")
-        if needed is None or self._user is None or self._successes != needed:
+        if needed is None or self._successes != needed:
+            return None
+        if self._user is None:
+            if self._previous is not None:
+                # the connection would stay the principal it was for whomever this names
+                self._fail(
+                    f"re-authentication after {self._previous} names no user the gateway "
+                    f"can read in its {self.mechanism} message",
+                    code=SASL_AUTHENTICATION_FAILED,
+                )
             return None
         principal = f"User:{self._user}"
         if self._previous is not None and self._previous != principal:

@@ -77,13 +77,21 @@ GATEWAY_RULES: Final = frozenset({GATEWAY_TOPICS_RULE})
 which no client may create, change or delete), whatever the ``policies:`` section says."""
 
 GATEWAY_REFUSALS: Final = frozenset(
-    {"gateway", "limits", "client_configs", "client_configs.admin_principals", "own_principal"}
+    {
+        "gateway",
+        "limits",
+        "client_configs",
+        "client_configs.admin_principals",
+        "own_principal",
+        "own_topics",
+    }
 )
 """The ``policy`` of refusals the gateway makes before or instead of asking the policies (a
 limit, a dynamic client config it cannot take or a client not allowed to change it, the
-credentials and quotas of the user it signs in as; in earlier events, a broker default it
-could not read, which the policies now judge): no ``policies:`` section changes them, so
-``kpg audit replay`` keeps them as recorded."""
+credentials and quotas of the user it signs in as, its own topics read, written or named by
+an ACL; in earlier events, a broker default it could not read, which the policies now
+judge): no ``policies:`` section changes them, so ``kpg audit replay`` keeps them as
+recorded."""
 
 
 def new_request_id() -> str:
@@ -137,11 +145,17 @@ class ConfigChange:
         return cls(name=name, before=before, after=after, sensitive=sensitive)
 
 
+SENSITIVE_TOPIC_CONFIG: Final = "(sensitive: not recorded)"
+"""What a topic spec's ``configs`` record for a key named like a secret (a password, a key
+store secret, ``sasl.jaas.config``): the key was set, its value is never written."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TopicSpec:
     """A topic creation as the policies judged it: partitions and replication factor (broker
     defaults resolved, null where unknown; for a replica assignment its partition count and
-    largest replica list), and the topic configs the request set."""
+    largest replica list), and the topic configs the request set (a sensitive key's value as
+    :data:`SENSITIVE_TOPIC_CONFIG`)."""
 
     partitions: int | None
     replication_factor: int | None

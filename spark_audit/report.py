@@ -25,6 +25,7 @@ import html
 import io
 import json
 import logging
+import re
 import shutil
 import threading
 import time
@@ -816,16 +817,33 @@ def _number(value: int | float) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
 
 
+_INVISIBLE: Final = re.compile(
+    "[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u3164\ufe00-\ufe0f\uffa0"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+    "|^ | $|(?<= ) "
+)
+"""What Python calls printable and a page does not show: Unicode's default-ignorable code
+points that are not format characters (a combining grapheme joiner, variation selectors,
+Hangul fillers), and spaces a browser folds (at either end, or after another)."""
+
+
 def _visible(text: str) -> str:
     """``text`` with each character that is not printable written as Python escapes it
     (``\\u202e``, ``\\u200b``, ``\\n``): names on the page are the clients' text, and a
     right-to-left override or an invisible character would make one read as another (a
-    claimed user ``\\u202eecila`` shows as ``alice``, ``terraform\\u200b`` as ``terraform``)."""
-    if text.isprintable():
+    claimed user ``\\u202eecila`` shows as ``alice``, ``terraform\\u200b`` as ``terraform``).
+    So are the characters of :data:`_INVISIBLE` (``terraform\\u034f`` and ``alice `` showed
+    as ``terraform`` and ``alice``; a space is written ``\\x20``)."""
+    if text.isprintable() and _INVISIBLE.search(text) is None:
         return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
+    shown = "".join(c if c.isprintable() else _escaped(c) for c in text)
+    return _INVISIBLE.sub(lambda m: _escaped(m.group()), shown)
+
+
+def _escaped(char: str) -> str:
+    if char == " ":
+        return "\\x20"
+    return char.encode("unicode_escape").decode("ascii")
 
 
 def _cell(value: Any) -> str:

@@ -193,8 +193,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "p08",
         "gateway/handlers/produce.py",
-        "            refused = UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)",
-        "            refused = None if name is None else _refused_topic(name, services.own_topics)",
+        "            refused: Ruling | None = UNKNOWN_ID",
+        "            refused: Ruling | None = None",
         "prod",
     ),
     ("p09", "gateway/handlers/produce.py", "    if topic in own_topics:", "    if False:", "prod"),

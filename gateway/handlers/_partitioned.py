@@ -10,11 +10,14 @@ any name. Then each API's :meth:`judge_topics` decides the rest.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
+from typing import Final
 
+from policies.chain import Decision, Mode, Verdict
 from policies.rules import TopicOperation
 from protocol import partitioned as pt
 from protocol.codec import Undecodable
@@ -197,8 +200,8 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
 
     async def _refused_topics(
         self, cluster: ClusterView, request: pt.Partitioned, principal: str | None
-    ) -> dict[str, ItemError]:
-        refused: dict[str, ItemError] = {}
+    ) -> dict[str, Ruling]:
+        refused: dict[str, Ruling] = {}
         names: Mapping[str, str | None] = {}
         if request.by_id and self._services.own_topics:
             # resolved from what was learnt; an id not known asks the cluster (within the
@@ -214,8 +217,18 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
             elif name is None:
                 refused[topic] = UNKNOWN_ID
             elif name in self._services.own_topics:
-                refused[topic] = _OWN_TOPIC
+                refused[topic] = own_topic_refusal(
+                    _OWN_TOPIC.error_message or "",
+                    resource_name=name,
+                    action=self.own_topic_action,
+                )
         return refused
+
+    @property
+    def own_topic_action(self) -> str:
+        """The audited ``action`` of a refusal of one of the gateway's own topics: the
+        API's name in Kafka's snake case (``fetch``, ``list_offsets``)."""
+        return _snake_case(api_name(self.api_key))
 
     async def judge_topics(
         self,
@@ -252,6 +265,31 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         return None
 
 
+OWN_TOPICS_POLICY: Final = "own_topics"
+"""The audit's ``policy`` of a refusal of one of the gateway's own topics (state and audit),
+as for the gateway's other own-topic refusals (ACLs, a request naming one by id closed)."""
+
+
+def own_topic_refusal(message: str, *, resource_name: str, action: str) -> Judged:
+    """A refusal of one of the gateway's own topics, audited: a client reading the audit topic,
+    truncating it or writing into it is refused TOPIC_AUTHORIZATION_FAILED before any policy,
+    and the attempt is a decision like any other (it was answered here with no event)."""
+    verdict = Verdict(
+        policy=OWN_TOPICS_POLICY, mode=Mode.ENFORCE, outcome="denied", message=message
+    )
+    return Judged(
+        decision=Decision(allowed=False, verdicts=(verdict,)),
+        resource_type="topic",
+        resource_name=resource_name,
+        action=action,
+        denial=ItemError(error_code=int(TOPIC_AUTHORIZATION_FAILED), error_message=message),
+    )
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 class RulesPerTopic(TopicPartitions):
     """Each topic through the rules alone, as ``operation`` (recorded as ``action``): no Kafka
     policy interface is asked about these APIs."""
@@ -271,6 +309,10 @@ class RulesPerTopic(TopicPartitions):
 
     def decided_items(self, request: pt.Partitioned, keys: Sequence[Item]) -> int:
         return len({topic for topic, _ in keys})
+
+    @property
+    def own_topic_action(self) -> str:
+        return self._action
 
     async def judge_topics(
         self,

@@ -25,6 +25,8 @@ VERSIONS = DECODABLE[API_KEY]
 
 
 class AlterPartitionReassignments(TopicPartitions):
+    own_topic_action = "reassign_partitions"  # as its judged topics' events say
+
     def decided_items(self, request: pt.Partitioned, keys: Sequence[pt.Item]) -> int:
         return len({topic for topic, _ in keys})
 

@@ -90,10 +90,12 @@ from protocol.framing import RequestHeader
 from protocol.results import OK, ItemError
 from protocol.topic_admin import error_name
 from protocol.topic_names import illegal_topic
+from spark_audit.event import SENSITIVE_TOPIC_CONFIG
 from spark_audit.event import TopicSpec as AuditedTopicSpec
 
 from ..cluster import broker_defaults, linked_broker_configs
 from ..config import BrokerDefaults
+from ..config_changes import looks_sensitive
 from ..engine import (
     STATE_STORE,
     BaseEnforcement,
@@ -496,8 +498,14 @@ def _audited_spec(
 ) -> AuditedTopicSpec:
     """The topic as judged, for the audit event: broker defaults resolved (null where the
     gateway could not resolve one); from a replica assignment, its partition count and
-    largest replica list."""
-    configs = {k: v for k, v in spec.configs if v is not None}
+    largest replica list. A config named like a secret keeps its key, never its value:
+    no topic config is one, but a client may send its own ``ssl.keystore.password`` or
+    ``sasl.jaas.config`` with a creation (the broker refuses the key; the event stays)."""
+    configs = {
+        k: SENSITIVE_TOPIC_CONFIG if looks_sensitive(k) else v
+        for k, v in spec.configs
+        if v is not None
+    }
     if isinstance(metadata, UnknownDefaults):
         return AuditedTopicSpec(
             partitions=metadata.num_partitions,

@@ -4,7 +4,8 @@
 election, and protected topics refuse it. Both get the checks every partitioned API gets
 (:mod:`._partitioned`). An unclean election of every partition (a null topic list) is refused
 with INVALID_REQUEST: the gateway judges unclean elections topic by topic, so it must be told
-which.
+which. That refusal is audited (policy ``gateway``, resource type ``cluster``): an unclean
+election of the whole cluster is the widest one a client can ask for.
 """
 
 from __future__ import annotations
@@ -27,19 +28,18 @@ VERSIONS = DECODABLE[API_KEY]
 UNCLEAN = 1
 
 
+_EVERY_PARTITION = ItemError(
+    error_code=int(INVALID_REQUEST),
+    error_message="The policy gateway judges unclean leader elections topic by topic: name "
+    "the partitions to elect.",
+)
+
+
 class ElectLeaders(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         oversized = self._services.engine.oversized(ctx, frame)
         if oversized is not None:
             return oversized  # read here, before the engine's own check
-        request = pt.read(ctx.header, frame)
-        if _unclean(request) and pt.elects_every_partition(request):
-            refused = ItemError(
-                error_code=int(INVALID_REQUEST),
-                error_message="The policy gateway judges unclean leader elections topic by "
-                "topic: name the partitions to elect.",
-            )
-            return Answer(frame=pt.refuse_all(request, ctx.correlation_id, refused))
         return frame
 
     def decided_items(self, request: pt.Partitioned, keys: Sequence[pt.Item]) -> int:
@@ -80,4 +80,23 @@ def _unclean(request: pt.Partitioned) -> bool:
 
 
 def handler(services: Services) -> Handler:
-    return enforced(services, ElectLeaders(services, API_KEY, VERSIONS))
+    judge = enforced(services, ElectLeaders(services, API_KEY, VERSIONS))
+
+    async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
+        engine = services.engine
+        if engine.oversized(ctx, frame) is not None:
+            return await judge(ctx, cluster, frame)  # refused there, unread
+        request = pt.read(ctx.header, frame)
+        if not (_unclean(request) and pt.elects_every_partition(request)):
+            return await judge(ctx, cluster, frame)
+        refused = await engine.refused(
+            ctx,
+            _EVERY_PARTITION,
+            policy="gateway",
+            resource_type="cluster",
+            resource_name="",
+            action="elect_unclean_leader",
+        )
+        return Answer(frame=pt.refuse_all(request, ctx.correlation_id, refused))
+
+    return handle

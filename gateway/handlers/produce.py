@@ -63,7 +63,6 @@ from protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
-    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from protocol.framing import FrameRejected, RequestHeader
@@ -93,7 +92,7 @@ from ..record_validation import PartitionOutcome
 from ..services import Services
 from ..state import StateStoreError
 from ._addresses import with_leader_endpoints
-from ._partitioned import UNKNOWN_ID, TopicNamesById
+from ._partitioned import UNKNOWN_ID, TopicNamesById, own_topic_refusal
 from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
@@ -219,12 +218,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
         unsettled = await self._settle() or self._acks_learnt(ctx, request)
         if unsettled is not None:
             return dict.fromkeys(keys, unsettled)
-        rulings: dict[Key, Ruling] = {}
-        for p in request.partitions:
-            name = names.get(p.topic, p.topic)
-            refused = UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)
-            if refused is not None:
-                rulings[(p.topic, p.partition)] = refused
+        rulings = _refused_partitions(request, names, services.own_topics)
         if request.acks not in _VALID_ACKS:
             # Kafka's answer (ReplicaManager.appendRecords), which not every broker gives:
             # Tansu writes acks=2 as acks=1, past a client's acks config of all
@@ -496,16 +490,40 @@ def _too_many_partitions(ctx: RequestContext, frame: bytes, limit: int) -> Close
     )
 
 
-def _refused_topic(topic: str, own_topics: frozenset[str]) -> ItemError | None:
+def _refused_partitions(
+    request: ProduceView, names: Mapping[str, str | None], own_topics: frozenset[str]
+) -> dict[Key, Ruling]:
+    """The partitions refused before any policy: of a topic id the cluster does not know, of
+    an illegal name, of the gateway's own topics (one ruling per topic, so one event for all
+    its partitions)."""
+    rulings: dict[Key, Ruling] = {}
+    refusals: dict[str, Ruling | None] = {}
+    for p in request.partitions:
+        name = names.get(p.topic, p.topic)
+        if name is None:
+            refused: Ruling | None = UNKNOWN_ID
+        elif name in refusals:
+            refused = refusals[name]
+        else:
+            refused = refusals[name] = _refused_topic(name, own_topics)
+        if refused is not None:
+            rulings[(p.topic, p.partition)] = refused
+    return rulings
+
+
+def _refused_topic(topic: str, own_topics: frozenset[str]) -> Ruling | None:
     """An illegal name (``T/`` would land in ``T`` on some brokers, unvalidated) or one of the
-    gateway's own topics."""
+    gateway's own topics (audited: a client writing into the audit topic is forging events;
+    one event for the topic, not one per partition: 20,000 made-up partitions of it in one
+    request would be 20,000 events)."""
     illegal = illegal_topic(topic)
     if illegal is not None:
         return illegal
     if topic in own_topics:
-        return ItemError(
-            error_code=int(TOPIC_AUTHORIZATION_FAILED),
-            error_message=f"Topic '{topic}' is written by the gateway only.",
+        return own_topic_refusal(
+            f"Topic '{topic}' is written by the gateway only.",
+            resource_name=topic,
+            action="produce",
         )
     return None
 

@@ -25,7 +25,12 @@ from gateway.audit import EVENT_MAX_BYTES, recorded_client_id
 from gateway.logs import TEXT_FORMAT, JsonFormatter, TextFormatter
 from protocol import client_configs as wire
 from protocol.codec import decode_response, encode_request
-from spark_audit.event import AuditEvent
+from spark_audit.event import SENSITIVE_TOPIC_CONFIG, AuditEvent
+from tests.adversarial.test_partitioned_routes import (
+    _delete_records,
+    _fetch,
+    _list_offsets,
+)
 from tests.adversarial.test_request_cost import CREATE_TOPICS, POLICY_VIOLATION, create_topics
 from tests.batches import produce_v9
 from tests.e2e.test_gateway_process import KPG
@@ -284,3 +289,100 @@ def test_an_event_too_large_for_the_audit_topic_is_recorded_shortened(
     kept = many_configs.topic_spec.configs
     assert 0 < len(kept) < len(many) + 1
     assert f"{len(kept)} of {len(many) + 1} topic configs recorded" in (many_configs.message or "")
+
+
+SECRETS = (
+    ("ssl.keystore.password", "hunter2-keystore"),
+    ("sasl.jaas.config", 'PlainLoginModule required username="a" password="hunter2-jaas";'),
+    ("listener.name.internal.ssl.key.password", "hunter2-listener"),
+    ("Some.Plugin.SECRET", "hunter2-plugin"),
+)
+
+
+def test_a_creation_s_secret_configs_keep_their_key_and_never_their_value(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """A CreateTopics may carry any config a client pastes into it, its own client's secrets
+    too (``ssl.keystore.password``, ``sasl.jaas.config``): the broker refuses the key, but the
+    event's ``topic_spec.configs`` recorded every value whole, in the spool, the audit topic
+    and the report's events CSV. Config changes never recorded a secret's value; a creation's
+    configs now keep the key with :data:`SENSITIVE_TOPIC_CONFIG` for its value, in a dry run
+    and a real one, allowed or denied."""
+    rule = {"name": "naming", "type": "topic.name", "pattern": r"[a-z]+\.v[0-9]+"}
+    spool = tmp_path / "audit"
+    config = gateway_config(
+        tap.address, policies={"rules": [rule]}, audit={"spool_dir": str(spool)}
+    )
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=30)
+        configs = (("retention.ms", "60000"), *SECRETS)
+        asked = [  # (name, validate_only): denied by the rule, allowed dry run, allowed
+            (f"denied-{uuid.uuid4().hex[:8]}", False),
+            (f"dry.v{uuid.uuid4().int % 10**6}", True),
+            (f"real.v{uuid.uuid4().int % 10**6}", False),
+        ]
+        for name, validate_only in asked:
+            request = create_topic_request(name, configs=configs, validate_only=validate_only)
+            answer = client.request(CREATE_TOPICS, 7, request)
+            for topic in answer.topics:
+                assert "hunter2" not in (topic.error_message or "")
+        names = {name for name, _ in asked}
+        events = spool_events(spool, lambda e: e.resource_name in names, count=len(asked))
+    finally:
+        gw.stop()
+    assert {e.resource_name for e in events} == names
+    assert {e.verdict for e in events} == {"denied", "allowed"}
+    for event in events:
+        assert event.topic_spec is not None
+        assert event.topic_spec.configs == {
+            "retention.ms": "60000",
+            **{key: SENSITIVE_TOPIC_CONFIG for key, _ in SECRETS},
+        }
+    for path in spool.iterdir():
+        if path.is_file():
+            assert b"hunter2" not in path.read_bytes(), path.name
+
+
+def test_a_client_reading_writing_or_truncating_the_audit_topic_is_audited(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """The gateway's own topics are refused to every client (TOPIC_AUTHORIZATION_FAILED), but
+    the refusal was an answer made here with no audit event: a client that fetched the audit
+    topic (every principal's decisions and config values), produced made-up events into it or
+    truncated it with DeleteRecords left no trace in the audit it went for. Each attempt is
+    now one denied event of policy ``own_topics``, as the gateway's other own-topic refusals
+    are, its request id ending the client's message where the API carries one; one per topic
+    however many partitions of it the request names."""
+    own = f"_kpg_audit_{uuid.uuid4().hex[:8]}"
+    spool = tmp_path / "audit"
+    config = gateway_config(tap.address, audit={"topic": own, "spool_dir": str(spool)})
+    gw = GatewayThread(config).start()
+    try:
+        client = RawClient(gw.bootstrap, timeout=10)
+        attempts = [  # (API, version, request, action, resource, topics and partitions fields)
+            ("Fetch", 1, 12, _fetch(own), "fetch", own, ("responses", "partitions")),
+            ("ListOffsets", 2, 7, _list_offsets(own), "list_offsets", own,
+             ("topics", "partitions")),
+            ("Produce", 0, 9, produce_v9({own: dict.fromkeys(range(50))}), "produce", own,
+             ("responses", "partition_responses")),
+            ("DeleteRecords", 21, 2, _delete_records(own), "delete_records", own,
+             ("topics", "partitions")),
+        ]  # fmt: skip
+        answers = {}
+        for api, api_key, version, request, *_ in attempts:
+            answers[api] = client.request(api_key, version, request)
+        events = spool_events(spool, lambda e: e.event_kind == "decision", count=len(attempts))
+    finally:
+        gw.stop()
+    assert [(e.api, e.action, e.resource_name) for e in events] == [
+        (api, action, resource) for api, _, _, _, action, resource, _ in attempts
+    ]
+    for event, (api, *_, fields) in zip(events, attempts, strict=True):
+        assert (event.verdict, event.policy, event.error_code) == ("denied", "own_topics", 29)
+        assert event.client_id == "raw-test" and event.request_id is not None
+        partitions = [p for t in getattr(answers[api], fields[0]) for p in getattr(t, fields[1])]
+        assert {int(p.error_code) for p in partitions} == {29}, api  # one event, however many
+        message = getattr(partitions[0], "error_message", None)
+        if message is not None:
+            assert message.endswith(f"(audit request id {event.request_id})"), message

@@ -454,16 +454,49 @@ def test_keys_over_the_bound_and_illegal_names_fold_into_one_summary_that_counts
         (e.resource_name, e.principal, e.client_id, e.event_count, e.records_examined)
         for e in summaries
     ] == [
-        ("*", None, None, 3, 14),
+        ("*", "User:alice", None, 1, 7),
+        ("*", "User:eve", None, 2, 7),
         ("orders", "User:alice", "app", 2, 6),
         ("payments", "User:bob", "app", 1, 2),
     ]
     assert "audit.produce_summary_max_keys" in (summaries[0].message or "")
-    assert summaries[1].message is None
+    assert summaries[2].message is None
 
     _produce(summarizer, "made-up-1", "User:eve", "x", records=1)  # a new interval: kept
     (summary,) = summarizer.flush(T0 + 120_000)
     assert (summary.resource_name, summary.message) == ("made-up-1", None)
+
+
+def test_one_client_s_made_up_names_leave_the_others_writes_theirs() -> None:
+    """Names are counted before any broker says the topic exists, so one client's made-up
+    names filled the interval's keys, and every other principal's writes after them were
+    folded under a null principal: User:eve's flood made User:alice's and User:bob's Produce
+    traffic of the interval nobody's. The folded summary keeps its principal; past
+    ``max_keys`` folded principals, further ones fold under a null principal."""
+    summarizer = ProduceSummarizer(
+        gateway_instance="kpg-1", mode="enforce", interval_ms=60_000, start_ms=T0, max_keys=3
+    )
+    for index in range(5):  # the flood: three keys kept, two shares folded
+        _produce(summarizer, f"made-up-{index}", "User:eve", "x", records=1)
+    _produce(summarizer, "orders", "User:alice", "app", records=2)
+    _produce(summarizer, "orders", "User:alice", "app", records=3)
+    _produce(summarizer, "payments", "User:bob", "app", records=4)
+    _produce(summarizer, "payments", "User:carol", "app", records=5)  # past 3 folded ones
+
+    summaries = summarizer.flush(T0 + 60_000)
+
+    folded = [
+        (e.principal, e.client_id, e.event_count, e.records_examined)
+        for e in summaries
+        if e.resource_name == "*"
+    ]
+    assert folded == [
+        (None, None, 1, 5),
+        ("User:alice", None, 2, 5),
+        ("User:bob", None, 1, 4),
+        ("User:eve", None, 2, 2),
+    ]
+    assert sum(e.event_count for e in summaries) == 9
 
 
 def test_an_event_over_the_line_bound_keeps_what_fits() -> None:

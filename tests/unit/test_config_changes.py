@@ -270,6 +270,8 @@ def test_sensitive_keys_as_kafka_marks_them(
         ("listener.name.x.ssl.keystore.key", True),
         # a plug-in's own broker config, named in capitals: a secret all the same
         ("custom.plugin.API.PASSWORD", True),
+        # Kafka 4.1's OAuth client assertion key (KIP-1139), of type PASSWORD
+        ("listener.name.x.oauthbearer.sasl.oauthbearer.assertion.private.key.passphrase", True),
         ("log.retention.ms", False),
         ("sasl.enabled.mechanisms", False),
     ],

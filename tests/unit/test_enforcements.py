@@ -1495,7 +1495,8 @@ def test_data_deletion_of_protected_own_or_illegal_topics_is_answered_here(
             DATA_ACTIONS[api_key],
             "denied",
             protected("protected-billing", DATA_VERBS[api_key]),
-        )
+        ),
+        (OWN, DATA_ACTIONS[api_key], "denied", OWN_REFUSAL),
     ]
 
 
@@ -1759,6 +1760,8 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert items(FETCH, version, answer_of(guarded.send(fetch(version, (own, 1))))) == [
         ((own, 1), TOPIC_AUTHORIZATION_FAILED, None)
     ]
+    # each refusal audited once per request, under the topic's name, not its id
+    assert audited(guarded) == [(OWN, "fetch", "denied", OWN_REFUSAL)] * 2
 
 
 INCREMENTAL_SESSION = [pytest.param(v, id=f"v{v}") for v in (7, 12, 13, 15)]
@@ -2011,11 +2014,22 @@ def test_elect_unclean_leaders_mixed_forwards_the_allowed_and_merges_in_request_
 def test_elect_unclean_leaders_of_every_partition_is_invalid_request(
     guarded: Harness, version: int
 ) -> None:
-    """The gateway judges unclean elections topic by topic, so it must be told the topics."""
+    """The gateway judges unclean elections topic by topic, so it must be told the topics.
+    The refusal is audited (it was answered with no event: an unclean election of the whole
+    cluster, the widest a client can ask for, left no trace)."""
     answer = answer_of(guarded.send(elect_leaders(version, None, election_type=UNCLEAN)))
     assert top_level(ELECT_LEADERS, version, answer)["error_code"] == INVALID_REQUEST
     assert items(ELECT_LEADERS, version, answer) == []
-    assert (guarded.cluster.asked, guarded.sink.events) == ([], [])
+    assert guarded.cluster.asked == []
+    [event] = guarded.sink.events
+    assert (event.api, event.action, event.resource_type, event.resource_name) == (
+        "ElectLeaders",
+        "elect_unclean_leader",
+        "cluster",
+        "",
+    )
+    assert (event.verdict, event.policy, event.error_code) == ("denied", "gateway", INVALID_REQUEST)
+    assert event.message is not None and "topic by topic" in event.message
 
 
 # --- AlterPartitionReassignments -------------------------------------------------------------

@@ -223,14 +223,38 @@ def test_oauthbearer_principal_only_once_the_broker_accepts() -> None:
         ),
         ("SCRAM-SHA-256", "n,,n=mallory,r=abc,n=admin"),
         ("SCRAM-SHA-512", "n,,n=admin,n=mallory,r=abc"),
+        # an authorization id other than the user: Kafka refuses it, a broker honouring it
+        # acts as admin while the gateway would name mallory
+        ("PLAIN", "admin\x00mallory\x00pw"),
+        ("SCRAM-SHA-256", "n,a=admin,n=mallory,r=abc"),
+        ("OAUTHBEARER", f"n,a=admin,\x01auth=Bearer {_jwt({'sub': 'mallory'})}\x01\x01"),
     ],
 )
 def test_a_first_message_naming_two_users_is_refused(mechanism: str, message: str) -> None:
     """Brokers need not agree which of two user names counts (Kafka's OAUTHBEARER takes the
-    last ``auth``), so the gateway names neither: the exchange is refused."""
+    last ``auth``; an authorization id other than the user is refused by Kafka and honoured by
+    a broker that implements it), so the gateway names neither: the exchange is refused."""
     state = SaslState()
     state.start(mechanism)
     with pytest.raises(AmbiguousSaslMessage):
         state.client_message(message.encode())
     extensions = f"n,,\x01auth=Bearer {_jwt({'sub': 'svc'})}\x01traceId=7\x01\x01"
     assert oauthbearer_claim(extensions) == "svc"
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "message", "user"),
+    [
+        ("PLAIN", "alice\x00alice\x00pw", "alice"),
+        ("SCRAM-SHA-256", "n,a=a=2Cb,n=a=2Cb,r=abc", "a,b"),
+        ("OAUTHBEARER", f"n,a=svc,\x01auth=Bearer {_jwt({'sub': 'svc'})}\x01\x01", "svc"),
+        ("SCRAM-SHA-256", "n,a=owner,n=tok1,r=abc,tokenauth=true", None),  # a token's owner
+    ],
+)
+def test_an_authorization_id_naming_the_user_itself_is_taken(
+    mechanism: str, message: str, user: str | None
+) -> None:
+    state = SaslState()
+    state.start(mechanism)
+    state.client_message(message.encode())
+    assert state.claimed_user == user

@@ -73,6 +73,29 @@ def test_the_gateways_own_refusal_stays_whatever_the_candidate_says() -> None:
     assert (judged["replayable"], judged["denied_rules"]) == (True, ["own_principal"])
 
 
+@pytest.mark.parametrize(
+    ("api", "action", "resource_type"),
+    [
+        ("DeleteRecords", "delete_records", "topic"),
+        ("Fetch", "fetch", "topic"),
+        ("CreateAcls", "create_acl", "acl"),
+    ],
+)
+def test_a_refusal_of_the_gateways_own_topics_stays_as_recorded(
+    api: str, action: str, resource_type: str
+) -> None:
+    """A client's DeleteRecords or Fetch of the audit topic (or an ACL that could cover it)
+    is refused by the gateway whatever the policies say (policy own_topics); the replay
+    counted such a refusal not replayable, as if a rule had decided it."""
+    chain = load_policy_chain(CANDIDATE, source="<candidate>")
+    item = {**_item(action, resource_type, "_kpg_audit", "User:ops"), "api": api}
+    try:
+        judged = judge_item(chain, {**item, "recorded_denied_rules": ["own_topics"]})
+    finally:
+        chain.close()
+    assert (judged["replayable"], judged["denied_rules"]) == (True, ["own_topics"])
+
+
 def test_a_topic_config_change_is_not_judged_without_what_the_event_lacks() -> None:
     """A candidate TopicActionPolicy needs the topic's state and a required.configs rule the
     configs the request left as they were; neither is recorded, and the replay denied every
