@@ -42,7 +42,9 @@ _FIXED_HEAD: Final = 4 + 4 + 4 + 1 + 4 + 4
 """max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, session_epoch."""
 _PARTITION: Final = 4 + 4 + 8 + 4 + 8 + 4
 """partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
-partition_max_bytes (v15 and later)."""
+partition_max_bytes (v12 and later)."""
+TOPIC_IDS_SINCE: Final = 13
+"""From v13 (KIP-516) a Fetch names its topics by id."""
 _TOPIC_ID: Final = 16
 _CONSUMER: Final = -1
 FUTURE_LOCAL_REPLICA_ID: Final = -3
@@ -75,12 +77,46 @@ def fetch_replica_ids(header: RequestHeader, frame: bytes) -> tuple[int, ...]:
 
     :raises Undecodable: when the body ends before it is read through.
     """
+    return read_fetch(header, frame, topic_ids=False)[0]
+
+
+def fetch_topic_ids(header: RequestHeader, frame: bytes) -> tuple[bytes, ...]:
+    """The topic id (16 bytes) of each topic a v13+ request fetches (:func:`read_fetch`).
+
+    :raises Undecodable: as :func:`read_fetch`, and for a version before v13.
+    """
+    if header.api_version < TOPIC_IDS_SINCE:
+        raise Undecodable(f"Fetch v{header.api_version} names topics by name, not by id")
+    return read_fetch(header, frame, topic_ids=True)[1]
+
+
+def read_fetch(
+    header: RequestHeader, frame: bytes, *, topic_ids: bool
+) -> tuple[tuple[int, ...], tuple[bytes, ...]]:
+    """Every replica id the request names (as :func:`fetch_replica_ids`) and, with
+    ``topic_ids`` from v13, the topic id (16 bytes) of each topic it fetches, in order,
+    repeats included (the forgotten topics, which only leave the fetch session, left out),
+    in one walk.
+
+    The ids are read where Kafka reads them: the request is walked to its tagged fields
+    (every partition's fixed 32 bytes skipped, each tagged field Kafka knows held to its
+    type's size), so an id is never taken from bytes Kafka reads as something else. Before
+    v15 with ``topic_ids`` false, only the replica id (the first int32) is read.
+
+    :raises Undecodable: when the body ends before it is read through.
+    """
+    version = header.api_version
+    ids: list[bytes] = []
     try:
-        if header.api_version < REPLICA_STATE_SINCE:
-            return (int(_INT32.unpack_from(frame, header.size)[0]),)
-        return _replica_state_ids(frame, _skip_body(frame, header.size, header.api_version))
+        if version < REPLICA_STATE_SINCE:
+            replica_ids: tuple[int, ...] = (int(_INT32.unpack_from(frame, header.size)[0]),)
+            if topic_ids and version >= TOPIC_IDS_SINCE:
+                _skip_body(frame, header.size + 4, version, ids)
+            return replica_ids, tuple(ids)
+        end = _skip_body(frame, header.size, version, ids if topic_ids else None)
+        return _replica_state_ids(frame, end), tuple(ids)
     except (IndexError, struct.error) as exc:
-        raise Undecodable(f"Fetch v{header.api_version} body ends early: {exc}") from None
+        raise Undecodable(f"Fetch v{version} body ends early: {exc}") from None
 
 
 def _count(frame: bytes, offset: int) -> tuple[int, int]:
@@ -116,12 +152,17 @@ def _tags(frame: bytes, offset: int, known: Mapping[int, int]) -> int:
     return offset
 
 
-def _skip_body(frame: bytes, offset: int, version: int) -> int:
-    """The offset of the request's own tagged fields, behind its last field (rack_id)."""
+def _skip_body(
+    frame: bytes, offset: int, version: int, topic_ids: list[bytes] | None = None
+) -> int:
+    """The offset of the request's own tagged fields, behind its last field (rack_id), from
+    ``offset``, where max_wait_ms is; each fetched topic's id appended to ``topic_ids``."""
     partition_tags = {tag: size for since, tag, size in _PARTITION_TAGS if version >= since}
     offset += _FIXED_HEAD
     topics, offset = _count(frame, offset)
     for _ in range(topics):
+        if topic_ids is not None:
+            topic_ids.append(frame[offset : offset + _TOPIC_ID])
         partitions, offset = _count(frame, offset + _TOPIC_ID)
         for _ in range(partitions):
             offset = _tags(frame, offset + _PARTITION, partition_tags)

@@ -53,16 +53,17 @@ def carries_node_endpoints(api_key: int, api_version: int) -> bool:
 def has_node_endpoints(api_key: int, api_version: int, frame: bytes) -> bool:
     """Whether the answer ``frame`` (response header included, no size prefix) holds leader
     endpoints the gateway must rewrite (an empty list holds none). ShareFetch and
-    ShareAcknowledge answers always may (their list is a plain field): True.
+    ShareAcknowledge answers hold theirs as a plain field behind the topics, walked to as a
+    Fetch answer's tagged fields are.
 
     :raises Undecodable: for an answer that does not fit its layout.
     """
     if not carries_node_endpoints(api_key, api_version):
         return False
-    if api_key not in (FETCH, PRODUCE):
-        return True
     try:
         position = skip_tags(frame, 4)  # correlation id, then the flexible header's tags
+        if api_key in (SHARE_FETCH, SHARE_ACKNOWLEDGE):
+            return _has_share_endpoints(frame, position, api_key, api_version)
         if api_key == FETCH:
             position = _fetch_topics_end(frame, position)
         else:
@@ -130,6 +131,41 @@ def _produce_topics_end(frame: bytes, position: int, *, by_id: bool) -> int:
             position = skip_tags(frame, _skip_compact(frame, position))  # error_message
         position = skip_tags(frame, position)
     return position + 4  # throttle_time_ms
+
+
+_SHARE_LOCK_TIMEOUT_SINCE: Final[Mapping[int, int]] = {SHARE_FETCH: 0, SHARE_ACKNOWLEDGE: 2}
+"""The first version whose answer has ``acquisition_lock_timeout_ms`` behind the error."""
+
+
+def _has_share_endpoints(frame: bytes, position: int, api_key: int, api_version: int) -> bool:
+    """Whether a ShareFetch or ShareAcknowledge answer's ``node_endpoints`` has an entry:
+    past throttle_time_ms, error_code, error_message (and acquisition_lock_timeout_ms) and
+    the topics, each partition's records skipped by their length."""
+    position = _skip_compact(frame, position + 4 + 2)
+    if api_version >= _SHARE_LOCK_TIMEOUT_SINCE[api_key]:
+        position += 4
+    topics, position = _count(frame, position)
+    for _ in range(topics):
+        partitions, position = _count(frame, position + 16)  # topic_id
+        for _ in range(partitions):
+            position = _skip_compact(frame, position + 4 + 2)  # index, error: error_message
+            if api_key == SHARE_FETCH:
+                position = _skip_compact(frame, position + 2)  # acknowledge error, message
+            position = skip_tags(frame, position + 4 + 4)  # current_leader
+            if api_key == SHARE_FETCH:
+                position = _skip_compact(frame, position)  # records
+                acquired, position = _count(frame, position)
+                for _ in range(acquired):
+                    position = skip_tags(frame, position + 8 + 8 + 2)
+            position = skip_tags(frame, position)
+        position = skip_tags(frame, position)
+    endpoints, position = _count(frame, position)
+    for _ in range(endpoints):
+        position = _skip_compact(frame, position + 4)  # node_id, host
+        position = skip_tags(frame, _skip_compact(frame, position + 4))  # port, rack
+    if skip_tags(frame, position) != len(frame):
+        raise IndexError("the answer does not end behind its tagged fields")
+    return endpoints > 0
 
 
 _EMPTY_LIST: Final = 1

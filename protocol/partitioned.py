@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -239,9 +239,22 @@ def keeping(request: Partitioned, header: RequestHeader, keep: Collection[Item])
         if partitions:
             kept_topics.append(dataclasses.replace(topic, **{shape.request_partitions: partitions}))
     payload = dataclasses.replace(request.payload, **{shape.request_topics: tuple(kept_topics)})
+    if _opens_fetch_session(request) and any(item not in keep for item in request.items):
+        # partitions are answered by the gateway, and that answer closes the client's session
+        # (:func:`answer`): a sessionless fetch (epoch -1), so that the broker keeps no session
+        # no client will use
+        payload = dataclasses.replace(payload, session_epoch=i32(-1))
     return encode_request(
         request.api_key, request.version, header.correlation_id, header.client_id, payload
     )[4:]
+
+
+def _opens_fetch_session(request: Partitioned) -> bool:
+    """A Fetch (v7+) asking for a new session: a full fetch, session id 0 and epoch 0."""
+    payload = request.payload
+    return (
+        getattr(payload, "session_id", None) == 0 and getattr(payload, "session_epoch", None) == 0
+    )
 
 
 def answer(
@@ -249,9 +262,15 @@ def answer(
     correlation_id: int,
     local: Mapping[Item, ItemError],
     broker_frame: bytes | None,
+    refused_topics: Callable[[str], ItemError | None] = lambda topic: None,
 ) -> bytes:
     """The response frame (no size prefix): each partition of the request once, in request
-    order, grouped by topic: from ``local`` where given, else from the broker's answer.
+    order, grouped by topic: from ``local`` where given, else from the broker's answer;
+    then each partition of the broker's answer the request did not name, in the broker's
+    order (under its topic's group), refused as ``refused_topics`` says for its topic where
+    it says so. A Fetch in an incremental session (KIP-227, v7+) is answered with every
+    partition of the session that has news, named by that request or not: dropped, its
+    records were lost to the client (the broker's session has moved past them).
 
     :raises Undecodable: when the broker's answer does not decode.
     :raises KeyError: when a partition is in neither.
@@ -265,29 +284,30 @@ def answer(
         if broker_frame is None
         else decode_response(request.api_key, request.version, broker_frame)
     )
-    from_broker: dict[Item, object] = {}
-    if broker is not None:
-        for topic in getattr(broker, shape.response_topics):
-            name = _topic_of(request, topic, shape.response_topic)
-            for partition in getattr(topic, shape.response_partitions):
-                from_broker[(name, int(getattr(partition, shape.response_index)))] = partition
+    from_broker = {} if broker is None else _partitions_of(request, broker)
     grouped: dict[str, dict[int, object]] = {}
+
+    def refusal(index: int, error: ItemError) -> object:
+        return filled(
+            partition_cls,
+            {
+                shape.response_index: i32(index),
+                shape.response_error: ErrorCode(error.error_code),
+                "error_message": error.error_message,
+            },
+        )
+
     for name, index in request.items:
         group = grouped.setdefault(name, {})
         if index in group:
             continue
         error = local.get((name, index))
-        if error is None:
-            group[index] = from_broker[(name, index)]
-        else:
-            group[index] = filled(
-                partition_cls,
-                {
-                    shape.response_index: i32(index),
-                    shape.response_error: ErrorCode(error.error_code),
-                    "error_message": error.error_message,
-                },
-            )
+        group[index] = from_broker[(name, index)] if error is None else refusal(index, error)
+    for (name, index), partition in from_broker.items():
+        group = grouped.setdefault(name, {})
+        if index not in group:
+            error = refused_topics(name)
+            group[index] = partition if error is None else refusal(index, error)
     topic_entries: tuple[Entity, ...] = tuple(
         filled(
             topic_cls,
@@ -306,8 +326,26 @@ def answer(
     else:
         top["error_code"] = ErrorCode.none
         top["error_message"] = None
+    if local and "session_id" in top:
+        # a Fetch in a session (KIP-227): the partitions answered here never reached the
+        # broker's session, and a client keeps what it sent in its own, fetching a partition
+        # again only when its state changes; session id 0 closes the session for the client
+        # (Kafka's FetchSessionHandler), whose next fetch is a full one, naming every
+        # partition again, for the gateway to look at again
+        top["session_id"] = i32(0)
     payload: Entity = filled(response_cls, top)
     return response_header(correlation_id, request.api_key, request.version) + encode_body(payload)
+
+
+def _partitions_of(request: Partitioned, broker: Any) -> dict[Item, object]:
+    """Each partition of the broker's answer (decoded), in its order, by item."""
+    shape = request.shape
+    found: dict[Item, object] = {}
+    for topic in getattr(broker, shape.response_topics):
+        name = _topic_of(request, topic, shape.response_topic)
+        for partition in getattr(topic, shape.response_partitions):
+            found[(name, int(getattr(partition, shape.response_index)))] = partition
+    return found
 
 
 def refuse_all(request: Partitioned, correlation_id: int, error: ItemError) -> bytes:

@@ -158,8 +158,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "p03",
         "gateway/handlers/produce.py",
-        "        return ids is None or any(topic_id.bytes in frame for topic_id in ids)",
-        "        return any(topic_id.bytes in frame for topic_id in (ids or ()))",
+        "        return bool(own)",
+        "        return False",
         "prod",
     ),
     (
@@ -193,8 +193,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "p08",
         "gateway/handlers/produce.py",
-        "            refused = _UNKNOWN_ID if name is None else _refused_topic(name, services.own_topics)",
-        "            refused = None if name is None else _refused_topic(name, services.own_topics)",
+        "            refused: Ruling | None = UNKNOWN_ID",
+        "            refused: Ruling | None = None",
         "prod",
     ),
     ("p09", "gateway/handlers/produce.py", "    if topic in own_topics:", "    if False:", "prod"),
@@ -747,15 +747,15 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "f03",
         "gateway/handlers/fetch.py",
-        "        if ids is None or any(topic_id.bytes in frame for topic_id in ids):",
-        "        if ids is not None and any(topic_id.bytes in frame for topic_id in ids):",
+        "        if self._names.all_others(topic_ids, frame):",
+        "        if True:",
         "part",
     ),
     (
         "f04",
-        "gateway/handlers/fetch.py",
-        "        if ids is None or any(topic_id.bytes in frame for topic_id in ids):",
-        "        if ids is None:",
+        "gateway/handlers/_partitioned.py",
+        "        return all(topic_id in others for topic_id in ids) and not any(",
+        "        return all(topic_id in others for topic_id in ids) or not any(",
         "part",
     ),
     (
@@ -782,8 +782,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "f08",
         "protocol/fetch_replica.py",
-        "        if header.api_version < REPLICA_STATE_SINCE:",
-        "        if header.api_version <= REPLICA_STATE_SINCE:",
+        "        if version < REPLICA_STATE_SINCE:",
+        "        if version <= REPLICA_STATE_SINCE:",
         "part",
     ),
     (
@@ -796,8 +796,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "f10",
         "gateway/handlers/fetch.py",
-        "        if ctx.api_version < _TOPIC_IDS_SINCE:",
-        "        if ctx.api_version <= _TOPIC_IDS_SINCE:",
+        "        by_id = bool(own) and version >= TOPIC_IDS_SINCE",
+        "        by_id = bool(own) and version > TOPIC_IDS_SINCE",
         "part",
     ),
     (
@@ -845,7 +845,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "a02",
         "gateway/handlers/_partitioned.py",
-        "            elif topic in self._services.own_topics or topic in own_ids:",
+        "            elif name in self._services.own_topics:",
         "            elif topic in self._services.own_topics:",
         "part",
     ),
@@ -866,22 +866,22 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "a05",
         "gateway/handlers/_partitioned.py",
-        "        if set(found.values()) == self._own:",
-        "        if found:",
+        "        self._others = frozenset(i.bytes for i, name in names.items() if name not in own)",
+        "        self._others = frozenset(i.bytes for i, name in names.items())",
         "part",
     ),
     (
         "a06",
         "gateway/handlers/_partitioned.py",
-        "            if now - learned_at <= _IDS_TTL_S:",
-        "            if True:",
+        "        return all(topic_id in others for topic_id in ids) and not any(",
+        "        return any(topic_id in others for topic_id in ids) and not any(",
         "part",
     ),
     (
         "a07",
         "gateway/handlers/_partitioned.py",
-        "            if any(topic_id.bytes in frame for topic_id in ids):\n                return Close(",
-        "            if False:\n                return Close(",
+        "        if names.all_others(id_bytes, frame):\n            return Forward(frame=frame)\n        resolved",
+        "        if True:\n            return Forward(frame=frame)\n        resolved",
         "part",
     ),
     (
@@ -1407,7 +1407,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "f11",
         "gateway/handlers/fetch.py",
-        "            if not can_decode(API_KEY, ctx.api_version):",
+        "            if not can_decode(API_KEY, version):",
         "            if False:",
         "f4",
     ),
@@ -2858,15 +2858,15 @@ MUTANTS += [
     (
         "PT01",
         "gateway/handlers/_partitioned.py",
-        "            elif topic in self._services.own_topics or topic in own_ids:",
-        "            elif topic in own_ids:",
+        "            elif name in self._services.own_topics:",
+        "            elif topic in self._services.own_topics:",
         "e-pt",
     ),
     (
         "PT02",
         "gateway/handlers/_partitioned.py",
-        "            elif topic in self._services.own_topics or topic in own_ids:",
-        "            elif topic in self._services.own_topics:",
+        "            elif name is None:",
+        "            elif False:",
         "e-pt",
     ),
     (
@@ -2879,15 +2879,15 @@ MUTANTS += [
     (
         "PT04",
         "gateway/handlers/_partitioned.py",
-        "        if set(found.values()) == self._own:",
-        "        if True:",
+        "        self._own = tuple(i.bytes for i, name in names.items() if name in own)",
+        "        self._own = ()",
         "e-pt",
     ),
     (
         "PT05",
         "gateway/handlers/_partitioned.py",
-        "        if request.by_id and self._services.own_topics:\n            # learnt",
-        "        if False:\n            # learnt",
+        "        if request.by_id and self._services.own_topics:\n            # resolved",
+        "        if False:\n            # resolved",
         "e-pt",
     ),
     (
@@ -3701,5 +3701,66 @@ MUTANTS += [
         "    scan_text(at, at + view.len, &members, NULL);",
         "    scan_text(at, at + view.len - 1, &members, NULL);",
         "c-digits",
+    ),
+]
+
+# redteam22: topic ids known to name other topics (Fetch v13+, ShareFetch, ShareAcknowledge),
+# incremental fetch sessions' answers kept whole, the share requests' cap and answer walk
+MUTANTS += [
+    (
+        "ti01",
+        "protocol/partitioned.py",
+        "    for (name, index), partition in from_broker.items():\n        group = grouped.setdefault(name, {})",
+        "    for (name, index), partition in ():\n        group = grouped.setdefault(name, {})",
+        "part",
+    ),
+    (
+        "ti02",
+        "protocol/partitioned.py",
+        "            error = refused_topics(name)",
+        "            error = None",
+        "part",
+    ),
+    (
+        "ti03",
+        "gateway/handlers/_partitioned.py",
+        "        oversized = services.engine.oversized(ctx, frame)\n        if oversized is not None:\n            return oversized\n        try:",
+        "        oversized = None\n        if oversized is not None:\n            return oversized\n        try:",
+        "part",
+    ),
+    (
+        "ti04",
+        "protocol/node_endpoints.py",
+        "    return endpoints > 0",
+        "    return True",
+        "part",
+    ),
+    (
+        "ti05",
+        "gateway/handlers/_partitioned.py",
+        "        if names.all_others(id_bytes, frame):\n            return Forward(frame=frame)\n        if any(",
+        "        if True:\n            return Forward(frame=frame)\n        if any(",
+        "part",
+    ),
+    (
+        "ti06",
+        "gateway/handlers/fetch.py",
+        "        if version >= REPLICA_STATE_SINCE or by_id:",
+        "        if version >= REPLICA_STATE_SINCE:",
+        "part",
+    ),
+    (
+        "ti07",
+        "protocol/partitioned.py",
+        '    if local and "session_id" in top:',
+        "    if False:",
+        "part",
+    ),
+    (
+        "ti08",
+        "protocol/partitioned.py",
+        "    if _opens_fetch_session(request) and any(item not in keep for item in request.items):",
+        "    if False:",
+        "part",
     ),
 ]

@@ -20,9 +20,11 @@ from typing import Final
 from policies.chain import Decision, Mode, Verdict
 from policies.rules import TopicOperation
 from protocol import partitioned as pt
-from protocol.errors import TOPIC_AUTHORIZATION_FAILED
+from protocol.codec import Undecodable
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
 from protocol.framing import RequestHeader
 from protocol.results import ItemError
+from protocol.share_topics import share_topic_ids
 from protocol.topic_names import illegal_topic
 from protocol.versions import VersionRange, api_name
 
@@ -32,74 +34,24 @@ from ..services import Services
 from .base import Handler
 
 Item = pt.Item
-_IDS_TTL_S = 60.0
 _ASK_INTERVAL_S = 1.0
 """How often one connection may have the gateway ask the cluster for every topic's id."""
 _GATEWAY_ASK_INTERVAL_S = 0.1
 """How often any connection may (one handler's asks, over every connection)."""
 
 
-class OwnTopicIds:
-    """The topic ids of the gateway's own topics, learned from the cluster and kept a while
-    (for requests that name topics by id: Produce v13, Fetch v13 and later, ShareFetch).
-
-    They are learned from a Metadata answer on the asking client's link. An answer naming
-    every own topic is kept for everyone; one that lacks some (the broker's ACLs hide them
-    from that client, or one is missing at that moment) is kept for that principal alone,
-    whose requests the broker would not let reach what it cannot see. Kept for everyone, it
-    would let another client's request by the id of the topic that answer lacked pass every
-    shortcut for a minute.
-    """
-
-    def __init__(self, own_topics: frozenset[str]) -> None:
-        self._own = own_topics
-        self._complete: tuple[frozenset[uuid.UUID], float] = (frozenset(), float("-inf"))
-        self._partial: dict[str | None, tuple[frozenset[uuid.UUID], float]] = {}
-        self._names: dict[str, str] = {}
-        """Each own topic id learnt (as text) -> its topic's name (an id names one topic)."""
-
-    def fresh(self, principal: str | None) -> frozenset[uuid.UUID] | None:
-        """The ids as ``principal``'s requests are to be judged, or None when they must be
-        learned again."""
-        now = time.monotonic()
-        kept = [self._complete]
-        if principal in self._partial:
-            kept.append(self._partial[principal])
-        for ids, learned_at in kept:
-            if now - learned_at <= _IDS_TTL_S:
-                return ids
-        return None
-
-    async def learn(self, cluster: ClusterView, principal: str | None) -> frozenset[uuid.UUID]:
-        """The ids, asked of the cluster now on ``principal``'s link."""
-        _, by_id = await cluster.describe_all_topics()
-        found = {topic_id: name for topic_id, name in by_id.items() if name in self._own}
-        self._names.update((str(topic_id), name) for topic_id, name in found.items())
-        ids = frozenset(found)
-        now = time.monotonic()
-        if set(found.values()) == self._own:
-            self._complete = (ids, now)
-            self._partial.clear()
-        else:
-            self._partial = {
-                who: kept for who, kept in self._partial.items() if now - kept[1] <= _IDS_TTL_S
-            }
-            self._partial[principal] = (ids, now)
-        return ids
-
-    def name_of(self, topic_id: str) -> str:
-        """The name of the own topic of ``topic_id`` (text) as learnt; the id when unknown."""
-        return self._names.get(topic_id, topic_id)
-
-
 class TopicNamesById:
-    """Topic id -> name, as the cluster last answered (for requests that name topics by id,
-    Produce v13 and later).
+    """Topic id -> name, as the cluster last answered (for requests that name topics by id:
+    Produce v13, Fetch v13 and later, ShareFetch, ShareAcknowledge).
 
-    A topic's id never names another topic, so a known id is resolved from what was learned;
-    a request naming an id not known asks the cluster again, and every id of that request is
-    resolved from the new answer (one snapshot: no two ids of it share a name). An id the
-    cluster does not know is None.
+    A topic's id never names another topic (Kafka makes a new one for a topic deleted and
+    made again), so a known id is resolved from what was learned, with no expiry: an id
+    learnt as some other topic's is never one of the gateway's own (``own_topics``), and the
+    id of an own topic made again is not known until learnt. A request naming an id not
+    known asks the cluster again, and every id of that request is resolved from the new
+    answer (one snapshot: no two ids of it share a name). An id the cluster does not know is
+    None. Each answer replaces what was known, whole: the map holds one answer's topics (the
+    asking client's view of the cluster), never every topic ever learnt.
 
     Asking means a Metadata request for every topic of the cluster, its whole answer decoded
     by the gateway, so asks are bounded three ways: one connection asks at most once a second
@@ -113,8 +65,13 @@ class TopicNamesById:
     with what was known.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, own_topics: frozenset[str] = frozenset()) -> None:
+        self._own_topics = own_topics
         self._names: Mapping[uuid.UUID, str] = {}
+        self._others: frozenset[bytes] = frozenset()
+        """The ids (16 bytes each) known to name a topic not the gateway's own."""
+        self._own: tuple[bytes, ...] = ()
+        """The ids known to name one of the gateway's own topics."""
         self._asked_at: weakref.WeakKeyDictionary[ClusterView, float] = weakref.WeakKeyDictionary()
         """When each live link last asked (an entry goes with its link)."""
         self._last_ask = float("-inf")
@@ -133,9 +90,30 @@ class TopicNamesById:
                 names = await asyncio.shield(asking)
         return {topic_id: names.get(topic_id) for topic_id in ids}
 
+    def all_others(self, ids: Sequence[bytes], frame: bytes) -> bool:
+        """Whether every one of ``ids`` (16 bytes each, as a request holds them) is known to
+        name a topic not the gateway's own, and ``frame`` (the request they were read from)
+        holds no known own topic's id anywhere (a second guard, against a walk that read the
+        ids elsewhere than the broker reads them). False asks for the request to be read."""
+        others = self._others
+        return all(topic_id in others for topic_id in ids) and not any(
+            own in frame for own in self._own
+        )
+
+    def is_own(self, topic_id: str) -> bool:
+        """Whether ``topic_id`` (a UUID's string form; anything else is not) was learnt to
+        name one of the gateway's own topics."""
+        try:
+            return uuid.UUID(topic_id).bytes in self._own
+        except ValueError:
+            return False
+
     async def _ask(self, cluster: ClusterView) -> Mapping[uuid.UUID, str]:
         _, names = await cluster.describe_all_topics()
+        own = self._own_topics
         self._names = names
+        self._others = frozenset(i.bytes for i, name in names.items() if name not in own)
+        self._own = tuple(i.bytes for i, name in names.items() if name in own)
         return names
 
     def _asked(self, asking: asyncio.Future[Mapping[uuid.UUID, str]]) -> None:
@@ -168,6 +146,21 @@ class TopicNamesById:
         return True
 
 
+UNKNOWN_ID = ItemError(
+    error_code=int(UNKNOWN_TOPIC_ID),
+    error_message="This server does not host this topic ID.",
+)
+"""A topic id the cluster does not know, or not yet in the gateway's view: as Kafka answers
+an id a broker has not learnt yet, and clients retry after refreshing their metadata."""
+
+
+_OWN_TOPIC = ItemError(
+    error_code=int(TOPIC_AUTHORIZATION_FAILED),
+    error_message="This topic is the policy gateway's own; clients may not read, write or "
+    "change it.",
+)
+
+
 class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
     """The shared enforcement; subclasses judge what is left with :meth:`judge_topics`."""
 
@@ -175,7 +168,7 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         self._services = services
         self.api_key = api_key
         self.versions = versions
-        self._own_ids = OwnTopicIds(services.own_topics)
+        self._names = TopicNamesById(services.own_topics)
 
     def read(self, header: RequestHeader, frame: bytes) -> pt.Partitioned:
         return pt.read(header, frame)
@@ -209,24 +202,24 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         self, cluster: ClusterView, request: pt.Partitioned, principal: str | None
     ) -> dict[str, Ruling]:
         refused: dict[str, Ruling] = {}
-        own_ids: frozenset[str] = frozenset()
+        names: Mapping[str, str | None] = {}
         if request.by_id and self._services.own_topics:
-            # learnt at most once a minute (per principal, for a partial answer): learnt
-            # anew for each request read, a Fetch naming an own topic's id cost the gateway
-            # the cluster's whole Metadata, asked and decoded, for 60 bytes sent
-            ids = self._own_ids.fresh(principal)
-            if ids is None:
-                ids = await self._own_ids.learn(cluster, principal)
-            own_ids = frozenset(map(str, ids))
+            # resolved from what was learnt; an id not known asks the cluster (within the
+            # ask limits of TopicNamesById), and one still not known is UNKNOWN_TOPIC_ID:
+            # it may be an own topic made again, never passed on a stale view
+            ids = [uuid.UUID(topic) for topic in pt.topics(request)]
+            names = {str(i): name for i, name in (await self._names.resolve(cluster, ids)).items()}
         for topic in pt.topics(request):
             illegal = None if request.by_id else illegal_topic(topic)
+            name = names.get(topic, topic) if request.by_id else topic
             if illegal is not None:
                 refused[topic] = illegal
-            elif topic in self._services.own_topics or topic in own_ids:
+            elif name is None:
+                refused[topic] = UNKNOWN_ID
+            elif name in self._services.own_topics:
                 refused[topic] = own_topic_refusal(
-                    "This topic is the policy gateway's own; clients may not read, write or "
-                    "change it.",
-                    resource_name=self._own_ids.name_of(topic) if request.by_id else topic,
+                    _OWN_TOPIC.error_message or "",
+                    resource_name=name,
                     action=self.own_topic_action,
                 )
         return refused
@@ -260,7 +253,16 @@ class TopicPartitions(BaseEnforcement[pt.Partitioned, Item]):
         local: Mapping[Item, ItemError],
         broker: bytes | None,
     ) -> bytes:
-        return pt.answer(request, correlation_id, local, broker)
+        """The broker's answer whole, with the gateway's refusals merged in; a partition it
+        holds that the request did not name (a Fetch's incremental session carries them) is
+        kept, unless its topic is one of the gateway's own (never sent to the broker by this
+        gateway, but refused wherever it comes from)."""
+        return pt.answer(request, correlation_id, local, broker, self._refused_unnamed)
+
+    def _refused_unnamed(self, topic: str) -> ItemError | None:
+        if topic in self._services.own_topics or self._names.is_own(topic):
+            return _OWN_TOPIC
+        return None
 
 
 OWN_TOPICS_POLICY: Final = "own_topics"
@@ -336,21 +338,39 @@ class RulesPerTopic(TopicPartitions):
 
 def refusing_own_topic_ids(services: Services) -> Handler:
     """The handler of an API naming topics by id that the gateway otherwise forwards as sent
-    (ShareFetch, ShareAcknowledge): a request holding the bytes of one of the gateway's own
-    topics' ids (learnt from the cluster when a minute old) is refused, the connection closed,
-    as no client reads those topics; any other request is forwarded unread."""
-    own_ids = OwnTopicIds(services.own_topics)
+    (ShareFetch, ShareAcknowledge). Where the gateway has own topics, each request is decoded
+    (over ``judged.request.max.bytes`` the connection is closed unread) and its topic ids
+    resolved (:class:`TopicNamesById`): one naming an own topic is refused, the connection
+    closed, as no client reads those topics; so is one naming an id still not known once
+    learnt (or not asked, within the ask limits), which may be an own topic made again: the
+    client connects again and asks anew. Any other request is forwarded as sent."""
+    names = TopicNamesById(services.own_topics)
 
     async def handle(ctx: RequestContext, cluster: ClusterView, frame: bytes) -> Outcome:
-        if services.own_topics:
-            ids = own_ids.fresh(ctx.principal)
-            if ids is None:
-                ids = await own_ids.learn(cluster, ctx.principal)
-            if any(topic_id.bytes in frame for topic_id in ids):
-                return Close(
-                    reason=f"{api_name(ctx.api_key)} names one of the gateway's own topics",
-                    metric_reason="own_topic",
-                )
-        return Forward(frame=frame)
+        if not services.own_topics:
+            return Forward(frame=frame)
+        oversized = services.engine.oversized(ctx, frame)
+        if oversized is not None:
+            return oversized
+        try:
+            ids = share_topic_ids(ctx.header, frame)
+        except Undecodable as exc:
+            return Close(reason=str(exc), metric_reason="undecodable")
+        id_bytes = [i.bytes for i in ids]
+        if names.all_others(id_bytes, frame):
+            return Forward(frame=frame)
+        resolved = await names.resolve(cluster, ids)
+        if names.all_others(id_bytes, frame):
+            return Forward(frame=frame)
+        if any(name is None for name in resolved.values()):
+            return Close(
+                reason=f"{api_name(ctx.api_key)} names a topic id the gateway's view of the "
+                "cluster lacks (it may be one of the gateway's own topics, made again)",
+                metric_reason="own_topic",
+            )
+        return Close(
+            reason=f"{api_name(ctx.api_key)} names one of the gateway's own topics",
+            metric_reason="own_topic",
+        )
 
     return handle

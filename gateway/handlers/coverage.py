@@ -59,8 +59,10 @@ COVERAGE: Final[dict[int, Coverage]] = {
         "refused; leader endpoints (v10+) rewritten"
     ),
     1: _j(
-        "the gateway's own topics refused; a follower's fetch (a replica id) refused; every "
-        "other fetch passes unread; leader endpoints (v16+) rewritten"
+        "the gateway's own topics refused (from v13 by id: an id not learnt to name another "
+        "topic is read, one not known UNKNOWN_TOPIC_ID); a follower's fetch (a replica id) "
+        "refused; every other fetch passes unread; an incremental session's answer kept "
+        "whole; leader endpoints (v16+) rewritten"
     ),
     2: _j(
         "legal topic names; the gateway's own topics refused; a replica's request (a replica "
@@ -179,8 +181,12 @@ COVERAGE: Final[dict[int, Coverage]] = {
     75: _p(_READ),
     76: _r(_SHARE),
     77: _r(_SHARE),
-    78: _w("leader endpoints rewritten; the gateway's own topics (by id) refused"),
-    79: _w("leader endpoints rewritten; the gateway's own topics (by id) refused"),
+    78: _w(
+        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not known"
+    ),
+    79: _w(
+        "leader endpoints rewritten; the gateway's own topics (by id) refused, and ids not known"
+    ),
     80: _r("changes the controller quorum: an operator's task"),
     81: _r("changes the controller quorum: an operator's task"),
     82: _r("changes the controller quorum: an operator's task"),

@@ -5,10 +5,19 @@ leadership moved: each answer's layout is walked to its tagged fields (records s
 their length, never copied or read), and only one holding leader endpoints is decoded and has
 them swapped for the gateway's listeners (:mod:`._addresses`).
 
-The gateway's own topics (state and audit) are read by no client: a request whose bytes hold
-one of their names (or, from v13, which names topics by id, one of their ids) is decoded and
-those partitions get TOPIC_AUTHORIZATION_FAILED (:mod:`._partitioned`); the rest is fetched
-as asked. Any other request is never decoded.
+The gateway's own topics (state and audit) are read by no client: before v13, a request whose
+bytes hold one of their names is decoded and those partitions get TOPIC_AUTHORIZATION_FAILED
+(:mod:`._partitioned`); the rest is fetched as asked. From v13 topics are named by id: the
+request is walked to its topic ids (:func:`protocol.fetch_replica.read_fetch`, under
+``judged.request.max.bytes``) and passes unread only when each was learnt to name a topic not
+the gateway's own (:class:`._partitioned.TopicNamesById`: an id names one topic forever, so
+nothing learnt goes stale, on any worker); otherwise it is decoded, an own topic's partitions
+refused and an id still not known once asked again answered UNKNOWN_TOPIC_ID (an own topic made
+again has a new id, unknown until learnt). Any other request is never decoded. The answer of
+a decoded request is the broker's whole, the refusals added: an incremental fetch session's
+(KIP-227) answer holds partitions the request did not name. An answer with refusals closes the
+client's fetch session (:func:`protocol.partitioned.answer`), so that its next fetch names the
+refused partitions again.
 
 A follower's fetch (a replica id of 0 or more: v0-v14 in the body's first field, from v15 in
 the ``replica_state`` tagged field, :mod:`protocol.fetch_replica`) is inter-broker
@@ -26,7 +35,7 @@ client waiting), and its answer's walk (v16+) as long again.
 from __future__ import annotations
 
 from protocol.codec import Undecodable, can_decode
-from protocol.fetch_replica import REPLICA_STATE_SINCE, fetch_replica_ids, is_consumer
+from protocol.fetch_replica import REPLICA_STATE_SINCE, TOPIC_IDS_SINCE, is_consumer, read_fetch
 from protocol.versions import TAKEN
 
 from ..engine import RequestContext
@@ -38,43 +47,46 @@ from .base import Handler, enforced
 
 API_KEY = 1
 VERSIONS = TAKEN[API_KEY]
-_TOPIC_IDS_SINCE = 13
 
 
 class Fetch(TopicPartitions):
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
-        if ctx.api_version >= REPLICA_STATE_SINCE:
+        own = self._services.own_topics
+        version = ctx.api_version
+        by_id = bool(own) and version >= TOPIC_IDS_SINCE
+        if version >= REPLICA_STATE_SINCE or by_id:
             oversized = self._services.engine.oversized(ctx, frame)
             if oversized is not None:
                 return oversized
-        refused = _as_replica(ctx, frame)
+        try:
+            replica_ids, topic_ids = read_fetch(ctx.header, frame, topic_ids=by_id)
+        except Undecodable as exc:
+            return Close(reason=str(exc), metric_reason="undecodable")
+        refused = _as_replica(ctx, replica_ids)
         if refused is not None:
             return refused
-        own = self._services.own_topics
         if not own:
             return Forward(frame=frame)
-        if ctx.api_version < _TOPIC_IDS_SINCE:
+        if not by_id:
             if not any(topic.encode() in frame for topic in own):
                 return Forward(frame=frame)
-            if not can_decode(API_KEY, ctx.api_version):
+            if not can_decode(API_KEY, version):
                 return Close(
-                    reason=f"Fetch v{ctx.api_version} may name the gateway's own topics and is "
+                    reason=f"Fetch v{version} may name the gateway's own topics and is "
                     "too old to read",
                     metric_reason="undecodable",
                 )
             return frame
-        ids = self._own_ids.fresh(ctx.principal)
-        if ids is None or any(topic_id.bytes in frame for topic_id in ids):
-            return frame
-        return Forward(frame=frame)
+        # forwarded unread only when every topic id is one learnt to name another topic
+        # (an id names one topic forever); any other is read, and resolved (judge)
+        if self._names.all_others(topic_ids, frame):
+            return Forward(frame=frame)
+        return frame
 
 
-def _as_replica(ctx: RequestContext, frame: bytes) -> Close | None:
-    """The refusal of a fetch as a replica (or of a body too short to say who sends it)."""
-    try:
-        replicas = [r for r in fetch_replica_ids(ctx.header, frame) if not is_consumer(r)]
-    except Undecodable as exc:
-        return Close(reason=str(exc), metric_reason="undecodable")
+def _as_replica(ctx: RequestContext, replica_ids: tuple[int, ...]) -> Close | None:
+    """The refusal of a fetch as a replica."""
+    replicas = [r for r in replica_ids if not is_consumer(r)]
     if not replicas:
         return None
     return Close(

@@ -63,7 +63,6 @@ from protocol.errors import (
     KAFKA_STORAGE_ERROR,
     NOT_ENOUGH_REPLICAS,
     REQUEST_TIMED_OUT,
-    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from protocol.framing import FrameRejected, RequestHeader
@@ -93,7 +92,7 @@ from ..record_validation import PartitionOutcome
 from ..services import Services
 from ..state import StateStoreError
 from ._addresses import with_leader_endpoints
-from ._partitioned import OwnTopicIds, TopicNamesById, own_topic_refusal
+from ._partitioned import UNKNOWN_ID, TopicNamesById, own_topic_refusal
 from .base import Handler, enforced
 
 log = logging.getLogger(__name__)
@@ -118,8 +117,7 @@ class Produce(BaseEnforcement[ProduceView, Key]):
 
     def __init__(self, services: Services) -> None:
         self._services = services
-        self._own_ids = OwnTopicIds(services.own_topics)
-        self._names = TopicNamesById()
+        self._names = TopicNamesById(services.own_topics)
 
     def prepare(self, ctx: RequestContext, frame: bytes) -> bytes | Outcome:
         services = self._services
@@ -165,15 +163,12 @@ class Produce(BaseEnforcement[ProduceView, Key]):
 
     def _may_write_own(self, ctx: RequestContext, frame: bytes) -> bool:
         """Whether the request may name one of the gateway's own topics: by name (v12 and
-        earlier), or by id from v13, where the ids are known (learnt at most a minute ago);
-        when they are not, it may."""
+        earlier); from v13, by id, whenever the gateway has own topics (each id is then
+        resolved through the cluster, :class:`._partitioned.TopicNamesById`)."""
         own = self._services.own_topics
         if ctx.api_version < TOPIC_IDS_SINCE:
             return any(topic.encode() in frame for topic in own)
-        if not own:
-            return False
-        ids = self._own_ids.fresh(ctx.principal)
-        return ids is None or any(topic_id.bytes in frame for topic_id in ids)
+        return bool(own)
 
     def _count_unread(self, ctx: RequestContext, header: RequestHeader, frame: bytes) -> None:
         """Count a request forwarded unread in the produce summaries, by its topic names. A
@@ -312,9 +307,6 @@ class Produce(BaseEnforcement[ProduceView, Key]):
             return {}
         ids = list(dict.fromkeys(p.topic_id for p in request.partitions if p.topic_id))
         resolved = await self._names.resolve(cluster, ids)
-        if self._services.own_topics and self._own_ids.fresh(ctx.principal) is None:
-            # so that prepare() can pass the rest unread
-            await self._own_ids.learn(cluster, ctx.principal)
         names: dict[str, str | None] = {str(i): name for i, name in resolved.items()}
         for p in request.partitions:
             names.setdefault(p.topic, None)  # a null id names no topic
@@ -446,9 +438,6 @@ _UNKNOWN_PARTITION = ItemError(
     error_code=int(UNKNOWN_TOPIC_OR_PARTITION),
     error_message="This server does not host this topic-partition.",
 )
-_UNKNOWN_ID = ItemError(
-    error_code=int(UNKNOWN_TOPIC_ID), error_message="This server does not host this topic ID."
-)
 
 
 async def _missing_partitions(
@@ -512,7 +501,7 @@ def _refused_partitions(
     for p in request.partitions:
         name = names.get(p.topic, p.topic)
         if name is None:
-            refused: Ruling | None = _UNKNOWN_ID
+            refused: Ruling | None = UNKNOWN_ID
         elif name in refusals:
             refused = refusals[name]
         else:

@@ -1,9 +1,11 @@
-"""The ids of the gateway's own topics, as the shortcuts by id use them: Produce v13 with no
-validated topic, Fetch v13+ and ShareFetch forward a request unread unless its bytes hold one
-of those ids. The gateway learns the ids from a Metadata answer on a client's link and keeps
-them a minute; an answer that lacks an own topic (hidden from the asking client by the
-broker's ACLs, or not there at that moment) must not be kept for other clients, or the
-topic's id, named by one that can reach it, passes unread for that minute.
+"""The ids of the gateway's own topics, as the shortcuts by id use them: Fetch v13+,
+ShareFetch and ShareAcknowledge forwarded a request unread unless its bytes held one of the own
+topics' ids, learnt from a Metadata answer and trusted for a minute. An own topic deleted at
+the broker and made again has a new id, which passed for that minute; an answer lacking an own
+topic (hidden from the asking client by the broker's ACLs) let that topic's id pass for other
+clients. A request now passes unread only when every id it names was learnt to name another
+topic (an id names one topic forever); any other is read, and an id not known is never
+forwarded.
 
 Against the tapped real broker, the clients named by TLS certificates. Tansu has no ACLs to
 hide the own topic (the audit topic) from one client, so it is deleted straight at the broker
@@ -15,14 +17,21 @@ at the tap, whatever Tansu then answers.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.static.primitive import i32, i32Timedelta
 
 from protocol.addresses import METADATA
+from protocol.codec import decode_response, encode_request
+from protocol.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+from protocol.node_endpoints import SHARE_FETCH
 from tests.adversarial.test_produce_by_topic_id import GOOD, PRODUCE, produce, topic_ids
 from tests.adversarial.test_replica_fetch import FETCH
 from tests.adversarial.test_replica_fetch import _fetch as replica_fetch
@@ -111,20 +120,11 @@ def test_fetches_by_an_own_topics_id_do_not_each_ask_for_every_topic(
     assert len([r for r in tap.requests if r.api_key == METADATA]) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="own topic ids learnt complete are trusted for a minute, and a Fetch v13+ holding "
-    "none of them goes on unread: an own topic deleted at the broker and made again (by an "
-    "admin, or auto-created by the gateway's own producer) has a new id, which a client "
-    "learns from Metadata and fetches by within that minute. Closing it means reading the ids "
-    "of every Fetch (the shortcut's point) or learning the own topics' ids from every answer "
-    "that names them (Metadata, DescribeTopicPartitions, ...)",
-)
 def test_an_own_topic_made_again_is_refused_by_its_new_id(
     tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
 ) -> None:
     """Produce v13 is read whole wherever the gateway has own topics (the audit summaries
-    count it by name), so it finds the new id; Fetch takes the shortcut."""
+    count it by name), so it finds the new id; Fetch took the shortcut, its ids unread."""
     gw, own, pki = unvalidated
     # carol's Fetch is read (no id known yet): every own topic's id is learnt, complete
     fetch_v13(gw, pki, "carol", uuid.uuid4())
@@ -152,3 +152,125 @@ def fetch_v13(gw: GatewayThread, pki: Path, who: str, topic_id: uuid.UUID) -> No
             client.recv_frame()
     finally:
         client.close()
+
+
+def remake(tap: BrokerTap, own: str) -> uuid.UUID:
+    """The own topic deleted straight at the broker and made again: its new id."""
+    direct = AdminClient({"bootstrap.servers": str(tap.broker)})
+    assert outcome(direct.delete_topics([own])[own]) is None
+    assert wait_for(lambda: topic_ids(tap, [own])[own] is None)
+    assert outcome(direct.create_topics([NewTopic(own, 1, 1)])[own]) is None
+    assert wait_for(lambda: topic_ids(tap, [own])[own] is not None)
+    own_id = topic_ids(tap, [own])[own]
+    assert own_id is not None
+    return own_id
+
+
+def fetched_errors(answer: Any) -> list[int]:
+    return [int(p.error_code) for t in answer.responses for p in t.partitions]
+
+
+def test_an_id_not_known_is_answered_unknown_and_not_forwarded_on_the_same_link(
+    tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
+) -> None:
+    """One connection: its first Fetch names an id no topic has (the gateway asks, and
+    answers UNKNOWN_TOPIC_ID itself); the own topic is made again, and the same connection
+    fetches by the new id, maybe within the second in which that link may not ask again.
+    Whether asked or not, the new id must not reach the broker: asked, it is the own topic's
+    (TOPIC_AUTHORIZATION_FAILED); not asked, it is not known (UNKNOWN_TOPIC_ID)."""
+    gw, own, pki = unvalidated
+    client = RawClient(gw.bootstrap, tls=tls_context(pki, "carol"))
+    try:
+        made_up = uuid.uuid4()
+        answer = client.request(FETCH, 13, replica_fetch(13, "", made_up, None))
+        assert fetched_errors(answer) == [int(UNKNOWN_TOPIC_ID)]
+        assert not any(t.topic_id == made_up for r in tap.forwarded(FETCH) for t in r.topics)
+        own_id = remake(tap, own)
+        tap.requests.clear()
+        answer = client.request(FETCH, 13, replica_fetch(13, "", own_id, None))
+        assert fetched_errors(answer)[0] in (
+            int(UNKNOWN_TOPIC_ID),
+            int(TOPIC_AUTHORIZATION_FAILED),
+        )
+        assert not any(t.topic_id == own_id for r in tap.forwarded(FETCH) for t in r.topics)
+    finally:
+        client.close()
+
+
+def test_a_fetch_of_known_topics_is_forwarded_as_sent(
+    tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
+) -> None:
+    """The shortcut stands: once the ids are learnt, a Fetch naming only other topics' ids
+    reaches the broker byte for byte as the client wrote it (read, it would be written
+    again, partition by partition)."""
+    gw, own, pki = unvalidated
+    topic = f"plain-{uuid.uuid4().hex[:8]}"
+    direct = AdminClient({"bootstrap.servers": str(tap.broker)})
+    assert outcome(direct.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
+    assert wait_for(lambda: topic_ids(tap, [topic])[topic] is not None)
+    plain_id = topic_ids(tap, [topic])[topic]
+    assert plain_id is not None
+    client = RawClient(gw.bootstrap, tls=tls_context(pki, "carol"))
+    try:
+        first = client.request(FETCH, 13, replica_fetch(13, "", plain_id, None))
+        assert fetched_errors(first) == [0]
+        tap.requests.clear()
+        payload = replica_fetch(13, "", plain_id, None)
+        sent = encode_request(FETCH, 13, 77, "raw-test", payload)[4:]
+        client.send(FETCH, 13, payload, correlation_id=77)
+        assert fetched_errors(decode_response(FETCH, 13, client.recv_frame())) == [0]
+        assert [r.frame[8:] for r in tap.requests if r.api_key == FETCH] == [sent[8:]]
+        assert not [r for r in tap.requests if r.api_key == METADATA]
+    finally:
+        client.close()
+
+
+def share_fetch(topic_id: uuid.UUID) -> Any:
+    m = importlib.import_module("kio.schema.share_fetch.v1.request")
+    return m.ShareFetchRequest(
+        group_id="share-group",
+        member_id="member-1",
+        share_session_epoch=i32(0),
+        max_wait=i32Timedelta.parse(timedelta(milliseconds=10)),
+        min_bytes=i32(1),
+        max_bytes=i32(1 << 20),
+        max_records=i32(500),
+        batch_size=i32(500),
+        topics=(
+            m.FetchTopic(
+                topic_id=topic_id,
+                partitions=(m.FetchPartition(partition_index=i32(0), acknowledgement_batches=()),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
+def share_fetch_reached(tap: BrokerTap, topic_id: uuid.UUID) -> bool:
+    return any(t.topic_id == topic_id for r in tap.forwarded(SHARE_FETCH) for t in r.topics)
+
+
+def test_a_share_fetch_by_an_own_topics_new_id_is_refused(
+    tap: BrokerTap, unvalidated: tuple[GatewayThread, str, Path]
+) -> None:
+    """ShareFetch went on unread unless it held an own id learnt within the minute: the own
+    topic made again passed by its new id. Tansu has no share groups: what the gateway
+    forwards is seen at the tap, whatever Tansu then answers."""
+    gw, own, pki = unvalidated
+    old_id = topic_ids(tap, [own])[own]
+    assert old_id is not None
+    with contextlib.suppress(ConnectionError, OSError):
+        RawClient(gw.bootstrap, tls=tls_context(pki, "carol")).request(
+            SHARE_FETCH, 1, share_fetch(old_id)
+        )
+    assert not share_fetch_reached(tap, old_id)
+    own_id = remake(tap, own)
+    tap.requests.clear()
+    client = RawClient(gw.bootstrap, tls=tls_context(pki, "dave"))
+    try:
+        client.send(SHARE_FETCH, 1, share_fetch(own_id))
+        with pytest.raises((ConnectionError, OSError)):
+            client.recv_frame()
+    finally:
+        client.close()
+    assert not share_fetch_reached(tap, own_id)

@@ -48,6 +48,7 @@ from protocol.alter_configs import SET
 from protocol.codec import encode_request
 from spark_audit.event import AuditEvent
 from tests.adversarial.test_connection_limits import served
+from tests.adversarial.test_produce_by_topic_id import topic_ids
 from tests.batches import one_record_batch, produce_v9
 from tests.e2e.test_gateway_process import kpg_config, start_kpg
 from tests.inproc.test_client_configs import INVALID_REQUEST, USER_CLIENT, alter, stored
@@ -58,6 +59,7 @@ from tests.support import (
     RawClient,
     create_topic_request,
     gateway_config,
+    outcome,
     spool_events,
     wait_for,
 )
@@ -158,6 +160,45 @@ def fetch_v17(partitions: int) -> bytes:
     return struct.pack(">i", len(frame)) + frame
 
 
+def _uvarint(value: int) -> bytes:
+    out = b""
+    while value > 0x7F:
+        out += bytes([value & 0x7F | 0x80])
+        value >>= 7
+    return out + bytes([value])
+
+
+def fetch_v13(partitions: int, topic_id: uuid.UUID) -> bytes:
+    """A consumer's Fetch v13 of ``partitions`` partitions of ``topic_id``, 33 bytes each:
+    where the gateway has own topics, it walks every one to read the topic ids."""
+    body = struct.pack(">iiiibii", -1, 10, 0, MiB, 0, 0, -1)
+    body += _uvarint(2) + topic_id.bytes + _uvarint(partitions + 1)
+    body += (struct.pack(">iiqiqi", 0, -1, 0, -1, -1, MiB) + b"\x00") * partitions
+    body += b"\x00" + _uvarint(1) + _uvarint(1) + b"\x00"  # no forgotten topics, rack id ""
+    frame = struct.pack(">hhih", FETCH, 13, 1, 4) + b"cost\x00" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+
+
+def share_request(api_key: int, partitions: int, topic_id: uuid.UUID) -> bytes:
+    """A ShareFetch or ShareAcknowledge v1 of ``partitions`` partitions of ``topic_id``, 6
+    bytes each (no acknowledgements): where the gateway has own topics, it reads the topic
+    ids of every one."""
+    body = _uvarint(2) + b"g" + _uvarint(2) + b"m" + struct.pack(">i", 1)
+    if api_key == SHARE_FETCH:  # max_wait_ms, min_bytes, max_bytes, max_records, batch_size
+        body += struct.pack(">iiiii", 10, 0, MiB, 500, 500)
+    body += _uvarint(2) + topic_id.bytes + _uvarint(partitions + 1)
+    body += (struct.pack(">i", 0) + b"\x01\x00") * partitions
+    body += b"\x00"  # the topic's tagged fields
+    if api_key == SHARE_FETCH:
+        body += _uvarint(1)  # no forgotten topics
+    body += b"\x00"
+    frame = struct.pack(">hhih", api_key, 1, 1, 4) + b"cost\x00" + body
+    return struct.pack(">i", len(frame)) + frame
+
+
 OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
     # name: (API key, a frame just over 8 MiB)
     "ListOffsets of 600,000 partitions": (LIST_OFFSETS, lambda: list_offsets(600_000)),
@@ -168,6 +209,19 @@ OVERSIZED: dict[str, tuple[int, Callable[[], bytes]]] = {
     "Metadata naming 220,000 topics": (METADATA, lambda: metadata(220_000)),
     "OffsetCommit v1 of 390,000 partitions": (OFFSET_COMMIT, lambda: offset_commit_v1(390_000)),
     "Fetch v17 of 260,000 partitions": (FETCH, lambda: fetch_v17(260_000)),
+}
+WALKED_BY_ID: dict[str, tuple[int, Callable[[uuid.UUID], bytes]]] = {
+    # name: (API key, a frame just over 8 MiB naming a topic id), read for its topic ids
+    # where the gateway has own topics
+    "Fetch v13 of 260,000 partitions": (FETCH, lambda topic_id: fetch_v13(260_000, topic_id)),
+    "ShareFetch of 1,400,000 partitions": (
+        SHARE_FETCH,
+        lambda topic_id: share_request(SHARE_FETCH, 1_400_000, topic_id),
+    ),
+    "ShareAcknowledge of 1,400,000 partitions": (
+        SHARE_ACKNOWLEDGE,
+        lambda topic_id: share_request(SHARE_ACKNOWLEDGE, 1_400_000, topic_id),
+    ),
 }
 
 
@@ -199,6 +253,43 @@ def test_a_judged_request_too_large_to_decode_is_refused_unread(
     assert len(events) == 1
     assert events[0].verdict == "denied"
     assert "judged.request.max.bytes" in (events[0].message or "")
+
+
+@pytest.mark.parametrize("name", list(WALKED_BY_ID))
+def test_a_request_by_topic_id_too_large_to_read_is_refused_unread(
+    tap: BrokerTap, name: str
+) -> None:
+    """With own topics, a Fetch v13+ is walked, and a ShareFetch or ShareAcknowledge
+    decoded, to read its topic ids: over ``judged.request.max.bytes`` the connection is
+    closed unread, as a judged request's is. ShareFetch and ShareAcknowledge had no cap:
+    every byte was scanned for the own topics' ids (Tansu has no share groups: what reaches
+    it is seen at the tap). The topic id is one the gateway has learnt (a small request of
+    it read first), so that the large one would go on unread once walked."""
+    api_key, build = WALKED_BY_ID[name]
+    topic = f"walked-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": str(tap.broker)})
+    assert outcome(admin.create_topics([NewTopic(topic, 1, 1)])[topic]) is None
+    assert wait_for(lambda: topic_ids(tap, [topic])[topic] is not None)
+    topic_id = topic_ids(tap, [topic])[topic]
+    assert topic_id is not None
+    frame = build(topic_id)
+    assert len(frame) - 4 > JUDGED_MAX
+    config = gateway_config(tap.address, audit={"topic": f"kpg-audit-{uuid.uuid4().hex[:8]}"})
+    gw = GatewayThread(config).start()
+    try:
+        small = RawClient(gw.bootstrap, timeout=30)
+        small.send_bytes(fetch_v13(1, topic_id))
+        assert small.recv_frame()  # read: the gateway learns the topic's id
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 0
+        tap.requests.clear()
+        client = RawClient(gw.bootstrap, timeout=30)
+        client.send_bytes(frame)
+        assert client.is_closed(30), f"{name}: the connection stays open"
+        assert not [r for r in tap.requests if r.api_key == api_key], "it reached the broker"
+        assert gw.metric("kpg_rejected_frames_total", reason="oversized") == 1
+        assert served(RawClient(gw.bootstrap))
+    finally:
+        gw.stop()
 
 
 def test_a_judged_request_within_the_limit_is_judged_as_before(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.static.primitive import i32
 
 from gateway import client_configs
 from gateway.audit import AuditEmitter, EventLine
@@ -26,7 +27,7 @@ from gateway.decisions import DecisionRecorder
 from gateway.engine import Engine
 from gateway.handlers.create_topics import CreateTopics
 from gateway.outcomes import Answer, Close, Forward
-from protocol.codec import Undecodable, decode_response
+from protocol.codec import Undecodable, decode_response, encode_response
 from protocol.framing import parse_request_header
 from protocol.versions import API_NAMES
 from tests.batches import record, uncompressed_batch
@@ -83,6 +84,7 @@ from tests.enforcement_support import (
     described,
     elect_leaders,
     fetch,
+    fetch_payload,
     forwarded,
     forwarded_partitions,
     items,
@@ -1762,13 +1764,104 @@ def test_fetch_by_topic_id_learns_the_own_topics_ids_once_and_refuses_them(
     assert audited(guarded) == [(OWN, "fetch", "denied", OWN_REFUSAL)] * 2
 
 
+INCREMENTAL_SESSION = [pytest.param(v, id=f"v{v}") for v in (7, 12, 13, 15)]
+"""Fetch sessions (KIP-227) from v7; by name and by id."""
+
+
+@pytest.mark.parametrize("version", INCREMENTAL_SESSION)
+def test_an_incremental_fetch_keeps_the_sessions_partitions_it_did_not_name(
+    guarded: Harness, version: int
+) -> None:
+    """An incremental fetch (session id and epoch over 0) lists only the partitions whose
+    fetch state changed; Kafka answers it with every partition of the session that has news
+    (records, a moved high watermark), named or not. Read to refuse an own topic, the
+    merged answer held the request's partitions only: orders-0's records, already counted
+    as fetched by the broker's session, never reached the client. The broker's answer is
+    kept whole, the gateway's refusals added; an unnamed partition of an own topic in it is
+    refused still.
+
+    Tansu keeps no fetch sessions (it answers session id 0 to every Fetch), so the broker's
+    incremental answer is written here."""
+    cluster = guarded.cluster
+    by_id = version >= 13
+    own, orders = (cluster.id_of(n) if by_id else n for n in (OWN, "orders"))
+    if by_id:
+        guarded.send(fetch(version, (orders, 0)))  # the ids learnt
+    payload = dataclasses.replace(
+        fetch_payload(version, (own, 0), (orders, 1)), session_id=i32(7), session_epoch=i32(3)
+    )
+    outcome = guarded.send(request(FETCH, version, payload))
+    assert forwarded_partitions(outcome) == [(orders, 1)]
+    broker = in_session(
+        partitioned_response(
+            FETCH, version, {(orders, 0): NONE, (orders, 1): NONE, (own, 2): NONE}
+        ),
+        version,
+    )
+    answer = guarded.broker_answers(outcome, broker)
+    # the partitions refused never reached the broker's session: the client's is closed, and
+    # its next fetch, a full one, names them again
+    assert int(decode_response(FETCH, version, answer).session_id) == 0
+    assert codes(FETCH, version, answer) == [
+        ((own, 0), TOPIC_AUTHORIZATION_FAILED),
+        ((own, 2), TOPIC_AUTHORIZATION_FAILED),
+        ((orders, 1), NONE),
+        ((orders, 0), NONE),
+    ]
+
+
+def in_session(frame: bytes, version: int, session_id: int = 7) -> bytes:
+    """A broker's Fetch answer, as given in session ``session_id``."""
+    payload = decode_response(FETCH, version, frame)
+    return encode_response(
+        CORRELATION_ID, FETCH, version, dataclasses.replace(payload, session_id=i32(session_id))
+    )
+
+
+@pytest.mark.parametrize("version", INCREMENTAL_SESSION)
+def test_a_fetch_opening_a_session_with_a_refused_partition_opens_none(
+    guarded: Harness, version: int
+) -> None:
+    """A full fetch asking for a session (id 0, epoch 0) that names an own topic's partition:
+    the broker's session would hold the other partitions only, while the client's holds
+    them all, and it would never fetch the refused one again (an id not known yet, say,
+    answered UNKNOWN_TOPIC_ID). The rest goes to the broker sessionless (epoch -1), and the
+    answer opens no session: the next fetch is a full one again."""
+    cluster = guarded.cluster
+    by_id = version >= 13
+    own, orders = (cluster.id_of(n) if by_id else n for n in (OWN, "orders"))
+    if by_id:
+        guarded.send(fetch(version, (orders, 0)))  # the ids learnt
+    payload = dataclasses.replace(
+        fetch_payload(version, (own, 0), (orders, 1)), session_id=i32(0), session_epoch=i32(0)
+    )
+    outcome = guarded.send(request(FETCH, version, payload))
+    header, body = forwarded(outcome)
+    assert (int(body.session_id), int(body.session_epoch)) == (0, -1)
+    answer = guarded.broker_answers(
+        outcome, partitioned_response(FETCH, version, {(orders, 1): NONE})
+    )
+    assert int(decode_response(FETCH, version, answer).session_id) == 0
+    # nothing refused: the session is asked for as the client asked
+    plain = request(
+        FETCH,
+        version,
+        dataclasses.replace(
+            fetch_payload(version, (orders, 1)), session_id=i32(0), session_epoch=i32(0)
+        ),
+    )
+    assert_forwarded_as_sent(guarded.send(plain), plain)
+
+
 @pytest.mark.parametrize("version", FETCH_BY_ID)
 def test_own_topic_ids_one_client_cannot_see_are_not_taken_as_all_of_them(
     guarded: Harness, version: int
 ) -> None:
-    """The broker hides the own topic from alice (its ACLs): her link's answer lacks its id,
-    and is kept for her alone. Kept for everyone, it let mallory's fetch by that id go on
-    unread, past the own-topic refusal, for a minute."""
+    """The broker hides the own topic from alice (its ACLs): her link's answer lacks its id.
+    Taken as all of them, it let mallory's fetch by that id go on unread, past the own-topic
+    refusal, for a minute. The id is not known: mallory's fetch is read, and refused, as the
+    own topic's once her link may ask, else as an id not known (UNKNOWN_TOPIC_ID, retried
+    after a metadata refresh); never forwarded."""
     full = guarded.cluster
     own, orders = full.id_of(OWN), full.id_of("orders")
     guarded.cluster = dataclasses.replace(
@@ -1781,9 +1874,9 @@ def test_own_topic_ids_one_client_cannot_see_are_not_taken_as_all_of_them(
     assert_forwarded_as_sent(guarded.send(first, principal="User:alice"), first)
     guarded.cluster = full
     outcome = guarded.send(fetch(version, (own, 0)), principal="User:mallory")
-    assert items(FETCH, version, answer_of(outcome)) == [
-        ((own, 0), TOPIC_AUTHORIZATION_FAILED, None)
-    ]
+    [(item, error, _)] = items(FETCH, version, answer_of(outcome))
+    assert item == (own, 0)
+    assert error in (TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID)
 
 
 # --- ShareFetch and ShareAcknowledge: topics by id, the gateway's own refused ---------------

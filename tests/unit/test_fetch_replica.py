@@ -4,6 +4,7 @@ consumer's fetch would be refused as undecodable."""
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ from kio.schema.types import BrokerId
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from protocol.codec import Undecodable, encode_request
-from protocol.fetch_replica import fetch_replica_ids
+from protocol.fetch_replica import fetch_replica_ids, fetch_topic_ids
 from protocol.framing import parse_request_header
 
 pytestmark = pytest.mark.unit
@@ -77,3 +78,66 @@ def test_a_request_cut_short_is_undecodable() -> None:
     for cut in (header.size + 10, len(frame) - 20, len(frame) - 5):
         with pytest.raises(Undecodable):
             fetch_replica_ids(header, frame[:cut])
+
+
+def _fields(cls: type, values: dict[str, object]) -> object:
+    """``cls`` (one version's kio entity) from the ``values`` it has fields for."""
+    return cls(**{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
+
+
+def _request_of(version: int, topic_ids: list[uuid.UUID], forgotten: uuid.UUID) -> bytes:
+    """A consumer's request of ``version``, fetching three partitions of each topic."""
+    m = importlib.import_module(f"kio.schema.fetch.v{version}.request")
+    partition = {
+        "current_leader_epoch": i32(3),
+        "fetch_offset": i64(100),
+        "last_fetched_epoch": i32(2),
+        "log_start_offset": i64(-1),
+        "partition_max_bytes": i32(1 << 20),
+        "replica_directory_id": uuid.uuid4(),
+    }
+    topics = tuple(
+        _fields(
+            m.FetchTopic,
+            {
+                "topic_id": topic_id,
+                "partitions": tuple(
+                    _fields(m.FetchPartition, {**partition, "partition": i32(p)}) for p in range(3)
+                ),
+            },
+        )
+        for topic_id in topic_ids
+    )
+    payload = _fields(
+        m.FetchRequest,
+        {
+            "cluster_id": "cluster-x",
+            "replica_id": BrokerId(-1),
+            "max_wait": i32Timedelta.parse(timedelta(milliseconds=500)),
+            "min_bytes": i32(1),
+            "max_bytes": i32(50 << 20),
+            "isolation_level": i8(1),
+            "session_id": i32(12),
+            "session_epoch": i32(4),
+            "topics": topics,
+            "forgotten_topics_data": (
+                m.ForgottenTopic(topic_id=forgotten, partitions=(i32(0), i32(5))),
+            ),
+            "rack_id": "rack-a",
+        },
+    )
+    return encode_request(1, version, 9, "c", payload)[4:]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("version", [13, 14, 15, 16, 17, 18])
+def test_the_fetched_topics_ids_are_read_and_the_forgotten_left_out(version: int) -> None:
+    """The ids a consumer's request fetches, in every version naming topics by id: what the
+    Fetch shortcut checks against the topics it knows (gateway/handlers/fetch.py)."""
+    fetched = [uuid.uuid4(), uuid.uuid4(), uuid.uuid4()]
+    frame = _request_of(version, fetched, uuid.uuid4())
+    header = parse_request_header(frame)
+    assert fetch_topic_ids(header, frame) == tuple(i.bytes for i in fetched)
+    assert fetch_replica_ids(header, frame) == (-1,)
+    for cut in (header.size + 30, len(frame) - 40):
+        with pytest.raises(Undecodable):
+            fetch_topic_ids(header, frame[:cut])

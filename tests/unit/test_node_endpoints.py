@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import i32, i32Timedelta, i64
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from protocol.addresses import (
     broker_endpoints,
@@ -98,8 +98,70 @@ def fetch_answer(version: int, with_endpoints: bool) -> bytes:
     return encode_response(7, 1, version, payload)
 
 
-ANSWERS = [(0, v, produce_answer) for v in (10, 11, 12, 13)] + [
+def share_fetch_answer(version: int, with_endpoints: bool) -> bytes:
+    schema = response_module("share_fetch", version)
+    partitions = tuple(
+        schema.PartitionData(
+            partition_index=i32(p),
+            error_code=ErrorCode.none if p else ErrorCode.not_leader_or_follower,
+            error_message=None if p else "moved",
+            acknowledge_error_code=i16(0),
+            acknowledge_error_message="ack" if p == 2 else None,
+            current_leader=schema.LeaderIdAndEpoch(leader_id=i32(3), leader_epoch=i32(1)),
+            records=RECORDS if p else b"",
+            acquired_records=(
+                schema.AcquiredRecords(
+                    first_offset=i64(0), last_offset=i64(9), delivery_count=i16(1)
+                ),
+            )
+            if p
+            else (),
+        )
+        for p in range(3)
+    )
+    payload = schema.ShareFetchResponse(
+        throttle_time=ZERO,
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        responses=(schema.ShareFetchableTopicResponse(topic_id=TOPIC_ID, partitions=partitions),)
+        * 2,
+        node_endpoints=endpoints(schema) if with_endpoints else (),
+    )
+    return encode_response(7, 78, version, payload)
+
+
+def share_acknowledge_answer(version: int, with_endpoints: bool) -> bytes:
+    schema = response_module("share_acknowledge", version)
+    partitions = tuple(
+        schema.PartitionData(
+            partition_index=i32(p),
+            error_code=ErrorCode.none if p else ErrorCode.not_leader_or_follower,
+            error_message=None if p else "moved",
+            current_leader=schema.LeaderIdAndEpoch(leader_id=i32(3), leader_epoch=i32(1)),
+        )
+        for p in range(3)
+    )
+    lock = {"acquisition_lock_timeout": ZERO} if version >= 2 else {}
+    payload = schema.ShareAcknowledgeResponse(
+        throttle_time=ZERO,
+        error_code=ErrorCode.none,
+        error_message="x",
+        **lock,
+        responses=(schema.ShareAcknowledgeTopicResponse(topic_id=TOPIC_ID, partitions=partitions),),
+        node_endpoints=endpoints(schema) if with_endpoints else (),
+    )
+    return encode_response(7, 79, version, payload)
+
+
+TAGGED_ANSWERS = [(0, v, produce_answer) for v in (10, 11, 12, 13)] + [
     (1, v, fetch_answer) for v in (16, 17, 18)
+]
+"""Answers whose endpoints are a tagged field."""
+ANSWERS = TAGGED_ANSWERS + [
+    (api_key, v, build)
+    for api_key, build in ((78, share_fetch_answer), (79, share_acknowledge_answer))
+    for v in (1, 2)
 ]
 
 
@@ -111,7 +173,7 @@ def test_the_walk_finds_leader_endpoints_only_where_the_broker_put_them(
     assert not has_node_endpoints(api_key, version, build(version, False))
 
 
-@pytest.mark.parametrize(("api_key", "version", "build"), ANSWERS)
+@pytest.mark.parametrize(("api_key", "version", "build"), TAGGED_ANSWERS)
 def test_an_empty_list_of_leader_endpoints_is_passed_unread(
     api_key: int, version: int, build: Any
 ) -> None:
@@ -160,12 +222,6 @@ def test_the_rewrite_swaps_every_leader_endpoint(api_key: int, version: int, bui
 )
 def test_which_versions_carry_leader_endpoints(api_key: int, version: int, carries: bool) -> None:
     assert carries_node_endpoints(api_key, version) is carries
-
-
-def test_share_answers_are_always_read() -> None:
-    """Their endpoint list is a plain field: nothing to walk past."""
-    assert has_node_endpoints(78, 1, b"")
-    assert has_node_endpoints(79, 2, b"")
 
 
 def test_a_rewrite_of_a_node_without_a_listener_fails() -> None:
