@@ -38,6 +38,9 @@ _ASK_INTERVAL_S = 1.0
 """How often one connection may have the gateway ask the cluster for every topic's id."""
 _GATEWAY_ASK_INTERVAL_S = 0.1
 """How often any connection may (one handler's asks, over every connection)."""
+_MAX_KNOWN_IDS = 100_000
+"""Topic ids one handler keeps learnt over several answers (about 30 MB); past it, only the
+last answer's."""
 
 
 class TopicNamesById:
@@ -50,8 +53,13 @@ class TopicNamesById:
     id of an own topic made again is not known until learnt. A request naming an id not
     known asks the cluster again, and every id of that request is resolved from the new
     answer (one snapshot: no two ids of it share a name). An id the cluster does not know is
-    None. Each answer replaces what was known, whole: the map holds one answer's topics (the
-    asking client's view of the cluster), never every topic ever learnt.
+    None. Each answer is added to what was known: the asking client's view of the cluster,
+    which a broker's ACLs may narrow. Had each answer replaced the last, two principals seeing
+    different topics would each make the other's ids unknown again, and under the ask limits
+    their consumers would take turns at UNKNOWN_TOPIC_ID for as long as both fetch. What is
+    known grows only with the topics of the cluster and those deleted since; past
+    :data:`_MAX_KNOWN_IDS` (or twice the new answer, if more) the map starts again from the
+    new answer.
 
     Asking means a Metadata request for every topic of the cluster, its whole answer decoded
     by the gateway, so asks are bounded three ways: one connection asks at most once a second
@@ -109,8 +117,12 @@ class TopicNamesById:
             return False
 
     async def _ask(self, cluster: ClusterView) -> Mapping[uuid.UUID, str]:
-        _, names = await cluster.describe_all_topics()
+        _, answer = await cluster.describe_all_topics()
         own = self._own_topics
+        # an id names one topic forever: what another link's view held stays true
+        names: Mapping[uuid.UUID, str] = {**self._names, **answer}
+        if len(names) > max(_MAX_KNOWN_IDS, 2 * len(answer)):
+            names = answer
         self._names = names
         self._others = frozenset(i.bytes for i, name in names.items() if name not in own)
         self._own = tuple(i.bytes for i, name in names.items() if name in own)

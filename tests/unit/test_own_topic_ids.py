@@ -1,8 +1,8 @@
 """TopicNamesById, as the shortcuts by id use it (Fetch v13+, ShareFetch, ShareAcknowledge):
 a request goes on unread only when every id it names was learnt to name a topic that is not
 the gateway's own. An id names one topic forever, so that holds with no expiry; an id not
-learnt (an own topic made again, or one a client's view lacked) is never trusted, and the map
-holds one answer's topics, never every topic ever learnt."""
+learnt (an own topic made again, or one a client's view lacked) is never trusted. Answers
+add up (views narrowed by ACLs differ), within a bound."""
 
 from __future__ import annotations
 
@@ -72,14 +72,39 @@ def test_an_own_topic_made_again_is_not_taken_for_another_topic() -> None:
     assert not names.all_others([made_again.bytes], made_again.bytes)
 
 
-def test_each_answer_replaces_what_was_known() -> None:
+def test_answers_of_views_narrowed_differently_add_up() -> None:
+    """Two principals whose ACLs show them different topics: once each has asked, the ids of
+    both pass unread, with no more asks. Had each answer replaced the last, each principal's
+    fetches made the other's ids unknown again, asking without end (UNKNOWN_TOPIC_ID for
+    whoever the ask limits stopped)."""
     names = TopicNamesById(OWN)
-    gone = uuid.uuid4()
-    resolve(names, Cluster({gone: "old", ORDERS: "orders"}), gone)
-    assert names.all_others([gone.bytes], b"")
-    resolve(names, Cluster({ORDERS: "orders", STATE: "_state"}), STATE)
-    assert not names.all_others([gone.bytes], b"")
-    assert names.all_others([ORDERS.bytes], b"")
+    payments = uuid.uuid4()
+    alice = Cluster({ORDERS: "orders", STATE: "_state"})
+    bob = Cluster({payments: "payments", STATE: "_state"})
+    assert resolve(names, alice, ORDERS) == {ORDERS: "orders"}
+    assert resolve(names, bob, payments) == {payments: "payments"}
+    for _ in range(3):
+        assert resolve(names, alice, ORDERS) == {ORDERS: "orders"}
+        assert resolve(names, bob, payments) == {payments: "payments"}
+    assert (alice.asked, bob.asked) == (1, 1)
+    assert names.all_others([ORDERS.bytes, payments.bytes], ORDERS.bytes + payments.bytes)
+    assert not names.all_others([STATE.bytes], STATE.bytes)
+
+
+def test_past_the_bound_the_known_ids_start_again_from_the_last_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_partitioned, "_MAX_KNOWN_IDS", 3)
+    names = TopicNamesById(OWN)
+    gone = [uuid.uuid4() for _ in range(2)]
+    resolve(names, Cluster({gone[0]: "a", gone[1]: "b", ORDERS: "orders"}), ORDERS)
+    assert names.all_others([g.bytes for g in gone], b"")
+    # four ids together, past 3 (and past twice the answer): the new answer alone
+    resolve(names, Cluster({STATE: "_state"}), STATE)
+    assert not names.all_others([gone[0].bytes], b"")
+    assert not names.all_others([ORDERS.bytes], b"")
+    assert not names.all_others([STATE.bytes], STATE.bytes)
+    assert names.is_own(str(STATE))
 
 
 def test_an_id_not_known_while_the_link_may_not_ask_is_none() -> None:
