@@ -943,8 +943,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "s01",
         "gateway/principal.py",
-        "        return parts[1] or None if len(parts) == 3 else None",
-        "        return parts[1] or None if len(parts) >= 2 else None",
+        "        if len(parts) != 3:\n            return None\n        _other_authorization_id(",
+        "        if len(parts) < 2:\n            return None\n        _other_authorization_id(",
         "id",
     ),
     (
@@ -957,8 +957,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "s03",
         "gateway/principal.py",
-        '        return users[0].replace("=2C", ",").replace("=3D", "=") or None if users else None',
-        "        return users[0] or None if users else None",
+        '        user = users[0].replace("=2C", ",").replace("=3D", "=") or None if users else None',
+        "        user = users[0] or None if users else None",
         "id",
     ),
     ("s04", "gateway/principal.py", "    if len(keys) != len(set(keys)):", "    if False:", "id"),
@@ -1029,7 +1029,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "s15",
         "gateway/principal.py",
-        '        if self.required and self.phase == "complete" and mechanism != self.mechanism:',
+        '        if self.phase == "complete" and mechanism != self.mechanism:',
         "        if False:",
         "id",
     ),
@@ -1050,8 +1050,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     (
         "s18",
         "gateway/principal.py",
-        "        if needed is None or self._user is None or self._successes != needed:",
-        "        if needed is None or self._user is None:",
+        "        if needed is None or self._successes != needed:",
+        "        if needed is None:",
         "id",
     ),
     (
@@ -2900,15 +2900,15 @@ MUTANTS += [
     (
         "PT07",
         "gateway/handlers/_partitioned.py",
-        "        return len({topic for topic, _ in keys})\n\n    async def judge_topics(\n        self,\n        ctx: RequestContext,\n        cluster: ClusterView,\n        request: pt.Partitioned,\n        topics: Sequence[str],\n    ) -> Mapping[str, Ruling]:\n        policies = self._services.policies",
-        "        return 0\n\n    async def judge_topics(\n        self,\n        ctx: RequestContext,\n        cluster: ClusterView,\n        request: pt.Partitioned,\n        topics: Sequence[str],\n    ) -> Mapping[str, Ruling]:\n        policies = self._services.policies",
+        "        return len({topic for topic, _ in keys})\n\n    @property\n    def own_topic_action",
+        "        return 0\n\n    @property\n    def own_topic_action",
         "e-pt",
     ),
     (
         "EL01",
         "gateway/handlers/elect_leaders.py",
-        "        if _unclean(request) and pt.elects_every_partition(request):",
-        "        if False:",
+        "        if not (_unclean(request) and pt.elects_every_partition(request)):",
+        "        if True:",
         "e-pt",
     ),
     (

@@ -14,6 +14,7 @@ from gateway.principal import (
     SaslState,
     SslPrincipalMapper,
     oauthbearer_claim,
+    sasl_username,
     ssl_principal,
 )
 
@@ -258,3 +259,14 @@ def test_an_authorization_id_naming_the_user_itself_is_taken(
     state.start(mechanism)
     state.client_message(message.encode())
     assert state.claimed_user == user
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["\x00alice", "\x00alice\x00pw\x00more", "alice", "\x00alice\x00pw\x00"],
+)
+def test_a_plain_message_of_other_than_three_fields_names_no_one(message: str) -> None:
+    """SASL/PLAIN is authzid NUL user NUL password, exactly (RFC 4616; Kafka refuses any other
+    count of fields): a message of two or four fields is read as naming no user, whatever
+    its second field says."""
+    assert sasl_username("PLAIN", message.encode()) is None
