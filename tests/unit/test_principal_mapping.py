@@ -16,6 +16,7 @@ from gateway.principal import (
     oauthbearer_claim,
     ssl_principal,
 )
+from tests.x509 import CN, OU, attr, unsigned
 
 pytestmark = pytest.mark.unit
 
@@ -154,7 +155,7 @@ def test_a_leading_space_or_hash_is_escaped_as_rfc_2253_writes_it() -> None:
     """Kafka names a certificate by X500Principal.getName() (RFC 2253), which escapes a
     value's leading space or '#' and its trailing space: the rules see that name."""
     for value, escaped in ((" alice", "\\ alice"), ("#alice", "\\#alice"), ("alice ", "alice\\ ")):
-        cert = {"subject": ((("commonName", value),),)}
+        cert = unsigned([[attr(CN, value)]])
         assert ssl_principal(cert) == f"User:CN={escaped}"
 
 
@@ -162,7 +163,7 @@ def test_no_rule_maps_the_name() -> None:
     mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/")
     with pytest.raises(NoMatchingRule):
         mapper.name("CN=bob,OU=sales")
-    cert = {"subject": ((("organizationalUnitName", "eng"),), (("commonName", "alice"),))}
+    cert = unsigned([[attr(OU, "eng")], [attr(CN, "alice")]])
     assert ssl_principal(cert, mapper) == "User:alice"
     assert ssl_principal(cert) == "User:CN=alice,OU=eng"
 
