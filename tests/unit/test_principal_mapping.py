@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 
 import pytest
 
@@ -13,10 +14,12 @@ from gateway.principal import (
     NoMatchingRule,
     SaslState,
     SslPrincipalMapper,
+    distinguished_name,
     oauthbearer_claim,
     ssl_principal,
 )
-from tests.x509 import CN, OU, attr, unsigned
+from protocol.x500 import UnreadableName
+from tests.x509 import BMP, CN, IA5, OU, attr, unsigned
 
 pytestmark = pytest.mark.unit
 
@@ -259,3 +262,32 @@ def test_an_authorization_id_naming_the_user_itself_is_taken(
     state.start(mechanism)
     state.client_message(message.encode())
     assert state.claimed_user == user
+
+
+def test_a_damaged_certificate_is_refused_not_a_crash() -> None:
+    """Whatever the bytes, reading a subject either names it or raises UnreadableName (the
+    connection is refused as unauthenticated), never another error."""
+    rnd = random.Random(2253)
+    subjects = [
+        [[attr(CN, "alice"), attr(OU, "eng")], [], [attr(OU, "é#, ", BMP)]],
+        [[attr("1.2.840.113549.1.9.1", "a@b", IA5)], [attr(CN, "x" * 200)]],
+    ]
+    named = refused = 0
+    for _ in range(3000):
+        der = bytearray(unsigned(rnd.choice(subjects)))
+        for _ in range(rnd.randrange(1, 4)):
+            at = rnd.randrange(len(der))
+            choice = rnd.random()
+            if choice < 0.6:
+                der[at] = rnd.randrange(256)
+            elif choice < 0.8:
+                del der[at]
+            else:
+                der.insert(at, rnd.randrange(256))
+        try:
+            distinguished_name(bytes(der))
+        except UnreadableName:
+            refused += 1
+        else:
+            named += 1
+    assert named and refused  # both ways were taken
