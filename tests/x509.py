@@ -151,8 +151,10 @@ def java_names(certificates: Sequence[Path]) -> list[str | None]:
     assert JAVA is not None
     source = Path(__file__).with_name("X500Names.java")
     run = subprocess.run(
-        [JAVA, str(source), *map(str, certificates)], check=True, capture_output=True, text=True
+        [JAVA, str(source), *map(str, certificates)], capture_output=True, text=True
     )
+    # A JRE without the JDK's compiler (jdk.compiler) cannot run a source file: say so.
+    assert run.returncode == 0, f"java {source.name} failed (a JDK is needed):\n{run.stderr}"
     names: list[str | None] = []
     for line in run.stdout.splitlines():
         kind, units, *_ = (line + " ").split(" ")

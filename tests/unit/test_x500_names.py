@@ -1,7 +1,7 @@
 """A TLS client's principal is its certificate subject as Kafka's broker names it, Java's
 ``X500Principal.getName()``: the gateway's name is checked against Java 17's own for many
-subjects (tests/X500Names.java, one JVM for all). Skipped only where ``java`` is not on the
-PATH (CI has it: Spark needs it).
+subjects (tests/X500Names.java, one JVM for all, run as a source file: a JDK 11 or later).
+Skipped only where ``java`` is not on the PATH (CI has Java 17: Spark needs it).
 
 Each certificate is signed by a real CA, and OpenSSL must read it (``_test_decode_cert``, as
 the gateway's TLS handshake does) for its name to matter: one OpenSSL refuses never becomes a
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.principal import distinguished_name, ssl_principal
+from gateway.principal import distinguished_name
 from protocol.x500 import UnreadableName
 from tests.support import make_pki
 from tests.x509 import (
@@ -185,7 +185,3 @@ def test_random_subjects_are_named_as_java_does_or_refused(issuer: Issuer) -> No
         if gateway != java:
             differences.append((path.name, java, gateway))
     assert differences == []
-
-
-def test_no_certificate_no_principal() -> None:
-    assert ssl_principal(None) is None
