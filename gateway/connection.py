@@ -21,6 +21,7 @@ from protocol.framing import (
     parse_request_header,
 )
 from protocol.versions import API_VERSIONS_KEY, UNREAD_API_KEY, api_name
+from protocol.x500 import UnreadableName
 
 from .cluster import UpstreamCluster
 from .config import UNLIMITED, HostPort, LimitsConfig
@@ -149,15 +150,34 @@ class ClientConnection:
         tls = config.tls
         mapper = tls.principal_mapper if tls is not None else None
         try:
-            principal = ssl_principal(self._writer.get_extra_info("peercert"), mapper)
+            principal = ssl_principal(self._peer_certificate(), mapper)
         except NoMatchingRule as exc:
             self._reject(f"{exc}: authentication failed", "principal_mapping")
+            return None
+        except UnreadableName as exc:
+            self._reject(
+                f"a client certificate subject the gateway cannot name as Kafka does ({exc}): "
+                "authentication failed",
+                "principal_mapping",
+            )
             return None
         sasl = SaslState(
             config.sasl.oauthbearer_sub_claim_name,
             required=config.sasl.client_auth == "required",
         )
         return Session(principal=principal, sasl=sasl)
+
+    def _peer_certificate(self) -> bytes | None:
+        """The DER of the client's verified certificate; None without one. Its subject is
+        read from the DER: the parsed form (``getpeercert()``) has lost what Java prints
+        (string types, the encoding of other attributes' values, empty RDNs)."""
+        if not self._writer.get_extra_info("peercert"):  # empty unless verified
+            return None
+        ssl_object = self._writer.get_extra_info("ssl_object")
+        if ssl_object is None:
+            return None
+        certificate: bytes | None = ssl_object.getpeercert(binary_form=True)
+        return certificate
 
     @property
     def _limits(self) -> LimitsConfig:

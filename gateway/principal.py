@@ -2,7 +2,8 @@
 exchange. Pure functions; the connection keeps the state.
 
 - TLS: the certificate subject as Kafka's default principal builder names it, the X.500
-  distinguished name in RFC 2253 form (most specific first), mapped by
+  distinguished name in RFC 2253 form as Java's ``X500Principal.getName()`` prints it (most
+  specific first, read from the certificate's DER: :mod:`protocol.x500`), mapped by
   ``ssl.principal.mapping.rules`` (:class:`SslPrincipalMapper`; the default keeps the whole
   name: ``User:CN=alice,OU=eng,O=Acme``). A name no rule maps is refused, as Kafka refuses it.
 - SASL PLAIN: the authentication identity of the client's message; SCRAM-SHA-256/512: the
@@ -23,61 +24,37 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.versions import API_VERSIONS_KEY
-
-# OpenSSL's long names -> the RFC 2253 keywords Java's X500Principal prints.
-_RFC2253_KEYWORDS = {
-    "commonName": "CN",
-    "organizationalUnitName": "OU",
-    "organizationName": "O",
-    "localityName": "L",
-    "stateOrProvinceName": "ST",
-    "countryName": "C",
-    "streetAddress": "STREET",
-    "domainComponent": "DC",
-    "userId": "UID",
-}
-_SPECIAL = set(',+"\\<>;=')
+from protocol.x500 import certificate_subject, rfc2253
 
 
-def _escape(value: str) -> str:
-    escaped = "".join("\\" + ch if ch in _SPECIAL else ch for ch in value)
-    if escaped.startswith((" ", "#")):
-        escaped = "\\" + escaped
-    if escaped.endswith(" "):
-        escaped = escaped[:-1] + "\\ "
-    return escaped
+def distinguished_name(certificate: bytes | None) -> str | None:
+    """The subject of a verified client certificate (its DER, as
+    ``SSLObject.getpeercert(binary_form=True)`` gives it) as Kafka's broker names it: Java's
+    ``X500Principal.getName()``, RFC 2253 (see :mod:`protocol.x500`); None without one.
 
-
-def distinguished_name(peercert: dict[str, Any] | None) -> str | None:
-    """The subject of a verified client certificate in RFC 2253 form (what Java's
-    ``X500Principal.getName()`` gives Kafka), or None without one."""
-    if not peercert or not peercert.get("subject"):
+    :raises UnreadableName: for a subject the gateway cannot name exactly as Java does.
+    """
+    if certificate is None:
         return None
-    rdns: Iterable[tuple[tuple[str, str], ...]] = peercert["subject"]
-    parts = []
-    for rdn in reversed(tuple(rdns)):
-        parts.append(
-            "+".join(f"{_RFC2253_KEYWORDS.get(key, key)}={_escape(value)}" for key, value in rdn)
-        )
-    return ",".join(parts)
+    return rfc2253(certificate_subject(certificate))
 
 
 def ssl_principal(
-    peercert: dict[str, Any] | None, mapper: SslPrincipalMapper | None = None
+    certificate: bytes | None, mapper: SslPrincipalMapper | None = None
 ) -> str | None:
-    """``User:<name>`` of a verified client certificate, its subject mapped by ``mapper``
-    (None: Kafka's DEFAULT rule, the whole subject); None without a certificate.
+    """``User:<name>`` of a verified client certificate (its DER), its subject mapped by
+    ``mapper`` (None: Kafka's DEFAULT rule, the whole subject); None without a certificate.
 
     :raises NoMatchingRule: when no rule maps the subject (Kafka fails the authentication).
+    :raises UnreadableName: for a subject the gateway cannot name exactly as Java does.
     """
-    name = distinguished_name(peercert)
+    name = distinguished_name(certificate)
     if name is None:
         return None
     return "User:" + (mapper.name(name) if mapper is not None else name)

@@ -30,6 +30,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.types import TopicName
 
 from protocol import create_topics as ct
+from protocol.errors import POLICY_VIOLATION
 from tests.security.conftest import (  # noqa: F401 - the secured upstream's fixtures
     DELEGATION_TOKEN_HMAC,
     OAUTH_CLIENT_SECRET,
@@ -48,6 +49,7 @@ from tests.support import (
     tls_context,
     tls_listener,
 )
+from tests.x509 import BMP, CN, PRINTABLE, Issuer, O, attr
 
 pytestmark = pytest.mark.adversarial
 
@@ -208,6 +210,46 @@ def test_a_comma_in_a_certificate_name_cannot_make_it_match_another_rule(
     finally:
         gw.stop()
     assert 0 not in codes
+    assert CREATE_TOPICS not in tap.api_keys()
+
+
+def test_a_certificate_cannot_take_another_subject_s_name_by_its_encoding(
+    tap: BrokerTap, tmp_path: Path
+) -> None:
+    """Certificates the CA signed with the subject ``CN=admin,O=Acme`` as OpenSSL reads it
+    (Python's ``getpeercert()``), but not as Java does: the CN a BMPString (Java reads its
+    bytes as UTF-8: ``CN=\\00a\\00d\\00m\\00i\\00n,O=Acme``), and one with an empty RDN after
+    the CN (``,CN=admin,O=Acme``; OpenSSL drops it). Kafka names neither the admin; named from
+    the parsed subject the gateway named both ``User:CN=admin,O=Acme`` and let them create the
+    topics only the admin may."""
+    certs = make_pki(tmp_path, {"client": "/O=Acme/CN=mallory"})
+    issuer = Issuer(certs)
+    acme = [attr(O, "Acme", PRINTABLE)]
+    issuer.pem([acme, [attr(CN, "admin", BMP)]], "bmp")
+    issuer.pem([acme, [attr(CN, "admin")], []], "empty_rdn")
+    policies = {
+        "rules": [
+            {
+                "name": "platform-topics",
+                "type": "protected.topics",
+                "topics": ["__.*"],
+                "allowed.principals": ["User:CN=admin,O=Acme"],
+            }
+        ]
+    }
+    gw = GatewayThread(gateway_config(tap.address, tls=tls_listener(certs), policies=policies))
+    gw.start()
+    codes = {}
+    try:
+        for who in ("bmp", "empty_rdn"):
+            raw = RawClient(gw.bootstrap, tls=tls_context(certs, who))
+            try:
+                codes[who] = create_topic(raw, f"__{who}-{uuid.uuid4().hex[:8]}")
+            finally:
+                raw.sock.close()
+    finally:
+        gw.stop()
+    assert codes == {"bmp": POLICY_VIOLATION, "empty_rdn": POLICY_VIOLATION}
     assert CREATE_TOPICS not in tap.api_keys()
 
 

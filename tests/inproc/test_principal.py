@@ -32,6 +32,7 @@ from tests.support import (
     tls_listener,
     unique_name,
 )
+from tests.x509 import BMP, CN, EMAIL, IA5, OU, TELETEX, Issuer, O, attr, unsigned
 
 pytestmark = pytest.mark.inproc
 
@@ -80,9 +81,66 @@ def test_plain_connection_has_no_principal(broker: HostPort) -> None:
         gw.stop()
 
 
+# Subjects whose name OpenSSL's parsed form (``getpeercert()``) does not give as Java does,
+# with Java 17's name for each (tests/unit/test_x500_names.py checks these against Java).
+AS_JAVA_NAMES_THEM = [
+    (
+        "email",
+        [[attr(EMAIL, "a@b.c", IA5)], [attr(CN, "alice")]],
+        "CN=alice,1.2.840.113549.1.9.1=#16056140622e63",
+    ),
+    ("bmp", [[attr(CN, "admin", BMP)]], "CN=\\00a\\00d\\00m\\00i\\00n"),
+    ("empty_rdn", [[attr(CN, "admin")], []], ",CN=admin"),
+    ("spaces", [[attr(CN, "  bob#1  ")]], "CN=\\ \\ bob\\#1\\ \\ "),
+    ("unsorted_rdn", [[attr(OU, "a"), attr(CN, "b")]], "OU=a+CN=b"),
+    ("no_subject", [], ""),
+]
+
+
+def test_a_certificate_subject_is_the_principal_java_names(
+    broker: HostPort, tmp_path: Path
+) -> None:
+    """Through a real TLS handshake the principal is the subject as Java names it (read from
+    the DER the handshake gave, ``getpeercert(binary_form=True)``). OpenSSL's parsed form
+    (``getpeercert()``) had given ``emailAddress=a@b.c``, ``CN=admin`` (a BMPString, and a CN
+    beside an empty RDN), a space escaped once at each end, and for an empty subject no
+    principal at all (unauthenticated) where Kafka's is ``User:``. A subject Java would name
+    with replacement characters (Latin-1 in a TeletexString) fails authentication."""
+    certs = make_pki(tmp_path, {"client": "/CN=client"})
+    issuer = Issuer(certs)
+    for stem, subject, _ in AS_JAVA_NAMES_THEM:
+        issuer.pem(subject, stem)
+    issuer.pem([[attr(CN, "café", TELETEX)]], "latin1")
+    RecordingTopicActionPolicy.seen.clear()
+    gw = GatewayThread(gateway_config(broker, policies=TOPIC_ACTION, tls=tls_listener(certs)))
+    gw.start()
+    try:
+        principals = {}
+        for stem, _, _ in AS_JAVA_NAMES_THEM:
+            topic = unique_name(f"dn-{stem}")
+            admin = AdminClient(ssl_client(gw.bootstrap, certs, stem))
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+            principals[stem] = [
+                m.principal for m in RecordingTopicActionPolicy.seen if m.topic == topic
+            ]
+        refused = unique_name("dn-latin1")
+        latin1 = AdminClient(ssl_client(gw.bootstrap, certs, "latin1"))
+        try:
+            latin1.create_topics([NewTopic(refused, 1, 1)], request_timeout=5)[refused].result(10)
+        except KafkaException:  # librdkafka reports the closed connection as a transport failure
+            latin1_served = False
+        else:
+            latin1_served = True
+    finally:
+        gw.stop()
+    assert principals == {stem: [f"User:{java}"] for stem, _, java in AS_JAVA_NAMES_THEM}
+    assert not latin1_served
+    assert not [m for m in RecordingTopicActionPolicy.seen if m.topic == refused]
+
+
 @pytest.mark.unit
 def test_rfc2253_escaping() -> None:
-    cert = {"subject": ((("organizationName", "Acme, Inc."),), (("commonName", "bob+1"),))}
+    cert = unsigned([[attr(O, "Acme, Inc.")], [attr(CN, "bob+1")]])
     assert ssl_principal(cert) == "User:CN=bob\\+1,O=Acme\\, Inc."
     assert ssl_principal(None) is None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 
 import pytest
 
@@ -13,10 +14,13 @@ from gateway.principal import (
     NoMatchingRule,
     SaslState,
     SslPrincipalMapper,
+    distinguished_name,
     oauthbearer_claim,
     sasl_username,
     ssl_principal,
 )
+from protocol.x500 import UnreadableName
+from tests.x509 import BMP, CN, IA5, OU, attr, unsigned
 
 pytestmark = pytest.mark.unit
 
@@ -155,7 +159,7 @@ def test_a_leading_space_or_hash_is_escaped_as_rfc_2253_writes_it() -> None:
     """Kafka names a certificate by X500Principal.getName() (RFC 2253), which escapes a
     value's leading space or '#' and its trailing space: the rules see that name."""
     for value, escaped in ((" alice", "\\ alice"), ("#alice", "\\#alice"), ("alice ", "alice\\ ")):
-        cert = {"subject": ((("commonName", value),),)}
+        cert = unsigned([[attr(CN, value)]])
         assert ssl_principal(cert) == f"User:CN={escaped}"
 
 
@@ -163,7 +167,7 @@ def test_no_rule_maps_the_name() -> None:
     mapper = SslPrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/")
     with pytest.raises(NoMatchingRule):
         mapper.name("CN=bob,OU=sales")
-    cert = {"subject": ((("organizationalUnitName", "eng"),), (("commonName", "alice"),))}
+    cert = unsigned([[attr(OU, "eng")], [attr(CN, "alice")]])
     assert ssl_principal(cert, mapper) == "User:alice"
     assert ssl_principal(cert) == "User:CN=alice,OU=eng"
 
@@ -270,3 +274,32 @@ def test_a_plain_message_of_other_than_three_fields_names_no_one(message: str) -
     count of fields): a message of two or four fields is read as naming no user, whatever
     its second field says."""
     assert sasl_username("PLAIN", message.encode()) is None
+
+
+def test_a_damaged_certificate_is_refused_not_a_crash() -> None:
+    """Whatever the bytes, reading a subject either names it or raises UnreadableName (the
+    connection is refused as unauthenticated), never another error."""
+    rnd = random.Random(2253)
+    subjects = [
+        [[attr(CN, "alice"), attr(OU, "eng")], [], [attr(OU, "é#, ", BMP)]],
+        [[attr("1.2.840.113549.1.9.1", "a@b", IA5)], [attr(CN, "x" * 200)]],
+    ]
+    named = refused = 0
+    for _ in range(3000):
+        der = bytearray(unsigned(rnd.choice(subjects)))
+        for _ in range(rnd.randrange(1, 4)):
+            at = rnd.randrange(len(der))
+            choice = rnd.random()
+            if choice < 0.6:
+                der[at] = rnd.randrange(256)
+            elif choice < 0.8:
+                del der[at]
+            else:
+                der.insert(at, rnd.randrange(256))
+        try:
+            distinguished_name(bytes(der))
+        except UnreadableName:
+            refused += 1
+        else:
+            named += 1
+    assert named and refused  # both ways were taken
