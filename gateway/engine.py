@@ -56,7 +56,7 @@ R = TypeVar("R")
 
 STATE_STORE: Final = "state_store"
 """The policy of a refusal made because the gateway's state store could not be written as an
-allowed change was carried out (:meth:`Engine.refused_late`): the item's "allowed" event was
+allowed change was carried out (:meth:`Engine.refused`): the item's "allowed" event was
 already written, so the refusal the client gets is an event of its own."""
 
 
@@ -328,30 +328,6 @@ class Engine:
             return Answer(frame=enforcement.answer(request, ctx.correlation_id, local, None))
         return _route(enforcement, ctx.header, prepared, request, local, allowed, settlement)
 
-    async def refused_late(
-        self,
-        ctx: RequestContext,
-        error: ItemError,
-        *,
-        policy: str,
-        resource_type: str,
-        resource_name: str,
-        action: str,
-    ) -> ItemError:
-        """Audit a refusal made after the item was judged and allowed (in ``settle``: a bound
-        the state store checks as the change is written, or a store that cannot write it,
-        :data:`STATE_STORE`) as a decision of its own, denied by ``policy``; ``error`` for the
-        client, with the audit request id. The item's "allowed" event stays: it says what the
-        policies decided, and this one what the client was answered."""
-        return await self.refused(
-            ctx,
-            error,
-            policy=policy,
-            resource_type=resource_type,
-            resource_name=resource_name,
-            action=action,
-        )
-
     async def refused(
         self,
         ctx: RequestContext,
@@ -362,9 +338,13 @@ class Engine:
         resource_name: str,
         action: str,
     ) -> ItemError:
-        """Audit a refusal the gateway makes instead of judging, or after judging, as one
-        denied decision of its own (a request of one event), by ``policy``; ``error`` for the
-        client, with the audit request id."""
+        """Audit a refusal the gateway makes instead of judging (an unclean election of every
+        partition), or after the item was judged and allowed (in ``settle``: a bound the state
+        store checks as the change is written, or a store that cannot write it,
+        :data:`STATE_STORE`), as one denied decision of its own (a request of one event), by
+        ``policy``; ``error`` for the client, with the audit request id. After judging, the
+        item's "allowed" event stays: it says what the policies decided, and this one what the
+        client was answered."""
         verdict = Verdict(
             policy=policy, mode=Mode.ENFORCE, outcome="denied", message=error.error_message or ""
         )

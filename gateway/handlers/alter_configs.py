@@ -566,7 +566,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                 if exc.maybe_written:
                     return _maybe_stored(f"the dynamic client configs of {key[1]!r}", exc)
                 # audited as allowed: the refusal the client gets is audited too
-                return await self._services.engine.refused_late(
+                return await self._services.engine.refused(
                     ctx,
                     ItemError(
                         error_code=int(UNKNOWN_SERVER_ERROR),
@@ -579,7 +579,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                     action="alter_config",
                 )
             if full:
-                return await self._services.engine.refused_late(
+                return await self._services.engine.refused(
                     ctx,
                     _entity_limit(limit),
                     policy="limits",
@@ -588,7 +588,7 @@ class AlterConfigs(BaseEnforcement[Alteration, Key]):
                     action="alter_config",
                 )
             if not written:
-                return await self._services.engine.refused_late(
+                return await self._services.engine.refused(
                     ctx,
                     ItemError(
                         error_code=int(UNKNOWN_SERVER_ERROR),
@@ -704,7 +704,7 @@ async def _store_policy(
             error_code=int(UNKNOWN_SERVER_ERROR),
             error_message=f"The gateway could not store {VALIDATION_POLICY_KEY}{applied}: {exc}",
         )
-        return await services.engine.refused_late(
+        return await services.engine.refused(
             ctx,
             error,
             policy=STATE_STORE,

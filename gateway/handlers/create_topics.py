@@ -294,7 +294,7 @@ class CreateTopics(BaseEnforcement[ct.CreateTopics, str]):
             )
             # each topic was audited as allowed: the refusal the client gets is audited too
             for name in new:
-                local[name] = await services.engine.refused_late(
+                local[name] = await services.engine.refused(
                     ctx,
                     refused,
                     policy=STATE_STORE,

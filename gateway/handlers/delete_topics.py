@@ -179,7 +179,7 @@ class DeleteTopics(BaseEnforcement[Deletion, ta.DeleteTarget]):
             # each topic was audited as allowed: the refusal the client gets is audited too
             engine = services.engine
             local = {
-                target: await engine.refused_late(
+                target: await engine.refused(
                     ctx,
                     refused,
                     policy=STATE_STORE,

@@ -222,7 +222,7 @@ class AutoCreation(BaseEnforcement[AutoCreationCall, str]):
         if isinstance(stale, ItemError):
             # each topic was audited as allowed: that it was not created is audited too
             for name in allowed:
-                await services.engine.refused_late(
+                await services.engine.refused(
                     ctx,
                     stale,
                     policy=STATE_STORE,
