@@ -60,6 +60,7 @@ GROUPS: dict[str, list[str]] = {
     "id": [
         "tests/unit/test_sasl_state.py",
         "tests/unit/test_principal_mapping.py",
+        "tests/unit/test_x500_names.py",
         "tests/unit/test_client_configs.py",
         "tests/inproc/test_principal.py",
         "tests/adversarial/test_identity_routes.py",
@@ -1147,9 +1148,9 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ),
     (
         "s32",
-        "gateway/principal.py",
-        '    if escaped.startswith((" ", "#")):',
-        '    if escaped.startswith("#"):',
+        "protocol/x500.py",
+        '    lead = len(flat) - len(flat.lstrip(" \\r"))',
+        '    lead = min(1, len(flat) - len(flat.lstrip(" \\r")))',
         "id",
     ),
     (
