@@ -30,7 +30,7 @@ from typing import Any, Final
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.versions import API_VERSIONS_KEY
-from protocol.x500 import certificate_subject, rfc2253
+from protocol.x500 import UnreadableName, certificate_subject, rfc2253
 
 
 def distinguished_name(certificate: bytes | None) -> str | None:
@@ -72,6 +72,10 @@ _RULE_SPLITTER: Final = re.compile(r"\s*(" + _RULE + r")\s*([,\n]\s*|$)")
 _RULE_PARSER: Final = re.compile(_RULE)
 _BACK_REFERENCE: Final = re.compile(r"\$(\d+)")
 _NAMED_REFERENCE: Final = re.compile(r"\$\{([A-Za-z][A-Za-z0-9]*)\}")
+# What Java's regular expressions take as line terminators (``.`` matches none of them, ``$``
+# and ``\Z`` match before a last one), where Python's ``.`` stops only at \n and its ``\Z``
+# at the end: a subject holding one may match a pattern in one and not in the other.
+_LINE_TERMINATORS: Final = frozenset("\n\r\x85\u2028\u2029")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +87,22 @@ class _Rule:
     """``L``, ``U`` or empty."""
 
     def apply(self, name: str) -> str | None:
+        """:raises UnreadableName: for a name holding a line terminator (see
+        ``_LINE_TERMINATORS``), or not in ASCII where the pattern has a word boundary, which
+        this rule's pattern may read unlike Java's."""
         if self.pattern is None:
             return name
+        if not _LINE_TERMINATORS.isdisjoint(name):
+            raise UnreadableName(
+                "a subject with a line terminator, which Java's regular expressions read "
+                "unlike Python's"
+            )
+        if ("\\b" in self.pattern.pattern or "\\B" in self.pattern.pattern) and not name.isascii():
+            # Java 17's \b takes any Unicode letter or digit for a word's (its \w does not)
+            raise UnreadableName(
+                "a subject not in ASCII, which a \\b of Java's regular expressions reads "
+                "unlike Python's"
+            )
         if self.pattern.fullmatch(name) is None:
             return None
         groups = self.pattern.groups
@@ -190,8 +208,11 @@ def _parse_rule(text: str) -> _Rule | None:
     if match.group(2) is None:
         return None
     try:
-        pattern = re.compile(match.group(2))
-    except re.error as exc:
+        # ASCII: Java's \w, \d, \s and (?i) know ASCII only (without its (?U) or (?u)
+        # flags, which Python refuses beside this one); Python's took K (the Kelvin sign)
+        # for k and ı for a word character, mapping a name Kafka's rule leaves alone.
+        pattern = re.compile(match.group(2), re.ASCII)
+    except (re.error, ValueError) as exc:
         raise ValueError(f"invalid rule: {text!r}: {exc}") from None
     return _Rule(pattern, match.group(4), match.group(6))
 
