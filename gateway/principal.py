@@ -24,6 +24,7 @@ import base64
 import binascii
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -195,6 +196,56 @@ def split_rules(rules: str | None) -> list[str]:
     return [m.group(1) for m in _RULE_SPLITTER.finditer(text.strip())]
 
 
+def _java_like(source: str) -> re.Pattern[str]:
+    """``source`` compiled to match as Java's ``Pattern.compile(source)`` does, or refused.
+
+    ASCII: Java's ``\\w``, ``\\d``, ``\\s`` and ``(?i)`` know ASCII only (without its
+    ``(?U)`` or ``(?u)`` flags, which Python refuses beside this one); Python's took K (the
+    Kelvin sign) for k and ı for a word character, mapping a name Kafka's rule leaves alone.
+    Refused, as what Python reads otherwise: a class nested in a class or an intersection
+    (``[a-z[0-9]]``, ``[a-z&&[^x]]``: Java's union and intersection, Python's literal
+    brackets, which it warns of), ``(?x)`` (Java's ignores spaces inside a class) and ``\\v``
+    (Java's is a class of vertical spaces, Python's one character).
+
+    :raises re.error, ValueError, FutureWarning:
+    """
+    if "\\v" in source:
+        raise ValueError("\\v is a class of vertical spaces in Java, one character in Python")
+    if _class_in_class(source):
+        raise ValueError("a class inside a class (or &&): Java's union or intersection")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        re.purge()  # a pattern cached before would compile again without its warning
+        pattern = re.compile(source, re.ASCII)
+    if pattern.flags & re.VERBOSE:
+        raise ValueError("(?x) reads spaces inside a class unlike Java's")
+    return pattern
+
+
+def _class_in_class(source: str) -> bool:
+    """Whether an unescaped ``[`` or ``&&`` stands inside a character class of ``source``
+    (a ``]`` first in a class is a member, in Java as in Python)."""
+    inside = False
+    i = 0
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if not inside and char == "[":
+            inside = True
+            i += 2 if source.startswith("^", i + 1) else 1
+            if source.startswith("]", i):
+                i += 1
+            continue
+        if inside and (char == "[" or source.startswith("&&", i)):
+            return True
+        if inside and char == "]":
+            inside = False
+        i += 1
+    return False
+
+
 def _parse_rule(text: str) -> _Rule | None:
     """One rule; None for an empty one (ignored, as Kafka does).
 
@@ -208,11 +259,8 @@ def _parse_rule(text: str) -> _Rule | None:
     if match.group(2) is None:
         return None
     try:
-        # ASCII: Java's \w, \d, \s and (?i) know ASCII only (without its (?U) or (?u)
-        # flags, which Python refuses beside this one); Python's took K (the Kelvin sign)
-        # for k and ı for a word character, mapping a name Kafka's rule leaves alone.
-        pattern = re.compile(match.group(2), re.ASCII)
-    except (re.error, ValueError) as exc:
+        pattern = _java_like(match.group(2))
+    except (re.error, ValueError, FutureWarning) as exc:
         raise ValueError(f"invalid rule: {text!r}: {exc}") from None
     return _Rule(pattern, match.group(4), match.group(6))
 
