@@ -179,7 +179,9 @@ class SslPrincipalMapper:
         self.rules = tuple(rule for rule in parsed if rule is not None)
 
     def name(self, distinguished: str) -> str:
-        """:raises NoMatchingRule:"""
+        """:raises NoMatchingRule:
+        :raises UnreadableName: for a subject a rule tried on it may read unlike Java's
+            (see :meth:`_Rule.apply`)."""
         for rule in self.rules:
             mapped = rule.apply(distinguished)
             if mapped is not None:

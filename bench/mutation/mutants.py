@@ -1154,6 +1154,27 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
         "id",
     ),
     (
+        "s33",
+        "gateway/principal.py",
+        "        pattern = re.compile(source, re.ASCII)",
+        "        pattern = re.compile(source)",
+        "id",
+    ),
+    (
+        "s34",
+        "gateway/principal.py",
+        "        if not _LINE_TERMINATORS.isdisjoint(name):",
+        "        if False:",
+        "id",
+    ),
+    (
+        "s35",
+        "gateway/principal.py",
+        "    if _class_in_class(source):",
+        "    if False:",
+        "id",
+    ),
+    (
         "cc01",
         "gateway/client_configs.py",
         "    if principal is None:\n        return ANONYMOUS_USER",
