@@ -206,8 +206,10 @@ def _java_like(source: str) -> re.Pattern[str]:
     Kelvin sign) for k and ı for a word character, mapping a name Kafka's rule leaves alone.
     Refused, as what Python reads otherwise: a class nested in a class or an intersection
     (``[a-z[0-9]]``, ``[a-z&&[^x]]``: Java's union and intersection, Python's literal
-    brackets, which it warns of), ``(?x)`` (Java's ignores spaces inside a class) and ``\\v``
-    (Java's is a class of vertical spaces, Python's one character).
+    brackets, which it warns of), ``(?x)`` (Java's ignores spaces inside a class), ``\\v``
+    (Java's is a class of vertical spaces, Python's one character) and an escape of two
+    digits (``\\101``: Python's octal A, Java's group 1 and ``01``; ``\\0101``: Java's octal
+    A, Python's backspace and ``1``).
 
     :raises re.error, ValueError, FutureWarning:
     """
@@ -215,6 +217,8 @@ def _java_like(source: str) -> re.Pattern[str]:
         raise ValueError("\\v is a class of vertical spaces in Java, one character in Python")
     if _class_in_class(source):
         raise ValueError("a class inside a class (or &&): Java's union or intersection")
+    if re.search(r"(?<!\\)(?:\\\\)*\\[0-9][0-9]", source):
+        raise ValueError("an escape of two digits: Java's back reference or octal, not Python's")
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         re.purge()  # a pattern cached before would compile again without its warning

@@ -64,6 +64,8 @@ def test_valid_rules(rules: str) -> None:
         "RULE:^CN=([a-z&&[^x]]+)$/$1/",
         "RULE:^CN=a\\vb$/ab/",
         "RULE:(?u)^CN=(.*)$/$1/",
+        "RULE:^(C)N=\\101$/x/",
+        "RULE:^CN=\\0101$/x/",
     ],
 )
 def test_invalid_rules(rules: str) -> None:
@@ -339,6 +341,9 @@ JAVA_RULE_CASES = [
     ("^CN=([a-z[0-9]]+)$", "$1", "", "CN=a1"),
     ("^CN=([a-z&&[^x]]+)$", "$1", "", "CN=a&&[^x]"),
     ("^CN=a\\vb$", "ab", "", "CN=a\fb"),
+    # Python's \101 is octal A, Java's group 1 and 01; Java's \0101 octal A, Python's \010 1
+    ("^(C)N=\\101$", "x", "", "CN=A"),
+    ("^CN=\\0101$", "x", "", "CN=A"),
 ]
 
 
