@@ -14,6 +14,7 @@ import pytest
 from gateway.principal import (
     AmbiguousSaslMessage,
     NoMatchingRule,
+    RuleFailed,
     SaslState,
     SslPrincipalMapper,
     distinguished_name,
@@ -156,6 +157,18 @@ def test_replacement_references() -> None:
     assert SslPrincipalMapper("RULE:^CN=(.*)$/$12/").name("CN=x") == "x2"
     assert SslPrincipalMapper("RULE:^CN=(.*)$/$3-$1/").name("CN=x") == "$3-x"
     assert SslPrincipalMapper(r"RULE:^CN=(.*)$/\$1:$1/").name("CN=x") == "$1:x"
+
+
+def test_a_replacement_java_throws_on_fails_the_subject() -> None:
+    """Where Java's replaceAll throws on a rule's replacement (a group the pattern lacks: with
+    no groups Kafka does not escape $1; a $ with no number), Kafka fails the authentication;
+    the gateway named the client ``$1`` (every subject the rule matched the same principal).
+    $0 with no groups is the whole match, as in Java."""
+    with pytest.raises(RuleFailed):
+        SslPrincipalMapper("RULE:^CN=[a-z]+$/$1/, DEFAULT").name("CN=admin")
+    with pytest.raises(RuleFailed):
+        SslPrincipalMapper("RULE:^CN=([a-z]+)$/$x/").name("CN=admin")
+    assert SslPrincipalMapper("RULE:^CN=[a-z]+$/u-$0/").name("CN=admin") == "u-CN=admin"
 
 
 def test_a_rule_maps_only_a_name_its_pattern_matches_whole() -> None:
@@ -344,12 +357,31 @@ JAVA_RULE_CASES = [
     # Python's \101 is octal A, Java's group 1 and 01; Java's \0101 octal A, Python's \010 1
     ("^(C)N=\\101$", "x", "", "CN=A"),
     ("^CN=\\0101$", "x", "", "CN=A"),
+    # Java's replacement: $0 is the match, a group the pattern lacks throws, as does a $
+    # with no number, ${name}, a trailing backslash; Kafka escapes a group past the last
+    ("^CN=[a-z]+$", "u-$0", "", "CN=admin"),
+    ("^CN=[a-z]+$", "$1", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$x", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "${name}", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$1\\", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$12-$3-\\$1-$0", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$5$6", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "\\$5", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$\u0661", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$99999999999", "", "CN=admin"),
+    ("^CN=([a-z]+)(,OU=x)?$", "$1$2", "", "CN=admin"),
+    ("^(.*)$", "[$1]", "", "CN=admin"),
 ]
+
+
+JAVA_THROWS = "(Kafka's rule throws: the authentication fails)"
 
 
 def _java_rules(cases: list[tuple[str, str, str, str]]) -> list[str | None]:
     """What Kafka's SslPrincipalMapper.Rule.apply gives for each case (tests/SslRules.java,
-    Java's own regular expressions); None where the rule does not match."""
+    Java's own regular expressions); None where the rule does not match, JAVA_THROWS where
+    applying it throws."""
     assert JAVA is not None
     source = Path(__file__).parent.parent / "SslRules.java"
     args = [" ".join(part.encode().hex() for part in case) for case in cases]
@@ -358,7 +390,10 @@ def _java_rules(cases: list[tuple[str, str, str, str]]) -> list[str | None]:
     out: list[str | None] = []
     for line in run.stdout.splitlines():
         kind, _, units = line.partition(" ")
-        out.append(bytes.fromhex(units).decode("utf-16-be") if kind == "OK" else None)
+        if kind == "ERR":
+            out.append(JAVA_THROWS)
+        else:
+            out.append(bytes.fromhex(units).decode("utf-16-be") if kind == "OK" else None)
     assert len(out) == len(cases), run.stderr
     return out
 
@@ -379,6 +414,8 @@ def test_a_rule_maps_a_subject_as_java_does_or_refuses_it() -> None:
             continue  # a rule the gateway refuses to start with
         try:
             gateway: str | None = mapper.name(subject)
+        except RuleFailed:
+            gateway = JAVA_THROWS
         except NoMatchingRule:
             gateway = None
         except UnreadableName:
