@@ -1175,6 +1175,13 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
         "id",
     ),
     (
+        "s36",
+        "gateway/principal.py",
+        "            if number > groups:\n                raise RuleFailed",
+        "            if False:\n                raise RuleFailed",
+        "id",
+    ),
+    (
         "cc01",
         "gateway/client_configs.py",
         "    if principal is None:\n        return ANONYMOUS_USER",
