@@ -244,7 +244,7 @@ def _java_like(source: str) -> re.Pattern[str]:
         warnings.simplefilter("error", FutureWarning)
         re.purge()  # a pattern cached before would compile again without its warning
         pattern = re.compile(source, re.ASCII)
-    if pattern.flags & re.VERBOSE:
+    if pattern.flags & re.VERBOSE or re.search(r"\(\?[a-zA-Z]*x[a-zA-Z-]*:", source):
         raise ValueError("(?x) reads spaces inside a class unlike Java's")
     return pattern
 

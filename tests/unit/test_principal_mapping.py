@@ -61,6 +61,7 @@ def test_valid_rules(rules: str) -> None:
         # what Python's regular expressions read unlike Java's
         "RULE:(?x)^CN=([a b]+)$/$1/",
         "RULE:(?ix)^CN=(.*)$/$1/",
+        "RULE:^CN=((?x:[a b])+)$/$1/",
         "RULE:^CN=([a-z[0-9]]+)$/$1/",
         "RULE:^CN=([a-z&&[^x]]+)$/$1/",
         "RULE:^CN=a\\vb$/ab/",
@@ -351,6 +352,7 @@ JAVA_RULE_CASES = [
     ("^CN=admin\\b.*$", "admin", "", "CN=admin,OU=eng"),
     # Java's (?x) ignores spaces inside a class; its [a[b]] is a union, its \v a class
     ("(?x)^CN=([a b]+)$", "$1", "", "CN=a b"),
+    ("^CN=((?x:[a b])+)$", "$1", "", "CN=a b"),
     ("^CN=([a-z[0-9]]+)$", "$1", "", "CN=a1"),
     ("^CN=([a-z&&[^x]]+)$", "$1", "", "CN=a&&[^x]"),
     ("^CN=a\\vb$", "ab", "", "CN=a\fb"),
