@@ -24,13 +24,14 @@ import base64
 import binascii
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Final
 
 from protocol.errors import SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM
 from protocol.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from protocol.versions import API_VERSIONS_KEY
-from protocol.x500 import certificate_subject, rfc2253
+from protocol.x500 import UnreadableName, certificate_subject, rfc2253
 
 
 def distinguished_name(certificate: bytes | None) -> str | None:
@@ -64,14 +65,22 @@ class NoMatchingRule(Exception):
     """No ``ssl.principal.mapping.rules`` rule maps a certificate's subject."""
 
 
+class RuleFailed(NoMatchingRule):
+    """The rule that matched a subject throws in Java (its replacement names no group it
+    has, say): Kafka fails the authentication, as for a subject no rule maps."""
+
+
 # Kafka's SslPrincipalMapper grammar, as its regular expressions have it: DEFAULT, or
 # RULE:pattern/replacement/ with an optional L or U, "\\x" escaping a slash; rules apart by a
 # comma or a new line. Anything else is kept whole, to be refused as not a rule.
 _RULE: Final = r"(DEFAULT)|RULE:((\\.|[^\\/])*)/((\\.|[^\\/])*)/([LU]?).*?|(.*?)"
 _RULE_SPLITTER: Final = re.compile(r"\s*(" + _RULE + r")\s*([,\n]\s*|$)")
 _RULE_PARSER: Final = re.compile(_RULE)
-_BACK_REFERENCE: Final = re.compile(r"\$(\d+)")
-_NAMED_REFERENCE: Final = re.compile(r"\$\{([A-Za-z][A-Za-z0-9]*)\}")
+_BACK_REFERENCE: Final = re.compile(r"\$([0-9]+)")
+# What Java's regular expressions take as line terminators (``.`` matches none of them, ``$``
+# and ``\Z`` match before a last one), where Python's ``.`` stops only at \n and its ``\Z``
+# at the end: a subject holding one may match a pattern in one and not in the other.
+_LINE_TERMINATORS: Final = frozenset("\n\r\x85\u2028\u2029")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +92,27 @@ class _Rule:
     """``L``, ``U`` or empty."""
 
     def apply(self, name: str) -> str | None:
+        """:raises UnreadableName: for a name holding a line terminator (see
+        ``_LINE_TERMINATORS``), or not in ASCII where the pattern has a word boundary, which
+        this rule's pattern may read unlike Java's."""
         if self.pattern is None:
             return name
+        if not _LINE_TERMINATORS.isdisjoint(name):
+            raise UnreadableName(
+                "a subject with a line terminator, which Java's regular expressions read "
+                "unlike Python's"
+            )
+        if ("\\b" in self.pattern.pattern or "\\B" in self.pattern.pattern) and not name.isascii():
+            # Java 17's \b takes any Unicode letter or digit for a word's (its \w does not)
+            raise UnreadableName(
+                "a subject not in ASCII, which a \\b of Java's regular expressions reads "
+                "unlike Python's"
+            )
         if self.pattern.fullmatch(name) is None:
             return None
         groups = self.pattern.groups
-        result = self.pattern.sub(lambda m: _java_replacement(self.replacement, m, groups), name)
+        text = _kafka_escaped(self.replacement, groups)
+        result = self.pattern.sub(lambda m: _java_replacement(text, m, groups), name)
         if self.case == "L":
             return result.lower()
         if self.case == "U":
@@ -103,48 +127,64 @@ class _Rule:
         return text + (f"/{self.case}" if self.case else "")
 
 
-def _java_replacement(replacement: str, match: re.Match[str], groups: int) -> str:
-    """``Matcher.replaceAll``'s replacement text: ``\\x`` is x, ``$n`` group n (as many
-    digits as still name a group). As Kafka prepares it (after Apache NiFi), a reference to a
-    group past the last is shortened digit by digit (``$12`` with 3 groups is group 1 and a
-    ``2``), and when still past it, kept as literal text; ``${name}`` is a named group."""
-    out: list[str] = []
-    i = 0
-    while i < len(replacement):
-        char = replacement[i]
-        if char == "\\" and i + 1 < len(replacement):
-            out.append(replacement[i + 1])
-            i += 2
-        elif char == "$":
-            text, i = _group_reference(replacement, i, match, groups)
-            out.append(text)
-        else:
-            out.append(char)
-            i += 1
-    return "".join(out)
+def _kafka_escaped(replacement: str, groups: int) -> str:
+    """The replacement as Kafka's ``escapeLiteralBackReferences`` prepares it (after Apache
+    NiFi): with groups, a ``$n`` past the last group is shortened digit by digit (``$12``
+    with 3 groups is group 1 and a ``2``) and, still past it, escaped to literal text; with
+    none, left as it is. Kafka inserts each escape at the reference's place in the text it
+    started from, so a second one lands a character early: mirrored, as Java reads it so.
 
-
-def _group_reference(
-    replacement: str, at: int, match: re.Match[str], groups: int
-) -> tuple[str, int]:
-    """The text of the reference starting with the ``$`` at ``at``, and where it ends."""
-    named = _NAMED_REFERENCE.match(replacement, at)
-    if named is not None:
-        return match.group(named.group(1)) or "", named.end()
-    reference = _BACK_REFERENCE.match(replacement, at)
-    if reference is None or not groups:
-        return "$", at + 1  # Java refuses these; a rule written so maps nothing sensible
-    digits = reference.group(1)
-    if not digits.startswith("0"):
+    :raises RuleFailed: where ``Integer.parseInt`` throws (a reference past 2**31 - 1).
+    """
+    if groups == 0:
+        return replacement
+    value = replacement
+    for reference in _BACK_REFERENCE.finditer(replacement):
+        digits = reference.group(1)
+        if digits.startswith("0"):
+            continue
         index = int(digits)
+        if index > 2**31 - 1:
+            raise RuleFailed(f"group reference ${digits} is no Java int")
         while index > groups and index >= 10:
             index //= 10
         if index > groups:
-            return "$", at + 1  # Kafka escapes it: the digits follow as text
-    number, used = int(digits[0]), 1
-    while used < len(digits) and number * 10 + int(digits[used]) <= groups:
-        number, used = number * 10 + int(digits[used]), used + 1
-    return match.group(number) or "", at + 1 + used
+            at = reference.start(1) - 1
+            value = value[:at] + "\\" + value[at:]
+    return value
+
+
+def _java_replacement(text: str, match: re.Match[str], groups: int) -> str:
+    """``Matcher.appendReplacement``'s reading of ``text`` (Kafka's escaped replacement):
+    ``\\x`` is x, ``$n`` group n (as many digits as still name a group). Where Java throws
+    (a ``$`` with no group number, a group past the last, ``${name}``, which no pattern both
+    Java and Python compile can name, a trailing backslash), Kafka fails the authentication.
+
+    :raises RuleFailed:
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        i += 1
+        if char == "\\":
+            if i == len(text):
+                raise RuleFailed("a backslash ends the replacement")
+            out.append(text[i])
+            i += 1
+        elif char == "$":
+            if i == len(text) or not "0" <= text[i] <= "9":
+                raise RuleFailed("a $ without a group number in the replacement")
+            number = int(text[i])
+            i += 1
+            while i < len(text) and "0" <= text[i] <= "9" and number * 10 + int(text[i]) <= groups:
+                number, i = number * 10 + int(text[i]), i + 1
+            if number > groups:
+                raise RuleFailed(f"the replacement names group {number} of {groups}")
+            out.append(match.group(number) or "")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 class SslPrincipalMapper:
@@ -160,7 +200,9 @@ class SslPrincipalMapper:
         self.rules = tuple(rule for rule in parsed if rule is not None)
 
     def name(self, distinguished: str) -> str:
-        """:raises NoMatchingRule:"""
+        """:raises NoMatchingRule:
+        :raises UnreadableName: for a subject a rule tried on it may read unlike Java's
+            (see :meth:`_Rule.apply`)."""
         for rule in self.rules:
             mapped = rule.apply(distinguished)
             if mapped is not None:
@@ -177,6 +219,60 @@ def split_rules(rules: str | None) -> list[str]:
     return [m.group(1) for m in _RULE_SPLITTER.finditer(text.strip())]
 
 
+def _java_like(source: str) -> re.Pattern[str]:
+    """``source`` compiled to match as Java's ``Pattern.compile(source)`` does, or refused.
+
+    ASCII: Java's ``\\w``, ``\\d``, ``\\s`` and ``(?i)`` know ASCII only (without its
+    ``(?U)`` or ``(?u)`` flags, which Python refuses beside this one); Python's took K (the
+    Kelvin sign) for k and ı for a word character, mapping a name Kafka's rule leaves alone.
+    Refused, as what Python reads otherwise: a class nested in a class or an intersection
+    (``[a-z[0-9]]``, ``[a-z&&[^x]]``: Java's union and intersection, Python's literal
+    brackets, which it warns of), ``(?x)`` (Java's ignores spaces inside a class), ``\\v``
+    (Java's is a class of vertical spaces, Python's one character) and an escape of two
+    digits (``\\101``: Python's octal A, Java's group 1 and ``01``; ``\\0101``: Java's octal
+    A, Python's backspace and ``1``).
+
+    :raises re.error, ValueError, FutureWarning:
+    """
+    if "\\v" in source:
+        raise ValueError("\\v is a class of vertical spaces in Java, one character in Python")
+    if _class_in_class(source):
+        raise ValueError("a class inside a class (or &&): Java's union or intersection")
+    if re.search(r"(?<!\\)(?:\\\\)*\\[0-9][0-9]", source):
+        raise ValueError("an escape of two digits: Java's back reference or octal, not Python's")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        re.purge()  # a pattern cached before would compile again without its warning
+        pattern = re.compile(source, re.ASCII)
+    if pattern.flags & re.VERBOSE or re.search(r"\(\?[a-zA-Z]*x[a-zA-Z-]*:", source):
+        raise ValueError("(?x) reads spaces inside a class unlike Java's")
+    return pattern
+
+
+def _class_in_class(source: str) -> bool:
+    """Whether an unescaped ``[`` or ``&&`` stands inside a character class of ``source``
+    (a ``]`` first in a class is a member, in Java as in Python)."""
+    inside = False
+    i = 0
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if not inside and char == "[":
+            inside = True
+            i += 2 if source.startswith("^", i + 1) else 1
+            if source.startswith("]", i):
+                i += 1
+            continue
+        if inside and (char == "[" or source.startswith("&&", i)):
+            return True
+        if inside and char == "]":
+            inside = False
+        i += 1
+    return False
+
+
 def _parse_rule(text: str) -> _Rule | None:
     """One rule; None for an empty one (ignored, as Kafka does).
 
@@ -190,8 +286,8 @@ def _parse_rule(text: str) -> _Rule | None:
     if match.group(2) is None:
         return None
     try:
-        pattern = re.compile(match.group(2))
-    except re.error as exc:
+        pattern = _java_like(match.group(2))
+    except (re.error, ValueError, FutureWarning) as exc:
         raise ValueError(f"invalid rule: {text!r}: {exc}") from None
     return _Rule(pattern, match.group(4), match.group(6))
 

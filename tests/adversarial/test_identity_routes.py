@@ -253,6 +253,38 @@ def test_a_certificate_cannot_take_another_subject_s_name_by_its_encoding(
     assert CREATE_TOPICS not in tap.api_keys()
 
 
+def test_a_mapping_rule_reads_a_subject_as_java_does(tap: BrokerTap, tmp_path: Path) -> None:
+    """A certificate the CA signed for ``CN=Kafka`` with the Kelvin sign (U+212A) for its K,
+    under ``RULE:(?i)^CN=([a-z]+)$/$1/L, DEFAULT``: Java's (?i) is ASCII-only, so Kafka's
+    rule does not match and DEFAULT names it ``User:CN=\u212aafka``; Python's matched and
+    lower-cased it to ``kafka``, the gateway's User:kafka, allowed what only kafka may."""
+    certs = make_pki(tmp_path, {"client": "/CN=mallory"})
+    Issuer(certs).pem([[attr(CN, "\u212aafka")]], "kelvin")
+    policies = {
+        "rules": [
+            {
+                "name": "platform-topics",
+                "type": "protected.topics",
+                "topics": ["__.*"],
+                "allowed.principals": ["User:kafka"],
+            }
+        ]
+    }
+    rules = "RULE:(?i)^CN=([a-z]+)$/$1/L, DEFAULT"
+    listener = {**tls_listener(certs), "principal_mapping_rules": rules}
+    gw = GatewayThread(gateway_config(tap.address, tls=listener, policies=policies)).start()
+    try:
+        raw = RawClient(gw.bootstrap, tls=tls_context(certs, "kelvin"))
+        try:
+            code = create_topic(raw, f"__kelvin-{uuid.uuid4().hex[:8]}")
+        finally:
+            raw.sock.close()
+    finally:
+        gw.stop()
+    assert code == POLICY_VIOLATION
+    assert CREATE_TOPICS not in tap.api_keys()
+
+
 def token_authenticate(raw: RawClient, token_id: str, token_hmac: str) -> int:
     """A SCRAM-SHA-256 exchange with a delegation token, as Kafka's Java client makes it
     (``tokenauth=true`` in the first message, the token's id as user, its HMAC as password):

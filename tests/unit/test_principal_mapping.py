@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import json
 import random
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from gateway.principal import (
     AmbiguousSaslMessage,
     NoMatchingRule,
+    RuleFailed,
     SaslState,
     SslPrincipalMapper,
     distinguished_name,
@@ -20,7 +23,7 @@ from gateway.principal import (
     ssl_principal,
 )
 from protocol.x500 import UnreadableName
-from tests.x509 import BMP, CN, IA5, OU, attr, unsigned
+from tests.x509 import BMP, CN, IA5, JAVA, OU, attr, unsigned
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +58,16 @@ def test_valid_rules(rules: str) -> None:
         "RULE:^CN=(.*?),OU=ServiceUsers.*$/L",
         "RULE:^CN=(.*?),OU=ServiceUsers.*$/U",
         "RULE:^CN=(.*?),OU=ServiceUsers.*$/LU",
+        # what Python's regular expressions read unlike Java's
+        "RULE:(?x)^CN=([a b]+)$/$1/",
+        "RULE:(?ix)^CN=(.*)$/$1/",
+        "RULE:^CN=((?x:[a b])+)$/$1/",
+        "RULE:^CN=([a-z[0-9]]+)$/$1/",
+        "RULE:^CN=([a-z&&[^x]]+)$/$1/",
+        "RULE:^CN=a\\vb$/ab/",
+        "RULE:(?u)^CN=(.*)$/$1/",
+        "RULE:^(C)N=\\101$/x/",
+        "RULE:^CN=\\0101$/x/",
     ],
 )
 def test_invalid_rules(rules: str) -> None:
@@ -145,6 +158,18 @@ def test_replacement_references() -> None:
     assert SslPrincipalMapper("RULE:^CN=(.*)$/$12/").name("CN=x") == "x2"
     assert SslPrincipalMapper("RULE:^CN=(.*)$/$3-$1/").name("CN=x") == "$3-x"
     assert SslPrincipalMapper(r"RULE:^CN=(.*)$/\$1:$1/").name("CN=x") == "$1:x"
+
+
+def test_a_replacement_java_throws_on_fails_the_subject() -> None:
+    """Where Java's replaceAll throws on a rule's replacement (a group the pattern lacks: with
+    no groups Kafka does not escape $1; a $ with no number), Kafka fails the authentication;
+    the gateway named the client ``$1`` (every subject the rule matched the same principal).
+    $0 with no groups is the whole match, as in Java."""
+    with pytest.raises(RuleFailed):
+        SslPrincipalMapper("RULE:^CN=[a-z]+$/$1/, DEFAULT").name("CN=admin")
+    with pytest.raises(RuleFailed):
+        SslPrincipalMapper("RULE:^CN=([a-z]+)$/$x/").name("CN=admin")
+    assert SslPrincipalMapper("RULE:^CN=[a-z]+$/u-$0/").name("CN=admin") == "u-CN=admin"
 
 
 def test_a_rule_maps_only_a_name_its_pattern_matches_whole() -> None:
@@ -303,3 +328,113 @@ def test_a_damaged_certificate_is_refused_not_a_crash() -> None:
         else:
             named += 1
     assert named and refused  # both ways were taken
+
+
+# (pattern, replacement, L/U/"", subject): a rule Kafka applies with Java's regular
+# expressions, the gateway with Python's.
+JAVA_RULE_CASES = [
+    ("^CN=(.*?),OU=ServiceUsers.*$", "$1", "L", "CN=Duke,OU=ServiceUsers,O=Org,C=US"),
+    ("^CN=(.*?),OU=(.*?),O=(.*?)$", "$1@$2", "U", "CN=duke,OU=sme,O=x"),
+    ("^CN=([^,]*)(,.*)?$", "$1", "", "CN=caf\u00e9,OU=\u65e5"),
+    # Python's (?i) took the Kelvin sign for k, ſ for s; Java's (?i) is ASCII only
+    ("(?i)^CN=([a-z]+)$", "$1", "L", "CN=\u212aafka"),
+    ("(?i)^CN=(s\\w*)$", "$1", "L", "CN=\u017fuper"),
+    # Python's \w, \d, \s took ı, ٣ and a no-break space; Java's know ASCII only
+    ("^CN=(\\w+)$", "$1", "U", "CN=adm\u0131n"),
+    ("^CN=admin(\\d*)$", "admin", "", "CN=admin\u0663"),
+    ("^CN=admin(\\s*)$", "admin", "", "CN=admin\u00a0"),
+    # Java's . matches no line terminator, Python's stops only at \n
+    ("^CN=([a-z]+)(,.*)?$", "$1", "", "CN=admin,OU=x\u2028y"),
+    ("^CN=([a-z]+)(,.*)?$", "$1", "", "CN=admin,OU=x\x85y"),
+    ("^CN=([a-z]+)(,.*)?$", "$1", "", "CN=admin,OU=x\ry"),
+    # Java's \b knows Unicode letters, its \w does not
+    ("^CN=admin\\b.*$", "admin", "", "CN=admin\u00e9"),
+    ("^CN=admin\\b.*$", "admin", "", "CN=admin,OU=eng"),
+    # Java's (?x) ignores spaces inside a class; its [a[b]] is a union, its \v a class
+    ("(?x)^CN=([a b]+)$", "$1", "", "CN=a b"),
+    ("^CN=((?x:[a b])+)$", "$1", "", "CN=a b"),
+    ("^CN=([a-z[0-9]]+)$", "$1", "", "CN=a1"),
+    ("^CN=([a-z&&[^x]]+)$", "$1", "", "CN=a&&[^x]"),
+    ("^CN=a\\vb$", "ab", "", "CN=a\fb"),
+    # Python's \101 is octal A, Java's group 1 and 01; Java's \0101 octal A, Python's \010 1
+    ("^(C)N=\\101$", "x", "", "CN=A"),
+    ("^CN=\\0101$", "x", "", "CN=A"),
+    # Java's replacement: $0 is the match, a group the pattern lacks throws, as does a $
+    # with no number, ${name}, a trailing backslash; Kafka escapes a group past the last
+    ("^CN=[a-z]+$", "u-$0", "", "CN=admin"),
+    ("^CN=[a-z]+$", "$1", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$x", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "${name}", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$1\\", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$12-$3-\\$1-$0", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$5$6", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "\\$5", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$\u0661", "", "CN=admin"),
+    ("^CN=([a-z]+)$", "$99999999999", "", "CN=admin"),
+    ("^CN=([a-z]+)(,OU=x)?$", "$1$2", "", "CN=admin"),
+    ("^(.*)$", "[$1]", "", "CN=admin"),
+]
+
+
+JAVA_THROWS = "(Kafka's rule throws: the authentication fails)"
+
+
+def _java_rules(cases: list[tuple[str, str, str, str]]) -> list[str | None]:
+    """What Kafka's SslPrincipalMapper.Rule.apply gives for each case (tests/SslRules.java,
+    Java's own regular expressions); None where the rule does not match, JAVA_THROWS where
+    applying it throws."""
+    assert JAVA is not None
+    source = Path(__file__).parent.parent / "SslRules.java"
+    args = [" ".join(part.encode().hex() for part in case) for case in cases]
+    run = subprocess.run([JAVA, str(source), *args], capture_output=True, text=True)
+    assert run.returncode == 0, f"java {source.name} failed (a JDK is needed):\n{run.stderr}"
+    out: list[str | None] = []
+    for line in run.stdout.splitlines():
+        kind, _, units = line.partition(" ")
+        if kind == "ERR":
+            out.append(JAVA_THROWS)
+        else:
+            out.append(bytes.fromhex(units).decode("utf-16-be") if kind == "OK" else None)
+    assert len(out) == len(cases), run.stderr
+    return out
+
+
+@pytest.mark.skipif(JAVA is None, reason="no java on the PATH: Java's regexes unavailable")
+def test_a_rule_maps_a_subject_as_java_does_or_refuses_it() -> None:
+    """A rule's pattern is Java's in Kafka, Python's in the gateway: where the two read a
+    subject differently (Unicode in \\w, \\d, \\s, (?i) and \\b; line terminators for .;
+    (?x), nested classes, \\v) the gateway named the client as Kafka's rule never did (CN=Kafka
+    with a Kelvin sign was User:kafka, Kafka's next rule named it otherwise). Each rule maps
+    a subject as Java's does, or the gateway refuses the subject or the rule."""
+    differences = []
+    for case, java in zip(JAVA_RULE_CASES, _java_rules(JAVA_RULE_CASES), strict=True):
+        pattern, replacement, flag, subject = case
+        try:
+            mapper = SslPrincipalMapper(f"RULE:{pattern}/{replacement}/{flag}")
+        except ValueError:
+            continue  # a rule the gateway refuses to start with
+        try:
+            gateway: str | None = mapper.name(subject)
+        except RuleFailed:
+            gateway = JAVA_THROWS
+        except NoMatchingRule:
+            gateway = None
+        except UnreadableName:
+            continue
+        if gateway != java:
+            differences.append((case, java, gateway))
+    assert differences == []
+
+
+def test_a_rule_java_reads_otherwise_refuses_the_subject() -> None:
+    """The subjects the rules above would read unlike Java are refused, not named."""
+    mapper = SslPrincipalMapper(r"RULE:^CN=([a-z]+)(,.*)?$/$1/, RULE:^OU=x\b.*$/y/, DEFAULT")
+    for subject in ("CN=admin,OU=x\u2028y", "CN=admin,OU=\ny", "OU=x\u00e9"):
+        with pytest.raises(UnreadableName):
+            mapper.name(subject)
+    assert mapper.name("CN=admin,OU=eng") == "admin"
+    assert mapper.name("OU=x,CN=eng") == "y"
+    assert SslPrincipalMapper("DEFAULT").name("CN=a\u2028b") == "CN=a\u2028b"
+    with pytest.raises(ValueError, match="invalid rule"):
+        SslPrincipalMapper("RULE:(?u)^CN=(.*)$/$1/")
