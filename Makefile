@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml setup.py protocol/_recscan.c policies/_digits.c
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Test-only programs from Debian: kcat. Java (for Spark) is expected on the machine.
+# Test-only programs from Debian: kcat. A Java 17 JDK (Spark; tests/X500Names.java and
+# tests/SslRules.java, run as source files) is expected on the machine.
 system-deps:
 	@command -v kcat >/dev/null 2>&1 || { \
 	  echo "installing kcat from Debian"; \
