@@ -17,6 +17,7 @@ Not a test: numbers, printed as JSON (and written to bench/results/ with --out).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import socket
@@ -121,43 +122,22 @@ def _frame(sock: socket.socket) -> bytes:
 def raw_fetches(bootstrap: str, topic_id: uuid.UUID, requests: int) -> float:
     """Fetch v13 requests per second, one partition at a time from offset 0, 64 KiB each, one
     in flight: the gateway's cost per request, its shortcut included."""
-    from kio.schema.types import BrokerId
-    from kio.static.primitive import i8, i32, i32Timedelta, i64
+    from kio.static.primitive import i32, i32Timedelta
 
     from protocol.codec import encode_request
+    from tests.enforcement_support import fetch_payload
 
-    m = importlib.import_module("kio.schema.fetch.v13.request")
     frames = [
         encode_request(
             1,
             13,
             7,
             "bench",
-            m.FetchRequest(
-                replica_id=BrokerId(-1),
+            dataclasses.replace(
+                fetch_payload(13, (topic_id, p)),
                 max_wait=i32Timedelta.parse(timedelta(milliseconds=0)),
                 min_bytes=i32(0),
                 max_bytes=i32(64 << 10),
-                isolation_level=i8(0),
-                session_id=i32(0),
-                session_epoch=i32(-1),
-                topics=(
-                    m.FetchTopic(
-                        topic_id=topic_id,
-                        partitions=(
-                            m.FetchPartition(
-                                partition=i32(p),
-                                current_leader_epoch=i32(-1),
-                                fetch_offset=i64(0),
-                                last_fetched_epoch=i32(-1),
-                                log_start_offset=i64(-1),
-                                partition_max_bytes=i32(64 << 10),
-                            ),
-                        ),
-                    ),
-                ),
-                forgotten_topics_data=(),
-                rack_id="",
             ),
         )
         for p in range(PARTITIONS)
